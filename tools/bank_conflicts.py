@@ -1,0 +1,275 @@
+#!/usr/bin/env python3
+"""Predict shared-memory bank conflicts of one warp-wide instruction on Hopper.
+
+Three ways in:
+
+  One instruction, your addresses (machine interface):
+    python tools/bank_conflicts.py --op st.v4.b32 --addresses 0,16,32,...  [--json]
+
+  A 16x16 bf16 block stored with stmatrix.x4, layouts side by side:
+    python tools/bank_conflicts.py --pattern stmatrix-tile \\
+        --layout naive --layout padded --layout swizzle128 [--row-bytes 128] [--pad 16]
+
+  ptxgemm's own epilogue stores for a GEMM config:
+    python tools/bank_conflicts.py --kernel [--block-m 128] [--block-n 128] [--out-dtype bf16]
+
+The model and its rules are in ptxgemm/banks.py; docs/bank_conflicts.md says
+which rules ncu has confirmed.  Bad input prints one line on stderr and exits 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Sequence
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+from ptxgemm import banks  # noqa: E402  (needs the sys.path line above)
+
+PROG = "bank_conflicts"
+EXIT_USAGE = 2
+TILE_PATTERN = "stmatrix-tile"
+TILE_OP = "stmatrix.x4"
+EPILOGUE_OP = "stmatrix.x4"
+DEFAULT_LAYOUTS = ("naive", "padded", "swizzle128")
+
+
+class CliError(Exception):
+    """Bad input: reported as one line on stderr, exit status 2."""
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse prints usage plus an error; the CLI contract is a single line."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise CliError(message)
+
+
+# --------------------------------------------------------------------------- #
+# Formatting helpers
+# --------------------------------------------------------------------------- #
+
+
+def format_banks(access: banks.LaneAccess) -> str:
+    """'5' for a one-bank access, '4-7' for a 16-byte one."""
+    first, last = access.banks[0], access.banks[-1]
+    return str(first) if first == last else f"{first}-{last}"
+
+
+def verdict(result: banks.Result) -> str:
+    if result.conflict_free:
+        return f"{result.wavefronts} wavefront(s), ideal {result.ideal}: conflict-free"
+    worst = max(a.degree for a in result.accesses)
+    return (f"{result.wavefronts} wavefront(s), ideal {result.ideal}: "
+            f"{result.wavefronts / result.ideal:g}x the ideal, worst bank {worst}-way")
+
+
+def render_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """Right-aligned plain-text columns."""
+    cells = [list(map(str, headers))] + [list(map(str, r)) for r in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    lines = ["  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- #
+# --op: one instruction
+# --------------------------------------------------------------------------- #
+
+
+def parse_addresses(text: str) -> list[int]:
+    """'0,16,0x20' -> [0, 16, 32]; decimal or 0x-prefixed hex."""
+    values = []
+    for position, item in enumerate(text.split(",")):
+        item = item.strip()
+        try:
+            values.append(int(item, 0))
+        except ValueError:
+            raise CliError(f"address {position} is not an integer: {item!r}") from None
+    return values
+
+
+def report_op(op: str, addresses: Sequence[int], as_json: bool) -> str:
+    result = banks.simulate(op, addresses)
+    if as_json:
+        return json.dumps(result.to_json())
+    rows = [(a.lane, a.address, hex(a.address), format_banks(a), a.phase, a.degree)
+            for a in result.accesses]
+    table = render_table(("lane", "address", "hex", "bank", "phase", "degree"), rows)
+    phases = ", ".join(f"phase {p.index}: {p.wavefronts}" for p in result.phases)
+    return f"{table}\n\n{op}: {verdict(result)}\nwavefronts per phase: {phases}"
+
+
+# --------------------------------------------------------------------------- #
+# --pattern stmatrix-tile: layouts side by side
+# --------------------------------------------------------------------------- #
+
+
+def describe_layout(layout: banks.TileLayout) -> str:
+    swizzle = f", {layout.swizzle} TMA swizzle" if layout.swizzle != "none" else ""
+    return f"{layout.name}: {layout.row_pitch}-byte rows{swizzle}"
+
+
+def report_tile(layout_names: Sequence[str], row_bytes: int, pad: int, as_json: bool) -> str:
+    layouts = [banks.tile_layout(name, row_bytes, pad) for name in layout_names]
+    results = [banks.simulate(TILE_OP, banks.block_x4_addresses(layout)) for layout in layouts]
+    if as_json:
+        return json.dumps([
+            {"layout": layout.name, "row_pitch": layout.row_pitch, "swizzle": layout.swizzle,
+             **result.to_json()}
+            for layout, result in zip(layouts, results)
+        ])
+    headers = ["lane", "phase", "row", "col"]
+    for layout in layouts:
+        headers += [f"{layout.name} addr", "bank", "deg"]
+    rows = []
+    for lane in range(banks.WARP_SIZE):
+        row, col = banks.matrix_x4_lane_coords(lane)
+        cells: list[object] = [lane, results[0].accesses[lane].phase, row, col]
+        for result in results:
+            access = result.accesses[lane]
+            cells += [access.address, format_banks(access), access.degree]
+        rows.append(cells)
+    summary = "\n".join(f"  {describe_layout(l)} -> {verdict(r)}" for l, r in zip(layouts, results))
+    title = (f"{TILE_OP} of a 16x16 bf16 block at the origin of a row-major tile "
+             f"(lane l gives the start of row l%16, column 8*(l//16))")
+    return f"{title}\n\n{render_table(headers, rows)}\n\nwavefronts per {TILE_OP}:\n{summary}"
+
+
+# --------------------------------------------------------------------------- #
+# --kernel: ptxgemm's epilogue
+# --------------------------------------------------------------------------- #
+
+
+def epilogue_instructions(config_kwargs: dict) -> tuple[object, list[list[int]]]:
+    """Build the GemmConfig and ask ptxgemm where warp 0's epilogue stmatrix lands."""
+    try:
+        from ptxgemm.config import GemmConfig
+        from ptxgemm.epilogue_layout import stmatrix_addresses
+    except ImportError as exc:
+        raise CliError(f"--kernel needs ptxgemm.config and ptxgemm.epilogue_layout: {exc}") from None
+    try:
+        config = GemmConfig(**config_kwargs)
+        return config, [list(addrs) for addrs in stmatrix_addresses(config)]
+    except (TypeError, ValueError) as exc:
+        raise CliError(f"invalid GEMM config {config_kwargs}: {exc}") from None
+
+
+def report_kernel(config_kwargs: dict, as_json: bool) -> str:
+    config, instructions = epilogue_instructions(config_kwargs)
+    results = [banks.simulate(EPILOGUE_OP, addrs) for addrs in instructions]
+    clean = all(r.conflict_free for r in results)
+    if as_json:
+        return json.dumps({
+            "config": repr(config),
+            "op": EPILOGUE_OP,
+            "instructions": len(results),
+            "conflict_free": clean,
+            "wavefronts": [r.wavefronts for r in results],
+            "ideal": [r.ideal for r in results],
+        })
+    rows = [(i, r.wavefronts, r.ideal, "yes" if r.conflict_free else "NO")
+            for i, r in enumerate(results)]
+    table = render_table(("stmatrix", "wavefronts", "ideal", "conflict-free"), rows)
+    if not results:
+        return f"{config}: the epilogue issues no {EPILOGUE_OP}"
+    worst = max(results, key=lambda r: r.wavefronts)
+    if clean:
+        summary = f"all {len(results)} {EPILOGUE_OP} conflict-free: {worst.wavefronts} wavefronts each (ideal {worst.ideal})"
+    else:
+        bad = sum(not r.conflict_free for r in results)
+        summary = (f"{bad} of {len(results)} {EPILOGUE_OP} conflicted; worst {worst.wavefronts} "
+                   f"wavefronts (ideal {worst.ideal})")
+    return f"epilogue shared-memory stores of warp 0 for {config}\n\n{table}\n\n{summary}"
+
+
+def kernel_config_kwargs(args: argparse.Namespace) -> dict:
+    """Only the options given, so GemmConfig's own defaults apply to the rest."""
+    given = {"block_m": args.block_m, "block_n": args.block_n, "out_dtype": args.out_dtype}
+    return {k: v for k, v in given.items() if v is not None}
+
+
+# --------------------------------------------------------------------------- #
+# main
+# --------------------------------------------------------------------------- #
+
+
+def build_parser() -> OneLineParser:
+    parser = OneLineParser(prog=PROG, description=__doc__.split("\n\n")[0],
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+    mode = parser.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--op", metavar="OP",
+                      help=f"one warp-wide instruction: {', '.join(banks.OPS)}")
+    mode.add_argument("--pattern", choices=[TILE_PATTERN],
+                      help="a preset: a 16x16 bf16 block stored with stmatrix.x4")
+    mode.add_argument("--kernel", action="store_true",
+                      help="ptxgemm's epilogue stmatrix stores for a GEMM config")
+    parser.add_argument("--addresses", metavar="A0,A1,...",
+                        help="the lanes' shared-memory byte addresses, lane 0 first (with --op)")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    tile = parser.add_argument_group("--pattern stmatrix-tile options")
+    tile.add_argument("--layout", action="append", choices=banks.LAYOUTS,
+                      help=f"layout to show; repeat for side by side (default: {' '.join(DEFAULT_LAYOUTS)})")
+    tile.add_argument("--row-bytes", type=int, default=banks.DEFAULT_ROW_BYTES,
+                      help="bytes per tile row for naive and padded (default %(default)s)")
+    tile.add_argument("--pad", type=int, default=banks.DEFAULT_PAD_BYTES,
+                      help="padding bytes per row for padded (default %(default)s)")
+    gemm = parser.add_argument_group("--kernel options (passed to ptxgemm.config.GemmConfig)")
+    gemm.add_argument("--block-m", type=int)
+    gemm.add_argument("--block-n", type=int)
+    gemm.add_argument("--out-dtype")
+    return parser
+
+
+def glue_address_list(argv: Sequence[str]) -> list[str]:
+    """Turn '--addresses -4,0,...' into '--addresses=-4,0,...'.
+
+    argparse takes a value that starts with '-' (and is not a plain negative
+    number) for an option, so a list led by a negative address would fail with a
+    confusing usage error instead of the model's 'negative address' message.
+    """
+    out: list[str] = []
+    items = list(argv)
+    i = 0
+    while i < len(items):
+        if items[i] == "--addresses" and i + 1 < len(items):
+            out.append(f"--addresses={items[i + 1]}")
+            i += 2
+        else:
+            out.append(items[i])
+            i += 1
+    return out
+
+
+def run(argv: Sequence[str] | None = None) -> str:
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser().parse_args(glue_address_list(argv))
+    if args.op is not None:
+        if args.addresses is None:
+            raise CliError("--op needs --addresses A0,A1,...")
+        return report_op(args.op, parse_addresses(args.addresses), args.json)
+    if args.addresses is not None:
+        raise CliError("--addresses goes with --op")
+    if args.pattern == TILE_PATTERN:
+        layouts = args.layout or list(DEFAULT_LAYOUTS)
+        return report_tile(list(dict.fromkeys(layouts)), args.row_bytes, args.pad, args.json)
+    return report_kernel(kernel_config_kwargs(args), args.json)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        print(run(argv))
+    except (CliError, banks.BankModelError) as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
