@@ -13,7 +13,7 @@ prediction with ncu's ``l1tex__data_pipe_lsu_wavefronts_mem_shared_op_{ld,st}``
 counters) either confirms or refutes.  The knobs that a refuted rule would
 change live in :class:`HardwareRules`, so a correction is one edit there.
 
-Pure Python: no GPU, no CUDA, importable anywhere.
+Pure Python (and ptxgemm.swizzle's numpy): no GPU, no CUDA, importable anywhere.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping, Sequence
 
+from .errors import ConfigError
 from .swizzle import swizzle_address
 
 # --------------------------------------------------------------------------- #
@@ -51,7 +52,7 @@ LOAD = "load"
 STORE = "store"
 
 
-class BankModelError(ValueError):
+class BankModelError(ConfigError):
     """Bad input to the model: unknown op, missing lanes, misaligned or out-of-range
     address.  The message is one line, fit to print as a CLI error."""
 
@@ -161,16 +162,6 @@ class Op:
     @property
     def banks_per_lane(self) -> int:
         return max(1, self.bytes_per_lane // BANK_BYTES)
-
-    @property
-    def ptx(self) -> str:
-        """The PTX mnemonic this op stands for (without operands)."""
-        if self.matrix:
-            base, num = self.name.split(".")[:2]
-            trans = ".trans" if self.trans else ""
-            return f"{base}.sync.aligned.m8n8.{num}{trans}.shared.b16"
-        prefix, rest = self.name.split(".", 1)
-        return f"{prefix}.shared.{rest}"
 
 
 def _build_ops() -> dict[str, Op]:
@@ -455,9 +446,14 @@ def matrix_x4_lane_coords(lane: int) -> tuple[int, int]:
     return lane % BLOCK, (lane // BLOCK) * (BLOCK // 2)
 
 
-def block_x4_addresses(layout: TileLayout, base: int = 0) -> list[int]:
-    """The 32 lane addresses of a stmatrix/ldmatrix.x4 moving the block at the tile origin."""
-    return [base + layout.offset(*matrix_x4_lane_coords(lane)) for lane in range(WARP_SIZE)]
+def block_x4_addresses(layout: TileLayout, row0: int = 0, col0: int = 0) -> list[int]:
+    """The 32 lane addresses of a stmatrix/ldmatrix.x4 moving the 16x16 block whose top-left element
+    is (row0, col0) of the tile."""
+    addresses = []
+    for lane in range(WARP_SIZE):
+        row, col = matrix_x4_lane_coords(lane)
+        addresses.append(layout.offset(row0 + row, col0 + col))
+    return addresses
 
 
 def strided_addresses(stride: int, lanes: int = WARP_SIZE, base: int = 0) -> list[int]:

@@ -37,4 +37,8 @@ def environment() -> jinja2.Environment:
 
 def render(template: str, **params) -> str:
     """Render one template to PTX text. `params` are the template's named values."""
-    return environment().get_template(template).render(**params)
+    text = environment().get_template(template).render(**params)
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.isascii():  # ptxas rejects any non-ASCII byte, comments included
+            raise ValueError(f"{template}: rendered line {number} is not ASCII: {line.strip()!r}")
+    return text

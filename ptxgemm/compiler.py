@@ -69,7 +69,11 @@ _RE_USED = re.compile(r"Used (\d+) registers")
 _RE_BAR = re.compile(r"used (\d+) barriers")
 _RE_SMEM = re.compile(r"(\d+) bytes smem")
 _RE_CMEM = re.compile(r"(\d+) bytes cmem\[0\]")
-_RE_WARN = re.compile(r"ptxas (?:warning|error)\s*:\s*(?:\((C\d+)\)\s*)?(.*)")
+# "ptxas warning : (C7508) msg", "ptxas /path/kernel.ptx, line 42; warning : msg", and coded advisories that
+# ptxas 13.x prints at info level: "ptxas info    : (C7508) Potential Performance Loss: 'setmaxnreg' ignored; ..."
+_RE_WARN = re.compile(r"ptxas(?:\s+[^;]*?,\s*line\s+(?P<line>\d+);)?\s+(?:warning|error)\s*:\s*"
+                      r"(?:\((?P<code>C\d+)\)\s*)?(?P<msg>.*)")
+_RE_ADVISORY = re.compile(r"ptxas info\s*:\s*\((?P<code>C\d+)\)\s*(?P<msg>.*)")
 
 
 def parse_ptxas_report(text: str) -> ResourceReport:
@@ -78,8 +82,11 @@ def parse_ptxas_report(text: str) -> ResourceReport:
     warnings: list[dict] = []
     cur: FunctionResources | None = None
     for line in text.splitlines():
-        if m := _RE_WARN.search(line):
-            warnings.append({"code": m.group(1), "message": m.group(2).strip()})
+        if m := (_RE_WARN.search(line) or _RE_ADVISORY.search(line)):
+            msg = m.group("msg").strip()
+            if m.groupdict().get("line"):
+                msg = f"line {m.group('line')}: {msg}"
+            warnings.append({"code": m.group("code"), "message": msg})
             continue
         if m := _RE_ENTRY.search(line):
             cur = funcs.setdefault(m.group(1), FunctionResources(m.group(1)))

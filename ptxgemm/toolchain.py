@@ -36,10 +36,19 @@ def _toolkit_candidates(tool: str):
 
 
 def find_tool(tool: str) -> Path | None:
-    """Path of `tool` ('ptxas' or 'nvdisasm'), or None when it is nowhere to be found."""
+    """Path of `tool` ('ptxas' or 'nvdisasm'), or None when it is nowhere to be found.
+
+    Raises ToolchainError when the environment override names something that is not an executable file.
+    """
     override = os.environ.get(ENV_VARS[tool])
     if override:
-        return Path(override)
+        path = Path(override)
+        if not (path.is_file() and os.access(path, os.X_OK)):
+            from .errors import ToolchainError
+
+            raise ToolchainError(f"{ENV_VARS[tool]}={override} is not an executable file; point it at {tool} "
+                                 f"or unset it to use the one from NVIDIA's pip wheel")
+        return path
     for cand in (*_wheel_candidates(tool), *_toolkit_candidates(tool)):
         if cand.is_file() and os.access(cand, os.X_OK):
             return cand

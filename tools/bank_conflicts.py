@@ -11,7 +11,7 @@ Three ways in:
         --layout naive --layout padded --layout swizzle128 [--row-bytes 128] [--pad 16]
 
   ptxgemm's own epilogue stores for a GEMM config:
-    python tools/bank_conflicts.py --kernel [--block-m 128] [--block-n 128] [--out-dtype bf16]
+    python tools/bank_conflicts.py --kernel [--block-m 128] [--block-n 128] [--out-dtype bfloat16] [...]
 
 The model and its rules are in ptxgemm/banks.py; docs/bank_conflicts.md says
 which rules ncu has confirmed.  Bad input prints one line on stderr and exits 2.
@@ -147,52 +147,54 @@ def report_tile(layout_names: Sequence[str], row_bytes: int, pad: int, as_json: 
 # --------------------------------------------------------------------------- #
 
 
-def epilogue_instructions(config_kwargs: dict) -> tuple[object, list[list[int]]]:
-    """Build the GemmConfig and ask ptxgemm where warp 0's epilogue stmatrix lands."""
+def epilogue_instructions(config) -> list[list[int]]:
+    """Ask ptxgemm where warp 0's epilogue stmatrix stores land for ``config``."""
     try:
-        from ptxgemm.config import GemmConfig
         from ptxgemm.epilogue_layout import stmatrix_addresses
     except ImportError as exc:
-        raise CliError(f"--kernel needs ptxgemm.config and ptxgemm.epilogue_layout: {exc}") from None
+        raise CliError(f"--kernel needs ptxgemm.epilogue_layout: {exc}") from None
     try:
-        config = GemmConfig(**config_kwargs)
-        return config, [list(addrs) for addrs in stmatrix_addresses(config)]
-    except (TypeError, ValueError) as exc:
-        raise CliError(f"invalid GEMM config {config_kwargs}: {exc}") from None
+        return [list(addrs) for addrs in stmatrix_addresses(config)]
+    except ValueError as exc:          # e.g. a config whose epilogue has no stmatrix
+        raise CliError(str(exc)) from None
 
 
-def report_kernel(config_kwargs: dict, as_json: bool) -> str:
-    config, instructions = epilogue_instructions(config_kwargs)
+def report_kernel(config, as_json: bool) -> str:
+    instructions = epilogue_instructions(config)
     results = [banks.simulate(EPILOGUE_OP, addrs) for addrs in instructions]
     clean = all(r.conflict_free for r in results)
     if as_json:
         return json.dumps({
-            "config": repr(config),
+            "config": config.describe(),
             "op": EPILOGUE_OP,
             "instructions": len(results),
             "conflict_free": clean,
             "wavefronts": [r.wavefronts for r in results],
             "ideal": [r.ideal for r in results],
         })
-    rows = [(i, r.wavefronts, r.ideal, "yes" if r.conflict_free else "NO")
-            for i, r in enumerate(results)]
-    table = render_table(("stmatrix", "wavefronts", "ideal", "conflict-free"), rows)
     if not results:
-        return f"{config}: the epilogue issues no {EPILOGUE_OP}"
+        return f"{config.describe()}: the epilogue issues no {EPILOGUE_OP}"
+    rows = [(i, r.wavefronts, r.ideal, "yes" if r.conflict_free else "NO") for i, r in enumerate(results)]
+    table = render_table(("stmatrix", "wavefronts", "ideal", "conflict-free"), rows)
     worst = max(results, key=lambda r: r.wavefronts)
     if clean:
-        summary = f"all {len(results)} {EPILOGUE_OP} conflict-free: {worst.wavefronts} wavefronts each (ideal {worst.ideal})"
+        summary = (f"all {len(results)} {EPILOGUE_OP} conflict-free: "
+                   f"{worst.wavefronts} wavefronts each (ideal {worst.ideal})")
     else:
         bad = sum(not r.conflict_free for r in results)
         summary = (f"{bad} of {len(results)} {EPILOGUE_OP} conflicted; worst {worst.wavefronts} "
                    f"wavefronts (ideal {worst.ideal})")
-    return f"epilogue shared-memory stores of warp 0 for {config}\n\n{table}\n\n{summary}"
+    return (f"epilogue shared-memory stores of warp 0 for {config.describe()}\n\n{table}\n\n{summary}")
 
 
-def kernel_config_kwargs(args: argparse.Namespace) -> dict:
-    """Only the options given, so GemmConfig's own defaults apply to the rest."""
-    given = {"block_m": args.block_m, "block_n": args.block_n, "out_dtype": args.out_dtype}
-    return {k: v for k, v in given.items() if v is not None}
+def kernel_config(args: argparse.Namespace):
+    """The GemmConfig the GEMM options describe; its own validation errors become CLI errors."""
+    from ptxgemm.config import GemmConfig
+
+    try:
+        return GemmConfig.from_cli(args)
+    except ValueError as exc:          # ptxgemm.errors.ConfigError is a ValueError
+        raise CliError(str(exc)) from None
 
 
 # --------------------------------------------------------------------------- #
@@ -220,10 +222,10 @@ def build_parser() -> OneLineParser:
                       help="bytes per tile row for naive and padded (default %(default)s)")
     tile.add_argument("--pad", type=int, default=banks.DEFAULT_PAD_BYTES,
                       help="padding bytes per row for padded (default %(default)s)")
-    gemm = parser.add_argument_group("--kernel options (passed to ptxgemm.config.GemmConfig)")
-    gemm.add_argument("--block-m", type=int)
-    gemm.add_argument("--block-n", type=int)
-    gemm.add_argument("--out-dtype")
+    from ptxgemm.config import GemmConfig
+
+    GemmConfig.add_cli_arguments(parser.add_argument_group(
+        "--kernel options: the GEMM config (ptxgemm.config.GemmConfig), as for the other ptxgemm tools"))
     return parser
 
 
@@ -259,7 +261,7 @@ def run(argv: Sequence[str] | None = None) -> str:
     if args.pattern == TILE_PATTERN:
         layouts = args.layout or list(DEFAULT_LAYOUTS)
         return report_tile(list(dict.fromkeys(layouts)), args.row_bytes, args.pad, args.json)
-    return report_kernel(kernel_config_kwargs(args), args.json)
+    return report_kernel(kernel_config(args), args.json)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,0 +1,315 @@
+"""GemmConfig: the one place where a GEMM kernel's parameters are validated and every number is derived.
+
+The templates receive `config.template_params()` and compute nothing of their own: stage count, shared-memory
+map, register split, descriptor constants, barrier ids and transaction bytes all come from here, so the
+PTX, the host launch code and the inspection report can never disagree.
+
+Shape comments use CUTLASS's convention: A is MxK, B is KxN, C = A*B is MxN.
+Operand layouts ("majors"): an operand is K-major when K is its contiguous dimension
+(A row-major (M, K); B as an (N, K) row-major array, i.e. a Fortran-ordered (K, N)), MN-major otherwise
+(B row-major (K, N): what numpy's C order gives you). wgmma reads either through its transpose bits.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from .errors import ConfigError
+
+# --- hardware limits (H100/H200, sm_90a) ------------------------------------------------------------------
+SMEM_PER_BLOCK_OPTIN = 232448      # bytes of dynamic shared memory one block may use (227 KB)
+REGISTERS_PER_SM = 65536
+WARPGROUP_THREADS = 128
+SWIZZLE_BYTES = 128                # every operand and the epilogue use TMA's 128-byte swizzle
+SWIZZLE_PERIOD = 1024              # 8 lines x 128 B: swizzled buffers start on this boundary
+WGMMA_M = 64                       # rows of one wgmma instruction
+WGMMA_K_BYTES = 32                 # one wgmma consumes k = 16 of a 16-bit type
+MBARRIER_BYTES = 8
+MAX_STAGES = 8
+CONSUMER_RELEASE_ARRIVALS = 4  # empty-barrier count: lane 0 of each consumer warp, once its wgmmas retired
+
+INPUT_DTYPES = ("bfloat16", "float16")
+OUTPUT_DTYPES = ("bfloat16", "float16", "float32")
+MAJORS = ("k", "mn")
+PTX_VERSION = "8.0"
+
+# Named barrier ids (bar.sync / bar.arrive). 0 is the whole CTA (init only).
+BARRIER_CTA = 0
+BARRIER_EPILOGUE_SYNC = (1, 2)     # the 128 threads of consumer 0 / 1 around their TMA store
+BARRIER_MMA_ORDER = (3, 4)         # consumer g waits on [g] before its mainloop; the other arrives on it
+BARRIER_EPILOGUE_ORDER = (5, 6)    # same, for the epilogue (one shared C staging buffer)
+
+
+def _dtype_name(d) -> str:
+    if d is None:
+        return None
+    try:
+        return np.dtype(d).name
+    except TypeError:
+        import ml_dtypes  # noqa: F401 - registers 'bfloat16' with numpy
+
+        return np.dtype(d).name
+
+
+def _itemsize(name: str) -> int:
+    import ml_dtypes  # noqa: F401
+
+    return np.dtype(name).itemsize
+
+
+@dataclasses.dataclass(frozen=True)
+class GemmConfig:
+    """A pingpong GEMM kernel. Everything not given is derived; invalid combinations raise ConfigError."""
+
+    block_m: int = 128            # tile rows owned by one consumer warpgroup (block_m/64 wgmma rows)
+    block_n: int = 128            # tile columns (the wgmma N)
+    block_k: int = 64             # K per pipeline stage: one 128-byte swizzle row of a 16-bit type
+    stages: int | None = None     # None: as many as fit in shared memory (up to MAX_STAGES); see num_stages
+    in_dtype: str = "bfloat16"
+    out_dtype: str = "bfloat16"
+    a_major: str = "k"
+    b_major: str = "mn"
+    group_m: int = 8              # rasterization: tiles walk down group_m tile-rows before moving right
+    debug: bool = False           # bounded barrier waits that report the stalled barrier (ptxgemm.debug)
+    debug_timeout_ns: int = 2_000_000_000
+
+    def __post_init__(self):
+        object.__setattr__(self, "in_dtype", _dtype_name(self.in_dtype))
+        object.__setattr__(self, "out_dtype", _dtype_name(self.out_dtype))
+        self._validate()
+        if self.stages is not None and self.stages > self._max_stages():
+            raise ConfigError(f"stages: {self.stages} stages of {self.stage_bytes} B plus the {self.epilogue_bytes} B "
+                              f"epilogue buffer exceed {SMEM_PER_BLOCK_OPTIN} B of shared memory "
+                              f"(at most {self._max_stages()})")
+
+    # --- validation ------------------------------------------------------------------------------------
+    def _validate(self):
+        if self.in_dtype not in INPUT_DTYPES:
+            raise ConfigError(f"in_dtype: must be one of {INPUT_DTYPES}, got {self.in_dtype}")
+        if self.out_dtype not in OUTPUT_DTYPES:
+            raise ConfigError(f"out_dtype: must be one of {OUTPUT_DTYPES}, got {self.out_dtype}")
+        if self.a_major not in MAJORS or self.b_major not in MAJORS:
+            raise ConfigError(f"a_major/b_major: must be one of {MAJORS}, got {self.a_major!r}/{self.b_major!r}")
+        if self.block_m not in (64, 128):
+            raise ConfigError(f"block_m: must be 64 or 128 (one or two m64 wgmma rows), got {self.block_m}")
+        if self.block_n % 64 or not 64 <= self.block_n <= 256:
+            raise ConfigError(f"block_n: must be a multiple of 64 in 64..256 (whole 128-byte swizzle panels of the "
+                              f"output), got {self.block_n}")
+        if self.block_k * self.in_itemsize != SWIZZLE_BYTES:
+            raise ConfigError(f"block_k: one stage holds one {SWIZZLE_BYTES}-byte swizzle row of K "
+                              f"({SWIZZLE_BYTES // self.in_itemsize} elements of {self.in_dtype}), got {self.block_k}")
+        if self.acc_registers > 192:
+            raise ConfigError(f"block_m x block_n: {self.block_m}x{self.block_n} needs {self.acc_registers} fp32 "
+                              f"accumulator registers per thread; at most 192 fit beside addresses in 240")
+        if self.stages is not None and not 2 <= self.stages <= MAX_STAGES:
+            raise ConfigError(f"stages: must be in 2..{MAX_STAGES}, got {self.stages}")
+        if not 1 <= self.group_m <= 64:
+            raise ConfigError(f"group_m: must be in 1..64, got {self.group_m}")
+        if self._max_stages() < 2:
+            raise ConfigError(f"block_m x block_n: {self.block_m}x{self.block_n} leaves room for fewer than 2 stages")
+
+    # --- sizes -----------------------------------------------------------------------------------------
+    @property
+    def in_itemsize(self) -> int:
+        return _itemsize(self.in_dtype)
+
+    @property
+    def out_itemsize(self) -> int:
+        return _itemsize(self.out_dtype)
+
+    @property
+    def m_halves(self) -> int:
+        """wgmma row blocks (m64) per consumer tile, each with its own accumulator registers."""
+        return self.block_m // WGMMA_M
+
+    @property
+    def k_steps(self) -> int:
+        """wgmma instructions along K per stage (k16 each)."""
+        return self.block_k * self.in_itemsize // WGMMA_K_BYTES
+
+    @property
+    def acc_registers(self) -> int:
+        """fp32 accumulator registers per consumer thread: block_m*block_n / 128."""
+        return self.block_m * self.block_n // WARPGROUP_THREADS
+
+    @property
+    def acc_per_half(self) -> int:
+        return self.block_n // 2
+
+    @property
+    def a_stage_bytes(self) -> int:
+        return self.block_m * self.block_k * self.in_itemsize
+
+    @property
+    def b_stage_bytes(self) -> int:
+        return self.block_n * self.block_k * self.in_itemsize
+
+    @property
+    def stage_bytes(self) -> int:
+        """Bytes one stage's TMA loads deliver: the full boxes, even where they hang past the matrix (zero fill)."""
+        return self.a_stage_bytes + self.b_stage_bytes
+
+    @property
+    def epi_panel_cols(self) -> int:
+        """Output columns per 128-byte swizzle panel of the C staging buffer (64 for 16-bit, 32 for fp32)."""
+        return SWIZZLE_BYTES // self.out_itemsize
+
+    @property
+    def epi_panels(self) -> int:
+        return self.block_n // self.epi_panel_cols
+
+    @property
+    def epi_panel_bytes(self) -> int:
+        return self.block_m * SWIZZLE_BYTES
+
+    @property
+    def epilogue_bytes(self) -> int:
+        """One C staging buffer shared by both consumers: the epilogue order barrier serialises its use."""
+        return self.block_m * self.block_n * self.out_itemsize
+
+    @property
+    def barrier_bytes(self) -> int:
+        return 2 * MAX_STAGES * MBARRIER_BYTES  # full[] and empty[], sized for the largest ring
+
+    @property
+    def num_stages(self) -> int:
+        """Pipeline depth: `stages` if given, else as many stages as shared memory holds."""
+        return self.stages if self.stages is not None else self._max_stages()
+
+    def _max_stages(self) -> int:
+        room = SMEM_PER_BLOCK_OPTIN - self.epilogue_bytes - self.barrier_bytes
+        return min(MAX_STAGES, room // self.stage_bytes)
+
+    # --- shared-memory map (byte offsets from the 1024-aligned dynamic smem base) -------------------------
+    @property
+    def smem_a(self) -> int:
+        return 0
+
+    @property
+    def smem_b(self) -> int:
+        return self.num_stages * self.a_stage_bytes
+
+    @property
+    def smem_c(self) -> int:
+        return self.smem_b + self.num_stages * self.b_stage_bytes
+
+    @property
+    def smem_full(self) -> int:
+        return self.smem_c + self.epilogue_bytes
+
+    @property
+    def smem_empty(self) -> int:
+        return self.smem_full + self.num_stages * MBARRIER_BYTES
+
+    @property
+    def smem_bytes(self) -> int:
+        return self.smem_empty + self.num_stages * MBARRIER_BYTES
+
+    # --- registers -------------------------------------------------------------------------------------
+    @property
+    def threads(self) -> int:
+        return 3 * WARPGROUP_THREADS  # producer + two consumers
+
+    @property
+    def register_split(self) -> tuple[int, int]:
+        """(producer, consumer) registers per thread after setmaxnreg (CUTLASS's pingpong rule)."""
+        return (24, 240) if self.acc_registers >= 208 else (40, 232)
+
+    @property
+    def entry_registers(self) -> int:
+        """What ptxas gives every thread at entry with .maxntid 384 and 1 CTA/SM: 65536/384 rounded down to 8."""
+        return REGISTERS_PER_SM // self.threads // 8 * 8
+
+    # --- wgmma descriptors -----------------------------------------------------------------------------
+    def descriptor_consts(self, major: str, rows: int) -> dict:
+        """Constant parts of a 128B-swizzled GMMA shared-memory descriptor for one operand tile.
+
+        K-major tile: `rows` rows of one 128-byte K line each; SBO = 8 rows x 128 B; LBO unused (1).
+          k16 step: +32 B. m64 half h: +h*64*128 B.
+        MN-major tile: panels of 64 MN-elements (128 B) x block_k rows of K, one TMA box each;
+          SBO = 8 K-rows x 128 B (next 8 K), LBO = one panel (next 64 MN-elements).
+          k16 step: +16 rows x 128 B. m64 half h: +h panels.
+        """
+        line = SWIZZLE_BYTES
+        if major == "k":
+            lbo, sbo = 16, 8 * line
+            k_step, half_step = WGMMA_K_BYTES, WGMMA_M * line
+        else:
+            panel = self.block_k * line
+            lbo, sbo = panel, 8 * line
+            k_step, half_step = (WGMMA_K_BYTES // self.in_itemsize) * line, panel
+        layout_128b = 1
+        hi = (layout_128b << 30) | (sbo >> 4)       # bits 62-63 layout, bits 32-45 SBO
+        lo_const = (lbo >> 4) << 16                  # bits 16-29 LBO; bits 0-13 take (address >> 4)
+        return {"hi": hi, "lo": lo_const, "k_step": k_step >> 4, "half_step": half_step >> 4}
+
+    # --- what the templates get --------------------------------------------------------------------------
+    def template_params(self) -> dict:
+        producer_regs, consumer_regs = self.register_split
+        return {
+            "template_name": "gemm_pingpong.ptx.j2",
+            "summary": self.describe(),
+            "ptx_version": PTX_VERSION,
+            "cfg": self,
+            "threads": self.threads,
+            "consumer_release_arrivals": CONSUMER_RELEASE_ARRIVALS,
+            "producer_regs": producer_regs,
+            "consumer_regs": consumer_regs,
+            "desc_a_consts": self.descriptor_consts(self.a_major, self.block_m),
+            "desc_b_consts": self.descriptor_consts(self.b_major, self.block_n),
+            "trans_a": int(self.a_major == "mn"),
+            "trans_b": int(self.b_major == "mn"),
+            "ab_type": {"bfloat16": "bf16", "float16": "f16"}[self.in_dtype],
+            "debug": self.debug,
+            "debug_timeout_ns": self.debug_timeout_ns,
+            "bar_cta": BARRIER_CTA,
+            "bar_epi_sync": BARRIER_EPILOGUE_SYNC,
+            "bar_mma_order": BARRIER_MMA_ORDER,
+            "bar_epi_order": BARRIER_EPILOGUE_ORDER,
+        }
+
+    def describe(self) -> str:
+        return (f"pingpong GEMM {self.block_m}x{self.block_n}x{self.block_k}, {self.num_stages} stages, "
+                f"{self.in_dtype}->{self.out_dtype}, A {self.a_major}-major, B {self.b_major}-major"
+                + (", DEBUG waits" if self.debug else ""))
+
+    @property
+    def kernel_name(self) -> str:
+        return "gemm_pingpong"
+
+    def report_extras(self) -> dict:
+        producer_regs, consumer_regs = self.register_split
+        return {
+            "config": dataclasses.asdict(self),
+            "stages": self.num_stages,
+            "smem_bytes": self.smem_bytes,
+            "smem_map": {"a": self.smem_a, "b": self.smem_b, "c": self.smem_c, "full_barriers": self.smem_full,
+                         "empty_barriers": self.smem_empty, "end": self.smem_bytes},
+            "stage_bytes": self.stage_bytes,
+            "epilogue_bytes": self.epilogue_bytes,
+            "threads": self.threads,
+            "registers": {"entry": self.entry_registers, "producer_after_setmaxnreg": producer_regs,
+                          "consumer_after_setmaxnreg": consumer_regs, "accumulators_per_consumer_thread":
+                          self.acc_registers},
+        }
+
+    # --- command line ------------------------------------------------------------------------------------
+    @staticmethod
+    def add_cli_arguments(parser) -> None:
+        d = GemmConfig()
+        parser.add_argument("--block-m", type=int, default=d.block_m)
+        parser.add_argument("--block-n", type=int, default=d.block_n)
+        parser.add_argument("--stages", type=int, default=None, help="default: as many as fit")
+        parser.add_argument("--in-dtype", default=d.in_dtype, choices=INPUT_DTYPES)
+        parser.add_argument("--out-dtype", default=d.out_dtype, choices=OUTPUT_DTYPES)
+        parser.add_argument("--a-major", default=d.a_major, choices=MAJORS)
+        parser.add_argument("--b-major", default=d.b_major, choices=MAJORS)
+        parser.add_argument("--group-m", type=int, default=d.group_m)
+        parser.add_argument("--debug", action="store_true", help="bounded barrier waits that report stalls")
+
+    @classmethod
+    def from_cli(cls, args) -> "GemmConfig":
+        return cls(block_m=args.block_m, block_n=args.block_n, stages=args.stages, in_dtype=args.in_dtype,
+                   out_dtype=args.out_dtype, a_major=args.a_major, b_major=args.b_major, group_m=args.group_m,
+                   debug=args.debug)

@@ -1,0 +1,276 @@
+"""Host side of the pingpong GEMM: operand checks, compilation (cached), tensor maps and the launch.
+
+Two ways in:
+- `run(a, b)` on numpy arrays: numpy's `a @ b` for 2-D bf16/fp16 matrices; copies in, launches, copies out.
+- `matmul(a, b, out)` / `GemmPlan` on DeviceArrays: no host copies, no recompilation; a plan encodes its tensor
+  maps and packs its arguments once, so `plan.launch()` only enqueues the kernel.
+
+Every rule is checked here, before anything reaches the GPU, and a broken one raises ConfigError naming the
+argument and the rule.
+"""
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import math
+import threading
+
+import ml_dtypes  # noqa: F401 - registers numpy's 'bfloat16' dtype name
+import numpy as np
+
+from . import codegen, compiler
+from .config import GemmConfig
+from .errors import ConfigError, CudaError
+
+TMA_STRIDE_ALIGN = 16
+LOAD_L2_PROMOTION = "256B"
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Compilation
+# --------------------------------------------------------------------------------------------------------------
+
+def render_gemm(config: GemmConfig) -> str:
+    return codegen.render("gemm_pingpong.ptx.j2", **config.template_params())
+
+
+def compile_gemm(config: GemmConfig) -> compiler.CompiledKernel:
+    """PTX → cubin for `config` (the cubin is cached on disk by PTX text, ptxas version and flags)."""
+    return compiler.compile_ptx(render_gemm(config))
+
+
+class GemmKernel:
+    """A compiled and loaded kernel for one config, ready to launch (kept in a per-process cache)."""
+
+    def __init__(self, config: GemmConfig):
+        from . import driver
+
+        self.config = config
+        self.compiled = compile_gemm(config)
+        self.module = driver.load_module(self.compiled, f"GEMM module ({config.describe()})")
+        self.function = self.module.function(config.kernel_name)
+        self.function.set_max_dynamic_smem(config.smem_bytes)
+
+
+_kernels: dict[GemmConfig, GemmKernel] = {}
+_kernels_lock = threading.Lock()
+
+
+def get_kernel(config: GemmConfig) -> GemmKernel:
+    with _kernels_lock:
+        if config not in _kernels:
+            _kernels[config] = GemmKernel(config)
+        return _kernels[config]
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Operand rules
+# --------------------------------------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Operand:
+    """A 2-D operand as TMA sees it: which dimension is contiguous and the byte stride of the other."""
+
+    name: str
+    rows: int
+    cols: int
+    major: str          # "k" or "mn": which GEMM dimension is contiguous
+    lead_bytes: int     # byte stride between consecutive lines of the contiguous dimension
+
+
+def _dtype_name(dtype) -> str:
+    return np.dtype(dtype).name
+
+
+def check_dtype(name: str, dtype) -> str:
+    d = _dtype_name(dtype)
+    if d in ("bfloat16", "float16"):
+        return d
+    if d in ("float32", "float64"):
+        raise ConfigError(f"{name}: dtype {d} is not supported; ptxgemm multiplies bfloat16 or float16 with fp32 "
+                          f"accumulation. Convert explicitly: {name}.astype(ml_dtypes.bfloat16) or "
+                          f"{name}.astype(numpy.float16)")
+    raise ConfigError(f"{name}: dtype {d} is not supported (bfloat16 or float16 inputs)")
+
+
+def _layout(name: str, shape, strides, itemsize: int, k_axis: int) -> Operand:
+    """Classify a 2-D operand. `k_axis` is the axis that runs along K (1 for A (M, K), 0 for B (K, N))."""
+    mn_axis = 1 - k_axis
+    extents = {k_axis: shape[k_axis], mn_axis: shape[mn_axis]}
+
+    def unit(axis):  # a dimension of extent 1 has no meaningful stride: it may serve as the contiguous one
+        return strides[axis] == itemsize or extents[axis] == 1
+
+    # Prefer the layout numpy's default order gives: A K-major (row-major (M, K)), B MN-major (row-major (K, N)).
+    order = (k_axis, mn_axis) if k_axis == 1 else (mn_axis, k_axis)
+    for inner in order:
+        if not unit(inner):
+            continue
+        outer = 1 - inner
+        lead = strides[outer]
+        if extents[outer] == 1:  # never stepped over: any legal stride will do
+            lead = -(-extents[inner] * itemsize // TMA_STRIDE_ALIGN) * TMA_STRIDE_ALIGN
+        if lead % TMA_STRIDE_ALIGN or lead <= 0:
+            continue
+        return Operand(name, shape[0], shape[1], "k" if inner == k_axis else "mn", lead)
+    raise ConfigError(
+        f"{name}: shape {tuple(shape)} with byte strides {tuple(strides)} is not usable by TMA: one dimension must "
+        f"be contiguous and the other's stride a positive multiple of {TMA_STRIDE_ALIGN} bytes "
+        f"(a 16-bit matrix needs rows of a multiple of 8 elements); a fast fallback for other strides is later work")
+
+
+def check_operands(a_shape, a_strides, b_shape, b_strides, itemsize: int) -> tuple[Operand, Operand]:
+    for name, shape in (("a", a_shape), ("b", b_shape)):
+        if len(shape) != 2:
+            raise ConfigError(f"{name}: must be a 2-D matrix, got ndim={len(shape)} (batched GEMM is later work)")
+        if min(shape) < 1:
+            raise ConfigError(f"{name}: every dimension must be >= 1, got shape {tuple(shape)}")
+    if a_shape[1] != b_shape[0]:
+        raise ConfigError(f"a @ b: a is {tuple(a_shape)} and b is {tuple(b_shape)}; a.shape[1] (K) must equal "
+                          f"b.shape[0]")
+    return (_layout("a", a_shape, a_strides, itemsize, k_axis=1),
+            _layout("b", b_shape, b_strides, itemsize, k_axis=0))
+
+
+def check_output(m: int, n: int, out_dtype) -> str:
+    d = _dtype_name(out_dtype)
+    if d not in ("bfloat16", "float16", "float32"):
+        raise ConfigError(f"out_dtype: must be bfloat16, float16 or float32, got {d}")
+    row_bytes = n * np.dtype(out_dtype).itemsize
+    if m > 1 and row_bytes % TMA_STRIDE_ALIGN:
+        raise ConfigError(f"out: a row of the {m}x{n} {d} output is {row_bytes} bytes; TMA stores need a multiple of "
+                          f"{TMA_STRIDE_ALIGN} (N a multiple of {TMA_STRIDE_ALIGN // np.dtype(out_dtype).itemsize})")
+    return d
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Plans and launches
+# --------------------------------------------------------------------------------------------------------------
+
+def _resolve_config(config: GemmConfig | None, in_dtype: str, out_dtype: str, a_major: str, b_major: str):
+    """The arrays decide dtypes and layouts; `config` contributes the tile choice (block sizes, stages, ...)."""
+    base = config if config is not None else GemmConfig()
+    if not isinstance(base, GemmConfig):
+        raise ConfigError(f"config: must be a ptxgemm.GemmConfig, got {type(config).__name__}")
+    return dataclasses.replace(base, in_dtype=in_dtype, out_dtype=out_dtype, a_major=a_major, b_major=b_major)
+
+
+class GemmPlan:
+    """C = A·B on device arrays with every tensor map encoded and every argument packed: `launch()` just enqueues."""
+
+    def __init__(self, a, b, out, config: GemmConfig | None = None):
+        from . import driver, tensormap
+
+        in_dtype = check_dtype("a", a.dtype)
+        if _dtype_name(b.dtype) != in_dtype:
+            raise ConfigError(f"b: dtype {_dtype_name(b.dtype)} differs from a's {in_dtype}; both operands must have "
+                              f"the same dtype")
+        op_a, op_b = check_operands(a.shape, a.strides, b.shape, b.strides, np.dtype(in_dtype).itemsize)
+        m, k = a.shape
+        n = b.shape[1]
+        if tuple(out.shape) != (m, n):
+            raise ConfigError(f"out: shape must be ({m}, {n}), got {tuple(out.shape)}")
+        out_dtype = check_output(m, n, out.dtype)
+        if not out.is_c_contiguous:
+            raise ConfigError("out: must be a C-contiguous (row-major) device array")
+        self.config = cfg = _resolve_config(config, in_dtype, out_dtype, op_a.major, op_b.major)
+        self.m, self.n, self.k = m, n, k
+        self.a, self.b, self.out = a, b, out
+        self.kernel = get_kernel(cfg)
+        info = driver.require_sm90("running the GEMM")
+
+        box = cfg.block_k
+        if op_a.major == "k":
+            self.tmap_a = tensormap.encode_tiled(a, (k, m), (op_a.lead_bytes,), (box, cfg.block_m),
+                                                 l2_promotion=LOAD_L2_PROMOTION)
+        else:
+            self.tmap_a = tensormap.encode_tiled(a, (m, k), (op_a.lead_bytes,), (64, box),
+                                                 l2_promotion=LOAD_L2_PROMOTION)
+        if op_b.major == "k":
+            self.tmap_b = tensormap.encode_tiled(b, (k, n), (op_b.lead_bytes,), (box, cfg.block_n),
+                                                 l2_promotion=LOAD_L2_PROMOTION)
+        else:
+            self.tmap_b = tensormap.encode_tiled(b, (n, k), (op_b.lead_bytes,), (64, box),
+                                                 l2_promotion=LOAD_L2_PROMOTION)
+        ldc = max(n * cfg.out_itemsize, TMA_STRIDE_ALIGN) if m == 1 else n * cfg.out_itemsize
+        ldc = -(-ldc // TMA_STRIDE_ALIGN) * TMA_STRIDE_ALIGN
+        self.tmap_c = tensormap.encode_tiled(out, (n, m), (ldc,), (cfg.epi_panel_cols, cfg.block_m), l2_promotion="none")
+
+        self.tiles_m = math.ceil(m / cfg.block_m)
+        self.tiles_n = math.ceil(n / cfg.block_n)
+        self.k_tiles = math.ceil(k / cfg.block_k)
+        self.grid = min(info.sm_count, self.tiles_m * self.tiles_n)
+        self.records = None
+        debug_ptr = 0
+        if cfg.debug:
+            from .debug import StallRecords
+
+            self.records = StallRecords(self.grid, cfg.threads)
+            debug_ptr = self.records.device_pointer
+        args = [self.tmap_a, self.tmap_b, self.tmap_c, ctypes.c_uint32(m), ctypes.c_uint32(n),
+                ctypes.c_uint32(self.tiles_m), ctypes.c_uint32(self.tiles_n), ctypes.c_uint32(self.k_tiles),
+                ctypes.c_uint64(debug_ptr)]
+        self._launch = driver.PreparedLaunch(self.kernel.function, (self.grid,), (cfg.threads,), args,
+                                             smem_bytes=cfg.smem_bytes)
+
+    @property
+    def flops(self) -> int:
+        return 2 * self.m * self.n * self.k
+
+    def launch(self, stream=None):
+        self._launch(stream)
+        if self.records is not None:  # debug: wait here so a stall becomes an exception that names the barrier
+            from . import driver
+
+            try:
+                driver.synchronize(f"running {self.config.describe()}")
+            except CudaError as e:
+                self.records.raise_if_stalled(f"running {self.config.describe()}", e)
+                raise
+
+
+def matmul(a, b, out=None, *, out_dtype=None, config: GemmConfig | None = None, stream=None):
+    """C = A·B on DeviceArrays (asynchronous on `stream`). Allocates `out` (C order) when not given."""
+    from . import driver
+
+    for name, x in (("a", a), ("b", b)):
+        if not isinstance(x, driver.DeviceArray):
+            raise ConfigError(f"{name}: matmul takes ptxgemm.DeviceArray operands (see ptxgemm.to_device); "
+                              f"for numpy arrays use ptxgemm.run")
+    if out is None:
+        check_operands(a.shape, a.strides, b.shape, b.strides, a.dtype.itemsize)
+        od = check_output(a.shape[0], b.shape[1], out_dtype if out_dtype is not None else a.dtype)
+        out = driver.DeviceArray.empty((a.shape[0], b.shape[1]), np.dtype(od))
+    elif out_dtype is not None and _dtype_name(out_dtype) != _dtype_name(out.dtype):
+        raise ConfigError(f"out_dtype: {_dtype_name(out_dtype)} contradicts out.dtype {_dtype_name(out.dtype)}")
+    GemmPlan(a, b, out, config).launch(stream)
+    return out
+
+
+def run(a, b, out_dtype=None, config: GemmConfig | None = None) -> np.ndarray:
+    """numpy's `a @ b` for 2-D bfloat16/float16 arrays on the GPU; returns a new C-order numpy array.
+
+    `a` must be C- or Fortran-contiguous, like `b`: a C-order (K, N) `b` runs as wgmma's MN-major operand and a
+    Fortran-order one (or `x.T` of a C-order (N, K) `x`) as K-major, both without any copy beyond the upload.
+    `out_dtype` (bfloat16, float16 or float32) defaults to the inputs' dtype.
+    """
+    from . import driver
+
+    for name, x in (("a", a), ("b", b)):
+        if not isinstance(x, np.ndarray):
+            raise ConfigError(f"{name}: run takes numpy arrays, got {type(x).__name__}")
+    in_dtype = check_dtype("a", a.dtype)
+    check_dtype("b", b.dtype)
+    if b.dtype != a.dtype:
+        raise ConfigError(f"b: dtype {b.dtype} differs from a's {a.dtype}; both operands must have the same dtype")
+    check_operands(a.shape, a.strides, b.shape, b.strides, a.dtype.itemsize)
+    for name, x in (("a", a), ("b", b)):
+        if not (x.flags.c_contiguous or x.flags.f_contiguous):
+            raise ConfigError(f"{name}: a host array must be C- or Fortran-contiguous to upload in one copy; "
+                              f"make it so explicitly, e.g. numpy.ascontiguousarray({name})")
+    od = check_output(a.shape[0], b.shape[1], out_dtype if out_dtype is not None else in_dtype)
+    driver.require_sm90("running the GEMM")
+    da, db = driver.DeviceArray.from_numpy(a), driver.DeviceArray.from_numpy(b)
+    out = driver.DeviceArray.empty((a.shape[0], b.shape[1]), np.dtype(od))
+    matmul(da, db, out, config=config)
+    return out.to_numpy()

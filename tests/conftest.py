@@ -1,0 +1,100 @@
+"""Shared test setup.
+
+- Tests marked `gpu` are skipped, with the reason, where no sm_90 CUDA device can be opened
+  (`ptxgemm.driver.no_device_reason()`), and each runs under a watchdog that ends the process with a traceback
+  instead of letting a hung kernel hang the test run.
+- `cache_dir`: a fresh PTXGEMM_CACHE_DIR for one test, under a session-wide temporary root (`ptxgemm_cache_root`).
+  Only tests that test the cache use it; the cache is not redirected for anything else.
+- `device_report`: lines (e.g. the ptxas version whose cubin the driver loaded) printed in the terminal summary.
+"""
+from __future__ import annotations
+
+import faulthandler
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+if str(REPO_ROOT) not in sys.path:  # so the tests run from a plain checkout too, not only after pip install -e
+    sys.path.insert(0, str(REPO_ROOT))
+
+#: seconds a single GPU test may take before the watchdog dumps every thread's stack and exits the process
+GPU_TEST_TIMEOUT_S = 300
+
+_device_skip: list[str | None] = []  # memoised skip reason; [] = not computed yet
+_report_lines: list[str] = []
+
+
+def gpu_skip_reason() -> str | None:
+    """Why `gpu` tests cannot run here, or None. Computed once per session."""
+    if not _device_skip:
+        from ptxgemm import driver
+
+        reason = driver.no_device_reason()
+        if reason is not None:
+            _device_skip.append(f"no CUDA device: {reason}")
+        else:
+            info = driver.device_info()
+            if info.compute_capability != (9, 0):
+                cc = "%d%d" % info.compute_capability
+                _device_skip.append(f"no sm_90 device: {info.name} is sm_{cc}; ptxgemm's kernels are sm_90a only")
+            else:
+                _device_skip.append(None)
+    return _device_skip[0]
+
+
+def pytest_collection_modifyitems(config, items):
+    gpu_items = [item for item in items if item.get_closest_marker("gpu") is not None]
+    if not gpu_items:
+        return
+    reason = gpu_skip_reason()
+    if reason is None:
+        return
+    skip = pytest.mark.skip(reason=reason)
+    for item in gpu_items:
+        item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def _gpu_watchdog(request):
+    """A kernel that never finishes blocks inside the driver, where no Python signal handler runs; faulthandler's
+    C-level timer still fires, prints every thread's stack and exits, so the run fails loudly instead of hanging."""
+    if request.node.get_closest_marker("gpu") is None:
+        yield
+        return
+    faulthandler.dump_traceback_later(GPU_TEST_TIMEOUT_S, exit=True)
+    try:
+        yield
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+
+
+@pytest.fixture(scope="session")
+def ptxgemm_cache_root(tmp_path_factory) -> Path:
+    """A temporary directory for the cubin caches of the tests that test the cache."""
+    return tmp_path_factory.mktemp("ptxgemm-cache")
+
+
+@pytest.fixture
+def cache_dir(ptxgemm_cache_root, request, monkeypatch) -> Path:
+    """PTXGEMM_CACHE_DIR pointed at an empty directory of this test's own (under the session root)."""
+    name = re.sub(r"[^\w.-]+", "_", request.node.name)[:120]
+    path = ptxgemm_cache_root / name
+    assert not path.exists(), f"cache directory {path} reused between tests"
+    monkeypatch.setenv("PTXGEMM_CACHE_DIR", str(path))
+    return path
+
+
+@pytest.fixture
+def device_report():
+    """`device_report("ptxas 13.5.37 cubin loaded")` adds a line to the terminal summary."""
+    return _report_lines.append
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _report_lines:
+        terminalreporter.write_sep("-", "ptxgemm device report")
+        for line in _report_lines:
+            terminalreporter.write_line(line)

@@ -1,0 +1,263 @@
+"""PTX → cubin with the pip wheel's ptxas: assembling, SASS, the -v report, the cubin cache, and life without ptxas."""
+from __future__ import annotations
+
+import logging
+import os
+import re
+
+import pytest
+
+from ptxgemm import compiler, probes, toolchain
+from ptxgemm.errors import ToolchainError
+
+PTXAS = toolchain.find_tool("ptxas")
+NVDISASM = toolchain.find_tool("nvdisasm")
+needs_ptxas = pytest.mark.skipif(PTXAS is None, reason="ptxas not found (pip install nvidia-cuda-nvcc)")
+needs_nvdisasm = pytest.mark.skipif(NVDISASM is None, reason="nvdisasm not found (pip install nvidia-cuda-nvdisasm)")
+
+# A kernel that makes the real ptxas emit advisory C7508: setmaxnreg with no .maxntid, so ptxas cannot know the
+# register count at entry. (The pingpong GEMM's register split depends on setmaxnreg being honoured.)
+SETMAXNREG_PTX = """.version 8.0
+.target sm_90a
+.address_size 64
+.visible .entry setmaxnreg_without_maxntid(.param .u64 out)
+{
+    .reg .u32 %r<2>;
+    .reg .u64 %rd<2>;
+    setmaxnreg.inc.sync.aligned.u32 240;
+    ld.param.u64 %rd1, [out];
+    mov.u32 %r1, %tid.x;
+    st.global.u32 [%rd1], %r1;
+    ret;
+}
+"""
+
+CANNED_LOG = """\
+ptxas info    : 0 bytes gmem
+ptxas info    : Compiling entry function 'gemm_pingpong' for 'sm_90a'
+ptxas info    : Function properties for gemm_pingpong
+    0 bytes stack frame, 24 bytes spill stores, 16 bytes spill loads
+ptxas warning : (C7508) Potential Performance Loss: 'setmaxnreg' ignored; unable to determine register count at entry.
+ptxas info    : Used 168 registers, used 3 barriers, 1040 bytes smem, 560 bytes cmem[0]
+ptxas info    : Compile time = 12.345 ms
+ptxas info    : (C7510) Potential Performance Loss: wgmma.mma_async instructions are serialized due to the presence of Extern calls in the function 'gemm_pingpong'.
+ptxas /tmp/ptxgemm-abc/kernel.ptx, line 42; warning : Instruction 'vote' without '.sync' is deprecated
+ptxas warning : Registers are spilled to local memory in function 'gemm_pingpong', 24 bytes spill stores, 16 bytes spill loads
+ptxas info    : Compiling entry function 'helper_entry' for 'sm_90a'
+ptxas info    : Function properties for helper_entry
+    8 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 12 registers, used 0 barriers, 8 bytes cumulative stack size
+ptxas info    : Compile time = 1.000 ms
+"""
+
+
+@pytest.fixture(scope="module")
+def probe_ptx() -> str:
+    return probes.swizzle_probe_ptx(8, 64)
+
+
+@pytest.fixture(scope="module")
+def probe_kernel(probe_ptx):
+    if PTXAS is None:
+        pytest.skip("ptxas not found")
+    return compiler.compile_ptx(probe_ptx, use_cache=False)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The -v report
+# ---------------------------------------------------------------------------------------------------------------
+
+def test_parse_canned_report():
+    rep = compiler.parse_ptxas_report(CANNED_LOG)
+    assert set(rep.functions) == {"gemm_pingpong", "helper_entry"}
+    g = rep.functions["gemm_pingpong"]
+    assert (g.registers, g.barriers, g.smem_bytes, g.cmem_bytes) == (168, 3, 1040, 560)
+    assert (g.stack_bytes, g.spill_store_bytes, g.spill_load_bytes) == (0, 24, 16)
+    h = rep.functions["helper_entry"]
+    assert (h.registers, h.barriers, h.smem_bytes, h.stack_bytes) == (12, 0, 0, 8)
+    assert rep.warning_codes == {"C7508", "C7510"}
+    by_code = {w["code"]: w["message"] for w in rep.warnings}
+    assert by_code["C7508"].startswith("Potential Performance Loss: 'setmaxnreg' ignored")
+    assert "serialized" in by_code["C7510"]
+    uncoded = [w["message"] for w in rep.warnings if w["code"] is None]
+    assert uncoded == ["line 42: Instruction 'vote' without '.sync' is deprecated",
+                       "Registers are spilled to local memory in function 'gemm_pingpong', "
+                       "24 bytes spill stores, 16 bytes spill loads"]
+    d = rep.to_dict()
+    assert d["functions"]["gemm_pingpong"]["registers"] == 168
+    assert len(d["warnings"]) == 4
+    assert rep.raw == CANNED_LOG
+
+
+def test_parse_empty_report():
+    rep = compiler.parse_ptxas_report("")
+    assert rep.functions == {} and rep.warnings == [] and rep.warning_codes == set()
+
+
+@needs_ptxas
+def test_real_report_of_the_probe(probe_kernel):
+    rep = probe_kernel.report
+    assert set(rep.functions) == {"swizzle_probe_store", "swizzle_probe_load"}, rep.raw
+    for f in rep.functions.values():
+        assert 0 < f.registers <= 255, rep.raw
+        assert f.barriers >= 1, rep.raw  # bar.sync 0
+        assert f.spill_store_bytes == 0 and f.spill_load_bytes == 0, rep.raw
+        assert f.smem_bytes == 0, rep.raw  # only dynamic shared memory
+    assert rep.warnings == [], rep.raw
+    assert "Compiling entry function 'swizzle_probe_load' for 'sm_90a'" in rep.raw
+
+
+@needs_ptxas
+def test_real_advisory_is_reported():
+    # ptxas 13.x prints this as "ptxas info    : (C7508) ..."; it must still land in the warnings
+    kernel = compiler.compile_ptx(SETMAXNREG_PTX, use_cache=False)
+    assert "C7508" in kernel.report.warning_codes, kernel.report.raw
+    assert kernel.report.functions["setmaxnreg_without_maxntid"].registers > 0
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Assembling and SASS
+# ---------------------------------------------------------------------------------------------------------------
+
+@needs_ptxas
+def test_probe_assembles_for_sm90a(probe_kernel, probe_ptx):
+    k = probe_kernel
+    assert k.cubin is not None and k.cubin[:4] == b"\x7fELF"
+    assert k.image() == k.cubin
+    assert k.ptx == probe_ptx
+    assert k.ptxas == str(PTXAS)
+    assert re.fullmatch(r"\d+\.\d+\.\d+", k.ptxas_version), k.ptxas_version
+    assert k.cache_hit is False
+
+
+@needs_ptxas
+@needs_nvdisasm
+def test_sass_has_tma_and_mbarrier_instructions(probe_kernel):
+    sass = probe_kernel.sass()
+    opcodes = set(re.findall(r"\b(UTMA[A-Z]+|SYNCS\.[A-Z0-9.]+)", sass))
+    assert "UTMASTG" in opcodes, sorted(opcodes)  # the TMA store
+    assert "UTMALDG" in opcodes, sorted(opcodes)  # the TMA load
+    assert any(op.startswith("SYNCS.") for op in opcodes), sorted(opcodes)  # mbarrier init / arrive / try_wait
+    assert any("TRYWAIT" in op for op in opcodes), sorted(opcodes)
+    assert "swizzle_probe_store" in sass and "swizzle_probe_load" in sass
+
+
+@needs_ptxas
+def test_ptxas_error_raises_toolchain_error():
+    bad = SETMAXNREG_PTX.replace("st.global.u32 [%rd1], %r1;", "st.global.u32 [%rd1], %r9;")
+    with pytest.raises(ToolchainError, match=r"ptxas failed \(exit \d+\)[\s\S]*%r9"):
+        compiler.compile_ptx(bad, use_cache=False)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The cubin cache
+# ---------------------------------------------------------------------------------------------------------------
+
+def _cache_entries(root):
+    return sorted(p.name for p in root.iterdir()) if root.exists() else []
+
+
+@needs_ptxas
+def test_cache_miss_then_hit(cache_dir, probe_ptx, caplog):
+    assert compiler.cache_dir() == cache_dir
+    with caplog.at_level(logging.DEBUG, logger="ptxgemm.cache"):
+        first = compiler.compile_ptx(probe_ptx)
+        second = compiler.compile_ptx(probe_ptx)
+    assert first.cache_hit is False
+    assert second.cache_hit is True
+    assert second.cubin == first.cubin
+    assert second.report.to_dict() == first.report.to_dict()
+    assert second.ptxas_version == first.ptxas_version
+    messages = [r.getMessage() for r in caplog.records if r.name == "ptxgemm.cache"]
+    assert len(messages) == 2, messages
+    assert messages[0].startswith("cache miss") and str(cache_dir) in messages[0]
+    assert messages[1].startswith("cache hit") and str(cache_dir) in messages[1]
+    assert all(r.levelno == logging.DEBUG for r in caplog.records if r.name == "ptxgemm.cache")
+
+
+@needs_ptxas
+def test_cache_dir_env_is_honoured(cache_dir, probe_ptx):
+    assert _cache_entries(cache_dir) == []
+    compiler.compile_ptx(probe_ptx)
+    entries = _cache_entries(cache_dir)
+    assert len(entries) == 1
+    files = sorted(p.name for p in (cache_dir / entries[0]).iterdir())
+    assert files == ["kernel.cubin", "meta.json", "ptxas.log"]
+
+
+@needs_ptxas
+def test_other_cache_dir_is_a_miss(cache_dir, probe_ptx, monkeypatch):
+    assert compiler.compile_ptx(probe_ptx).cache_hit is False
+    assert compiler.compile_ptx(probe_ptx).cache_hit is True
+    monkeypatch.setenv("PTXGEMM_CACHE_DIR", str(cache_dir / "elsewhere"))
+    assert compiler.compile_ptx(probe_ptx).cache_hit is False
+    assert (cache_dir / "elsewhere").is_dir()
+
+
+@needs_ptxas
+def test_different_flags_are_a_miss(cache_dir, probe_ptx):
+    assert compiler.compile_ptx(probe_ptx).cache_hit is False
+    assert compiler.compile_ptx(probe_ptx, extra_flags=("--warn-on-spills",)).cache_hit is False
+    assert compiler.compile_ptx(probe_ptx, extra_flags=("--warn-on-spills",)).cache_hit is True
+    assert compiler.compile_ptx(probe_ptx).cache_hit is True
+    assert len(_cache_entries(cache_dir)) == 2
+
+
+@needs_ptxas
+def test_different_ptx_is_a_miss(cache_dir, probe_ptx):
+    assert compiler.compile_ptx(probe_ptx).cache_hit is False
+    assert compiler.compile_ptx(probe_ptx + "// a comment changes the key\n").cache_hit is False
+    other = probes.swizzle_probe_ptx(16, 64)
+    assert compiler.compile_ptx(other).cache_hit is False
+    assert compiler.compile_ptx(other).cache_hit is True
+    assert len(_cache_entries(cache_dir)) == 3
+
+
+@needs_ptxas
+def test_use_cache_false_neither_reads_nor_writes(cache_dir, probe_ptx):
+    assert compiler.compile_ptx(probe_ptx, use_cache=False).cache_hit is False
+    assert _cache_entries(cache_dir) == []
+    compiler.compile_ptx(probe_ptx)
+    assert compiler.compile_ptx(probe_ptx, use_cache=False).cache_hit is False
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Finding the tools
+# ---------------------------------------------------------------------------------------------------------------
+
+def test_missing_ptxas_falls_back_to_driver_jit(monkeypatch, probe_ptx, caplog):
+    monkeypatch.setattr(compiler, "find_tool", lambda tool: None)
+    with caplog.at_level(logging.WARNING, logger="ptxgemm.cache"):
+        k = compiler.compile_ptx(probe_ptx)
+    assert k.cubin is None and k.report is None and k.ptxas is None and k.ptxas_version is None
+    image = k.image()
+    assert image.endswith(b"\0") and image.count(b"\0") == 1
+    assert image[:-1].decode() == probe_ptx
+    with pytest.raises(ToolchainError, match="SASS is unavailable"):
+        k.sass()
+    assert any("ptxas not found" in r.getMessage() for r in caplog.records)
+
+
+@needs_ptxas
+def test_ptxas_override_env(monkeypatch):
+    monkeypatch.setenv("PTXGEMM_PTXAS", str(PTXAS))
+    assert toolchain.find_tool("ptxas") == PTXAS
+
+
+def test_ptxas_override_to_nothing_is_a_clear_error(monkeypatch, tmp_path, probe_ptx):
+    missing = tmp_path / "no-such-ptxas"
+    monkeypatch.setenv("PTXGEMM_PTXAS", str(missing))
+    with pytest.raises(ToolchainError, match="PTXGEMM_PTXAS=.*no-such-ptxas is not an executable file"):
+        compiler.compile_ptx(probe_ptx, use_cache=False)
+
+
+def test_nvdisasm_missing_is_a_clear_error(monkeypatch):
+    monkeypatch.setattr(compiler, "find_tool", lambda tool: None)
+    with pytest.raises(ToolchainError, match="nvdisasm not found"):
+        compiler.disassemble(b"\x7fELF")
+
+
+@needs_ptxas
+def test_tool_version_format():
+    assert re.fullmatch(r"\d+\.\d+\.\d+", toolchain.tool_version(str(PTXAS)))
+    assert os.access(PTXAS, os.X_OK)

@@ -1,0 +1,45 @@
+#!/usr/bin/env python3
+"""A first look at a new kernel build on the GPU: a few shapes in debug mode (bounded barrier waits that name the
+stalled barrier), then the same shapes in the normal build. Prints one line per case; exits non-zero on any
+failure. Meant to run under `timeout` before the full GPU suite."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+
+import numpy as np  # noqa: E402
+
+from gemm_reference import TOLERANCE, random_matrix, reference, relative_error  # noqa: E402
+
+SHAPES = ((128, 128, 64), (256, 256, 128), (1000, 520, 264), (129, 136, 72), (8448, 9216, 256))
+
+
+def main() -> int:
+    import ptxgemm
+    from ptxgemm.debug import BarrierStall
+
+    rng = np.random.default_rng(0)
+    failures = 0
+    for debug in (True, False):
+        for b_major in ("mn", "k"):
+            for m, n, k in SHAPES:
+                a = random_matrix(rng, m, k, "bfloat16")
+                b = random_matrix(rng, k, n, "bfloat16", order="C" if b_major == "mn" else "F")
+                try:
+                    out = ptxgemm.run(a, b, config=ptxgemm.GemmConfig(debug=debug))
+                except BarrierStall as e:
+                    print(f"STALL debug={debug} B {b_major}-major {m}x{n}x{k}: {e}", flush=True)
+                    return 3
+                err = relative_error(out, reference(a, b))
+                ok = err <= TOLERANCE["bfloat16"]
+                failures += not ok
+                print(f"{'ok  ' if ok else 'FAIL'} debug={debug} B {b_major}-major {m}x{n}x{k}: rel_err {err:.3e}",
+                      flush=True)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
