@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import faulthandler
+import os
 import re
 import sys
 from pathlib import Path
@@ -21,7 +22,7 @@ if str(REPO_ROOT) not in sys.path:  # so the tests run from a plain checkout too
     sys.path.insert(0, str(REPO_ROOT))
 
 #: seconds a single GPU test may take before the watchdog dumps every thread's stack and exits the process
-GPU_TEST_TIMEOUT_S = 300
+GPU_TEST_TIMEOUT_S = float(os.environ.get("PTXGEMM_TEST_TIMEOUT_S") or 300)
 
 _device_skip: list[str | None] = []  # memoised skip reason; [] = not computed yet
 _report_lines: list[str] = []

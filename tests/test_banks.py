@@ -355,25 +355,26 @@ def fake_epilogue(monkeypatch):
     stores into padded rows (conflict-free), any other config into naive 128-byte rows (8-way)."""
     seen = []
 
-    def stmatrix_addresses(config):
+    def epilogue_stores(config):
         seen.append(config)
         layout = banks.TileLayout("fake", 144 if config.block_n == 64 else 128)
-        return [banks.block_x4_addresses(layout, 0, 16 * i) for i in range(config.block_n // 32)]
+        return [("stmatrix.x4", banks.block_x4_addresses(layout, 0, 16 * i)) for i in range(config.block_n // 32)]
 
     module = types.ModuleType("ptxgemm.epilogue_layout")
-    module.stmatrix_addresses = stmatrix_addresses
+    module.epilogue_stores = epilogue_stores
     monkeypatch.setitem(sys.modules, "ptxgemm.epilogue_layout", module)
     return seen
 
 
-def test_cli_kernel_reports_each_stmatrix(capsys, fake_epilogue):
+def test_cli_kernel_reports_each_store(capsys, fake_epilogue):
     code, out, _ = run_cli(capsys, "--kernel", "--block-n", "64", "--out-dtype", "float16")
     assert code == 0
     assert (fake_epilogue[0].block_n, fake_epilogue[0].out_dtype) == (64, "float16")
     assert "all 2 stmatrix.x4 conflict-free: 4 wavefronts each (ideal 4)" in out
     code, out, _ = run_cli(capsys, "--kernel", "--json")
     data = json.loads(out)
-    assert code == 0 and data["conflict_free"] is False and data["wavefronts"] == [32] * 4
+    assert code == 0 and data["conflict_free"] is False
+    assert [(s["op"], s["wavefronts"], s["ideal"]) for s in data["stores"]] == [("stmatrix.x4", 32, 4)] * 4
     code, out, _ = run_cli(capsys, "--kernel")
     assert "4 of 4 stmatrix.x4 conflicted; worst 32 wavefronts (ideal 4)" in out
 
@@ -390,7 +391,9 @@ def test_cli_kernel_bad_config_is_one_line(capsys, fake_epilogue, argv, message)
 def test_cli_kernel_on_ptxgemms_epilogue(capsys):
     pytest.importorskip("ptxgemm.epilogue_layout")
     code, out, _ = run_cli(capsys, "--kernel")
-    assert code == 0 and "stmatrix" in out
+    assert code == 0 and "all 16 stmatrix.x4 conflict-free: 4 wavefronts each (ideal 4)" in out
+    code, out, _ = run_cli(capsys, "--kernel", "--out-dtype", "float32", "--json")
+    assert code == 0 and {s["op"] for s in json.loads(out)["stores"]} == {"st.v2.b32"}
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -442,6 +445,7 @@ def test_pattern_catalogue_covers_the_issue():
     for layout in banks.LAYOUTS:
         for op in ("stmatrix.x4", "ldmatrix.x4"):
             assert f"{op} 16x16 block, {layout}" in names
+    assert {p.op for p in patterns if p.group == "epilogue"} == {"stmatrix.x4", "st.v2.b32"}
     exercised = {rule for p in patterns for rule in p.rules}
     assert exercised == set(banks.RULES)
     for p in patterns:

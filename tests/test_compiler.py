@@ -261,3 +261,135 @@ def test_nvdisasm_missing_is_a_clear_error(monkeypatch):
 def test_tool_version_format():
     assert re.fullmatch(r"\d+\.\d+\.\d+", toolchain.tool_version(str(PTXAS)))
     assert os.access(PTXAS, os.X_OK)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# python -m ptxgemm dump / info
+# ---------------------------------------------------------------------------------------------------------------
+
+REPO_ROOT = __import__("pathlib").Path(__file__).resolve().parent.parent
+
+
+def run_cli(*args, env=None):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "ptxgemm", *args], capture_output=True, text=True, timeout=120,
+                          cwd=REPO_ROOT, env={**os.environ, **(env or {})})
+
+
+@needs_ptxas
+@needs_nvdisasm
+def test_dump_swizzle_probe(tmp_path):
+    import json
+
+    out = tmp_path / "dump"
+    proc = run_cli("dump", "--kernel", "swizzle_probe", "--mode", "64B", "--rows", "16", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["ptxas.log", "report.json", "swizzle_probe.cubin",
+                                                     "swizzle_probe.ptx", "swizzle_probe.sass"]
+    assert (out / "swizzle_probe.ptx").read_text() == probes.swizzle_probe_ptx(16, 32)  # 64B: 32 columns
+    assert (out / "swizzle_probe.cubin").read_bytes()[:4] == b"\x7fELF"
+    sass = (out / "swizzle_probe.sass").read_text()
+    assert "UTMASTG" in sass and "UTMALDG" in sass
+    report = json.loads((out / "report.json").read_text())
+    assert report["kernel"] == "swizzle_probe" and report["arch"] == "sm_90a"
+    assert report["ptxas_version"] == toolchain.tool_version(str(PTXAS))
+    assert set(report["functions"]) == {"swizzle_probe_store", "swizzle_probe_load"}
+    assert report["registers"] == max(f["registers"] for f in report["functions"].values()) > 0
+    assert report["spills"] == {"store_bytes": 0, "load_bytes": 0}
+    assert report["shared_memory"] == {"static_bytes": 0, "dynamic_bytes": 16 * 32 * 2 + 16}
+    assert report["ptxas_warnings"] == [] and report["warning_codes"] == []
+    assert report["params"]["mode"] == "64B" and (report["params"]["rows"], report["params"]["cols"]) == (16, 32)
+    assert "swizzle_probe_load: " in proc.stdout and "ptxas warnings: none" in proc.stdout
+
+
+@needs_ptxas
+def test_dump_report_carries_warnings(tmp_path):
+    import json
+
+    from ptxgemm import dump
+
+    kernel = compiler.compile_ptx(SETMAXNREG_PTX, use_cache=False)
+    report = dump.write_dump("advisory", kernel, tmp_path, {"shared_memory": {"dynamic_bytes": 0}})
+    assert report["warning_codes"] == ["C7508"]
+    on_disk = json.loads((tmp_path / "report.json").read_text())
+    assert on_disk["ptxas_warnings"][0]["code"] == "C7508"
+    assert on_disk["shared_memory"] == {"static_bytes": 0, "dynamic_bytes": 0}
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--kernel", "swizzle_probe", "--mode", "32B", "--cols", "64"], "--cols: with 32B swizzle"),
+    (["--kernel", "swizzle_probe", "--rows", "0"], "--rows: a TMA box has 1..256 rows, got 0"),
+    (["--kernel", "swizzle_probe", "--mode", "16B"], "--mode: must be one of"),
+    (["--kernel", "swizzle_probe", "--m", "128"], "--m: GEMM options, not options of --kernel swizzle_probe"),
+    (["--kernel", "gemm", "--rows", "8"], "--rows: options of --kernel swizzle_probe, not of --kernel gemm"),
+])
+def test_dump_bad_input(tmp_path, capsys, args, message):
+    from ptxgemm.__main__ import main
+
+    assert main(["dump", *args, "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("python -m ptxgemm dump: error: "), err
+    assert message in err[0]
+    assert not (tmp_path / "out").exists()
+
+
+def test_dump_gemm_without_the_gemm_modules(monkeypatch, tmp_path, capsys):
+    import sys
+
+    from ptxgemm import dump
+    from ptxgemm.__main__ import main
+    from ptxgemm.errors import PtxgemmError
+
+    monkeypatch.setitem(sys.modules, "ptxgemm.config", None)  # makes `import ptxgemm.config` fail
+    with pytest.raises(PtxgemmError, match=r"GEMM kernel is not available in this checkout \(ptxgemm.config"):
+        dump.dump_gemm(None)
+    assert main(["dump", "--m", "256", "--n", "256", "--k", "64", "--block-m", "128", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "GEMM kernel is not available" in err and len(err.strip().splitlines()) == 1
+
+
+@needs_ptxas
+@needs_nvdisasm
+def test_dump_gemm(tmp_path):
+    import importlib.util
+    import json
+
+    if importlib.util.find_spec("ptxgemm.config") is None or importlib.util.find_spec("ptxgemm.gemm") is None:
+        pytest.skip("the GEMM modules are not in this checkout yet")
+    out = tmp_path / "gemm"
+    proc = run_cli("dump", "--m", "256", "--n", "256", "--k", "128", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    for name in ("gemm.ptx", "gemm.cubin", "gemm.sass", "ptxas.log", "report.json"):
+        assert (out / name).is_file(), name
+    report = json.loads((out / "report.json").read_text())
+    assert report["kernel"] == "gemm"
+    assert report["problem"] == {"m": 256, "n": 256, "k": 128}
+    assert report["functions"] and report["ptxas_version"]
+
+
+def test_info(tmp_path):
+    import json
+
+    proc = run_cli("info", env={"PTXGEMM_CACHE_DIR": str(tmp_path)})
+    assert proc.returncode == 0, proc.stderr
+    lines = dict(line.split(None, 1) for line in proc.stdout.splitlines())
+    assert set(lines) == {"ptxas", "nvdisasm", "cache", "templates", "bindings", "device"}
+    if PTXAS is not None:
+        assert lines["ptxas"].startswith(f"{PTXAS} (version ")
+    assert lines["cache"] == f"{tmp_path} (PTXGEMM_CACHE_DIR)"
+    proc = run_cli("info", "--json")
+    assert proc.returncode == 0, proc.stderr
+    info = json.loads(proc.stdout)
+    assert set(info["tools"]) == {"ptxas", "nvdisasm"}
+    assert (info["device"] is None) == ("no_device_reason" in info)
+
+
+def test_info_with_a_broken_override(monkeypatch, capsys):
+    from ptxgemm.__main__ import main
+
+    monkeypatch.setenv("PTXGEMM_NVDISASM", "/nonexistent/nvdisasm")
+    assert main(["info"]) == 0
+    out = capsys.readouterr().out
+    assert "nvdisasm   error: PTXGEMM_NVDISASM=/nonexistent/nvdisasm is not an executable file" in out

@@ -100,7 +100,11 @@ def probe_module():
 
 
 def run_store_probe(module, tmap, rows, cols):
+    """The module's kernel fills 8 x 64 = 512 elements of shared memory with 0..511 and TMA-stores the box of
+    `tmap`, so any rows x cols box of 512 16-bit elements works with it."""
     from ptxgemm import driver
+
+    assert rows * cols == 8 * 64
 
     fn = module.function("swizzle_probe_store")
     smem = rows * cols * 2 + 16
@@ -181,7 +185,8 @@ def test_device_array_round_trip(dtype, order):
     assert back.dtype == host.dtype
     assert back.flags.f_contiguous if order == "F" else back.flags.c_contiguous
     assert back.tobytes(order="A") == host.tobytes(order="A")  # bit-exact, in memory order
-    np.testing.assert_array_equal(back.view(np.uint8), host.view(np.uint8))
+    bits = np.dtype(f"u{host.dtype.itemsize}")  # compare bit patterns: NaN-safe and exact for bf16
+    np.testing.assert_array_equal(back.view(bits), host.view(bits))
 
 
 @pytest.mark.gpu
@@ -258,62 +263,55 @@ def test_event_timing_is_positive(probe_module):
     assert 0.0 < ms < 10_000.0
 
 
-@pytest.mark.gpu
-def test_debug_wait_that_completes_does_not_trap():
-    from ptxgemm import driver
-    from ptxgemm.debug import StallRecords
-
-    module = driver.load_module(compiler.compile_ptx(stall_ptx(arrive=True)), "stall test module (arrives)")
-    records = StallRecords(1, STALL_THREADS)
-    driver.launch(module.function("stall_test"), (1,), (STALL_THREADS,), [ctypes.c_uint64(records.device_pointer)])
-    driver.synchronize("running the stall test kernel with an arrival")
-    assert records.stalls() == []
-
-
-# The stalling kernel traps, and a trap makes the process's CUDA context unusable: run it in a child process.
+# The stalling kernel traps, and a trap makes the process's CUDA context unusable: both debug-wait tests run their
+# kernel in a child process (with a timeout), so neither a trap nor a hang can take the rest of the session down.
 STALL_SCRIPT = textwrap.dedent("""
     import ctypes, json, sys, time
     sys.path.insert(0, {root!r})
+    sys.path.insert(0, {tests!r})
     from ptxgemm import compiler, driver
     from ptxgemm.debug import BarrierStall, StallRecords
     from ptxgemm.errors import CudaError
-    sys.path.insert(0, {tests!r})
     from test_driver_gpu import STALL_THREADS, stall_ptx
 
-    module = driver.load_module(compiler.compile_ptx(stall_ptx(arrive=False)), "stall test module")
+    module = driver.load_module(compiler.compile_ptx(stall_ptx(arrive={arrive!r})), "stall test module")
     records = StallRecords(1, STALL_THREADS)
     t0 = time.monotonic()
+    result = {{}}
     try:
         driver.launch(module.function("stall_test"), (1,), (STALL_THREADS,),
                       [ctypes.c_uint64(records.device_pointer)])
         driver.synchronize("running the stall test kernel")
+        result = {{"outcome": "finished", "stalls": records.stalls()}}
     except CudaError as e:
         try:
             records.raise_if_stalled("running the stall test kernel", e)
+            result = {{"outcome": "error without a stall record", "error": str(e)}}
         except BarrierStall as stall:
-            print(json.dumps({{"name": stall.name, "operation": stall.operation, "message": str(stall),
-                              "cause": getattr(stall.__cause__, "name", None), "stalls": records.stalls(),
-                              "seconds": time.monotonic() - t0}}))
-            sys.exit(0)
-        print("CudaError but no stall record:", e)
-        sys.exit(3)
-    print("the kernel finished although nobody arrived on the barrier")
-    sys.exit(4)
+            result = {{"outcome": "stall", "name": stall.name, "operation": stall.operation, "message": str(stall),
+                       "cause": getattr(stall.__cause__, "name", None), "stalls": records.stalls()}}
+    result["seconds"] = time.monotonic() - t0
+    print(json.dumps(result))
 """)
 
 
-@pytest.mark.gpu
-def test_barrier_stall_is_reported_not_hung():
-    script = STALL_SCRIPT.format(root=str(REPO_ROOT), tests=str(Path(__file__).parent))
+def run_stall_kernel(arrive: bool) -> dict:
+    script = STALL_SCRIPT.format(root=str(REPO_ROOT), tests=str(Path(__file__).parent), arrive=arrive)
     t0 = time.monotonic()
     try:
         proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
                               cwd=REPO_ROOT)
     except subprocess.TimeoutExpired as e:
-        pytest.fail(f"the stalling kernel hung for {time.monotonic() - t0:.0f} s instead of trapping "
+        pytest.fail(f"the stall test kernel (arrive={arrive}) hung for {time.monotonic() - t0:.0f} s "
                     f"(stdout: {e.stdout!r}, stderr: {e.stderr!r})")
     assert proc.returncode == 0, f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.gpu
+def test_barrier_stall_is_reported_not_hung():
+    result = run_stall_kernel(arrive=False)
+    assert result["outcome"] == "stall", result
     assert result["name"] == "BARRIER_STALL"
     assert result["operation"] == "running the stall test kernel"
     assert "barrier 'empty (stage released by a consumer; waited on by the producer)'" in result["message"]
@@ -323,3 +321,10 @@ def test_barrier_stall_is_reported_not_hung():
     assert 1 <= len(stalls) <= STALL_THREADS
     assert all(s["code"] == 2 and s["parity"] == 0 and s["cta"] == 0 and s["detail"] == 7 for s in stalls), stalls
     assert result["seconds"] < 30, result["seconds"]
+
+
+@pytest.mark.gpu
+def test_debug_wait_that_completes_does_not_trap():
+    result = run_stall_kernel(arrive=True)
+    assert result["outcome"] == "finished", result
+    assert result["stalls"] == []

@@ -35,7 +35,6 @@ PROG = "bank_conflicts"
 EXIT_USAGE = 2
 TILE_PATTERN = "stmatrix-tile"
 TILE_OP = "stmatrix.x4"
-EPILOGUE_OP = "stmatrix.x4"
 DEFAULT_LAYOUTS = ("naive", "padded", "swizzle128")
 
 
@@ -147,44 +146,44 @@ def report_tile(layout_names: Sequence[str], row_bytes: int, pad: int, as_json: 
 # --------------------------------------------------------------------------- #
 
 
-def epilogue_instructions(config) -> list[list[int]]:
-    """Ask ptxgemm where warp 0's epilogue stmatrix stores land for ``config``."""
+def epilogue_instructions(config) -> list[tuple[str, list[int]]]:
+    """Ask ptxgemm which shared-memory stores warp 0's epilogue issues for ``config``: [(op, addresses)]."""
     try:
-        from ptxgemm.epilogue_layout import stmatrix_addresses
+        from ptxgemm.epilogue_layout import epilogue_stores
     except ImportError as exc:
         raise CliError(f"--kernel needs ptxgemm.epilogue_layout: {exc}") from None
-    try:
-        return [list(addrs) for addrs in stmatrix_addresses(config)]
-    except ValueError as exc:          # e.g. a config whose epilogue has no stmatrix
-        raise CliError(str(exc)) from None
+    return [(op, list(addrs)) for op, addrs in epilogue_stores(config)]
+
+
+def summarize_stores(op: str, results: Sequence[banks.Result]) -> str:
+    """One line per op: how many stores, and whether they are all at their ideal count."""
+    worst = max(results, key=lambda r: r.wavefronts)
+    if all(r.conflict_free for r in results):
+        return (f"all {len(results)} {op} conflict-free: "
+                f"{worst.wavefronts} wavefronts each (ideal {worst.ideal})")
+    bad = sum(not r.conflict_free for r in results)
+    return f"{bad} of {len(results)} {op} conflicted; worst {worst.wavefronts} wavefronts (ideal {worst.ideal})"
 
 
 def report_kernel(config, as_json: bool) -> str:
-    instructions = epilogue_instructions(config)
-    results = [banks.simulate(EPILOGUE_OP, addrs) for addrs in instructions]
-    clean = all(r.conflict_free for r in results)
+    stores = [(op, banks.simulate(op, addrs)) for op, addrs in epilogue_instructions(config)]
     if as_json:
         return json.dumps({
             "config": config.describe(),
-            "op": EPILOGUE_OP,
-            "instructions": len(results),
-            "conflict_free": clean,
-            "wavefronts": [r.wavefronts for r in results],
-            "ideal": [r.ideal for r in results],
+            "conflict_free": all(r.conflict_free for _, r in stores),
+            "stores": [{"op": op, "wavefronts": r.wavefronts, "ideal": r.ideal, "conflict_free": r.conflict_free}
+                       for op, r in stores],
         })
-    if not results:
-        return f"{config.describe()}: the epilogue issues no {EPILOGUE_OP}"
-    rows = [(i, r.wavefronts, r.ideal, "yes" if r.conflict_free else "NO") for i, r in enumerate(results)]
-    table = render_table(("stmatrix", "wavefronts", "ideal", "conflict-free"), rows)
-    worst = max(results, key=lambda r: r.wavefronts)
-    if clean:
-        summary = (f"all {len(results)} {EPILOGUE_OP} conflict-free: "
-                   f"{worst.wavefronts} wavefronts each (ideal {worst.ideal})")
-    else:
-        bad = sum(not r.conflict_free for r in results)
-        summary = (f"{bad} of {len(results)} {EPILOGUE_OP} conflicted; worst {worst.wavefronts} "
-                   f"wavefronts (ideal {worst.ideal})")
-    return (f"epilogue shared-memory stores of warp 0 for {config.describe()}\n\n{table}\n\n{summary}")
+    if not stores:
+        return f"{config.describe()}: the epilogue issues no shared-memory stores"
+    rows = [(i, op, r.wavefronts, r.ideal, "yes" if r.conflict_free else "NO")
+            for i, (op, r) in enumerate(stores)]
+    table = render_table(("store", "op", "wavefronts", "ideal", "conflict-free"), rows)
+    by_op: dict[str, list[banks.Result]] = {}
+    for op, result in stores:
+        by_op.setdefault(op, []).append(result)
+    summary = "\n".join(summarize_stores(op, results) for op, results in by_op.items())
+    return f"epilogue shared-memory stores of warp 0 for {config.describe()}\n\n{table}\n\n{summary}"
 
 
 def kernel_config(args: argparse.Namespace):
@@ -211,7 +210,7 @@ def build_parser() -> OneLineParser:
     mode.add_argument("--pattern", choices=[TILE_PATTERN],
                       help="a preset: a 16x16 bf16 block stored with stmatrix.x4")
     mode.add_argument("--kernel", action="store_true",
-                      help="ptxgemm's epilogue stmatrix stores for a GEMM config")
+                      help="ptxgemm's epilogue shared-memory stores (stmatrix, or st.v2 for fp32) for a GEMM config")
     parser.add_argument("--addresses", metavar="A0,A1,...",
                         help="the lanes' shared-memory byte addresses, lane 0 first (with --op)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")

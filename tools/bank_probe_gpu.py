@@ -67,8 +67,14 @@ EPILOGUE_CONFIGS = (
     {"block_n": 192},
     {"block_m": 64, "block_n": 256},
     {"out_dtype": "float16"},
+    {"out_dtype": "float32"},
+    {"block_n": 64, "out_dtype": "float32"},
 )
-"""GemmConfig keyword sets whose epilogue stmatrix stores are probed (defaults for the rest)."""
+"""GemmConfig keyword sets whose epilogue stores are probed (defaults for the rest): stmatrix.x4 for 16-bit
+outputs, st.v2.b32 for fp32."""
+EPILOGUE_STORES_PER_CONFIG = 8
+"""The first 8 distinct stores of a config already cycle through every chunk XOR and both swizzle panels of
+a 128-column tile; more would only repeat those bank patterns at other rows and cost ncu time."""
 PERMUTATION_SEED = 90
 
 
@@ -234,31 +240,34 @@ def layout_patterns() -> list[Pattern]:
 
 
 def epilogue_patterns() -> tuple[list[Pattern], str | None]:
-    """ptxgemm's own epilogue stmatrix stores (warp 0), one pattern per distinct instruction.
+    """ptxgemm's own epilogue shared-memory stores (warp 0): one pattern per distinct (op, addresses).
 
     Returns (patterns, why_missing): why_missing names the import or config error when ptxgemm's epilogue
     layout cannot be had, so the caller can report it instead of silently covering less.
     """
     try:
         from ptxgemm.config import GemmConfig
-        from ptxgemm.epilogue_layout import stmatrix_addresses
+        from ptxgemm.epilogue_layout import epilogue_stores
     except ImportError as exc:
         return [], f"ptxgemm's epilogue layout is unavailable: {exc}"
     out, seen, problems = [], set(), []
     for kwargs in EPILOGUE_CONFIGS:
         label = ", ".join(f"{k}={v}" for k, v in kwargs.items()) or "defaults"
         try:
-            instructions = stmatrix_addresses(GemmConfig(**kwargs))
+            stores = epilogue_stores(GemmConfig(**kwargs))
         except (TypeError, ValueError) as exc:
             problems.append(f"GemmConfig({label}): {exc}")
             continue
-        for index, addrs in enumerate(instructions):
-            addrs = tuple(int(a) for a in addrs)
-            if addrs in seen:
+        taken = 0
+        for index, (op, addrs) in enumerate(stores):
+            key = (op, tuple(int(a) for a in addrs))
+            if key in seen or taken == EPILOGUE_STORES_PER_CONFIG:
                 continue
-            seen.add(addrs)
-            out.append(Pattern(f"epilogue ({label}) stmatrix #{index}", "stmatrix.x4", addrs, "epilogue",
-                               ("MATRIX_PHASE", "DISTINCT_WORDS")))
+            taken += 1
+            seen.add(key)
+            spec = banks.OPS[op]
+            out.append(Pattern(f"epilogue ({label}) store #{index}", op, key[1], "epilogue",
+                               (_phase_rule(spec), "DISTINCT_WORDS")))
     return out, ("; ".join(problems) or None)
 
 

@@ -1,0 +1,175 @@
+"""ptxgemm's command line.
+
+    python -m ptxgemm dump [--kernel gemm] --m M --n N --k K [GEMM config options] --out DIR
+    python -m ptxgemm dump --kernel swizzle_probe [--mode 128B] [--rows R] [--cols C] --out DIR
+    python -m ptxgemm info
+
+`dump` needs no GPU: it renders the PTX, assembles it with ptxas and writes PTX, cubin, SASS and report.json.
+`info` prints the toolchain (ptxas, nvdisasm), the cubin cache directory and the GPU, if there is one.
+Errors are one line on stderr (ptxas failures add ptxas's own log) and exit status 2.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from .errors import PtxgemmError
+
+PROG = "python -m ptxgemm"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# info
+# ---------------------------------------------------------------------------------------------------------------
+
+def collect_info() -> dict:
+    from . import codegen, compiler, toolchain
+
+    info: dict = {"tools": {}}
+    for tool in ("ptxas", "nvdisasm"):
+        try:
+            path = toolchain.find_tool(tool)
+        except PtxgemmError as e:
+            info["tools"][tool] = {"path": None, "version": None, "error": str(e)}
+            continue
+        info["tools"][tool] = {"path": str(path) if path else None,
+                               "version": toolchain.tool_version(str(path)) if path else None,
+                               "override": toolchain.ENV_VARS[tool] if os.environ.get(toolchain.ENV_VARS[tool]) else None}
+    info["cache_dir"] = str(compiler.cache_dir())
+    info["cache_dir_from"] = "PTXGEMM_CACHE_DIR" if os.environ.get("PTXGEMM_CACHE_DIR") else "default"
+    info["templates"] = str(codegen._template_dir())
+    try:
+        from cuda.bindings import __version__ as bindings_version
+    except ImportError:
+        bindings_version = None
+    info["cuda_bindings"] = bindings_version
+    from . import driver
+
+    reason = driver.no_device_reason()
+    if reason is None:
+        d = driver.device_info()
+        info["device"] = {"name": d.name, "compute_capability": "%d.%d" % d.compute_capability,
+                          "sm_count": d.sm_count, "l2_bytes": d.l2_bytes,
+                          "max_smem_per_block_optin": d.max_smem_per_block_optin, "clock_khz": d.clock_khz,
+                          "driver": d.driver_version_str}
+    else:
+        info["device"] = None
+        info["no_device_reason"] = reason
+    return info
+
+
+def format_info(info: dict) -> str:
+    lines = []
+    for tool, t in info["tools"].items():
+        if t.get("error"):
+            lines.append(f"{tool:<10} error: {t['error']}")
+        elif t["path"] is None:
+            lines.append(f"{tool:<10} not found")
+        else:
+            via = f", from {t['override']}" if t.get("override") else ""
+            lines.append(f"{tool:<10} {t['path']} (version {t['version']}{via})")
+    lines.append(f"{'cache':<10} {info['cache_dir']} ({info['cache_dir_from']})")
+    lines.append(f"{'templates':<10} {info['templates']}")
+    lines.append(f"{'bindings':<10} cuda-bindings {info['cuda_bindings']}")
+    d = info["device"]
+    if d is None:
+        lines.append(f"{'device':<10} none: {info['no_device_reason']}")
+    else:
+        lines.append(f"{'device':<10} {d['name']}, compute capability {d['compute_capability']}, {d['sm_count']} SMs, "
+                     f"{d['max_smem_per_block_optin']} B shared memory per block (opt-in), driver CUDA {d['driver']}")
+    return "\n".join(lines)
+
+
+def cmd_info(args) -> int:
+    info = collect_info()
+    print(json.dumps(info, indent=2) if args.json else format_info(info))
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# dump
+# ---------------------------------------------------------------------------------------------------------------
+
+PROBE_OPTIONS = ("mode", "rows", "cols")
+SHAPE_OPTIONS = ("m", "n", "k")
+
+
+def _add_dump_parser(sub, with_gemm_options: bool) -> bool:
+    from . import dump
+
+    p = sub.add_parser("dump", help="write a kernel's PTX, cubin, SASS and report.json (no GPU needed)",
+                       description="Render a kernel, assemble it with ptxas and write NAME.ptx, NAME.cubin, NAME.sass, "
+                                   "ptxas.log and report.json to --out. No GPU needed.")
+    p.add_argument("--kernel", choices=dump.KERNELS, default="gemm", help="which kernel (default gemm)")
+    p.add_argument("--out", required=True, help="output directory (created if missing)")
+    gemm_available = dump.add_gemm_arguments(p) if with_gemm_options else False
+    shape = p.add_argument_group("GEMM problem shape (--kernel gemm)")
+    for dim in SHAPE_OPTIONS:
+        try:
+            shape.add_argument(f"--{dim}", type=int, default=None, help=f"problem size {dim.upper()}")
+        except argparse.ArgumentError:  # GemmConfig.add_cli_arguments defined it already
+            pass
+    probe = p.add_argument_group("swizzle probe (--kernel swizzle_probe)")
+    probe.add_argument("--mode", default=None, help="none, 32B, 64B or 128B (default 128B)")
+    probe.add_argument("--rows", type=int, default=None, help="tile rows (default 8)")
+    probe.add_argument("--cols", type=int, default=None,
+                       help="tile columns of 16-bit elements (default: one swizzle span, 64 for 128B)")
+    p.set_defaults(func=cmd_dump)
+    return gemm_available
+
+
+def cmd_dump(args) -> int:
+    from . import dump
+    from .errors import ConfigError
+
+    if args.kernel == "swizzle_probe":
+        given = [f"--{o}" for o in SHAPE_OPTIONS if getattr(args, o, None) is not None]
+        if given:
+            raise ConfigError(f"{', '.join(given)}: GEMM options, not options of --kernel swizzle_probe")
+    else:
+        given = [f"--{o}" for o in PROBE_OPTIONS if getattr(args, o, None) is not None]
+        if given:
+            raise ConfigError(f"{', '.join(given)}: options of --kernel swizzle_probe, not of --kernel {args.kernel}")
+    report = dump.dump(args)
+    print(dump.summary(report, args.out))
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# main
+# ---------------------------------------------------------------------------------------------------------------
+
+def build_parser(with_gemm_options: bool = True) -> tuple[argparse.ArgumentParser, bool]:
+    """The parser, and whether the GEMM's config options are in it. They are imported (ptxgemm.config) only when
+    asked for, so that `info` and the probe's dump never depend on the GEMM's modules."""
+    parser = argparse.ArgumentParser(prog=PROG, description="ptxgemm: Hopper GEMM from PTX templates.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    gemm_available = _add_dump_parser(sub, with_gemm_options)
+    info = sub.add_parser("info", help="print the toolchain, the cache directory and the GPU",
+                          description="Print ptxas/nvdisasm paths and versions, the cubin cache directory and the GPU.")
+    info.add_argument("--json", action="store_true", help="print JSON")
+    info.set_defaults(func=cmd_info)
+    return parser, gemm_available
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser, gemm_available = build_parser(with_gemm_options=bool(argv) and argv[0] == "dump")
+    args, unknown = parser.parse_known_args(argv)
+    try:
+        if unknown:
+            if args.command == "dump" and args.kernel == "gemm" and not gemm_available:
+                from .dump import _gemm_api
+
+                _gemm_api()  # raises the "GEMM not available" error
+            parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+        return args.func(args)
+    except PtxgemmError as e:
+        print(f"{PROG} {args.command}: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

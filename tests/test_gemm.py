@@ -1,0 +1,136 @@
+"""The GEMM without a GPU: what ptxas made of it, the config's rules and derived numbers, operand checks."""
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import ptxgemm
+from ptxgemm import ConfigError, GemmConfig
+from ptxgemm.gemm import check_operands
+
+BAD_WARNINGS = {"C7508", "C7504", "C7515", "C7511"}  # setmaxnreg ignored/dropped, wgmma serialized
+CONFIGS = [GemmConfig(), GemmConfig(b_major="k"), GemmConfig(a_major="mn", b_major="k"),
+           GemmConfig(out_dtype="float32"), GemmConfig(in_dtype="float16", out_dtype="float16"),
+           GemmConfig(block_m=64, block_n=256), GemmConfig(block_n=192), GemmConfig(debug=True)]
+
+
+@pytest.fixture(scope="module", params=CONFIGS, ids=lambda c: c.describe())
+def built(request):
+    cfg = request.param
+    kernel = ptxgemm.compile_gemm(cfg)
+    return cfg, kernel, kernel.sass()
+
+
+def test_sass_has_the_intended_instructions(built):
+    cfg, kernel, sass = built
+    ab = "BF16" if cfg.in_dtype == "bfloat16" else ""  # nvdisasm prints fp16 inputs with no type suffix
+    hgmma = re.findall(r"HGMMA\.64x(\d+)x16\.F32(?:\.(BF16))?\b", sass)
+    assert hgmma and all(n == str(cfg.block_n) and t == ab for n, t in hgmma), hgmma
+    assert len(hgmma) == cfg.k_steps * cfg.m_halves  # one stage's wgmmas, unrolled once
+    producer, consumer = cfg.register_split
+    assert re.search(rf"USETMAXREG\.DEALLOC\.CTAPOOL 0x{producer:x}\b", sass)
+    assert re.search(rf"USETMAXREG\.TRY_ALLOC\.CTAPOOL \w+, 0x{consumer:x}\b", sass)
+    for op in ("UTMALDG", "UTMASTG", "SYNCS", "CCTL.PF"):  # CCTL.PF: prefetch.tensormap
+        assert op in sass, op
+    if cfg.out_itemsize == 2:
+        assert "STSM" in sass
+    assert not re.search(r"\b(LDL|STL)\b", sass), "local memory traffic (spills or a run-time indexed array)"
+    if (cfg.a_major == "mn") or (cfg.b_major == "mn"):
+        assert ".tnsp" in sass  # wgmma's transpose bit reads the MN-major operand in place
+
+
+def test_ptxas_report_is_clean(built):
+    cfg, kernel, _ = built
+    report = kernel.report
+    assert not (report.warning_codes & BAD_WARNINGS), report.warnings
+    fn = report.functions[cfg.kernel_name]
+    assert fn.registers == cfg.entry_registers == 168
+    assert fn.spill_store_bytes == fn.spill_load_bytes == fn.stack_bytes == 0
+
+
+def test_ptx_is_readable_and_named_by_role():
+    ptx = ptxgemm.render_gemm(GemmConfig())
+    assert ".maxntid 384, 1, 1" in ptx and ".minnctapersm 1" in ptx
+    assert re.search(r"^\.version (\d+)\.(\d+)$", ptx, re.M).groups() <= ("9", "0")
+    for name in ("%acc0_0", "%acc1_63", "%phase", "%k_tile", "%stage", "%pos"):
+        assert name in ptx
+    # every barrier operation carries a comment saying who waits and who arrives
+    for line in ptx.splitlines():
+        if re.match(r"\s*(@\S+\s+)?(bar\.(sync|arrive)|mbarrier\.init)", line):
+            idx = ptx.splitlines().index(line)
+            context = "\n".join(ptx.splitlines()[max(0, idx - 2):idx + 1])
+            assert "//" in context, f"uncommented barrier: {line.strip()}"
+
+
+def test_config_derives_stages_and_smem():
+    cfg = GemmConfig()
+    assert cfg.num_stages == 6 and cfg.stage_bytes == 32768 and cfg.epilogue_bytes == 32768
+    assert cfg.smem_bytes <= 232448
+    assert cfg.register_split == (40, 232)
+    assert 128 * cfg.register_split[0] + 256 * cfg.register_split[1] <= 65536
+    assert GemmConfig(out_dtype="float32").num_stages == 5
+    assert GemmConfig(stages=3).num_stages == 3
+    assert GemmConfig(block_m=64, block_n=256).acc_registers == 128
+
+
+@pytest.mark.parametrize("kwargs, rule", [
+    (dict(block_m=96), "block_m"), (dict(block_n=100), "block_n"), (dict(block_n=320), "block_n"),
+    (dict(block_k=32), "block_k"), (dict(stages=1), "stages"), (dict(stages=7), "stages"),
+    (dict(in_dtype="float32"), "in_dtype"), (dict(out_dtype="int8"), "out_dtype"), (dict(b_major="x"), "major"),
+    (dict(group_m=0), "group_m"),
+])
+def test_config_rejects(kwargs, rule):
+    with pytest.raises(ConfigError, match=rule):
+        GemmConfig(**kwargs)
+
+
+def _bf16(shape, order="C"):
+    return np.ones(shape, dtype=ml_dtypes.bfloat16, order=order)
+
+
+def test_operand_layouts_follow_numpy_order():
+    a, b_c = _bf16((64, 32)), _bf16((32, 48))
+    op_a, op_b = check_operands(a.shape, a.strides, b_c.shape, b_c.strides, 2)
+    assert (op_a.major, op_a.lead_bytes, op_b.major, op_b.lead_bytes) == ("k", 64, "mn", 96)
+    b_f = np.asfortranarray(b_c)
+    assert check_operands(a.shape, a.strides, b_f.shape, b_f.strides, 2)[1].major == "k"
+    b_t = np.ascontiguousarray(b_c.T).T  # transpose of a C-order (N, K): K-major, no copy
+    assert check_operands(a.shape, a.strides, b_t.shape, b_t.strides, 2)[1].major == "k"
+    a_f = np.asfortranarray(a)
+    assert check_operands(a_f.shape, a_f.strides, b_c.shape, b_c.strides, 2)[0].major == "mn"
+    one_row = _bf16((1, 20))  # a single row never steps its stride: any K works
+    assert check_operands(one_row.shape, one_row.strides, (20, 8), (16, 2), 2)[0].major == "k"
+
+
+@pytest.mark.parametrize("a, b, match", [
+    (_bf16((4, 10)), _bf16((10, 8)), "multiple of 16 bytes"),            # K = 10: A rows of 20 bytes
+    (_bf16((4, 16)), _bf16((8, 16)), "must equal"),                      # K mismatch
+    (_bf16((2, 4, 16)), _bf16((16, 8)), "2-D"),
+    (np.ones((4, 16), np.float32), _bf16((16, 8)), "astype"),            # says how to convert
+    (np.ones((4, 16), np.float64), _bf16((16, 8)), "not supported"),
+    (_bf16((4, 16)), np.ones((16, 8), np.float16), "same dtype"),
+    (_bf16((4, 16)), _bf16((16, 5)), "multiple of 16"),                  # output rows of 10 bytes
+    (_bf16((4, 32))[:, ::2], _bf16((16, 8)), "usable by TMA"),           # no contiguous dimension
+    (_bf16((0, 16)), _bf16((16, 8)), ">= 1"),
+    (np.ones((4, 16), np.int8), _bf16((16, 8)), "not supported"),
+])
+def test_run_rejects_before_touching_the_gpu(a, b, match):
+    with pytest.raises(ConfigError, match=match):
+        ptxgemm.run(a, b)
+
+
+def test_run_rejects_bad_out_dtype_and_config():
+    with pytest.raises(ConfigError, match="out_dtype"):
+        ptxgemm.run(_bf16((8, 16)), _bf16((16, 8)), out_dtype=np.int32)
+    with pytest.raises(ConfigError, match="row-major|C- or Fortran"):
+        ptxgemm.run(_bf16((8, 64))[:, :16], _bf16((16, 8)))  # a strided host view: no silent copy
+
+
+def test_import_never_pulls_in_torch():
+    code = "import sys, ptxgemm, ptxgemm.gemm, ptxgemm.driver; assert 'torch' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True)
