@@ -1,9 +1,14 @@
 """PTX → cubin with the pip wheel's ptxas: assembling, SASS, the -v report, the cubin cache, and life without ptxas."""
 from __future__ import annotations
 
+import importlib.util
+import json
 import logging
 import os
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -267,13 +272,10 @@ def test_tool_version_format():
 # python -m ptxgemm dump / info
 # ---------------------------------------------------------------------------------------------------------------
 
-REPO_ROOT = __import__("pathlib").Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 def run_cli(*args, env=None):
-    import subprocess
-    import sys
-
     return subprocess.run([sys.executable, "-m", "ptxgemm", *args], capture_output=True, text=True, timeout=120,
                           cwd=REPO_ROOT, env={**os.environ, **(env or {})})
 
@@ -281,8 +283,6 @@ def run_cli(*args, env=None):
 @needs_ptxas
 @needs_nvdisasm
 def test_dump_swizzle_probe(tmp_path):
-    import json
-
     out = tmp_path / "dump"
     proc = run_cli("dump", "--kernel", "swizzle_probe", "--mode", "64B", "--rows", "16", "--out", str(out))
     assert proc.returncode == 0, proc.stderr
@@ -306,8 +306,6 @@ def test_dump_swizzle_probe(tmp_path):
 
 @needs_ptxas
 def test_dump_report_carries_warnings(tmp_path):
-    import json
-
     from ptxgemm import dump
 
     kernel = compiler.compile_ptx(SETMAXNREG_PTX, use_cache=False)
@@ -336,8 +334,6 @@ def test_dump_bad_input(tmp_path, capsys, args, message):
 
 
 def test_dump_gemm_without_the_gemm_modules(monkeypatch, tmp_path, capsys):
-    import sys
-
     from ptxgemm import dump
     from ptxgemm.__main__ import main
     from ptxgemm.errors import PtxgemmError
@@ -353,9 +349,6 @@ def test_dump_gemm_without_the_gemm_modules(monkeypatch, tmp_path, capsys):
 @needs_ptxas
 @needs_nvdisasm
 def test_dump_gemm(tmp_path):
-    import importlib.util
-    import json
-
     if importlib.util.find_spec("ptxgemm.config") is None or importlib.util.find_spec("ptxgemm.gemm") is None:
         pytest.skip("the GEMM modules are not in this checkout yet")
     out = tmp_path / "gemm"
@@ -370,8 +363,6 @@ def test_dump_gemm(tmp_path):
 
 
 def test_info(tmp_path):
-    import json
-
     proc = run_cli("info", env={"PTXGEMM_CACHE_DIR": str(tmp_path)})
     assert proc.returncode == 0, proc.stderr
     lines = dict(line.split(None, 1) for line in proc.stdout.splitlines())
@@ -393,3 +384,16 @@ def test_info_with_a_broken_override(monkeypatch, capsys):
     assert main(["info"]) == 0
     out = capsys.readouterr().out
     assert "nvdisasm   error: PTXGEMM_NVDISASM=/nonexistent/nvdisasm is not an executable file" in out
+
+
+def test_ci_runs_the_readme_test_command():
+    readme = (REPO_ROOT / "README.md").read_text()
+    ci = (REPO_ROOT / ".ci" / "run").read_text()
+    marker = "# 2. install and run the tests"
+    assert marker in readme
+    command = readme.split(marker, 1)[1].splitlines()[1].strip()
+    assert command == "python -m pip install -e '.[test]' && python -m pytest -q"
+    ci_commands = [line.strip() for line in ci.splitlines() if line.strip() and not line.strip().startswith("#")]
+    assert "set -euo pipefail" in ci_commands
+    assert any(line.startswith(command) for line in ci_commands), ci_commands
+    assert os.access(REPO_ROOT / ".ci" / "run", os.X_OK)

@@ -4,7 +4,6 @@ two tests at the top check the stall kernel's source on any machine.
 """
 from __future__ import annotations
 
-import ctypes
 import json
 import subprocess
 import sys

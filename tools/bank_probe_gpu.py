@@ -76,6 +76,7 @@ EPILOGUE_STORES_PER_CONFIG = 8
 """The first 8 distinct stores of a config already cycle through every chunk XOR and both swizzle panels of
 a 128-column tile; more would only repeat those bank patterns at other rows and cost ncu time."""
 PERMUTATION_SEED = 90
+"""Fixed, so the profiled child process and the comparing parent build identical patterns."""
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -185,9 +186,8 @@ def phase_patterns() -> list[Pattern]:
     quarter_reuse = [(lane % 8) * 16 for lane in range(WARP_THREADS)]
     quarter_split = [((lane // 8) % 2) * 64 + (lane // 16) * 256 + (lane % 4) * 16 + ((lane % 8) // 4) * 128
                      for lane in range(WARP_THREADS)]
-    matrix_reuse = [(lane % 8) * 16 for lane in range(WARP_THREADS)]
-    matrix_split = [((lane // 8) % 2) * 64 + (lane // 16) * 256 + (lane % 4) * 16 + ((lane % 8) // 4) * 128
-                    for lane in range(WARP_THREADS)]
+    matrix_reuse = quarter_reuse          # 8-lane phases with 16-byte rows: the v4 shapes apply as they are
+    matrix_split = quarter_split
     matrix_dup_rows = [(lane % 4) * 16 + (lane // 8) * 1024 for lane in range(WARP_THREADS)]
     word_pairs = [(lane // 2) * 4 for lane in range(WARP_THREADS)]
     two_words_one_bank = [(lane // 16) * 128 for lane in range(WARP_THREADS)]

@@ -42,10 +42,9 @@ def default_shapes():
 # --------------------------------------------------------------------------------------------------------------
 
 class PtxgemmImpl:
-    name = "ptxgemm"
-
-    def __init__(self, config):
+    def __init__(self, config, name="ptxgemm"):
         self.config = config
+        self.name = name
 
     def prepare(self, a, b, out_dtype):
         import ptxgemm
@@ -171,6 +170,8 @@ def main(argv=None) -> int:
     p.add_argument("--out", default="bench_out", help="directory for bench.json and bench.png")
     p.add_argument("--block-n", type=int, default=128)
     p.add_argument("--block-m", type=int, default=128)
+    p.add_argument("--variants", default="",
+                   help="extra ptxgemm tiles timed in the same rounds, e.g. 128x192,64x256 (reported per row)")
     args = p.parse_args(argv)
 
     import ml_dtypes
@@ -190,7 +191,9 @@ def main(argv=None) -> int:
     rounds = args.rounds or (7 if args.quick else 25)
     config = ptxgemm.GemmConfig(block_m=args.block_m, block_n=args.block_n)
     peer = find_peer()
-    impls = [PtxgemmImpl(config)] + ([peer] if peer else [])
+    variants = [PtxgemmImpl(ptxgemm.GemmConfig(block_m=int(v.split("x")[0]), block_n=int(v.split("x")[1])),
+                            f"ptxgemm {v}") for v in filter(None, args.variants.split(","))]
+    impls = [PtxgemmImpl(config)] + variants + ([peer] if peer else [])
     print(f"# {info.name}, {info.sm_count} SMs, driver {info.driver_version_str}; peer: "
           f"{peer.name if peer else 'none'}; {config.describe()}; {rounds} rounds, median", flush=True)
 
@@ -212,12 +215,15 @@ def main(argv=None) -> int:
         theirs = times.get(peer.name) if peer else None
         row = {"M": m, "N": n, "K": k, "ptxgemm_ms": ours, "cublas_ms": theirs, "rel_err": errs["ptxgemm"],
                "cublas_rel_err": errs.get(peer.name) if peer else None,
-               "ptxgemm_tflops": flops / ours / 1e9, "cublas_tflops": flops / theirs / 1e9 if theirs else None}
+               "ptxgemm_tflops": flops / ours / 1e9, "cublas_tflops": flops / theirs / 1e9 if theirs else None,
+               "variants": {v.name: {"ms": times[v.name], "rel_err": errs[v.name]} for v in variants}}
         rows.append(row)
         ratio = theirs / ours if theirs else float("nan")
         print(f"{m:>6} {n:>6} {k:>6} | {ours:>10.4f} {row['ptxgemm_tflops']:>8.1f} | "
               f"{(theirs or float('nan')):>10.4f} {(row['cublas_tflops'] or float('nan')):>8.1f} | "
-              f"{ratio:>6.3f} | {row['rel_err']:>9.2e} {(row['cublas_rel_err'] or float('nan')):>10.2e}", flush=True)
+              f"{ratio:>6.3f} | {row['rel_err']:>9.2e} {(row['cublas_rel_err'] or float('nan')):>10.2e}"
+              + "".join(f" | {v.name}: {times[v.name]:.4f} ms ({(theirs or math.nan) / times[v.name]:.3f})"
+                        for v in variants), flush=True)
         del launchers
         for impl in impls:
             impl.out = None
