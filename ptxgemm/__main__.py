@@ -151,7 +151,17 @@ def build_parser(with_gemm_options: bool = True) -> tuple[argparse.ArgumentParse
                           description="Print ptxas/nvdisasm paths and versions, the cubin cache directory and the GPU.")
     info.add_argument("--json", action="store_true", help="print JSON")
     info.set_defaults(func=cmd_info)
+    demo = sub.add_parser("demo", help="multiply random matrices on the GPU, check and time it (no GPU: build only)")
+    for dim, default in (("--m", 4096), ("--n", 4096), ("--k", 4096)):
+        demo.add_argument(dim, type=int, default=default)
+    demo.set_defaults(func=cmd_demo)
     return parser, gemm_available
+
+
+def cmd_demo(args) -> int:
+    from .demo import run_demo
+
+    return run_demo(args.m, args.n, args.k)
 
 
 def main(argv=None) -> int:

@@ -71,6 +71,7 @@ class GemmConfig:
     a_major: str = "k"
     b_major: str = "mn"
     group_m: int = 8              # rasterization: tiles walk down group_m tile-rows before moving right
+    cluster_m: int = 1            # CTAs per cluster along M; 2: the pair shares B, each loads half and multicasts
     debug: bool = False           # bounded barrier waits that report the stalled barrier (ptxgemm.debug)
     debug_timeout_ns: int = 2_000_000_000
 
@@ -106,6 +107,11 @@ class GemmConfig:
             raise ConfigError(f"stages: must be in 2..{MAX_STAGES}, got {self.stages}")
         if not 1 <= self.group_m <= 64:
             raise ConfigError(f"group_m: must be in 1..64, got {self.group_m}")
+        if self.cluster_m not in (1, 2):
+            raise ConfigError(f"cluster_m: must be 1 or 2, got {self.cluster_m}")
+        if self.cluster_m == 2 and self.block_n % 128:
+            raise ConfigError(f"cluster_m: 2 splits B's 64-column panels evenly between the pair, so block_n must be "
+                              f"a multiple of 128, got {self.block_n}")
         if self._max_stages() < 2:
             raise ConfigError(f"block_m x block_n: {self.block_m}x{self.block_n} leaves room for fewer than 2 stages")
 
@@ -144,6 +150,17 @@ class GemmConfig:
     @property
     def b_stage_bytes(self) -> int:
         return self.block_n * self.block_k * self.in_itemsize
+
+    @property
+    def b_rows_per_cta(self) -> int:
+        """N extent of the B box each CTA of a cluster loads (and multicasts to the whole cluster)."""
+        return self.block_n // self.cluster_m
+
+    @property
+    def empty_arrivals(self) -> int:
+        """Arrivals that release a stage: lane 0 of every consumer warp of every CTA whose smem the stage's
+        multicast writes (with a cluster, the peer's producer refills our stage too)."""
+        return CONSUMER_RELEASE_ARRIVALS * self.cluster_m
 
     @property
     def stage_bytes(self) -> int:
@@ -253,7 +270,7 @@ class GemmConfig:
             "ptx_version": PTX_VERSION,
             "cfg": self,
             "threads": self.threads,
-            "consumer_release_arrivals": CONSUMER_RELEASE_ARRIVALS,
+            "consumer_release_arrivals": self.empty_arrivals,
             "producer_regs": producer_regs,
             "consumer_regs": consumer_regs,
             "desc_a_consts": self.descriptor_consts(self.a_major, self.block_m),
@@ -271,6 +288,7 @@ class GemmConfig:
 
     def describe(self) -> str:
         return (f"pingpong GEMM {self.block_m}x{self.block_n}x{self.block_k}, {self.num_stages} stages, "
+                + (f"cluster {self.cluster_m}x1 (B multicast), " if self.cluster_m > 1 else "") + 
                 f"{self.in_dtype}->{self.out_dtype}, A {self.a_major}-major, B {self.b_major}-major"
                 + (", DEBUG waits" if self.debug else ""))
 
@@ -306,10 +324,12 @@ class GemmConfig:
         parser.add_argument("--a-major", default=d.a_major, choices=MAJORS)
         parser.add_argument("--b-major", default=d.b_major, choices=MAJORS)
         parser.add_argument("--group-m", type=int, default=d.group_m)
+        parser.add_argument("--cluster-m", type=int, default=d.cluster_m, help="2: CTA pairs share B by multicast")
         parser.add_argument("--debug", action="store_true", help="bounded barrier waits that report stalls")
 
     @classmethod
     def from_cli(cls, args) -> "GemmConfig":
         return cls(block_m=args.block_m, block_n=args.block_n, stages=args.stages, in_dtype=args.in_dtype,
                    out_dtype=args.out_dtype, a_major=args.a_major, b_major=args.b_major, group_m=args.group_m,
+                   cluster_m=getattr(args, "cluster_m", 1),
                    debug=args.debug)

@@ -187,7 +187,7 @@ class GemmPlan:
             self.tmap_a = tensormap.encode_tiled(a, (m, k), (op_a.lead_bytes,), (64, box),
                                                  l2_promotion=LOAD_L2_PROMOTION)
         if op_b.major == "k":
-            self.tmap_b = tensormap.encode_tiled(b, (k, n), (op_b.lead_bytes,), (box, cfg.block_n),
+            self.tmap_b = tensormap.encode_tiled(b, (k, n), (op_b.lead_bytes,), (box, cfg.b_rows_per_cta),
                                                  l2_promotion=LOAD_L2_PROMOTION)
         else:
             self.tmap_b = tensormap.encode_tiled(b, (n, k), (op_b.lead_bytes,), (64, box),
@@ -199,7 +199,10 @@ class GemmPlan:
         self.tiles_m = math.ceil(m / cfg.block_m)
         self.tiles_n = math.ceil(n / cfg.block_n)
         self.k_tiles = math.ceil(k / cfg.block_k)
-        self.grid = min(info.sm_count, self.tiles_m * self.tiles_n)
+        # The scheduler's unit is a cluster of cluster_m CTAs on adjacent tile rows.
+        cluster_rows = math.ceil(self.tiles_m / cfg.cluster_m)
+        self.clusters = min(info.sm_count // cfg.cluster_m, cluster_rows * self.tiles_n)
+        self.grid = self.clusters * cfg.cluster_m
         self.records = None
         debug_ptr = 0
         if cfg.debug:
@@ -208,10 +211,11 @@ class GemmPlan:
             self.records = StallRecords(self.grid, cfg.threads)
             debug_ptr = self.records.device_pointer
         args = [self.tmap_a, self.tmap_b, self.tmap_c, ctypes.c_uint32(m), ctypes.c_uint32(n),
-                ctypes.c_uint32(self.tiles_m), ctypes.c_uint32(self.tiles_n), ctypes.c_uint32(self.k_tiles),
+                ctypes.c_uint32(cluster_rows), ctypes.c_uint32(self.tiles_n), ctypes.c_uint32(self.k_tiles),
                 ctypes.c_uint64(debug_ptr)]
         self._launch = driver.PreparedLaunch(self.kernel.function, (self.grid,), (cfg.threads,), args,
-                                             smem_bytes=cfg.smem_bytes)
+                                             smem_bytes=cfg.smem_bytes,
+                                             cluster=(cfg.cluster_m, 1, 1) if cfg.cluster_m > 1 else None)
 
     @property
     def flops(self) -> int:

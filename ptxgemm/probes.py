@@ -31,8 +31,10 @@ def check_tile(mode: str, rows: int, cols: int) -> None:
     if cols < 1 or (cols * ELEM_BYTES) % 16:
         raise ConfigError(f"--cols: a row must be a whole number of 16-byte chunks (a multiple of 8 elements), got {cols}")
     span = SPAN_BYTES[mode]
-    if span is not None and cols * ELEM_BYTES > span:
-        raise ConfigError(f"--cols: with {mode} swizzle a row may be at most the swizzle span ({span} B = "
+    if span is not None and cols * ELEM_BYTES != span:
+        # TMA allows narrower boxes, but where their rows land is not what ptxgemm.swizzle models (dense rows
+        # would map outside the tile), so the probe asks only what the model can answer.
+        raise ConfigError(f"--cols: with {mode} swizzle a row must be exactly the swizzle span ({span} B = "
                           f"{span // ELEM_BYTES} elements), got {cols} elements = {cols * ELEM_BYTES} B")
     if cols > MAX_BOX_ROWS:
         raise ConfigError(f"--cols: a TMA box has at most {MAX_BOX_ROWS} elements per row, got {cols}")

@@ -16,7 +16,8 @@ from ptxgemm.gemm import check_operands
 BAD_WARNINGS = {"C7508", "C7504", "C7515", "C7511"}  # setmaxnreg ignored/dropped, wgmma serialized
 CONFIGS = [GemmConfig(), GemmConfig(b_major="k"), GemmConfig(a_major="mn", b_major="k"),
            GemmConfig(out_dtype="float32"), GemmConfig(in_dtype="float16", out_dtype="float16"),
-           GemmConfig(block_m=64, block_n=256), GemmConfig(block_n=192), GemmConfig(debug=True)]
+           GemmConfig(block_m=64, block_n=256), GemmConfig(block_n=192), GemmConfig(debug=True),
+           GemmConfig(cluster_m=2), GemmConfig(cluster_m=2, b_major="k")]
 
 
 @pytest.fixture(scope="module", params=CONFIGS, ids=lambda c: c.describe())
@@ -40,6 +41,8 @@ def test_sass_has_the_intended_instructions(built):
     if cfg.out_itemsize == 2:
         assert "STSM" in sass
     assert not re.search(r"\b(LDL|STL)\b", sass), "local memory traffic (spills or a run-time indexed array)"
+    if cfg.cluster_m > 1:
+        assert "UTMALDG.2D.MULTICAST" in sass and "UCGABAR_WAIT" in sass
     if (cfg.a_major == "mn") or (cfg.b_major == "mn"):
         assert ".tnsp" in sass  # wgmma's transpose bit reads the MN-major operand in place
 
@@ -82,7 +85,7 @@ def test_config_derives_stages_and_smem():
     (dict(block_m=96), "block_m"), (dict(block_n=100), "block_n"), (dict(block_n=320), "block_n"),
     (dict(block_k=32), "block_k"), (dict(stages=1), "stages"), (dict(stages=7), "stages"),
     (dict(in_dtype="float32"), "in_dtype"), (dict(out_dtype="int8"), "out_dtype"), (dict(b_major="x"), "major"),
-    (dict(group_m=0), "group_m"),
+    (dict(group_m=0), "group_m"), (dict(cluster_m=4), "cluster_m"), (dict(cluster_m=2, block_n=192), "cluster_m"),
 ])
 def test_config_rejects(kwargs, rule):
     with pytest.raises(ConfigError, match=rule):

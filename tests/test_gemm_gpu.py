@@ -27,7 +27,8 @@ def _round8(x: int) -> int:
 
 def _draw_cases(n: int, seed: int):
     rng = np.random.default_rng(seed)
-    configs = [dict(), dict(), dict(), dict(block_n=256, block_m=64), dict(block_n=192), dict(block_m=64)]
+    configs = [dict(), dict(), dict(), dict(block_n=256, block_m=64), dict(block_n=192), dict(block_m=64),
+               dict(cluster_m=2), dict(cluster_m=2, block_m=64, block_n=256)]
     cases = []
     while len(cases) < n:
         m, n_, k = (int(rng.choice(EDGE)) for _ in range(3))

@@ -56,7 +56,7 @@ def test_cli_simulate_all_modes_text():
 
 @pytest.mark.parametrize("args, message", [
     (("--simulate", "--mode", "16B"), "--mode: must be one of none, 32B, 64B, 128B or all, got '16B'"),
-    (("--simulate", "--mode", "32B", "--cols", "64"), "--cols: with 32B swizzle a row may be at most the swizzle span"),
+    (("--simulate", "--mode", "32B", "--cols", "64"), "--cols: with 32B swizzle a row must be exactly the swizzle span"),
     (("--simulate", "--rows", "0"), "--rows: a TMA box has 1..256 rows, got 0"),
     (("--simulate", "--rows", "257"), "--rows: a TMA box has 1..256 rows, got 257"),
     (("--simulate", "--mode", "none", "--rows", "256", "--cols", "512"),

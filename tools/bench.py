@@ -33,6 +33,15 @@ QUICK_SHAPES = ((SEED_M, SEED_N, 64), (SEED_M, SEED_N, 512), (SEED_M, SEED_N, 20
                 (8192, 8192, 8192), (512, 8192, 8192))
 
 
+def parse_variant(spec: str):
+    """'128x192' or '128x128c2' (cluster of 2 along M, B multicast) -> GemmConfig."""
+    import ptxgemm
+
+    tile, _, cluster = spec.partition("c")
+    bm, bn = (int(v) for v in tile.split("x"))
+    return ptxgemm.GemmConfig(block_m=bm, block_n=bn, cluster_m=int(cluster or 1))
+
+
 def default_shapes():
     return [(SEED_M, SEED_N, k) for k in K_SWEEP] + list(EXTRA_SHAPES)
 
@@ -168,10 +177,9 @@ def main(argv=None) -> int:
     p.add_argument("--rounds", type=int, default=None)
     p.add_argument("--shapes", default=None, help="MxNxK,MxNxK,... instead of the defaults")
     p.add_argument("--out", default="bench_out", help="directory for bench.json and bench.png")
-    p.add_argument("--block-n", type=int, default=128)
-    p.add_argument("--block-m", type=int, default=128)
+    p.add_argument("--config", default="128x128", help="ptxgemm's tile: BMxBN, optionally cC for a cluster of C")
     p.add_argument("--variants", default="",
-                   help="extra ptxgemm tiles timed in the same rounds, e.g. 128x192,64x256 (reported per row)")
+                   help="extra ptxgemm configs timed in the same rounds, e.g. 128x192,128x128c2 (reported per row)")
     args = p.parse_args(argv)
 
     import ml_dtypes
@@ -189,10 +197,9 @@ def main(argv=None) -> int:
     else:
         shapes = list(QUICK_SHAPES) if args.quick else default_shapes()
     rounds = args.rounds or (7 if args.quick else 25)
-    config = ptxgemm.GemmConfig(block_m=args.block_m, block_n=args.block_n)
+    config = parse_variant(args.config)
     peer = find_peer()
-    variants = [PtxgemmImpl(ptxgemm.GemmConfig(block_m=int(v.split("x")[0]), block_n=int(v.split("x")[1])),
-                            f"ptxgemm {v}") for v in filter(None, args.variants.split(","))]
+    variants = [PtxgemmImpl(parse_variant(v), f"ptxgemm {v}") for v in filter(None, args.variants.split(","))]
     impls = [PtxgemmImpl(config)] + variants + ([peer] if peer else [])
     print(f"# {info.name}, {info.sm_count} SMs, driver {info.driver_version_str}; peer: "
           f"{peer.name if peer else 'none'}; {config.describe()}; {rounds} rounds, median", flush=True)

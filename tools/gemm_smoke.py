@@ -23,20 +23,20 @@ def main() -> int:
 
     rng = np.random.default_rng(0)
     failures = 0
-    for debug in (True, False):
+    for debug, cluster_m in ((True, 1), (True, 2), (False, 1), (False, 2)):
         for b_major in ("mn", "k"):
             for m, n, k in SHAPES:
                 a = random_matrix(rng, m, k, "bfloat16")
                 b = random_matrix(rng, k, n, "bfloat16", order="C" if b_major == "mn" else "F")
                 try:
-                    out = ptxgemm.run(a, b, config=ptxgemm.GemmConfig(debug=debug))
+                    out = ptxgemm.run(a, b, config=ptxgemm.GemmConfig(debug=debug, cluster_m=cluster_m))
                 except BarrierStall as e:
-                    print(f"STALL debug={debug} B {b_major}-major {m}x{n}x{k}: {e}", flush=True)
+                    print(f"STALL debug={debug} cluster={cluster_m} B {b_major}-major {m}x{n}x{k}: {e}", flush=True)
                     return 3
                 err = relative_error(out, reference(a, b))
                 ok = err <= TOLERANCE["bfloat16"]
                 failures += not ok
-                print(f"{'ok  ' if ok else 'FAIL'} debug={debug} B {b_major}-major {m}x{n}x{k}: rel_err {err:.3e}",
+                print(f"{'ok  ' if ok else 'FAIL'} debug={debug} cluster={cluster_m} B {b_major}-major {m}x{n}x{k}: rel_err {err:.3e}",
                       flush=True)
     return 1 if failures else 0
 
