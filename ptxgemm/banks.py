@@ -80,37 +80,59 @@ RULES: Mapping[str, Rule] = MappingProxyType(
             Rule(
                 "BANK_MAPPING",
                 "byte address A lives in 4-byte word A//4, which lives in bank (A//4) % 32.",
+                verified=True,
             ),
             Rule(
                 "PHASE_BY_WIDTH",
                 "a warp's ld/st is split into phases of consecutive lanes by access width: "
                 "1, 2 or 4 bytes per lane -> one phase of 32 lanes; 8 bytes -> two phases of "
-                "16 lanes (half-warps); 16 bytes -> four phases of 8 lanes (quarter-warps).",
+                "16 lanes (half-warps); 16 bytes -> four phases of 8 lanes (quarter-warps).  "
+                "Stores always; loads unless LOAD_PAIR_PACKING applies.",
+                verified=True,
+            ),
+            Rule(
+                "LOAD_PAIR_PACKING",
+                "a load returns at most 128 bytes (one register per lane) per wavefront, but when "
+                "lane pairs share their address -- a[n] == a[n^1] for every lane n, or a[n] == a[n^2] "
+                "for every lane n (all lanes at one address is both) -- the return is packed 2x: "
+                "an 8-byte load is served as one phase of 32 lanes, a 16-byte load as two phases of "
+                "16 lanes (half-warps).  Only ld/ld.v2/ld.v4 (ldmatrix and stores are never packed).  "
+                "Decided by the H200 run: ld.v2/ld.v4 'all lanes one address' measured 1 and 2 "
+                "(half-warp/quarter-warp phases alone predict 2 and 4), while 'half-warps on the same "
+                "128 B' (a[n] == a[n^16]) and 'quarter-warps on the same 128 B' (a[n] == a[n^8]) "
+                "measured 2 and 4 and the 2-way split patterns 4 and 8, so it is not whole-warp "
+                "same-word broadcast.  Open: pairs that are not all one address (the 'pairing' "
+                "patterns of tools/bank_probe_gpu.py).",
             ),
             Rule(
                 "MATRIX_PHASE",
                 "ldmatrix/stmatrix .x1/.x2/.x4 serve one 8x8 b16 matrix per phase: matrix m "
                 "uses the addresses of lanes 8m..8m+7, each the start of a 16-byte row; "
                 ".trans changes which registers receive the data, not the addresses.",
+                verified=True,
             ),
             Rule(
                 "DISTINCT_WORDS",
                 "a phase costs as many wavefronts as the largest number of distinct words "
                 "that any single bank must serve in it (at least 1).",
+                verified=True,
             ),
             Rule(
                 "LOAD_BROADCAST",
-                "lanes that read the same word share one bank access (broadcast).",
+                "lanes of one phase that read the same word share one bank access (broadcast).",
+                verified=True,
             ),
             Rule(
                 "STORE_MERGE",
                 "lanes that write the same word (same or different bytes of it) share one "
                 "bank access, as loads do.",
+                verified=True,
             ),
             Rule(
                 "PHASES_ADD",
                 "an instruction costs the sum of its phases' wavefronts; phases never "
-                "share a wavefront.",
+                "share a wavefront (same-word lanes in different phases are not merged).",
+                verified=True,
             ),
         )
     }
@@ -128,7 +150,14 @@ class HardwareRules:
     lanes_per_phase_by_width: Mapping[int, int] = field(
         default_factory=lambda: MappingProxyType({1: 32, 2: 32, 4: 32, 8: 16, 16: 8})
     )
-    """PHASE_BY_WIDTH: bytes per lane -> lanes served per phase."""
+    """PHASE_BY_WIDTH: bytes per lane -> lanes served per phase (stores, and loads that are not packed)."""
+    paired_load_lanes_per_phase_by_width: Mapping[int, int] = field(
+        default_factory=lambda: MappingProxyType({1: 32, 2: 32, 4: 32, 8: 32, 16: 16})
+    )
+    """LOAD_PAIR_PACKING: bytes per lane -> lanes per phase of a load whose lane pairs share addresses."""
+    paired_load_lane_masks: tuple[int, ...] = (1, 2)
+    """LOAD_PAIR_PACKING: a load is packed if, for one of these m, every lane n has the address of lane
+    n ^ m.  ``()`` turns packing off (the model before the H200 run)."""
     matrix_lanes_per_phase: int = MATRIX_ROWS
     """MATRIX_PHASE: one matrix (8 row addresses) per phase."""
     load_broadcast: bool = True
@@ -263,6 +292,8 @@ class Phase:
     lanes: tuple[int, ...]
     wavefronts: int
     ideal: int
+    packed: bool = False
+    """LOAD_PAIR_PACKING: a load phase whose lane pairs share addresses (2x the lanes, half the return)."""
 
 
 @dataclass(frozen=True)
@@ -305,16 +336,38 @@ class Result:
                     "banks": [by_lane[l].bank for l in p.lanes],
                     "degrees": [by_lane[l].degree for l in p.lanes],
                     "wavefronts": p.wavefronts,
+                    "packed": p.packed,
                 }
                 for p in self.phases
             ],
         }
 
 
-def phase_lane_groups(op: Op, rules: HardwareRules = DEFAULT_RULES) -> list[tuple[int, ...]]:
-    """PHASE_BY_WIDTH / MATRIX_PHASE: which lanes the hardware serves together."""
+def packed_load(op: Op, addresses: Sequence[int] | None, rules: HardwareRules = DEFAULT_RULES) -> bool:
+    """LOAD_PAIR_PACKING: is this ld (not ldmatrix) served with its lane pairs packed?
+
+    True when, for one of ``rules.paired_load_lane_masks`` m, every lane n has lane n ^ m's address.
+    """
+    if op.kind != LOAD or op.matrix or addresses is None:
+        return False
+    used = list(addresses[: op.lanes_used])
+    if len(used) < op.lanes_used:
+        return False
+    return any(all(used[n] == used[n ^ m] for n in range(op.lanes_used) if (n ^ m) < op.lanes_used)
+               for m in rules.paired_load_lane_masks)
+
+
+def phase_lane_groups(op: Op, rules: HardwareRules = DEFAULT_RULES,
+                      addresses: Sequence[int] | None = None) -> list[tuple[int, ...]]:
+    """PHASE_BY_WIDTH / MATRIX_PHASE / LOAD_PAIR_PACKING: which lanes the hardware serves together.
+
+    Without ``addresses`` (or for lanes at distinct addresses) this is the unpacked grouping; a load
+    whose lane pairs share addresses gets the wider phases of LOAD_PAIR_PACKING.
+    """
     if op.matrix:
         per_phase = rules.matrix_lanes_per_phase
+    elif packed_load(op, addresses, rules):
+        per_phase = rules.paired_load_lanes_per_phase_by_width[op.bytes_per_lane]
     else:
         per_phase = rules.lanes_per_phase_by_width[op.bytes_per_lane]
     return [tuple(range(start, min(start + per_phase, op.lanes_used)))
@@ -340,9 +393,10 @@ def _bank_loads(words_by_lane: Mapping[int, tuple[int, ...]], merge: bool) -> di
     return dict(counts)
 
 
-def _ideal_wavefronts(lanes: int, bytes_per_lane: int) -> int:
-    """Bytes moved / 128 per wavefront, and at least one wavefront per phase."""
-    return max(1, math.ceil(lanes * bytes_per_lane / WAVEFRONT_BYTES))
+def _ideal_wavefronts(lanes: int, bytes_per_lane: int, packing: int = 1) -> int:
+    """Bytes moved / 128 per wavefront (``packing`` lanes share each returned value), and at least one
+    wavefront per phase."""
+    return max(1, math.ceil(lanes * bytes_per_lane / (WAVEFRONT_BYTES * packing)))
 
 
 def simulate(op: str | Op, addresses: Sequence[int], rules: HardwareRules = DEFAULT_RULES) -> Result:
@@ -354,13 +408,14 @@ def simulate(op: str | Op, addresses: Sequence[int], rules: HardwareRules = DEFA
     op = get_op(op)
     used = validate_addresses(op, addresses)
     merge = _merges_same_word(op, rules)
+    packed = packed_load(op, used, rules)
     accesses: list[LaneAccess] = []
     phases: list[Phase] = []
-    for index, lanes in enumerate(phase_lane_groups(op, rules)):
+    for index, lanes in enumerate(phase_lane_groups(op, rules, used)):
         words = {lane: words_of(used[lane], op.bytes_per_lane) for lane in lanes}
         loads = _bank_loads(words, merge)
         phases.append(Phase(index, lanes, max(loads.values(), default=1),
-                            _ideal_wavefronts(len(lanes), op.bytes_per_lane)))
+                            _ideal_wavefronts(len(lanes), op.bytes_per_lane, 2 if packed else 1), packed))
         for lane in lanes:
             banks = tuple(w % NUM_BANKS for w in words[lane])
             accesses.append(LaneAccess(lane, used[lane], index, banks, max(loads[b] for b in banks)))
@@ -373,7 +428,10 @@ def wavefronts(op: str | Op, addresses: Sequence[int], rules: HardwareRules = DE
 
 
 def ideal_wavefronts(op: str | Op, rules: HardwareRules = DEFAULT_RULES) -> int:
-    """The fewest wavefronts the op can take (with every lane active)."""
+    """The ideal count of the op with every lane active at its own address.
+
+    A load packed by LOAD_PAIR_PACKING (lane pairs sharing addresses) can take fewer: ``simulate``'s
+    ``Result.ideal`` accounts for that."""
     op = get_op(op)
     return sum(_ideal_wavefronts(len(lanes), op.bytes_per_lane) for lanes in phase_lane_groups(op, rules))
 
@@ -469,7 +527,7 @@ __all__ = [
     "BANK_BYTES", "NUM_BANKS", "WAVEFRONT_BYTES", "WARP_SIZE", "MATRIX_ROWS", "MATRIX_ROW_BYTES",
     "SHARED_WINDOW_BYTES", "LOAD", "STORE", "BankModelError", "Rule", "RULES", "HardwareRules",
     "DEFAULT_RULES", "Op", "OPS", "get_op", "bank_of", "words_of", "validate_addresses",
-    "LaneAccess", "Phase", "Result", "phase_lane_groups", "simulate", "wavefronts",
+    "LaneAccess", "Phase", "Result", "packed_load", "phase_lane_groups", "simulate", "wavefronts",
     "ideal_wavefronts", "LAYOUTS", "TileLayout", "tile_layout", "matrix_x4_lane_coords",
     "block_x4_addresses", "strided_addresses", "verified_rules",
 ]

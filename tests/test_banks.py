@@ -2,7 +2,8 @@
 
 The model's laws from issue 4: a conflict-free permutation costs the ideal count; 32 lanes on one bank cost
 32 wavefronts for 4-byte stores; broadcast reads cost one.  Whether the rules behind them hold on the
-hardware is tests/test_banks_gpu.py's job.
+hardware is tests/test_banks_gpu.py's job; the measured tables it wrote (docs/results/bank_conflicts_*.md)
+are checked here, row by row, without a GPU.
 """
 from __future__ import annotations
 
@@ -22,6 +23,8 @@ from ptxgemm import banks
 REPO = Path(__file__).resolve().parent.parent
 TOOLS = REPO / "tools"
 DOC = REPO / "docs" / "bank_conflicts.md"
+H200_RUN1 = REPO / "docs" / "results" / "bank_conflicts_h200_run1.md"
+H200_RUN2 = REPO / "docs" / "results" / "bank_conflicts_h200_run2.md"  # + the GEMM epilogue patterns
 
 
 def load_tool(name: str):
@@ -81,11 +84,34 @@ def test_broadcast_reads_cost_one(op, address):
     assert banks.wavefronts(op, [address] * 32) == 1
 
 
-@pytest.mark.parametrize("op", ["ld.v2.b32", "ld.v4.b32", "ldmatrix.x1", "ldmatrix.x2", "ldmatrix.x4"])
-def test_wide_broadcast_reads_cost_one_per_phase(op):
+@pytest.mark.parametrize("op, expected", [
+    ("ld.v2.b32", 1), ("ld.v4.b32", 2),                           # LOAD_PAIR_PACKING (measured on the H200)
+    ("ldmatrix.x1", 1), ("ldmatrix.x2", 2), ("ldmatrix.x4", 4),   # one phase per matrix, never packed
+    ("st.v2.b32", 2), ("st.v4.b32", 4),                           # stores are never packed
+])
+def test_wide_broadcast_reads_cost_one_per_phase(op, expected):
     result = banks.simulate(op, [512] * 32)
     assert all(p.wavefronts == 1 for p in result.phases)
-    assert result.wavefronts == result.ideal
+    assert result.wavefronts == result.ideal == expected
+
+
+def test_loads_whose_lane_pairs_share_addresses_are_packed():
+    pairs = [(lane // 2) * 8 for lane in range(32)]              # a[n] == a[n^1], 128 bytes
+    pairs2 = [((lane // 4) * 2 + lane % 2) * 8 for lane in range(32)]   # a[n] == a[n^2]
+    halves = [(lane % 16) * 8 for lane in range(32)]             # a[n] == a[n^16]: not a packing pair
+    for addresses, packed, expected in ((pairs, True, 1), (pairs2, True, 1), (halves, False, 2)):
+        result = banks.simulate("ld.v2.b32", addresses)
+        assert banks.packed_load(result.op, addresses) is packed
+        assert [p.packed for p in result.phases] == [packed] * len(result.phases)
+        assert result.wavefronts == result.ideal == expected
+    assert banks.phase_lane_groups(banks.OPS["ld.v4.b32"], addresses=[0] * 32) == [tuple(range(16)),
+                                                                                   tuple(range(16, 32))]
+    assert banks.wavefronts("st.v2.b32", pairs) == 2               # stores: half-warps as ever
+    # packed or not, the phases' wavefronts add and conflicts count within a phase
+    split = [0, 8, 16, 24, 128, 136, 144, 152, 64, 72, 80, 88, 192, 200, 208, 216]
+    assert banks.wavefronts("ld.v2.b32", [split[lane // 2] for lane in range(32)]) == 2
+    assert banks.wavefronts("ld.v2.b32", [split[lane // 2] for lane in range(32)],
+                            banks.HardwareRules(paired_load_lane_masks=())) == 4
 
 
 def test_reads_of_different_bytes_of_one_word_are_a_broadcast():
@@ -216,6 +242,13 @@ def test_rule_knobs_change_the_prediction():
     assert banks.wavefronts("ld.b32", [0] * 32, no_merge) == 1          # loads still broadcast
     whole_warp = banks.HardwareRules(lanes_per_phase_by_width={1: 32, 2: 32, 4: 32, 8: 32, 16: 32})
     assert banks.wavefronts("st.v4.b32", banks.strided_addresses(16), whole_warp) == 4
+    no_packing = banks.HardwareRules(paired_load_lane_masks=())
+    assert banks.wavefronts("ld.v4.b32", [256] * 32) == 2
+    assert banks.wavefronts("ld.v4.b32", [256] * 32, no_packing) == 4
+
+
+def test_rules_are_verified_by_the_h200_run():
+    assert set(banks.verified_rules()) == set(banks.RULES) - {"LOAD_PAIR_PACKING"}
 
 
 def test_every_rule_is_documented():
@@ -493,3 +526,85 @@ def test_ncu_command_profiles_only_the_probe():
     for metric in probe.METRICS.values():
         assert metric in joined
     assert "--csv" in cmd and "regex:^bank_probe_" in cmd and cmd[-2:] == ["--only", "stride"]
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The measured tables (docs/results/): the model against every row, no GPU
+# --------------------------------------------------------------------------------------------------------------
+
+ROW = re.compile(r"^\| (?P<group>[\w-]+) \| (?P<name>.+?) \| `(?P<op>[\w.]+)` \| (?P<predicted>\d+) \| "
+                 r"(?P<ideal>\d+) \| (?P<measured>[\d.]+) \| (?P<other>[\d.]+) \| (?P<match>yes|\*\*NO\*\*) \|$")
+
+
+def measured_rows(path: Path) -> list[dict]:
+    """The pattern rows of a table written by tools/bank_probe_gpu.py --measure; checks none was skipped."""
+    text = path.read_text()
+    rows = [m.groupdict() for line in text.splitlines() if (m := ROW.match(line))]
+    total = re.search(r"\*\*(\d+) of (\d+) patterns match the model\.\*\*", text)
+    assert total, f"{path.name}: no 'N of M patterns match' line"
+    assert len(rows) == int(total.group(2)), f"{path.name}: parsed {len(rows)} rows, the table says {total.group(2)}"
+    return rows
+
+
+def _measured_patterns(path):
+    patterns = {p.name: p for p in probe.all_patterns()}
+    rows = measured_rows(path)
+    for row in rows:
+        assert row["name"] in patterns, f"measured pattern {row['name']!r} is no longer in the probe's catalogue"
+        assert patterns[row["name"]].op == row["op"], row["name"]
+    return [(patterns[row["name"]], row) for row in rows]
+
+
+@pytest.fixture(scope="module")
+def h200_run1():
+    return _measured_patterns(H200_RUN1)
+
+
+@pytest.mark.parametrize("path, count", [(H200_RUN1, 194), (H200_RUN2, 230)], ids=["run1", "run2"])
+def test_the_model_predicts_every_measured_h200_row(path, count):
+    measured = _measured_patterns(path)
+    assert len(measured) == count
+    bad = []
+    for pattern, row in measured:
+        assert float(row["other"]) == 0, row["name"]
+        if pattern.simulate().wavefronts != float(row["measured"]):
+            bad.append(f"{row['name']}: model {pattern.simulate().wavefronts}, measured {row['measured']}")
+    assert not bad, f"{len(bad)} of {len(measured)} H200 measurements differ from ptxgemm.banks:\n" + "\n".join(bad)
+
+
+def test_the_probe_still_builds_the_measured_addresses(h200_run1):
+    """The table stores no addresses: the model as it was for that run (no LOAD_PAIR_PACKING) must reproduce its
+    'predicted' column, else the pattern catalogue changed under the measurements.  That old model misses
+    exactly the two rows that refuted it."""
+    before = banks.HardwareRules(paired_load_lane_masks=())
+    missed = set()
+    for pattern, row in h200_run1:
+        old = banks.simulate(pattern.op, pattern.addresses, before).wavefronts
+        assert old == int(row["predicted"]), row["name"]
+        if old != float(row["measured"]):
+            missed.add(row["name"])
+    assert missed == {"ld.v2.b32 all lanes one address", "ld.v4.b32 all lanes one address"}
+
+
+def test_whole_warp_load_phases_do_not_fit_the_h200_run(h200_run1):
+    """The other candidate for the two broadcast rows -- loads always in phases of 32 lanes (8 B) and 16 lanes
+    (16 B) with same-word broadcast -- misses the half/quarter-warp reuse and split rows."""
+    whole = banks.HardwareRules(lanes_per_phase_by_width={1: 32, 2: 32, 4: 32, 8: 32, 16: 16})
+    missed = {row["name"] for pattern, row in h200_run1 if pattern.kind == banks.LOAD
+              and banks.simulate(pattern.op, pattern.addresses, whole).wavefronts != float(row["measured"])}
+    assert missed == {"ld.v2.b32 half-warps on the same 128 B", "ld.v2.b32 half-warps 2-way on disjoint banks",
+                      "ld.v4.b32 quarter-warps on the same 128 B",
+                      "ld.v4.b32 quarter-warps 2-way on disjoint bank halves"}
+
+
+def test_pairing_patterns_tell_the_packing_candidates_apart():
+    patterns = [p for p in probe.all_patterns() if p.group == "pairing"]
+    candidates = [banks.HardwareRules(paired_load_lane_masks=m) for m in ((1, 2), (1,), (2,), ())]
+    counts = {p.name: [banks.simulate(p.op, p.addresses, r).wavefronts for r in candidates] for p in patterns}
+    # every pair of candidates disagrees on some pattern
+    for i in range(len(candidates)):
+        for j in range(i + 1, len(candidates)):
+            assert any(c[i] != c[j] for c in counts.values()), (candidates[i], candidates[j])
+    assert counts["ld.v2.b32 lane pairs n, n^1 share an address"] == [1, 1, 2, 2]
+    assert counts["ld.v4.b32 lane pairs n, n^2 share an address"] == [2, 4, 2, 4]
+    assert counts["ld.v4.b32 lane pairs n, n^1, half-warp 0 2-way"] == [3, 3, 4, 4]

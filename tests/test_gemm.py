@@ -137,3 +137,23 @@ def test_run_rejects_bad_out_dtype_and_config():
 def test_import_never_pulls_in_torch():
     code = "import sys, ptxgemm, ptxgemm.gemm, ptxgemm.driver; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_no_multi_line_macro_is_guarded_from_outside():
+    """`@p {{ macro() }}` guards only the macro's first instruction: every predicated call site must expand to
+    exactly one instruction (multi-instruction macros take their predicate as an argument instead)."""
+    import pathlib
+
+    from ptxgemm import codegen
+
+    env = codegen.environment()
+    for path in sorted(pathlib.Path(codegen._template_dir()).glob("*.j2")):
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            m = re.match(r"\s*@%\w+\s+\{\{\s*(\w+)\.(\w+)\(", line)
+            if not m:
+                continue
+            module = {"mbar": "mbarrier.ptx.j2", "tma": "tma.ptx.j2"}[m.group(1)]
+            macro = getattr(env.get_template(module).make_module({"debug": False}), m.group(2))
+            args = ["%x"] * (len(macro.arguments))
+            body = [ln for ln in macro(*args).splitlines() if ln.strip() and not ln.strip().startswith("//")]
+            assert len(body) == 1, f"{path.name}:{number}: predicated call of {m.group(2)}, which emits {len(body)} lines"

@@ -101,7 +101,8 @@ def report_op(op: str, addresses: Sequence[int], as_json: bool) -> str:
     rows = [(a.lane, a.address, hex(a.address), format_banks(a), a.phase, a.degree)
             for a in result.accesses]
     table = render_table(("lane", "address", "hex", "bank", "phase", "degree"), rows)
-    phases = ", ".join(f"phase {p.index}: {p.wavefronts}" for p in result.phases)
+    phases = ", ".join(f"phase {p.index}: {p.wavefronts}" + (" (lane pairs packed)" if p.packed else "")
+                       for p in result.phases)
     return f"{table}\n\n{op}: {verdict(result)}\nwavefronts per phase: {phases}"
 
 

@@ -151,10 +151,15 @@ def packed_patterns() -> list[Pattern]:
     return out
 
 
+def _packing_rules(op: banks.Op) -> tuple[str, ...]:
+    """LOAD_PAIR_PACKING decides the count of a wide ld whose lane pairs share addresses."""
+    return ("LOAD_PAIR_PACKING",) if op.kind == banks.LOAD and not op.matrix and op.bytes_per_lane > 4 else ()
+
+
 def broadcast_patterns() -> list[Pattern]:
     """Every lane (or every matrix row) at the same address."""
     return [Pattern(f"{op.name} all lanes one address", op.name, (256,) * WARP_THREADS, "broadcast",
-                    (_same_word_rule(op), "PHASES_ADD"))
+                    (_same_word_rule(op), "PHASES_ADD") + _packing_rules(op))
             for op in banks.OPS.values()]
 
 
@@ -210,6 +215,54 @@ def phase_patterns() -> list[Pattern]:
                             (matrix_dup_rows, "rows 4-7 repeat rows 0-3")):
             out.append(Pattern(f"{op.name} {what}", op.name, tuple(addrs), "phase",
                                ("MATRIX_PHASE", "PHASES_ADD", _same_word_rule(op))))
+    return out
+
+
+def _pairs_share(chunks: Sequence[int], width: int, mask: int = 1) -> list[int]:
+    """32 lane addresses from 16 chunk indices (chunk * width bytes): lanes n and n ^ mask share a chunk,
+    the pairs taking the chunks in lane order."""
+    pair_of_lane = [lane // 2 if mask == 1 else (lane // 4) * 2 + lane % 2 for lane in range(WARP_THREADS)]
+    return [chunks[p] * width for p in pair_of_lane]
+
+
+def pairing_patterns() -> list[Pattern]:
+    """Patterns that tell the LOAD_PAIR_PACKING candidates apart: the H200 run only saw its all-lanes-one-
+    address case (ld.v2 1, ld.v4 2 wavefronts), which 'uniform only', 'pairs n^1 only', 'pairs n^2 only' and
+    'pairs n^1 or n^2' all predict.  Each pattern below has a different count under at least two of them
+    (the model's prediction is the 'n^1 or n^2' one; without packing v2 costs 2 and v4 4 at least)."""
+    out = []
+    v2, v4 = 8, 16
+    # ld.v2: 16 chunks of 8 B in one 128-byte line; packed -> 1 phase of 32 lanes -> 1, else 2
+    line_v2 = list(range(16))
+    # ld.v2, pairs conflicting: half-warp 0 2-way on banks 0-7, half-warp 1 2-way on banks 16-23;
+    # packed (one 32-lane phase) -> 2, half-warp phases -> 2 + 2 = 4
+    split_v2 = [0, 1, 2, 3, 16, 17, 18, 19] + [8, 9, 10, 11, 24, 25, 26, 27]
+    # ld.v4: 16 chunks of 16 B over 256 B; packed -> 2 half-warps of 128 B -> 2, quarter-warps -> 4
+    line_v4 = list(range(16))
+    # ld.v4, pairs conflicting in half-warp 0 only: quarter 0 on banks 0-15 of line 0, quarter 1 on banks 0-15
+    # of line 1, quarters 2/3 on banks 16-31 of line 0 and 0-15 of line 2; packed -> 2 + 1 = 3, else 4
+    split_v4 = [0, 1, 2, 3] + [8, 9, 10, 11] + [4, 5, 6, 7] + [16, 17, 18, 19]
+    cases = []
+    for prefix in ("ld", "st"):
+        cases += [
+            (f"{prefix}.v2.b32", _pairs_share(line_v2, v2, 1), "lane pairs n, n^1 share an address"),
+            (f"{prefix}.v4.b32", _pairs_share(line_v4, v4, 1), "lane pairs n, n^1 share an address"),
+        ]
+    cases += [
+        ("ld.v2.b32", _pairs_share(line_v2, v2, 2), "lane pairs n, n^2 share an address"),
+        ("ld.v4.b32", _pairs_share(line_v4, v4, 2), "lane pairs n, n^2 share an address"),
+        ("ld.v2.b32", [(lane // 4) * v2 for lane in range(WARP_THREADS)], "lane quads share an address"),
+        ("ld.v4.b32", [(lane // 4) * v4 for lane in range(WARP_THREADS)], "lane quads share an address"),
+        ("ld.v2.b32", _pairs_share(split_v2, v2, 1), "lane pairs n, n^1, half-warps 2-way on different banks"),
+        ("ld.v4.b32", _pairs_share(split_v4, v4, 1), "lane pairs n, n^1, half-warp 0 2-way"),
+        # one lane breaks the pairing (moved to an idle bank): 'every lane' or 'most lanes'?
+        ("ld.v2.b32", _pairs_share(line_v2, v2, 1)[:31] + [128], "lane pairs n, n^1 except lane 31"),
+        ("ld.v4.b32", _pairs_share(line_v4, v4, 1)[:31] + [4096], "lane pairs n, n^1 except lane 31"),
+    ]
+    for op_name, addrs, what in cases:
+        op = banks.OPS[op_name]
+        out.append(Pattern(f"{op_name} {what}", op_name, tuple(addrs), "pairing",
+                           ("PHASE_BY_WIDTH", "DISTINCT_WORDS") + (_packing_rules(op) or (_same_word_rule(op),))))
     return out
 
 
@@ -275,7 +328,7 @@ def all_patterns() -> list[Pattern]:
     """Every pattern the hardware check runs, in launch order."""
     epilogue, _ = epilogue_patterns()
     return (stride_patterns() + packed_patterns() + broadcast_patterns() + permutation_patterns()
-            + phase_patterns() + layout_patterns() + epilogue)
+            + phase_patterns() + pairing_patterns() + layout_patterns() + epilogue)
 
 
 # --------------------------------------------------------------------------------------------------------------
