@@ -26,6 +26,7 @@ SWIZZLE_PERIOD = 1024              # 8 lines x 128 B: swizzled buffers start on 
 WGMMA_M = 64                       # rows of one wgmma instruction
 WGMMA_K_BYTES = 32                 # one wgmma consumes k = 16 of a 16-bit type
 MBARRIER_BYTES = 8
+DESC_ADDRESS_MASK = 0x3FFFF        # a GMMA descriptor encodes bits 4..17 of the shared-memory address
 MAX_STAGES = 8
 CONSUMER_RELEASE_ARRIVALS = 4  # empty-barrier count: lane 0 of each consumer warp, once its wgmmas retired
 
@@ -273,6 +274,7 @@ class GemmConfig:
             "consumer_release_arrivals": self.empty_arrivals,
             "producer_regs": producer_regs,
             "consumer_regs": consumer_regs,
+            "desc_address_mask": DESC_ADDRESS_MASK,
             "desc_a_consts": self.descriptor_consts(self.a_major, self.block_m),
             "desc_b_consts": self.descriptor_consts(self.b_major, self.block_n),
             "trans_a": int(self.a_major == "mn"),

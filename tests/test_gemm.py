@@ -157,3 +157,14 @@ def test_no_multi_line_macro_is_guarded_from_outside():
             args = ["%x"] * (len(macro.arguments))
             body = [ln for ln in macro(*args).splitlines() if ln.strip() and not ln.strip().startswith("//")]
             assert len(body) == 1, f"{path.name}:{number}: predicated call of {m.group(2)}, which emits {len(body)} lines"
+
+
+def test_descriptors_mask_the_address_before_shifting():
+    """(addr & 0x3FFFF) >> 4: without the mask, a cluster CTA's high shared-window bits land in the LBO field
+    (harmless for K-major operands, which ignore LBO; wrong results for MN-major ones, seen on the H200)."""
+    ptx = ptxgemm.render_gemm(GemmConfig(cluster_m=2))
+    lines = ptx.splitlines()
+    shifts = [i for i, line in enumerate(lines) if re.match(r"\s*shr\.u32\s+%tmp, %tmp, 4;", line)]
+    assert len(shifts) == 2
+    for i in shifts:
+        assert re.match(r"\s*and\.b32\s+%tmp, %\w+, 0x3ffff;", lines[i - 1]), lines[i - 1]
