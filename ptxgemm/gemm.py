@@ -155,6 +155,21 @@ def _resolve_config(config: GemmConfig | None, in_dtype: str, out_dtype: str, a_
     return dataclasses.replace(base, in_dtype=in_dtype, out_dtype=out_dtype, a_major=a_major, b_major=b_major)
 
 
+MN_PANEL = 64  # elements of an MN-major operand per 128-byte swizzle row: one TMA box (and smem panel) each
+
+
+def _operand_map(array, op: Operand, mn_extent: int, k: int, k_major_rows: int, block_k: int):
+    """The TMA map of an operand. K-major: box {block_k, k_major_rows} (K innermost); MN-major: one
+    {64, block_k} box per 64-element panel (M or N innermost), the layout wgmma reads with its transpose bit."""
+    from . import tensormap
+
+    if op.major == "k":
+        dims, box = (k, mn_extent), (block_k, k_major_rows)
+    else:
+        dims, box = (mn_extent, k), (MN_PANEL, block_k)
+    return tensormap.encode_tiled(array, dims, (op.lead_bytes,), box, l2_promotion=LOAD_L2_PROMOTION)
+
+
 class GemmPlan:
     """C = A·B on device arrays with every tensor map encoded and every argument packed: `launch()` just enqueues."""
 
@@ -179,19 +194,8 @@ class GemmPlan:
         self.kernel = get_kernel(cfg)
         info = driver.require_sm90("running the GEMM")
 
-        box = cfg.block_k
-        if op_a.major == "k":
-            self.tmap_a = tensormap.encode_tiled(a, (k, m), (op_a.lead_bytes,), (box, cfg.block_m),
-                                                 l2_promotion=LOAD_L2_PROMOTION)
-        else:
-            self.tmap_a = tensormap.encode_tiled(a, (m, k), (op_a.lead_bytes,), (64, box),
-                                                 l2_promotion=LOAD_L2_PROMOTION)
-        if op_b.major == "k":
-            self.tmap_b = tensormap.encode_tiled(b, (k, n), (op_b.lead_bytes,), (box, cfg.b_rows_per_cta),
-                                                 l2_promotion=LOAD_L2_PROMOTION)
-        else:
-            self.tmap_b = tensormap.encode_tiled(b, (n, k), (op_b.lead_bytes,), (64, box),
-                                                 l2_promotion=LOAD_L2_PROMOTION)
+        self.tmap_a = _operand_map(a, op_a, mn_extent=m, k=k, k_major_rows=cfg.block_m, block_k=cfg.block_k)
+        self.tmap_b = _operand_map(b, op_b, mn_extent=n, k=k, k_major_rows=cfg.b_rows_per_cta, block_k=cfg.block_k)
         ldc = max(n * cfg.out_itemsize, TMA_STRIDE_ALIGN) if m == 1 else n * cfg.out_itemsize
         ldc = -(-ldc // TMA_STRIDE_ALIGN) * TMA_STRIDE_ALIGN
         self.tmap_c = tensormap.encode_tiled(out, (n, m), (ldc,), (cfg.epi_panel_cols, cfg.block_m), l2_promotion="none")
