@@ -96,28 +96,25 @@ PROBE_OPTIONS = ("mode", "rows", "cols")
 SHAPE_OPTIONS = ("m", "n", "k")
 
 
-def _add_dump_parser(sub, with_gemm_options: bool) -> bool:
+def _add_dump_parser(sub) -> None:
     from . import dump
+    from .config import GemmConfig
 
     p = sub.add_parser("dump", help="write a kernel's PTX, cubin, SASS and report.json (no GPU needed)",
                        description="Render a kernel, assemble it with ptxas and write NAME.ptx, NAME.cubin, NAME.sass, "
                                    "ptxas.log and report.json to --out. No GPU needed.")
     p.add_argument("--kernel", choices=dump.KERNELS, default="gemm", help="which kernel (default gemm)")
     p.add_argument("--out", required=True, help="output directory (created if missing)")
-    gemm_available = dump.add_gemm_arguments(p) if with_gemm_options else False
+    GemmConfig.add_cli_arguments(p.add_argument_group("GEMM configuration (--kernel gemm)"))
     shape = p.add_argument_group("GEMM problem shape (--kernel gemm)")
     for dim in SHAPE_OPTIONS:
-        try:
-            shape.add_argument(f"--{dim}", type=int, default=None, help=f"problem size {dim.upper()}")
-        except argparse.ArgumentError:  # GemmConfig.add_cli_arguments defined it already
-            pass
+        shape.add_argument(f"--{dim}", type=int, default=None, help=f"problem size {dim.upper()}")
     probe = p.add_argument_group("swizzle probe (--kernel swizzle_probe)")
     probe.add_argument("--mode", default=None, help="none, 32B, 64B or 128B (default 128B)")
     probe.add_argument("--rows", type=int, default=None, help="tile rows (default 8)")
     probe.add_argument("--cols", type=int, default=None,
                        help="tile columns of 16-bit elements (default: one swizzle span, 64 for 128B)")
     p.set_defaults(func=cmd_dump)
-    return gemm_available
 
 
 def cmd_dump(args) -> int:
@@ -141,12 +138,10 @@ def cmd_dump(args) -> int:
 # main
 # ---------------------------------------------------------------------------------------------------------------
 
-def build_parser(with_gemm_options: bool = True) -> tuple[argparse.ArgumentParser, bool]:
-    """The parser, and whether the GEMM's config options are in it. They are imported (ptxgemm.config) only when
-    asked for, so that `info` and the probe's dump never depend on the GEMM's modules."""
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=PROG, description="ptxgemm: Hopper GEMM from PTX templates.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    gemm_available = _add_dump_parser(sub, with_gemm_options)
+    _add_dump_parser(sub)
     info = sub.add_parser("info", help="print the toolchain, the cache directory and the GPU",
                           description="Print ptxas/nvdisasm paths and versions, the cubin cache directory and the GPU.")
     info.add_argument("--json", action="store_true", help="print JSON")
@@ -155,7 +150,7 @@ def build_parser(with_gemm_options: bool = True) -> tuple[argparse.ArgumentParse
     for dim, default in (("--m", 4096), ("--n", 4096), ("--k", 4096)):
         demo.add_argument(dim, type=int, default=default)
     demo.set_defaults(func=cmd_demo)
-    return parser, gemm_available
+    return parser
 
 
 def cmd_demo(args) -> int:
@@ -166,15 +161,9 @@ def cmd_demo(args) -> int:
 
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser, gemm_available = build_parser(with_gemm_options=bool(argv) and argv[0] == "dump")
-    args, unknown = parser.parse_known_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     try:
-        if unknown:
-            if args.command == "dump" and args.kernel == "gemm" and not gemm_available:
-                from .dump import _gemm_api
-
-                _gemm_api()  # raises the "GEMM not available" error
-            parser.error(f"unrecognized arguments: {' '.join(unknown)}")
         return args.func(args)
     except PtxgemmError as e:
         print(f"{PROG} {args.command}: error: {e}", file=sys.stderr)

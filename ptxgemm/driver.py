@@ -193,7 +193,8 @@ class Module:
 
     def __init__(self, image: bytes, what: str = "module"):
         context()
-        self._image = ctypes.create_string_buffer(image, len(image))  # alive for the duration of the call
+        # A trailing NUL (harmless after a cubin) ends raw PTX for the driver's JIT; kept alive with the module.
+        self._image = ctypes.create_string_buffer(image)
         self.what = what
         self.handle = check(cu.cuModuleLoadData(ctypes.addressof(self._image)), f"loading the {what}")
         self._functions: dict[str, Function] = {}

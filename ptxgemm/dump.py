@@ -18,7 +18,6 @@ from .errors import PtxgemmError, ToolchainError
 
 KERNELS = ("gemm", "swizzle_probe")
 #: modules whose absence means "the GEMM is not there yet" rather than a bug inside it
-_GEMM_MODULES = ("ptxgemm.config", "ptxgemm.gemm")
 
 
 def build_report(name: str, kernel: CompiledKernel, extras: dict | None = None) -> dict:
@@ -122,35 +121,11 @@ def dump_swizzle_probe(args) -> dict:
 # gemm
 # ---------------------------------------------------------------------------------------------------------------
 
-def _gemm_api():
-    """(GemmConfig, compile_gemm), imported only when the GEMM is asked for."""
-    try:
-        from ptxgemm.config import GemmConfig
-        from ptxgemm.gemm import compile_gemm
-    except ModuleNotFoundError as e:
-        if e.name not in _GEMM_MODULES:
-            raise
-        raise PtxgemmError(f"the GEMM kernel is not available in this checkout ({e.name} is missing): "
-                           f"only --kernel swizzle_probe can be dumped") from e
-    except ImportError as e:  # the modules exist but lack the names this command needs
-        raise PtxgemmError(f"the GEMM kernel is not available: {e} (dump needs ptxgemm.config.GemmConfig and "
-                           f"ptxgemm.gemm.compile_gemm)") from e
-    return GemmConfig, compile_gemm
-
-
-def add_gemm_arguments(parser) -> bool:
-    """Add the GEMM's configuration options to `parser` when the GEMM is there; False when it is not."""
-    try:
-        GemmConfig, _ = _gemm_api()
-    except PtxgemmError:
-        return False
-    GemmConfig.add_cli_arguments(parser)
-    return True
-
-
 def dump_gemm(args) -> dict:
     """--kernel gemm --m M --n N --k K [config options]: compile the GEMM for that config and dump it."""
-    GemmConfig, compile_gemm = _gemm_api()
+    from .config import GemmConfig
+    from .gemm import compile_gemm
+
     config = GemmConfig.from_cli(args)
     kernel = compile_gemm(config)
     extras = {"problem": {dim: getattr(args, dim, None) for dim in ("m", "n", "k")}}

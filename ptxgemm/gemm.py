@@ -191,8 +191,8 @@ class GemmPlan:
         self.config = cfg = _resolve_config(config, in_dtype, out_dtype, op_a.major, op_b.major)
         self.m, self.n, self.k = m, n, k
         self.a, self.b, self.out = a, b, out
+        info = driver.require_sm90("running the GEMM")  # before loading: a clear error on a non-Hopper GPU
         self.kernel = get_kernel(cfg)
-        info = driver.require_sm90("running the GEMM")
 
         self.tmap_a = _operand_map(a, op_a, mn_extent=m, k=k, k_major_rows=cfg.block_m, block_k=cfg.block_k)
         self.tmap_b = _operand_map(b, op_b, mn_extent=n, k=k, k_major_rows=cfg.b_rows_per_cta, block_k=cfg.block_k)

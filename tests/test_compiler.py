@@ -333,19 +333,6 @@ def test_dump_bad_input(tmp_path, capsys, args, message):
     assert not (tmp_path / "out").exists()
 
 
-def test_dump_gemm_without_the_gemm_modules(monkeypatch, tmp_path, capsys):
-    from ptxgemm import dump
-    from ptxgemm.__main__ import main
-    from ptxgemm.errors import PtxgemmError
-
-    monkeypatch.setitem(sys.modules, "ptxgemm.config", None)  # makes `import ptxgemm.config` fail
-    with pytest.raises(PtxgemmError, match=r"GEMM kernel is not available in this checkout \(ptxgemm.config"):
-        dump.dump_gemm(None)
-    assert main(["dump", "--m", "256", "--n", "256", "--k", "64", "--block-m", "128", "--out", str(tmp_path)]) == 2
-    err = capsys.readouterr().err
-    assert "GEMM kernel is not available" in err and len(err.strip().splitlines()) == 1
-
-
 @needs_ptxas
 @needs_nvdisasm
 def test_dump_gemm(tmp_path):
