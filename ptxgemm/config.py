@@ -15,6 +15,7 @@ import dataclasses
 
 import numpy as np
 
+from .debug import STALL_CODES
 from .errors import ConfigError
 
 # --- hardware limits (H100/H200, sm_90a) ------------------------------------------------------------------
@@ -240,10 +241,10 @@ class GemmConfig:
         return REGISTERS_PER_SM // self.threads // 8 * 8
 
     # --- wgmma descriptors -----------------------------------------------------------------------------
-    def descriptor_consts(self, major: str, rows: int) -> dict:
+    def descriptor_consts(self, major: str) -> dict:
         """Constant parts of a 128B-swizzled GMMA shared-memory descriptor for one operand tile.
 
-        K-major tile: `rows` rows of one 128-byte K line each; SBO = 8 rows x 128 B; LBO unused (1).
+        K-major tile: rows of one 128-byte K line each; SBO = 8 rows x 128 B; LBO unused (1).
           k16 step: +32 B. m64 half h: +h*64*128 B.
         MN-major tile: panels of 64 MN-elements (128 B) x block_k rows of K, one TMA box each;
           SBO = 8 K-rows x 128 B (next 8 K), LBO = one panel (next 64 MN-elements).
@@ -275,12 +276,13 @@ class GemmConfig:
             "producer_regs": producer_regs,
             "consumer_regs": consumer_regs,
             "desc_address_mask": DESC_ADDRESS_MASK,
-            "desc_a_consts": self.descriptor_consts(self.a_major, self.block_m),
-            "desc_b_consts": self.descriptor_consts(self.b_major, self.block_n),
+            "desc_a_consts": self.descriptor_consts(self.a_major),
+            "desc_b_consts": self.descriptor_consts(self.b_major),
             "trans_a": int(self.a_major == "mn"),
             "trans_b": int(self.b_major == "mn"),
             "ab_type": {"bfloat16": "bf16", "float16": "f16"}[self.in_dtype],
             "debug": self.debug,
+            "stall_codes": STALL_CODES,
             "debug_timeout_ns": self.debug_timeout_ns,
             "bar_cta": BARRIER_CTA,
             "bar_epi_sync": BARRIER_EPILOGUE_SYNC,

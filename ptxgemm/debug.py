@@ -15,13 +15,14 @@ RECORD_BYTES = 32
 MAGIC = 0x57A1
 DEFAULT_TIMEOUT_NS = 2_000_000_000
 
-#: code → barrier name, shared by every template that waits (the code is the `code` argument of mbar.wait)
-BARRIER_CODES = {
-    1: "full (TMA load landed; waited on by a consumer)",
-    2: "empty (stage released by a consumer; waited on by the producer)",
-    3: "math order (the other consumer finished its mainloop)",
-    4: "epilogue order (the other consumer finished its epilogue)",
-    5: "producer drain (final wait on every empty stage)",
+#: The mbarrier waits that can report a stall. Templates refer to them by name (`stall_codes.full`, passed in by
+#: `template_params`), the stall record carries the number. Named barriers (bar.sync) cannot time out, so the
+#: consumers' order barriers have no code: a stall elsewhere traps the whole grid anyway.
+STALL_CODES = {"full": 1, "empty": 2, "drain": 3}
+BARRIER_NAMES = {
+    STALL_CODES["full"]: "full (TMA load landed; waited on by a consumer)",
+    STALL_CODES["empty"]: "empty (stage released by a consumer; waited on by the producer)",
+    STALL_CODES["drain"]: "producer drain (final wait on every empty stage)",
 }
 
 
@@ -49,7 +50,7 @@ class StallRecords:
         for slot in hits:
             w = words[slot]
             code = int(w[0] & 0xFFFF)
-            out.append({"barrier": BARRIER_CODES.get(code, f"code {code}"), "code": code, "parity": int(w[1]),
+            out.append({"barrier": BARRIER_NAMES.get(code, f"code {code}"), "code": code, "parity": int(w[1]),
                         "smem_address": int(w[2]), "thread": int(w[3]), "cta": int(w[4]), "detail": int(w[5]),
                         "globaltimer_ns": int(w[6]) | (int(w[7]) << 32)})
         return sorted(out, key=lambda r: r["globaltimer_ns"])

@@ -7,12 +7,12 @@ what ptxas made of it (the part of the pipeline that needs no GPU), then say why
 from __future__ import annotations
 
 import re
-import statistics
 
 import numpy as np
 
 from .config import GemmConfig
 from .gemm import compile_gemm
+from .timing import time_interleaved
 
 SASS_MARKERS = ("HGMMA", "UTMALDG", "UTMASTG", "STSM", "SYNCS", "USETMAXREG")
 CHECK_ROWS = 256  # rows of the float64 reference (the whole matrix would take the CPU seconds)
@@ -65,15 +65,7 @@ def run_demo(m: int, n: int, k: int, seed: int = 0) -> int:
 
     plan = GemmPlan(driver.DeviceArray.from_numpy(a), driver.DeviceArray.from_numpy(b),
                     driver.DeviceArray.empty((m, n), a.dtype), config)
-    start, end = driver.Event(), driver.Event()
-    times = []
-    for _ in range(TIMED_LAUNCHES):
-        driver.flush_l2()
-        start.record()
-        plan.launch()
-        end.record()
-        times.append(start.elapsed_ms(end))
-    ms = statistics.median(times)
+    ms = time_interleaved({"ptxgemm": plan.launch}, TIMED_LAUNCHES)["ptxgemm"]
     print(f"kernel time {ms:.3f} ms = {plan.flops / ms / 1e9:.0f} TFLOP/s (median of {TIMED_LAUNCHES}, "
           f"L2 flushed before each; tools/bench.py compares with cuBLAS)")
     return 0 if err < 1e-2 else 1

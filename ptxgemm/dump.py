@@ -14,7 +14,7 @@ from pathlib import Path
 
 from . import compiler
 from .compiler import CompiledKernel
-from .errors import PtxgemmError, ToolchainError
+from .errors import ToolchainError
 
 KERNELS = ("gemm", "swizzle_probe")
 #: modules whose absence means "the GEMM is not there yet" rather than a bug inside it

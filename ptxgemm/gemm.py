@@ -23,6 +23,11 @@ from .config import GemmConfig
 from .errors import ConfigError, CudaError
 
 TMA_STRIDE_ALIGN = 16
+
+
+def _round_up_stride(nbytes: int) -> int:
+    """The smallest legal TMA stride covering `nbytes` (for a dimension of extent 1, which is never stepped)."""
+    return -(-nbytes // TMA_STRIDE_ALIGN) * TMA_STRIDE_ALIGN
 LOAD_L2_PROMOTION = "256B"
 
 
@@ -109,7 +114,7 @@ def _layout(name: str, shape, strides, itemsize: int, k_axis: int) -> Operand:
         outer = 1 - inner
         lead = strides[outer]
         if extents[outer] == 1:  # never stepped over: any legal stride will do
-            lead = -(-extents[inner] * itemsize // TMA_STRIDE_ALIGN) * TMA_STRIDE_ALIGN
+            lead = _round_up_stride(extents[inner] * itemsize)
         if lead % TMA_STRIDE_ALIGN or lead <= 0:
             continue
         return Operand(name, shape[0], shape[1], "k" if inner == k_axis else "mn", lead)
@@ -130,6 +135,16 @@ def check_operands(a_shape, a_strides, b_shape, b_strides, itemsize: int) -> tup
                           f"b.shape[0]")
     return (_layout("a", a_shape, a_strides, itemsize, k_axis=1),
             _layout("b", b_shape, b_strides, itemsize, k_axis=0))
+
+
+def check_inputs(a, b) -> tuple[str, Operand, Operand]:
+    """(input dtype, A's layout, B's layout) of two arrays (numpy or DeviceArray); ConfigError on any broken rule."""
+    in_dtype = check_dtype("a", a.dtype)
+    if _dtype_name(b.dtype) != in_dtype:
+        raise ConfigError(f"b: dtype {_dtype_name(b.dtype)} differs from a's {in_dtype}; both operands must have "
+                          f"the same dtype")
+    op_a, op_b = check_operands(a.shape, a.strides, b.shape, b.strides, np.dtype(in_dtype).itemsize)
+    return in_dtype, op_a, op_b
 
 
 def check_output(m: int, n: int, out_dtype) -> str:
@@ -176,11 +191,7 @@ class GemmPlan:
     def __init__(self, a, b, out, config: GemmConfig | None = None):
         from . import driver, tensormap
 
-        in_dtype = check_dtype("a", a.dtype)
-        if _dtype_name(b.dtype) != in_dtype:
-            raise ConfigError(f"b: dtype {_dtype_name(b.dtype)} differs from a's {in_dtype}; both operands must have "
-                              f"the same dtype")
-        op_a, op_b = check_operands(a.shape, a.strides, b.shape, b.strides, np.dtype(in_dtype).itemsize)
+        in_dtype, op_a, op_b = check_inputs(a, b)
         m, k = a.shape
         n = b.shape[1]
         if tuple(out.shape) != (m, n):
@@ -196,8 +207,7 @@ class GemmPlan:
 
         self.tmap_a = _operand_map(a, op_a, mn_extent=m, k=k, k_major_rows=cfg.block_m, block_k=cfg.block_k)
         self.tmap_b = _operand_map(b, op_b, mn_extent=n, k=k, k_major_rows=cfg.b_rows_per_cta, block_k=cfg.block_k)
-        ldc = max(n * cfg.out_itemsize, TMA_STRIDE_ALIGN) if m == 1 else n * cfg.out_itemsize
-        ldc = -(-ldc // TMA_STRIDE_ALIGN) * TMA_STRIDE_ALIGN
+        ldc = _round_up_stride(n * cfg.out_itemsize)  # = the row bytes (check_output), or legal filler if m == 1
         self.tmap_c = tensormap.encode_tiled(out, (n, m), (ldc,), (cfg.epi_panel_cols, cfg.block_m), l2_promotion="none")
 
         self.tiles_m = math.ceil(m / cfg.block_m)
@@ -246,8 +256,8 @@ def matmul(a, b, out=None, *, out_dtype=None, config: GemmConfig | None = None, 
             raise ConfigError(f"{name}: matmul takes ptxgemm.DeviceArray operands (see ptxgemm.to_device); "
                               f"for numpy arrays use ptxgemm.run")
     if out is None:
-        check_operands(a.shape, a.strides, b.shape, b.strides, a.dtype.itemsize)
-        od = check_output(a.shape[0], b.shape[1], out_dtype if out_dtype is not None else a.dtype)
+        in_dtype, _, _ = check_inputs(a, b)
+        od = check_output(a.shape[0], b.shape[1], out_dtype if out_dtype is not None else in_dtype)
         out = driver.DeviceArray.empty((a.shape[0], b.shape[1]), np.dtype(od))
     elif out_dtype is not None and _dtype_name(out_dtype) != _dtype_name(out.dtype):
         raise ConfigError(f"out_dtype: {_dtype_name(out_dtype)} contradicts out.dtype {_dtype_name(out.dtype)}")
@@ -267,11 +277,7 @@ def run(a, b, out_dtype=None, config: GemmConfig | None = None) -> np.ndarray:
     for name, x in (("a", a), ("b", b)):
         if not isinstance(x, np.ndarray):
             raise ConfigError(f"{name}: run takes numpy arrays, got {type(x).__name__}")
-    in_dtype = check_dtype("a", a.dtype)
-    check_dtype("b", b.dtype)
-    if b.dtype != a.dtype:
-        raise ConfigError(f"b: dtype {b.dtype} differs from a's {a.dtype}; both operands must have the same dtype")
-    check_operands(a.shape, a.strides, b.shape, b.strides, a.dtype.itemsize)
+    in_dtype, _, _ = check_inputs(a, b)  # everything before the upload; GemmPlan derives the rest
     for name, x in (("a", a), ("b", b)):
         if not (x.flags.c_contiguous or x.flags.f_contiguous):
             raise ConfigError(f"{name}: a host array must be C- or Fortran-contiguous to upload in one copy; "

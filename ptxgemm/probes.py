@@ -10,7 +10,7 @@ import ctypes
 import numpy as np
 
 from . import codegen
-from .debug import DEFAULT_TIMEOUT_NS, StallRecords
+from .debug import DEFAULT_TIMEOUT_NS, STALL_CODES, StallRecords
 from .errors import ConfigError, CudaError
 from .swizzle import MODES, SPAN_BYTES
 
@@ -52,7 +52,7 @@ def default_cols(mode: str) -> int:
 def swizzle_probe_ptx(rows: int, cols: int, debug: bool = True) -> str:
     return codegen.render("swizzle_probe.ptx.j2", template_name="swizzle_probe.ptx.j2",
                           summary=f"TMA swizzle probe, {rows}x{cols} 16-bit tile", ptx_version=PTX_VERSION,
-                          rows=rows, cols=cols, threads=PROBE_THREADS, debug=debug,
+                          rows=rows, cols=cols, threads=PROBE_THREADS, debug=debug, stall_codes=STALL_CODES,
                           debug_timeout_ns=DEFAULT_TIMEOUT_NS)
 
 

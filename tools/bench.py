@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """ptxgemm against cuBLAS, side by side in one process, one timing method for both.
 
-Method (the same for every implementation): L2 flushed (a memset twice its size) before each launch, CUDA events
-around the launch alone on the same stream, rounds interleaved between implementations (the order alternating
-each round), median over rounds. Inputs are random bf16 (never zeros); A is row-major (M, K), B row-major (K, N),
+Method (the same for every implementation, ptxgemm.timing): L2 flushed (a memset twice its size) before each
+launch, CUDA events around the launch alone on the same stream, rounds interleaved between implementations (the
+order alternating each round), median over rounds. Inputs are random bf16 (never zeros); A is row-major (M, K), B row-major (K, N),
 as numpy gives them. The peer is cuBLAS through torch.matmul when torch is importable, else CuPy.
 
     python tools/bench.py                 # default shapes, table + JSON + PNG under --out
@@ -128,27 +128,6 @@ def find_peer():
 # Measurement
 # --------------------------------------------------------------------------------------------------------------
 
-def time_interleaved(launchers: dict, rounds: int, warmup: int) -> dict:
-    """Median ms per implementation: flush L2, event, launch, event; implementations alternate every round."""
-    from ptxgemm import driver
-
-    names = list(launchers)
-    for name in names:
-        for _ in range(warmup):
-            launchers[name]()
-    driver.synchronize("warming up")
-    samples = {n: [] for n in names}
-    start, end = driver.Event(), driver.Event()
-    for r in range(rounds):
-        for name in (names if r % 2 == 0 else names[::-1]):
-            driver.flush_l2()
-            start.record()
-            launchers[name]()
-            end.record()
-            samples[name].append(start.elapsed_ms(end))
-    return {n: statistics.median(s) for n, s in samples.items()}
-
-
 def float64_reference(a, b):
     from gemm_reference import reference
 
@@ -184,8 +163,8 @@ def main(argv=None) -> int:
 
     import ml_dtypes
 
-    import ptxgemm
     from ptxgemm import driver
+    from ptxgemm.timing import time_interleaved
 
     reason = driver.no_device_reason()
     if reason:

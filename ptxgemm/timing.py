@@ -1,0 +1,30 @@
+"""The one timing method every ptxgemm number uses (tools/bench.py, `python -m ptxgemm demo`).
+
+L2 flushed (a memset twice its size) before each launch, CUDA events around the launch alone on one stream,
+implementations interleaved round by round with the order alternating, median over rounds.
+"""
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+
+from . import driver
+
+
+def time_interleaved(launchers: dict[str, Callable[[], object]], rounds: int, warmup: int = 3) -> dict[str, float]:
+    """Median milliseconds per launcher; each launcher enqueues one launch on the default stream."""
+    names = list(launchers)
+    for name in names:
+        for _ in range(warmup):
+            launchers[name]()
+    driver.synchronize("warming up")
+    samples = {n: [] for n in names}
+    start, end = driver.Event(), driver.Event()
+    for r in range(rounds):
+        for name in (names if r % 2 == 0 else names[::-1]):
+            driver.flush_l2()
+            start.record()
+            launchers[name]()
+            end.record()
+            samples[name].append(start.elapsed_ms(end))
+    return {n: statistics.median(s) for n, s in samples.items()}
