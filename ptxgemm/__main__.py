@@ -3,6 +3,7 @@
     python -m ptxgemm dump [--kernel gemm] --m M --n N --k K [GEMM config options] --out DIR
     python -m ptxgemm dump --kernel swizzle_probe [--mode 128B] [--rows R] [--cols C] --out DIR
     python -m ptxgemm info
+    python -m ptxgemm mutants [--preset default --preset cluster | GEMM config options] [--list] [--json PATH]
 
 `dump` needs no GPU: it renders the PTX, assembles it with ptxas and writes PTX, cubin, SASS and report.json.
 `info` prints the toolchain (ptxas, nvdisasm), the cubin cache directory and the GPU, if there is one.
@@ -138,10 +139,88 @@ def cmd_dump(args) -> int:
 # main
 # ---------------------------------------------------------------------------------------------------------------
 
+# ---------------------------------------------------------------------------------------------------------------
+# mutants
+# ---------------------------------------------------------------------------------------------------------------
+
+MUTANT_PRESETS = {"default": {}, "cluster": {"cluster_m": 2}}
+
+
+def _add_mutants_parser(sub) -> None:
+    from . import mutants
+    from .config import GemmConfig
+
+    p = sub.add_parser("mutants", help="delete or weaken each synchronization instruction and show the GPU catches it",
+                       description="Mutation testing of the GEMM's barriers, fences and waits (see ptxgemm/mutants.py). "
+                                   "--list needs no GPU; a run needs an sm_90 GPU.")
+    p.add_argument("--preset", action="append", choices=sorted(MUTANT_PRESETS), default=None,
+                   help="a named config to mutate (repeatable; default: the config options below, i.e. the default "
+                        "kernel); 'cluster' is the default kernel with cluster_m=2")
+    p.add_argument("--list", action="store_true", help="enumerate the mutants without a GPU and without running them")
+    p.add_argument("--build", action="store_true", help="with --list: also assemble every mutant (kills the ones "
+                                                          "ptxas rejects, finds equivalent ones)")
+    p.add_argument("--kind", action="append", default=None,
+                   help="only mutants of this instruction kind (repeatable; e.g. bar.sync); default: all")
+    p.add_argument("--json", default=None, help="write the results as JSON to this path (default: none)")
+    p.add_argument("--timeout", type=float, default=mutants.DEFAULT_TIMEOUT_S,
+                   help=f"seconds a mutant may run before it counts as hung (default {mutants.DEFAULT_TIMEOUT_S:.0f})")
+    p.add_argument("--repeats", type=int, default=2, help="launches per workload per mutant (default 2)")
+    GemmConfig.add_cli_arguments(p.add_argument_group("GEMM configuration (when no --preset is given)"))
+    p.set_defaults(func=cmd_mutants)
+
+
+def cmd_mutants(args) -> int:
+    import dataclasses
+
+    from . import mutants
+    from .config import GemmConfig
+    from .errors import ConfigError
+
+    if args.repeats < 1 or args.timeout <= 0:
+        raise ConfigError("--repeats must be >= 1 and --timeout > 0")
+    known = {k.name for k in mutants.SYNC_KINDS}
+    for kind in args.kind or ():
+        if kind not in known:
+            raise ConfigError(f"--kind: must be one of {', '.join(sorted(known))}, got {kind!r}")
+    configs = ([GemmConfig(**MUTANT_PRESETS[p]) for p in args.preset] if args.preset else [GemmConfig.from_cli(args)])
+    if not args.list:
+        from . import driver
+
+        driver.require_sm90("running mutants (use --list to enumerate them without a GPU)")
+    result = {"configs": []}
+    unexplained = 0
+    for config in configs:
+        ptx, found = mutants.enumerate_mutants(config)
+        if args.kind:
+            found = [m for m in found if m.kind in args.kind]
+        extra = {}
+        if args.build or not args.list:
+            texts = mutants.build(ptx, found, progress=lambda s: print(s, file=sys.stderr, flush=True))
+            if not args.list:
+                extra = mutants.run_on_gpu(config, found, texts, timeout_s=args.timeout, repeats=args.repeats,
+                                           progress=lambda s: print(s, file=sys.stderr, flush=True))
+        print(mutants.format_table(config, found), flush=True)
+        unexplained += sum(m.reason.startswith("unexplained") for m in found)
+        result["configs"].append({"config": dataclasses.asdict(config), "description": config.describe(),
+                                  "mutated_build": "debug (bounded waits, "
+                                                   f"{mutants.DEBUG_TIMEOUT_NS // 1_000_000} ms)",
+                                  **extra, "mutants": [m.record() for m in found]})
+    if not args.list:
+        from . import driver
+
+        info = driver.device_info()
+        result = {"gpu": info.name, "driver": info.driver_version_str, "sm_count": info.sm_count, **result}
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=1)
+    return 1 if unexplained else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=PROG, description="ptxgemm: Hopper GEMM from PTX templates.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     _add_dump_parser(sub)
+    _add_mutants_parser(sub)
     info = sub.add_parser("info", help="print the toolchain, the cache directory and the GPU",
                           description="Print ptxas/nvdisasm paths and versions, the cubin cache directory and the GPU.")
     info.add_argument("--json", action="store_true", help="print JSON")

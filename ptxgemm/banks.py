@@ -68,9 +68,8 @@ class Rule:
 
     name: str
     statement: str
-    verified: bool = False
-    """True once the ncu comparison on a real Hopper GPU has confirmed it (see
-    docs/bank_conflicts.md and docs/results/)."""
+    # The evidence is data, not a flag: tests/test_banks.py checks the model against every row that ncu measured
+    # (docs/results/bank_conflicts_h200*.md).
 
 
 RULES: Mapping[str, Rule] = MappingProxyType(
@@ -80,7 +79,6 @@ RULES: Mapping[str, Rule] = MappingProxyType(
             Rule(
                 "BANK_MAPPING",
                 "byte address A lives in 4-byte word A//4, which lives in bank (A//4) % 32.",
-                verified=True,
             ),
             Rule(
                 "PHASE_BY_WIDTH",
@@ -88,7 +86,6 @@ RULES: Mapping[str, Rule] = MappingProxyType(
                 "1, 2 or 4 bytes per lane -> one phase of 32 lanes; 8 bytes -> two phases of "
                 "16 lanes (half-warps); 16 bytes -> four phases of 8 lanes (quarter-warps).  "
                 "Stores always; loads unless LOAD_PAIR_PACKING applies.",
-                verified=True,
             ),
             Rule(
                 "LOAD_PAIR_PACKING",
@@ -104,37 +101,31 @@ RULES: Mapping[str, Rule] = MappingProxyType(
                 "same-word broadcast.  H200 run 3 settled the general case: the 'pairing' patterns of "
                 "tools/bank_probe_gpu.py (n^1 pairs, n^2 pairs, quads, a pair broken by one lane, "
                 "stores with pairs) all measured as this rule predicts (docs/results/bank_conflicts_h200.md).",
-                verified=True,
             ),
             Rule(
                 "MATRIX_PHASE",
                 "ldmatrix/stmatrix .x1/.x2/.x4 serve one 8x8 b16 matrix per phase: matrix m "
                 "uses the addresses of lanes 8m..8m+7, each the start of a 16-byte row; "
                 ".trans changes which registers receive the data, not the addresses.",
-                verified=True,
             ),
             Rule(
                 "DISTINCT_WORDS",
                 "a phase costs as many wavefronts as the largest number of distinct words "
                 "that any single bank must serve in it (at least 1).",
-                verified=True,
             ),
             Rule(
                 "LOAD_BROADCAST",
                 "lanes of one phase that read the same word share one bank access (broadcast).",
-                verified=True,
             ),
             Rule(
                 "STORE_MERGE",
                 "lanes that write the same word (same or different bytes of it) share one "
                 "bank access, as loads do.",
-                verified=True,
             ),
             Rule(
                 "PHASES_ADD",
                 "an instruction costs the sum of its phases' wavefronts; phases never "
                 "share a wavefront (same-word lanes in different phases are not merged).",
-                verified=True,
             ),
         )
     }
@@ -521,8 +512,6 @@ def strided_addresses(stride: int, lanes: int = WARP_SIZE, base: int = 0) -> lis
     return [base + lane * stride for lane in range(lanes)]
 
 
-def verified_rules() -> list[str]:
-    return [r.name for r in RULES.values() if r.verified]
 
 
 __all__ = [
@@ -531,5 +520,5 @@ __all__ = [
     "DEFAULT_RULES", "Op", "OPS", "get_op", "bank_of", "words_of", "validate_addresses",
     "LaneAccess", "Phase", "Result", "packed_load", "phase_lane_groups", "simulate", "wavefronts",
     "ideal_wavefronts", "LAYOUTS", "TileLayout", "tile_layout", "matrix_x4_lane_coords",
-    "block_x4_addresses", "strided_addresses", "verified_rules",
+    "block_x4_addresses", "strided_addresses",
 ]

@@ -18,7 +18,7 @@ import threading
 import ml_dtypes  # noqa: F401 - registers numpy's 'bfloat16' dtype name
 import numpy as np
 
-from . import codegen, compiler
+from . import codegen, compiler, schedule
 from .config import GemmConfig
 from .errors import ConfigError, CudaError
 
@@ -45,13 +45,17 @@ def compile_gemm(config: GemmConfig) -> compiler.CompiledKernel:
 
 
 class GemmKernel:
-    """A compiled and loaded kernel for one config, ready to launch (kept in a per-process cache)."""
+    """A compiled and loaded kernel for one config, ready to launch (kept in a per-process cache).
 
-    def __init__(self, config: GemmConfig):
+    `ptx` defaults to the config's own rendering; the mutation tester (ptxgemm.mutants) passes an edited copy of it,
+    which must keep the kernel's name, parameters and shared-memory map.
+    """
+
+    def __init__(self, config: GemmConfig, ptx: str | None = None):
         from . import driver
 
         self.config = config
-        self.compiled = compile_gemm(config)
+        self.compiled = compile_gemm(config) if ptx is None else compiler.compile_ptx(ptx)
         self.module = driver.load_module(self.compiled, f"GEMM module ({config.describe()})")
         self.function = self.module.function(config.kernel_name)
         self.function.set_max_dynamic_smem(config.smem_bytes)
@@ -158,6 +162,14 @@ def check_output(m: int, n: int, out_dtype) -> str:
     return d
 
 
+def check_ctas(ctas, cluster_m: int) -> None:
+    if ctas is None:
+        return
+    if isinstance(ctas, bool) or not isinstance(ctas, int) or ctas < cluster_m or ctas % cluster_m:
+        raise ConfigError(f"ctas: must be a positive whole number of {cluster_m}-CTA clusters (None: one CTA per "
+                          f"SM), got {ctas!r}")
+
+
 # --------------------------------------------------------------------------------------------------------------
 # Plans and launches
 # --------------------------------------------------------------------------------------------------------------
@@ -188,7 +200,11 @@ def _operand_map(array, op: Operand, mn_extent: int, k: int, k_major_rows: int, 
 class GemmPlan:
     """C = A·B on device arrays with every tensor map encoded and every argument packed: `launch()` just enqueues."""
 
-    def __init__(self, a, b, out, config: GemmConfig | None = None):
+    def __init__(self, a, b, out, config: GemmConfig | None = None, *, ctas: int | None = None,
+                 kernel: GemmKernel | None = None):
+        """`ctas` caps the grid (default: one CTA per SM): fewer CTAs give each consumer more tiles, which is how
+        the tests make every consumer run the pingpong several times on small problems. `kernel` replaces the
+        config's compiled kernel (ptxgemm.mutants runs edited PTX this way); its config must be the plan's."""
         from . import driver, tensormap
 
         in_dtype, op_a, op_b = check_inputs(a, b)
@@ -200,23 +216,26 @@ class GemmPlan:
         if not out.is_c_contiguous:
             raise ConfigError("out: must be a C-contiguous (row-major) device array")
         self.config = cfg = _resolve_config(config, in_dtype, out_dtype, op_a.major, op_b.major)
+        check_ctas(ctas, cfg.cluster_m)
+        if kernel is not None and kernel.config != cfg:
+            raise ConfigError(f"kernel: built for {kernel.config.describe()}, but these operands need "
+                              f"{cfg.describe()}")
         self.m, self.n, self.k = m, n, k
         self.a, self.b, self.out = a, b, out
         info = driver.require_sm90("running the GEMM")  # before loading: a clear error on a non-Hopper GPU
-        self.kernel = get_kernel(cfg)
+        self.kernel = kernel if kernel is not None else get_kernel(cfg)
 
         self.tmap_a = _operand_map(a, op_a, mn_extent=m, k=k, k_major_rows=cfg.block_m, block_k=cfg.block_k)
         self.tmap_b = _operand_map(b, op_b, mn_extent=n, k=k, k_major_rows=cfg.b_rows_per_cta, block_k=cfg.block_k)
         ldc = _round_up_stride(n * cfg.out_itemsize)  # = the row bytes (check_output), or legal filler if m == 1
         self.tmap_c = tensormap.encode_tiled(out, (n, m), (ldc,), (cfg.epi_panel_cols, cfg.block_m), l2_promotion="none")
 
-        self.tiles_m = math.ceil(m / cfg.block_m)
-        self.tiles_n = math.ceil(n / cfg.block_n)
-        self.k_tiles = math.ceil(k / cfg.block_k)
+        self.schedule = sched = schedule.plan_schedule(m, n, k, cfg.block_m, cfg.block_n, cfg.block_k,
+                                                       cfg.cluster_m, info.sm_count, ctas)
+        self.tiles_m, self.tiles_n, self.k_tiles = sched.tiles_m, sched.tiles_n, sched.k_tiles
         # The scheduler's unit is a cluster of cluster_m CTAs on adjacent tile rows.
         cluster_rows = math.ceil(self.tiles_m / cfg.cluster_m)
-        self.clusters = min(info.sm_count // cfg.cluster_m, cluster_rows * self.tiles_n)
-        self.grid = self.clusters * cfg.cluster_m
+        self.clusters, self.grid = sched.clusters, sched.grid
         self.records = None
         debug_ptr = 0
         if cfg.debug:

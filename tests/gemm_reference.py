@@ -1,40 +1,32 @@
-"""Shared by the GEMM tests and tools/bench.py: random operands and a float64 reference.
-
-The reference is float64 on the GPU through torch when torch is importable (the GPU tests may use it as a peer;
-the library never does), else numpy float64 on the CPU.
-"""
+"""Test helper: ptxgemm.accuracy's float64 reference, computed on the GPU through torch when it is there (the GPU
+tests may use torch as an optional peer; the library never does), else with numpy on the CPU."""
 from __future__ import annotations
 
-import ml_dtypes
 import numpy as np
 
-DTYPES = {"bfloat16": ml_dtypes.bfloat16, "float16": np.float16, "float32": np.float32}
-#: ‖out−ref‖/‖ref‖ bounds by output dtype (bf16 output rounds to 8 bits of mantissa)
-TOLERANCE = {"bfloat16": 1e-2, "float16": 5e-3, "float32": 5e-3}
+from ptxgemm import accuracy
+from ptxgemm.accuracy import DTYPES, random_matrix  # noqa: F401 - re-exported for the tests
 
 
-def random_matrix(rng: np.random.Generator, rows: int, cols: int, dtype: str, order: str = "C") -> np.ndarray:
-    """Standard-normal values rounded to `dtype`; never zeros (zeros hide unwritten outputs)."""
-    x = rng.standard_normal((rows, cols), dtype=np.float32)
-    return np.asarray(x.astype(DTYPES[dtype]), order=order)
-
-
-def reference(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """a @ b in float64 from the exact (already rounded) input values."""
+def matmul64(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     try:
         import torch
 
         if torch.cuda.is_available():
-            ta = torch.from_numpy(np.ascontiguousarray(a.astype(np.float64))).cuda()
-            tb = torch.from_numpy(np.ascontiguousarray(b.astype(np.float64))).cuda()
-            return (ta @ tb).cpu().numpy()
+            tx = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float64)).cuda()
+            ty = torch.from_numpy(np.ascontiguousarray(y, dtype=np.float64)).cuda()
+            return (tx @ ty).cpu().numpy()
     except ImportError:
         pass
-    return a.astype(np.float64) @ b.astype(np.float64)
+    return x.astype(np.float64) @ y.astype(np.float64)
 
 
-def relative_error(out: np.ndarray, ref: np.ndarray) -> float:
-    """‖out − ref‖ / ‖ref‖ (Frobenius); NaN anywhere in `out` gives NaN, which fails every bound."""
-    out64 = out.astype(np.float64)
-    denom = np.linalg.norm(ref)
-    return float(np.linalg.norm(out64 - ref) / (denom if denom else 1.0))
+def reference(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(a @ b, |a| @ |b|) in float64."""
+    return accuracy.reference(a, b, matmul64)
+
+
+def check_result(out: np.ndarray, a: np.ndarray, b: np.ndarray) -> accuracy.Verdict:
+    """Every element of `out` against ptxgemm.accuracy's bound for these operands."""
+    ref, abs_product = reference(a, b)
+    return accuracy.check(out, ref, abs_product, a.shape[1])

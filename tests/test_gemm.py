@@ -13,11 +13,10 @@ import ptxgemm
 from ptxgemm import ConfigError, GemmConfig
 from ptxgemm.gemm import check_operands
 
-BAD_WARNINGS = {"C7508", "C7504", "C7515", "C7511"}  # setmaxnreg ignored/dropped, wgmma serialized
 CONFIGS = [GemmConfig(), GemmConfig(b_major="k"), GemmConfig(a_major="mn", b_major="k"),
            GemmConfig(out_dtype="float32"), GemmConfig(in_dtype="float16", out_dtype="float16"),
            GemmConfig(block_m=64, block_n=256), GemmConfig(block_n=192), GemmConfig(debug=True),
-           GemmConfig(cluster_m=2), GemmConfig(cluster_m=2, b_major="k")]
+           GemmConfig(cluster_m=2), GemmConfig(cluster_m=2, b_major="k"), GemmConfig(cluster_m=2, debug=True)]
 
 
 @pytest.fixture(scope="module", params=CONFIGS, ids=lambda c: c.describe())
@@ -50,7 +49,10 @@ def test_sass_has_the_intended_instructions(built):
 def test_ptxas_report_is_clean(built):
     cfg, kernel, _ = built
     report = kernel.report
-    assert not (report.warning_codes & BAD_WARNINGS), report.warnings
+    # No warning at all: the coded ones mean setmaxnreg was ignored or dropped (C7508, C7504) or that ptxas had to
+    # serialize the wgmma pipeline or inject a wait_group itself (C7511, C7515, C7517, C7518): a synchronization
+    # bug in the PTX that ptxas papered over. ptxgemm.mutants counts any new warning as a killed mutant.
+    assert not report.warnings, report.warnings
     fn = report.functions[cfg.kernel_name]
     assert fn.registers == cfg.entry_registers == 168
     assert fn.spill_store_bytes == fn.spill_load_bytes == fn.stack_bytes == 0

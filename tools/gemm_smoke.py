@@ -8,11 +8,10 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 import numpy as np  # noqa: E402
 
-from gemm_reference import TOLERANCE, random_matrix, reference, relative_error  # noqa: E402
+from ptxgemm.accuracy import check, random_matrix, reference  # noqa: E402
 
 SHAPES = ((128, 128, 64), (256, 256, 128), (1000, 520, 264), (129, 136, 72), (8448, 9216, 256))
 
@@ -33,11 +32,10 @@ def main() -> int:
                 except BarrierStall as e:
                     print(f"STALL debug={debug} cluster={cluster_m} B {b_major}-major {m}x{n}x{k}: {e}", flush=True)
                     return 3
-                err = relative_error(out, reference(a, b))
-                ok = err <= TOLERANCE["bfloat16"]
-                failures += not ok
-                print(f"{'ok  ' if ok else 'FAIL'} debug={debug} cluster={cluster_m} B {b_major}-major {m}x{n}x{k}: rel_err {err:.3e}",
-                      flush=True)
+                verdict = check(out, *reference(a, b), k)
+                failures += not verdict.ok
+                print(f"{'ok  ' if verdict.ok else 'FAIL'} debug={debug} cluster={cluster_m} B {b_major}-major "
+                      f"{m}x{n}x{k}: {verdict}", flush=True)
     return 1 if failures else 0
 
 

@@ -1,0 +1,112 @@
+"""Is a GEMM result right? Random operands, a float64 reference and a bound on every output element.
+
+The bound, for output element (i, j) of C = A·B with K terms, fp32 accumulation and output dtype `out`:
+
+    |out_ij - ref_ij| <= u_out·|ref_ij| + (1 + u_out)·C_ACC·2^-23·sqrt(K)·sum_k |a_ik|·|b_kj| + tiny_out
+
+- ref is the float64 product of the exact (already rounded) inputs; its own error (~K·2^-53) is negligible.
+- Products of two bf16 or fp16 values are exact in fp32 (16 or 22 significant bits), so all the error before the
+  output cast comes from adding them up. One fp32 addition that truncates (the rounding tensor cores are
+  reported to use; round-to-nearest is half of it) loses less than 2^-23 of the running sum, and every running
+  sum is below sum_k |a_ik b_kj|. The worst case over K additions is K times that; for the zero-mean random
+  operands every test uses, the running sums are a random walk of size ~sqrt(K), and the errors add up to
+  ~sqrt(K)·2^-23·sum|ab|. A simulation that truncates every fp32 add of K = 64..16384 bf16 products stayed below
+  0.43 of sqrt(K)·2^-23·sum|ab| (4000 sums each); C_ACC = 8 leaves an 18x margin over it.
+- The cast to the output dtype rounds to nearest: at most u_out = 2^-p of the value, p the dtype's precision
+  (bf16 8 bits, fp16 11; fp32 output is the accumulator itself, u_out = 0); tiny_out covers underflow to the
+  output's subnormals (half its smallest subnormal).
+
+What it catches: a wrong 16x16 block. One missing or repeated 64-wide k-tile changes an element by ~sqrt(64) = 8
+standard deviations of a product against a bound of about 0.03 (K = 1024) to 0.45 (K = 8192) plus the output's
+half ulp; a block moved, transposed, stale or unwritten (NaN poison) is off by O(|ref|). A Frobenius-norm
+relative error over the whole matrix cannot see one block among thousands; this bound is per element.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import ml_dtypes
+import numpy as np
+
+DTYPES = {"bfloat16": ml_dtypes.bfloat16, "float16": np.float16, "float32": np.float32}
+#: precision p (significant bits) of each output dtype; u_out = 2^-p is its round-to-nearest unit roundoff
+OUTPUT_PRECISION_BITS = {"bfloat16": 8, "float16": 11}
+FP32_TRUNCATION_UNIT = 2.0 ** -23      # one truncating fp32 add loses less than this fraction of the sum
+C_ACC = 8.0                            # margin over the simulated worst case (see the module docstring)
+BLOCK = 16                             # the granularity of a wrong result this check must catch
+
+
+def random_matrix(rng: np.random.Generator, rows: int, cols: int, dtype: str, order: str = "C") -> np.ndarray:
+    """Standard-normal values rounded to `dtype` (zero mean, as the bound assumes); never zeros, which would hide
+    unwritten outputs."""
+    x = rng.standard_normal((rows, cols), dtype=np.float32).astype(DTYPES[dtype])
+    x[x == 0] = 1  # a value too small for fp16 rounds to zero
+    return np.asarray(x, order=order)
+
+
+def _matmul64(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return a.astype(np.float64) @ b.astype(np.float64)
+
+
+def reference(a: np.ndarray, b: np.ndarray, matmul64=_matmul64) -> tuple[np.ndarray, np.ndarray]:
+    """(a @ b, |a| @ |b|) in float64 from the exact input values. `matmul64(x, y)` computes one float64 product
+    (numpy by default; a test may pass one that runs on the GPU)."""
+    return matmul64(a, b), matmul64(np.abs(a.astype(np.float32)), np.abs(b.astype(np.float32)))
+
+
+def error_bound(ref: np.ndarray, abs_product: np.ndarray, k: int, out_dtype: str) -> np.ndarray:
+    """The elementwise bound of the module docstring, as a float64 array shaped like `ref`."""
+    out_dtype = np.dtype(DTYPES.get(out_dtype, out_dtype)).name
+    bits = OUTPUT_PRECISION_BITS.get(out_dtype)
+    u_out = 0.0 if bits is None else 2.0 ** -bits
+    info = ml_dtypes.finfo(DTYPES[out_dtype])
+    tiny_out = float(info.smallest_subnormal) / 2
+    accumulation = C_ACC * FP32_TRUNCATION_UNIT * np.sqrt(max(k, 1)) * abs_product
+    return u_out * np.abs(ref) + (1.0 + u_out) * accumulation + tiny_out
+
+
+@dataclasses.dataclass
+class Verdict:
+    """The outcome of `check`: `ok`, and where it went wrong when it did."""
+
+    ok: bool
+    shape: tuple[int, int]
+    worst_ratio: float          # max |out - ref| / bound (NaN counts as infinite); <= 1 when ok
+    bad_elements: int           # elements over their bound, NaN included
+    nan_elements: int           # never written (NaN poison survived) or NaN computed
+    bad_blocks: list            # [(block_row, block_col)] of 16x16 blocks holding a bad element (first 16)
+    first_bad: tuple | None     # (row, col, out, ref, bound) of the first bad element in row-major order
+
+    def __str__(self) -> str:
+        if self.ok:
+            return f"all {self.shape[0]}x{self.shape[1]} elements within bound (worst error/bound {self.worst_ratio:.3g})"
+        r, c, got, want, bound = self.first_bad
+        return (f"{self.bad_elements} of {self.shape[0]}x{self.shape[1]} elements over their bound "
+                f"({self.nan_elements} NaN) in {len(self.bad_blocks)}{'+' if len(self.bad_blocks) == 16 else ''} "
+                f"16x16 block(s), first at block {self.bad_blocks[0]}; element ({r}, {c}) = {got!r}, reference "
+                f"{want:.6g}, bound {bound:.3g}")
+
+
+def check(out: np.ndarray, ref: np.ndarray, abs_product: np.ndarray, k: int, out_dtype: str | None = None) -> Verdict:
+    """Every element of `out` against its bound (see the module docstring). `out_dtype` defaults to out's dtype."""
+    out_dtype = np.dtype(out.dtype if out_dtype is None else DTYPES.get(out_dtype, out_dtype)).name
+    return check_bound(out, ref, error_bound(ref, abs_product, k, out_dtype))
+
+
+def check_bound(out: np.ndarray, ref: np.ndarray, bound: np.ndarray) -> Verdict:
+    """Every element of `out` against a precomputed `error_bound` (NaN anywhere is a failure)."""
+    got = np.asarray(out).astype(np.float64)
+    err = np.abs(got - ref)
+    nan = np.isnan(err)
+    bad = nan | (err > bound)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ratio = np.where(nan, np.inf, err / bound)
+    worst = float(ratio.max()) if ratio.size else 0.0
+    n_bad = int(bad.sum())
+    if not n_bad:
+        return Verdict(True, tuple(out.shape), worst, 0, 0, [], None)
+    rows, cols = np.nonzero(bad)
+    blocks = sorted({(int(r) // BLOCK, int(c) // BLOCK) for r, c in zip(rows[:4096], cols[:4096])})[:16]
+    r, c = int(rows[0]), int(cols[0])
+    first = (r, c, float(got[r, c]), float(ref[r, c]), float(bound[r, c]))
+    return Verdict(False, tuple(out.shape), worst, n_bad, int(nan.sum()), blocks, first)

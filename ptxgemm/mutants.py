@@ -1,0 +1,528 @@
+"""Mutation testing of the GEMM's synchronization: is every barrier, fence and wait shown necessary?
+
+`python -m ptxgemm mutants` renders a config (in debug mode, so a barrier that never completes gives up and says
+which one instead of hanging), finds every synchronization instruction in its PTX, and makes one mutant per way
+of breaking it: the instruction deleted, or weakened (a wait that waits for less, a barrier count changed, the
+wrong phase awaited). Each mutant is assembled here and run on the GPU in a worker process, on fixed workloads
+in which both consumers of every CTA run several tiles and the k-loop wraps the stage ring, with every output
+element checked against its bound (ptxgemm.accuracy). A mutant is killed by a wrong result, a reported stall, a
+launch error, a hang (the worker is killed after a timeout) or by ptxas: rejected, or warning (tests/test_gemm.py
+requires a build without any ptxas warning; ptxas warns when it has to serialize wgmma or inject a wait_group that
+the PTX lacks). A mutant that survives stays in the table with
+the reason it cannot be observed; an equivalent mutant (ptxas made the same machine code) is one such reason.
+
+The worker runs in a child process because a killed mutant often takes the CUDA context with it (a trap) or
+never finishes (a named barrier that is never completed cannot time out).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import queue
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+from . import accuracy, codegen
+from .config import GemmConfig
+
+DEBUG_TIMEOUT_NS = 50_000_000      # a correct kernel here finishes in under a millisecond; 50 ms means "never"
+DEFAULT_TIMEOUT_S = 20.0           # per mutant, from its start in the worker: module load, launches and checks
+
+# ---------------------------------------------------------------------------------------------------------------
+# Synchronization points and their mutations
+# ---------------------------------------------------------------------------------------------------------------
+
+_INSTR = re.compile(r"^(?P<indent>\s*)(?P<guard>@!?%\w+\s+)?(?P<op>[a-z][\w.:]*)(?P<args>[^;]*);(?P<tail>.*)$")
+
+
+def _delete(m):
+    return f"{m['indent']}// MUTANT: deleted: {m['guard'] or ''}{m['op']}{m['args']};"
+
+
+def _replace_args(m, args: str, op: str | None = None) -> str:
+    return f"{m['indent']}{m['guard'] or ''}{op or m['op']}{args};   // MUTANT"
+
+
+def _last_int(args: str) -> int:
+    return int(re.findall(r"\d+", args)[-1])
+
+
+def _with_last_int(args: str, value: int) -> str:
+    head, _, _ = args.rpartition(re.findall(r"\d+", args)[-1])
+    return f"{head}{value}"
+
+
+def _init_plus(m):
+    return _replace_args(m, _with_last_int(m["args"], _last_int(m["args"]) + 1))
+
+
+def _init_minus(m):
+    count = _last_int(m["args"])
+    return _replace_args(m, _with_last_int(m["args"], count - 1)) if count > 1 else None
+
+
+def _wait_skipped(m):
+    ready = m["args"].split(",")[0].strip()
+    return f"{m['indent']}setp.eq.u32 {ready}, 0, 0;   // MUTANT: the wait passes at once"
+
+
+def _wait_wrong_parity(m):
+    parts = [p.strip() for p in m["args"].split(",")]
+    flipped = ", ".join(parts[:-1] + ["%mutant_parity"])
+    return (f"{m['indent']}{{ .reg .b32 %mutant_parity; xor.b32 %mutant_parity, {parts[-1]}, 1; "
+            f"{m['op']} {flipped}; }}   // MUTANT: waits for the other phase")
+
+
+def _bytes_halved(m):
+    return _replace_args(m, _with_last_int(m["args"], _last_int(m["args"]) // 2))
+
+
+def _count_weakened(m):
+    parts = [p.strip() for p in m["args"].split(",")]
+    if len(parts) < 2 or not parts[-1].isdigit():
+        return None
+    count = int(parts[-1])
+    weaker = count // 2 if count > 128 else count - 32
+    return _replace_args(m, " " + ", ".join(parts[:-1] + [str(weaker)]))
+
+
+def _group_plus_one(m):
+    return _replace_args(m, _with_last_int(m["args"], _last_int(m["args"]) + 1))
+
+
+def _read_only(m):
+    return None if ".read" in m["op"] else _replace_args(m, m["args"], op=m["op"] + ".read")
+
+
+@dataclasses.dataclass(frozen=True)
+class SyncKind:
+    name: str                 # what the table calls it
+    prefix: str               # the instruction's opcode starts with this
+    mutations: tuple          # (mutation name, function(match) -> replacement line or None when not applicable)
+
+
+DELETE = ("deleted", _delete)
+SYNC_KINDS = (
+    SyncKind("mbarrier.init", "mbarrier.init", (("count+1", _init_plus), ("count-1", _init_minus))),
+    SyncKind("mbarrier.try_wait", "mbarrier.try_wait", (("skipped", _wait_skipped), ("wrong parity", _wait_wrong_parity))),
+    SyncKind("mbarrier.arrive.expect_tx", "mbarrier.arrive.expect_tx", (DELETE, ("bytes/2", _bytes_halved))),
+    SyncKind("mbarrier.arrive", "mbarrier.arrive", (DELETE,)),
+    SyncKind("bar.sync", "bar.sync", (DELETE, ("count weakened", _count_weakened))),
+    SyncKind("bar.arrive", "bar.arrive", (DELETE,)),
+    SyncKind("barrier.cluster", "barrier.cluster", (DELETE,)),
+    SyncKind("fence.proxy.async", "fence.proxy.async", (DELETE,)),
+    SyncKind("fence.mbarrier_init", "fence.mbarrier_init", (DELETE,)),
+    SyncKind("wgmma.fence", "wgmma.fence", (DELETE,)),
+    SyncKind("wgmma.commit_group", "wgmma.commit_group", (DELETE,)),
+    SyncKind("wgmma.wait_group", "wgmma.wait_group", (("N+1", _group_plus_one), DELETE)),
+    SyncKind("cp.async.bulk.commit_group", "cp.async.bulk.commit_group", (DELETE,)),
+    SyncKind("cp.async.bulk.wait_group", "cp.async.bulk.wait_group",
+             (("N+1", _group_plus_one), (".read added", _read_only), DELETE)),
+    SyncKind("setmaxnreg", "setmaxnreg", (DELETE,)),
+)
+
+
+@dataclasses.dataclass
+class Mutant:
+    id: str
+    instruction: str          # the original PTX instruction, trimmed
+    kind: str
+    mutation: str
+    ptx_line: int             # 1-based line of the rendered (debug) PTX
+    origin: codegen.LineOrigin | None
+    replacement: str
+    status: str = "not run"   # "killed" | "survived" | "not run"
+    killed_by: str = ""
+    reason: str = ""
+
+    @property
+    def template(self) -> str:
+        if self.origin is None:
+            return "?"
+        return self.origin.calls[-1][0] if self.origin.calls else self.origin.template
+
+    @property
+    def template_line(self) -> int:
+        if self.origin is None:
+            return 0
+        return self.origin.calls[-1][1] if self.origin.calls else self.origin.line
+
+    def record(self) -> dict:
+        return {"id": self.id, "instruction": self.instruction, "mutation": self.mutation, "ptx_line": self.ptx_line,
+                "template": self.template, "template_line": self.template_line,
+                "macro": f"{self.origin.template}:{self.origin.line}" if self.origin and self.origin.calls else None,
+                "status": self.status, "killed_by": self.killed_by, "reason": self.reason}
+
+
+def mutant_config(config: GemmConfig) -> GemmConfig:
+    """The build the mutants are made from: the config in debug mode, with waits that give up after 50 ms."""
+    return dataclasses.replace(config, debug=True, debug_timeout_ns=DEBUG_TIMEOUT_NS)
+
+
+def enumerate_mutants(config: GemmConfig) -> tuple[str, list[Mutant]]:
+    """(the debug build's PTX, every mutant of every synchronization instruction in it)."""
+    from .gemm import render_gemm  # noqa: F401 - the same rendering GemmKernel uses
+
+    cfg = mutant_config(config)
+    params = cfg.template_params()
+    ptx, origins = codegen.render_with_origins(params["template_name"], **params)
+    if ptx != render_gemm(cfg):
+        raise AssertionError("the source-map render differs from the kernel's PTX")
+    mutants = []
+    for number, (line, origin) in enumerate(zip(ptx.splitlines(), origins), start=1):
+        m = _INSTR.match(line)
+        if m is None:
+            continue
+        kind = next((k for k in SYNC_KINDS if m["op"].startswith(k.prefix)), None)
+        if kind is None:
+            continue
+        for mutation, make in kind.mutations:
+            replacement = make(m)
+            if replacement is None:
+                continue
+            instruction = f"{m['guard'] or ''}{m['op']}{m['args']};".strip()
+            mid = f"L{number}:{kind.name}:{mutation.replace(' ', '-')}"
+            mutants.append(Mutant(mid, instruction, kind.name, mutation, number, origin, replacement))
+    return ptx, mutants
+
+
+def apply(ptx: str, mutant: Mutant) -> str:
+    lines = ptx.split("\n")
+    lines[mutant.ptx_line - 1] = mutant.replacement
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Why a mutant cannot be observed: reasons, checked on the device (see docs/results/mutants_*.json)
+# ---------------------------------------------------------------------------------------------------------------
+
+#: (kind, mutation, template:line of the call site) -> why the mutant survives. Filled from device runs; a
+#: survivor not listed here is reported as "unexplained", which the GPU test fails on.
+SURVIVOR_REASONS: dict[tuple[str, str, str], str] = {}
+
+
+def explain(mutant: Mutant) -> str:
+    key = (mutant.kind, mutant.mutation, f"{mutant.template}:{mutant.template_line}")
+    return SURVIVOR_REASONS.get(key, "")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Assembling: what ptxas alone decides
+# ---------------------------------------------------------------------------------------------------------------
+
+def _kernel_sass(compiled) -> str:
+    try:
+        return compiled.sass()
+    except Exception:  # noqa: BLE001 - no nvdisasm: fall back to comparing the cubins
+        return ""
+
+
+def build(ptx: str, mutants: list[Mutant], progress=None) -> dict[str, str]:
+    """Assemble every mutant (cached on disk like any kernel). Mutants that ptxas rejects, or that provoke a warning
+    the CPU tests forbid, are killed here; those whose machine code equals the original's survive as equivalent.
+    Returns {mutant id: mutated PTX} for the mutants still to run."""
+    from . import compiler
+    from .errors import ToolchainError
+
+    original = compiler.compile_ptx(ptx)
+    original_codes = original.report.warning_codes
+    original_sass = _kernel_sass(original)
+    to_run = {}
+    for i, mutant in enumerate(mutants):
+        if progress:
+            progress(f"assembling {i + 1}/{len(mutants)} {mutant.id}")
+        text = apply(ptx, mutant)
+        try:
+            compiled = compiler.compile_ptx(text)
+        except ToolchainError as e:
+            message = [ln for ln in str(e).splitlines() if "error" in ln.lower()] or str(e).splitlines()
+            mutant.status, mutant.killed_by = "killed", f"ptxas rejected it: {message[-1].strip()[:160]}"
+            continue
+        new = sorted(compiled.report.warning_codes - original_codes)
+        if new:
+            first = next(w["message"] for w in compiled.report.warnings if w["code"] == new[0])
+            mutant.status, mutant.killed_by = "killed", (f"ptxas warning {', '.join(new)} ({first[:70]}...; "
+                                                         f"tests/test_gemm.py fails on any warning)")
+            continue
+        same = (compiled.cubin == original.cubin) or (original_sass and _kernel_sass(compiled) == original_sass)
+        if same:
+            mutant.status, mutant.reason = "survived", "equivalent: ptxas made the same machine code as the original"
+            continue
+        to_run[mutant.id] = text
+    return to_run
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Workloads: shapes where both consumers of every CTA run several tiles and the ring wraps
+# ---------------------------------------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Workload:
+    m: int
+    n: int
+    k: int
+    ctas: int | None      # None: one CTA per SM, the default launch
+    seed: int
+
+    def describe(self) -> str:
+        return f"{self.m}x{self.n}x{self.k}, " + (f"{self.ctas} CTAs" if self.ctas else "one CTA per SM")
+
+
+#: The full-grid shape is where a reviewer's deleted epilogue-order bar.sync went unnoticed by the old suite; the
+#: small-grid one gives every consumer 15 tiles and every tile 20 k-tiles (3+ passes over the ring).
+WORKLOADS = (Workload(4224, 9216, 128, None, 11), Workload(1900, 2040, 1256, 8, 12))
+
+
+def _operands(config: GemmConfig, w: Workload):
+    rng = np.random.default_rng(w.seed)
+    a = accuracy.random_matrix(rng, w.m, w.k, config.in_dtype, order="C" if config.a_major == "k" else "F")
+    b = accuracy.random_matrix(rng, w.k, w.n, config.in_dtype, order="F" if config.b_major == "k" else "C")
+    return a, b
+
+
+def prepare_workloads(config: GemmConfig, directory: Path, workloads=WORKLOADS) -> list[dict]:
+    """Operands, reference and bound of every workload, saved as .npy files the worker maps (computed once)."""
+    jobs = []
+    for i, w in enumerate(workloads):
+        a, b = _operands(config, w)
+        ref, absp = accuracy.reference(a, b)
+        bound = accuracy.error_bound(ref, absp, w.k, config.out_dtype)
+        paths = {}
+        for name, arr in (("a", a), ("b", b), ("ref", ref.astype(np.float32)), ("bound", bound.astype(np.float32))):
+            paths[name] = str(directory / f"w{i}_{name}.npy")
+            np.save(paths[name], arr)
+        jobs.append({"workload": dataclasses.asdict(w), "paths": paths})
+    return jobs
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The worker (a child process): run mutants until one takes the CUDA context down
+# ---------------------------------------------------------------------------------------------------------------
+
+def _emit(**record):
+    sys.stdout.write(json.dumps(record) + "\n")
+    sys.stdout.flush()
+
+
+def _run_one(config: GemmConfig, ptx: str, jobs: list[dict], loaded: list, repeats: int) -> tuple[str, str]:
+    """("killed"|"survived", what killed it) for one kernel over every workload, `repeats` launches each."""
+    import ptxgemm
+    from ptxgemm import DeviceArray
+    from ptxgemm.debug import BarrierStall
+    from ptxgemm.errors import CudaError
+    from ptxgemm.gemm import GemmKernel
+
+    try:
+        kernel = GemmKernel(config, ptx=ptx)
+    except CudaError as e:
+        return "killed", f"module load failed: {e}"
+    for job, (da, db, ref, bound) in zip(jobs, loaded):
+        w = job["workload"]
+        out = DeviceArray.empty((w["m"], w["n"]), accuracy.DTYPES[config.out_dtype])
+        try:
+            plan = ptxgemm.GemmPlan(da, db, out, config, ctas=w["ctas"], kernel=kernel)
+            for _ in range(repeats):
+                out.poison()
+                plan.launch()     # debug build: synchronizes, and a stall becomes BarrierStall
+                verdict = accuracy.check_bound(out.to_numpy(), ref, bound)
+                if not verdict.ok:
+                    return "killed", f"wrong result on {w['m']}x{w['n']}x{w['k']}: {verdict}"
+        except BarrierStall as e:
+            return "killed", f"stall reported: {e}"
+        except CudaError as e:
+            return "killed", f"CUDA error: {e}"
+        finally:
+            out.free()
+    return "survived", ""
+
+
+def _context_lost(killed_by: str) -> bool:
+    """After these the worker's CUDA context is unusable, so it exits and the next mutant gets a fresh worker."""
+    return killed_by.startswith(("CUDA error", "stall reported", "module load"))
+
+
+def worker_main() -> int:
+    """Reads a setup line, then one mutant per line, from stdin; writes start/result lines to stdout. Exits after a
+    CUDA error (the context is gone) so that the parent starts a fresh worker for the next mutant."""
+    import ptxgemm
+
+    setup = json.loads(sys.stdin.readline())
+    config = GemmConfig(**setup["config"])
+    jobs = setup["jobs"]
+    loaded = []
+    for job in jobs:
+        p = job["paths"]
+        loaded.append((ptxgemm.to_device(np.load(p["a"])), ptxgemm.to_device(np.load(p["b"])),
+                       np.load(p["ref"], mmap_mode="r"), np.load(p["bound"], mmap_mode="r")))
+    _emit(event="ready")
+    for line in sys.stdin:
+        task = json.loads(line)
+        _emit(event="start", id=task["id"])
+        status, killed_by = _run_one(config, Path(task["ptx_path"]).read_text(), jobs, loaded, setup["repeats"])
+        _emit(event="result", id=task["id"], status=status, killed_by=killed_by)
+        if _context_lost(killed_by):
+            return 0
+    return 0
+
+
+class _Worker:
+    """A worker process and a thread that turns its stdout into a queue (so reads can time out)."""
+
+    def __init__(self, setup: dict):
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        self.proc = subprocess.Popen([sys.executable, "-m", "ptxgemm.mutants", "--worker"], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                                     start_new_session=True)
+        self.lines: queue.Queue = queue.Queue()
+        self.stderr: list[str] = []
+        threading.Thread(target=self._pump, args=(self.proc.stdout, self.lines), daemon=True).start()
+        threading.Thread(target=self._pump, args=(self.proc.stderr, None), daemon=True).start()
+        self.send(setup)
+
+    def _pump(self, stream, sink):
+        for line in stream:
+            if sink is None:
+                self.stderr.append(line)
+                del self.stderr[:-20]
+            else:
+                sink.put(line)
+        if sink is not None:
+            sink.put(None)
+
+    def send(self, obj):
+        self.proc.stdin.write(json.dumps(obj) + "\n")
+        self.proc.stdin.flush()
+
+    def read(self, timeout: float):
+        """The next record, None at exit, or raises queue.Empty after `timeout` seconds. Lines that are not JSON
+        (something printed to stdout) are kept with stderr's tail for the report."""
+        deadline = time.monotonic() + timeout
+        while True:
+            line = self.lines.get(timeout=max(0.01, deadline - time.monotonic()))
+            if line is None:
+                return None
+            try:
+                return json.loads(line)
+            except json.JSONDecodeError:
+                self.stderr.append(line)
+
+    def kill(self):
+        try:
+            os.killpg(self.proc.pid, 9)
+        except ProcessLookupError:
+            pass
+        self.proc.wait()
+
+
+def run_on_gpu(config: GemmConfig, mutants: list[Mutant], texts: dict[str, str], timeout_s: float = DEFAULT_TIMEOUT_S,
+               repeats: int = 2, workloads=WORKLOADS, progress=print) -> dict:
+    """Run the unmutated debug build (it must pass), then every mutant in `texts`; fill in each mutant's outcome.
+    Returns {"workloads": [...], "baseline": ...}."""
+    from .gemm import render_gemm
+    from .schedule import plan_schedule
+    from . import driver
+
+    cfg = mutant_config(config)
+    sm_count = driver.device_info().sm_count
+    described = []
+    for w in workloads:
+        s = plan_schedule(w.m, w.n, w.k, cfg.block_m, cfg.block_n, cfg.block_k, cfg.cluster_m, sm_count, w.ctas)
+        described.append({**dataclasses.asdict(w), **s.describe(),
+                          "ring_wraps": s.ring_passes // cfg.num_stages})
+    with tempfile.TemporaryDirectory(prefix="ptxgemm-mutants-") as tmp:
+        tmp = Path(tmp)
+        setup = {"config": dataclasses.asdict(cfg), "jobs": prepare_workloads(cfg, tmp, workloads), "repeats": repeats}
+        queue_ = [("baseline", render_gemm(cfg))] + [(mid, texts[mid]) for mid in texts]
+        for index, (mid, text) in enumerate(queue_):
+            (tmp / f"m{index}.ptx").write_text(text)
+        by_id = {m.id: m for m in mutants}
+        baseline = None
+        worker = None
+        for index, (mid, text) in enumerate(queue_):
+            path = tmp / f"m{index}.ptx"
+            if worker is None:
+                worker = _Worker(setup)
+                ready = worker.read(timeout=300)
+                if ready is None:
+                    raise RuntimeError("mutant worker died while starting: " + "".join(worker.stderr))
+            worker.send({"id": mid, "ptx_path": str(path)})
+            t0 = time.monotonic()
+            status, killed_by = None, ""
+            try:
+                while status is None:
+                    rec = worker.read(timeout=max(0.1, timeout_s - (time.monotonic() - t0)))
+                    if rec is None:
+                        status, killed_by = "killed", "worker died: " + ("".join(worker.stderr[-3:]).strip()[-200:]
+                                                                          or "no message")
+                    elif rec.get("event") == "result":
+                        status, killed_by = rec["status"], rec["killed_by"]
+            except queue.Empty:
+                worker.kill()
+                worker = None
+                status, killed_by = "killed", f"timeout: no result within {timeout_s:.0f} s (hang)"
+            elapsed = time.monotonic() - t0
+            if worker is not None and (_context_lost(killed_by) or killed_by.startswith("worker died")):
+                try:  # it exits by itself after a lost context; never hand it the next mutant
+                    worker.proc.wait(timeout=60)
+                except subprocess.TimeoutExpired:
+                    worker.kill()
+                worker = None
+            if mid == "baseline":
+                baseline = {"status": status, "detail": killed_by, "seconds": round(elapsed, 2)}
+                if status != "survived":
+                    if worker:
+                        worker.kill()
+                    raise RuntimeError(f"the unmutated debug build fails its own workloads: {killed_by}")
+            else:
+                m = by_id[mid]
+                m.status, m.killed_by = status, killed_by
+                if status == "survived":
+                    m.reason = explain(m) or "unexplained: not observed on these workloads"
+            if progress:
+                progress(f"[{index}/{len(queue_) - 1}] {mid}: {status} {killed_by[:100]} ({elapsed:.1f} s)")
+        if worker is not None:
+            worker.proc.stdin.close()
+            worker.proc.wait(timeout=30)
+    return {"workloads": described, "baseline": baseline}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Report
+# ---------------------------------------------------------------------------------------------------------------
+
+def format_table(config: GemmConfig, mutants: list[Mutant]) -> str:
+    rows = [("id", "instruction", "template (call site)", "mutation", "outcome", "killed by / reason")]
+    for m in mutants:
+        rows.append((m.id, m.instruction[:48], f"{m.template}:{m.template_line}", m.mutation, m.status,
+                     (m.killed_by or m.reason)[:110]))
+    widths = [max(len(r[i]) for r in rows) for i in range(5)]
+    lines = [f"mutants of {config.describe()} (debug build)"]
+    for r in rows:
+        lines.append("  ".join(c.ljust(w) for c, w in zip(r[:5], widths)) + "  " + r[5])
+    lines.append(score_line(mutants))
+    return "\n".join(lines)
+
+
+def score_line(mutants: list[Mutant]) -> str:
+    ran = [m for m in mutants if m.status != "not run"]
+    killed = sum(m.status == "killed" for m in ran)
+    explained = sum(m.status == "survived" and not m.reason.startswith("unexplained") for m in ran)
+    unexplained = sum(m.reason.startswith("unexplained") for m in ran)
+    if not ran:
+        return f"score: {len(mutants)} mutants, none run"
+    return (f"score: {killed}/{len(ran)} killed, {explained} survived with a reason, {unexplained} unexplained"
+            + (f", {len(mutants) - len(ran)} not run" if len(ran) < len(mutants) else ""))
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["--worker"]:
+        sys.exit(worker_main())
+    sys.exit("usage: python -m ptxgemm mutants --help (this module's own entry is the GPU worker: --worker)")

@@ -1,0 +1,75 @@
+"""The static persistent schedule in Python: which output tiles each CTA and each consumer runs.
+
+ptx_templates/scheduler.ptx.j2 walks the tiles in the kernel; this module answers the same questions on the host,
+without a GPU, so tests can prove that a case exercises the pingpong (every consumer of every CTA runs several
+tiles) and tools can report grid, waves and tiles per consumer.
+
+The unit of the schedule is a cluster (a single CTA when cluster_m is 1): cluster b of G walks units
+b, b+G, b+2G, ...; consumer 0 takes the even steps, consumer 1 the odd ones. Every CTA of a cluster runs the same
+steps (on adjacent tile rows), so per-consumer counts are per cluster.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+CONSUMERS = 2
+
+
+@dataclasses.dataclass(frozen=True)
+class Schedule:
+    """The tile walk of one launch: problem tiles, grid and what each consumer gets."""
+
+    tiles_m: int          # tile rows of the problem
+    tiles_n: int          # tile columns
+    k_tiles: int          # k-tiles per output tile (every tile has the same count)
+    cluster_m: int        # CTAs per cluster (adjacent tile rows)
+    clusters: int         # launched clusters (grid = clusters * cluster_m CTAs)
+
+    @property
+    def units(self) -> int:
+        """Scheduler steps in the whole problem: tile columns x cluster rows."""
+        return math.ceil(self.tiles_m / self.cluster_m) * self.tiles_n
+
+    @property
+    def grid(self) -> int:
+        return self.clusters * self.cluster_m
+
+    def consumer_tiles(self, cluster: int, consumer: int) -> int:
+        """Tiles consumer `consumer` of every CTA of cluster `cluster` runs: steps cluster + (consumer + 2j)·G."""
+        first = cluster + consumer * self.clusters
+        return 0 if first >= self.units else (self.units - 1 - first) // (CONSUMERS * self.clusters) + 1
+
+    @property
+    def min_tiles_per_consumer(self) -> int:
+        """The fewest tiles any consumer of any CTA runs (the last cluster's consumer 1 has the fewest)."""
+        return self.consumer_tiles(self.clusters - 1, CONSUMERS - 1)
+
+    @property
+    def max_tiles_per_consumer(self) -> int:
+        return self.consumer_tiles(0, 0)
+
+    @property
+    def waves(self) -> float:
+        """Scheduler steps per cluster: how many tiles each CTA runs, on average."""
+        return self.units / self.clusters
+
+    @property
+    def ring_passes(self) -> int:
+        """How many k-tiles one CTA's producer loads: the running ring position at the end of its walk."""
+        return math.ceil(self.units / self.clusters) * self.k_tiles
+
+    def describe(self) -> dict:
+        return {"tiles_m": self.tiles_m, "tiles_n": self.tiles_n, "k_tiles": self.k_tiles, "grid": self.grid,
+                "clusters": self.clusters, "waves": round(self.waves, 3),
+                "tiles_per_consumer": [self.min_tiles_per_consumer, self.max_tiles_per_consumer]}
+
+
+def plan_schedule(m: int, n: int, k: int, block_m: int, block_n: int, block_k: int, cluster_m: int,
+                  sm_count: int, ctas: int | None = None) -> Schedule:
+    """The grid GemmPlan launches: one CTA per SM (or at most `ctas`), never more clusters than scheduler steps."""
+    tiles_m, tiles_n, k_tiles = math.ceil(m / block_m), math.ceil(n / block_n), math.ceil(k / block_k)
+    units = math.ceil(tiles_m / cluster_m) * tiles_n
+    limit = sm_count if ctas is None else ctas
+    clusters = max(1, min(limit // cluster_m, units))
+    return Schedule(tiles_m, tiles_n, k_tiles, cluster_m, clusters)

@@ -1,0 +1,91 @@
+"""The mutation tester without a GPU: the source map, the enumeration of synchronization points, the mutants'
+text, and `python -m ptxgemm mutants --list`. (tests/test_gemm_gpu.py runs mutants on the GPU.)"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from ptxgemm import codegen, compiler, mutants
+from ptxgemm.config import GemmConfig
+
+KINDS_EVERY_CONFIG = {"mbarrier.init", "mbarrier.try_wait", "mbarrier.arrive.expect_tx", "mbarrier.arrive", "bar.sync",
+                      "bar.arrive", "fence.proxy.async", "fence.mbarrier_init", "wgmma.fence", "wgmma.commit_group",
+                      "wgmma.wait_group", "cp.async.bulk.commit_group", "cp.async.bulk.wait_group", "setmaxnreg"}
+
+
+@pytest.fixture(scope="module", params=[GemmConfig(), GemmConfig(cluster_m=2)], ids=["default", "cluster"])
+def enumerated(request):
+    return request.param, *mutants.enumerate_mutants(request.param)
+
+
+def test_source_map_names_the_template_lines():
+    cfg = GemmConfig()
+    params = cfg.template_params()
+    text, origins = codegen.render_with_origins(params["template_name"], **params)
+    assert text == codegen.render(params["template_name"], **params)
+    template = (codegen._template_dir() / "gemm_pingpong.ptx.j2").read_text().splitlines()
+    macros = {name: (codegen._template_dir() / name).read_text().splitlines()
+              for name in ("mbarrier.ptx.j2", "tma.ptx.j2", "wgmma.ptx.j2")}
+    for line, origin in zip(text.splitlines(), origins):
+        if "bar.sync    %my_epi_bar" in line:  # written in the kernel template itself
+            assert origin.template == "gemm_pingpong.ptx.j2" and not origin.calls
+            assert "bar.sync    %my_epi_bar" in template[origin.line - 1]
+        if "cp.async.bulk.wait_group.read" in line:  # a macro's text, called from the kernel template
+            assert origin.template == "tma.ptx.j2" and "wait_group.read" in macros["tma.ptx.j2"][origin.line - 1]
+            call_file, call_line = origin.calls[-1]
+            assert call_file == "gemm_pingpong.ptx.j2" and "tma.wait_read" in template[call_line - 1]
+
+
+def test_every_kind_of_synchronization_is_found(enumerated):
+    cfg, ptx, found = enumerated
+    kinds = {m.kind for m in found}
+    expected = KINDS_EVERY_CONFIG | ({"barrier.cluster"} if cfg.cluster_m > 1 else set())
+    assert kinds == expected
+    assert sum(m.kind == "mbarrier.init" and m.mutation == "count+1" for m in found) == 2 * cfg.num_stages
+    assert all(m.origin is not None and m.template.endswith(".j2") and m.template_line > 0 for m in found)
+    assert len({m.id for m in found}) == len(found)
+    # the stall report's own fences (debug build) are not the GEMM's synchronization
+    assert not any("fence.sc" in m.instruction for m in found)
+
+
+def test_a_mutant_changes_exactly_its_line(enumerated):
+    cfg, ptx, found = enumerated
+    lines = ptx.split("\n")
+    for m in found:
+        changed = mutants.apply(ptx, m).split("\n")
+        assert len(changed) == len(lines)
+        diff = [i for i, (x, y) in enumerate(zip(lines, changed)) if x != y]
+        assert diff == [m.ptx_line - 1], m.id
+        assert "MUTANT" in changed[m.ptx_line - 1]
+
+
+def test_weakened_forms_assemble():
+    """The mutants that rewrite an instruction (not delete it) are valid PTX: ptxas accepts them."""
+    ptx, found = mutants.enumerate_mutants(GemmConfig())
+    picks = {}
+    for m in found:
+        picks.setdefault(m.mutation, m)
+    for mutation in ("wrong parity", "skipped", "count weakened", "N+1", ".read added", "bytes/2", "count-1"):
+        compiler.compile_ptx(mutants.apply(ptx, picks[mutation]))
+
+
+def test_cli_list_needs_no_gpu(tmp_path):
+    out = tmp_path / "m.json"
+    proc = subprocess.run([sys.executable, "-m", "ptxgemm", "mutants", "--list", "--preset", "default", "--preset",
+                           "cluster", "--json", str(out)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "bar.sync    %my_epi_bar, 256;" in proc.stdout and "score:" in proc.stdout
+    data = json.loads(out.read_text())
+    assert [c["config"]["cluster_m"] for c in data["configs"]] == [1, 2]
+    record = data["configs"][0]["mutants"][0]
+    assert {"instruction", "ptx_line", "template", "template_line", "status", "killed_by", "reason"} <= set(record)
+    assert record["status"] == "not run"
+
+
+def test_cli_rejects_unknown_kind():
+    proc = subprocess.run([sys.executable, "-m", "ptxgemm", "mutants", "--list", "--kind", "bar.wait"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "--kind: must be one of" in proc.stderr

@@ -1,0 +1,39 @@
+"""The host's copy of the static persistent schedule agrees with a literal walk of scheduler.ptx.j2's rule."""
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from ptxgemm.gemm import check_ctas
+from ptxgemm.errors import ConfigError
+from ptxgemm.schedule import plan_schedule
+
+
+def _walk(units, clusters):
+    """Cluster b walks units b, b+G, ...; consumer 0 takes the even steps, consumer 1 the odd ones."""
+    counts = {}
+    for b in range(clusters):
+        steps = list(range(b, units, clusters))
+        counts[b] = (len(steps[0::2]), len(steps[1::2]))
+    return counts
+
+
+@pytest.mark.parametrize("m, n, block, cluster_m, sms, ctas", [
+    (8448, 9216, 128, 1, 132, None), (1000, 1000, 128, 1, 132, 3), (777, 2000, 64, 2, 132, 6),
+    (128, 128, 128, 1, 132, None), (4096, 4096, 128, 2, 132, None), (1, 8, 128, 1, 132, 7)])
+def test_consumer_tiles_match_a_literal_walk(m, n, block, cluster_m, sms, ctas):
+    s = plan_schedule(m, n, 256, block, block, 64, cluster_m, sms, ctas)
+    walk = _walk(s.units, s.clusters)
+    for b, (c0, c1) in walk.items():
+        assert (s.consumer_tiles(b, 0), s.consumer_tiles(b, 1)) == (c0, c1)
+    assert s.min_tiles_per_consumer == min(itertools.chain(*walk.values()))
+    assert s.max_tiles_per_consumer == max(itertools.chain(*walk.values()))
+    assert sum(itertools.chain(*walk.values())) == s.units
+    assert s.grid == s.clusters * cluster_m <= (ctas or sms)
+
+
+@pytest.mark.parametrize("ctas, cluster_m", [(0, 1), (-3, 1), (3, 2), (2.0, 1), (True, 1)])
+def test_ctas_rule(ctas, cluster_m):
+    with pytest.raises(ConfigError, match="ctas: must be a positive whole number"):
+        check_ctas(ctas, cluster_m)
