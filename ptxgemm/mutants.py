@@ -296,7 +296,9 @@ def prepare_workloads(config: GemmConfig, directory: Path, workloads=WORKLOADS) 
         ref, absp = accuracy.reference(a, b)
         bound = accuracy.error_bound(ref, absp, w.k, config.out_dtype)
         paths = {}
-        for name, arr in (("a", a), ("b", b), ("ref", ref.astype(np.float32)), ("bound", bound.astype(np.float32))):
+        # operands as their raw 16-bit words: .npy has no bfloat16 (it would load back as void16)
+        for name, arr in (("a", a.view(np.uint16)), ("b", b.view(np.uint16)), ("ref", ref.astype(np.float32)),
+                          ("bound", bound.astype(np.float32))):
             paths[name] = str(directory / f"w{i}_{name}.npy")
             np.save(paths[name], arr)
         jobs.append({"workload": dataclasses.asdict(w), "paths": paths})
@@ -358,9 +360,10 @@ def worker_main() -> int:
     config = GemmConfig(**setup["config"])
     jobs = setup["jobs"]
     loaded = []
+    in_dtype = accuracy.DTYPES[config.in_dtype]
     for job in jobs:
         p = job["paths"]
-        loaded.append((ptxgemm.to_device(np.load(p["a"])), ptxgemm.to_device(np.load(p["b"])),
+        loaded.append((ptxgemm.to_device(np.load(p["a"]).view(in_dtype)), ptxgemm.to_device(np.load(p["b"]).view(in_dtype)),
                        np.load(p["ref"], mmap_mode="r"), np.load(p["bound"], mmap_mode="r")))
     _emit(event="ready")
     for line in sys.stdin:
