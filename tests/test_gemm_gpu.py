@@ -426,9 +426,9 @@ def test_mutants_of_the_ordering_barriers_are_killed(tmp_path):
                           timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     records = json.loads(out.read_text())["configs"][0]["mutants"]
-    # the consumers' ordering barriers (ids in registers: mainloop order, epilogue order, staging complete) and
-    # the wait for the TMA store to finish reading the staging buffer
-    for prefix, mutation in (("bar.sync    %", "deleted"), ("cp.async.bulk.wait_group.read", "deleted")):
+    # the mainloop- and epilogue-order barriers and the wait for the TMA store to finish reading the staging buffer
+    for prefix, mutation in (("bar.sync    %my_mma_bar", "deleted"), ("bar.sync    %my_epi_bar", "deleted"),
+                             ("cp.async.bulk.wait_group.read", "deleted")):
         sites = [r for r in records if r["instruction"].startswith(prefix) and r["mutation"] == mutation]
         assert sites and all(r["status"] == "killed" for r in sites), sites
 
