@@ -197,7 +197,7 @@ def cmd_mutants(args) -> int:
         if args.build or not args.list:
             texts = mutants.build(ptx, found, progress=lambda s: print(s, file=sys.stderr, flush=True))
             if not args.list:
-                extra = mutants.run_on_gpu(config, found, texts, timeout_s=args.timeout, repeats=args.repeats,
+                extra = mutants.run_on_gpu(config, ptx, found, texts, timeout_s=args.timeout, repeats=args.repeats,
                                            progress=lambda s: print(s, file=sys.stderr, flush=True))
         print(mutants.format_table(config, found), flush=True)
         unexplained += sum(m.reason.startswith("unexplained") for m in found)

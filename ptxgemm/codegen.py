@@ -118,6 +118,9 @@ def render_with_origins(template: str, **params) -> tuple[str, list[LineOrigin |
     text = render(template, **params)
     marked = _marking_environment().get_template(template).render(**params)
     plain_lines, marked_lines = text.splitlines(), marked.splitlines()
+    if len(plain_lines) != len(marked_lines):
+        raise AssertionError(f"{template}: source-map render has {len(marked_lines)} lines, the plain one "
+                             f"{len(plain_lines)}")
     origins: list[LineOrigin | None] = []
     for number, (plain, tagged) in enumerate(zip(plain_lines, marked_lines), start=1):
         if _MARK.sub("", tagged).rstrip() != plain.rstrip():
@@ -133,7 +136,4 @@ def render_with_origins(template: str, **params) -> tuple[str, list[LineOrigin |
                     break
                 calls.append((t, int(n)))
         origins.append(LineOrigin(src[0], src[1], tuple(calls)) if src else None)
-    if len(plain_lines) != len(marked_lines):
-        raise AssertionError(f"{template}: source-map render has {len(marked_lines)} lines, the plain one "
-                             f"{len(plain_lines)}")
     return text, origins

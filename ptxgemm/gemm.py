@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
-import math
 import threading
 
 import ml_dtypes  # noqa: F401 - registers numpy's 'bfloat16' dtype name
@@ -233,8 +232,6 @@ class GemmPlan:
         self.schedule = sched = schedule.plan_schedule(m, n, k, cfg.block_m, cfg.block_n, cfg.block_k,
                                                        cfg.cluster_m, info.sm_count, ctas)
         self.tiles_m, self.tiles_n, self.k_tiles = sched.tiles_m, sched.tiles_n, sched.k_tiles
-        # The scheduler's unit is a cluster of cluster_m CTAs on adjacent tile rows.
-        cluster_rows = math.ceil(self.tiles_m / cfg.cluster_m)
         self.clusters, self.grid = sched.clusters, sched.grid
         self.records = None
         debug_ptr = 0
@@ -244,7 +241,7 @@ class GemmPlan:
             self.records = StallRecords(self.grid, cfg.threads)
             debug_ptr = self.records.device_pointer
         args = [self.tmap_a, self.tmap_b, self.tmap_c, ctypes.c_uint32(m), ctypes.c_uint32(n),
-                ctypes.c_uint32(cluster_rows), ctypes.c_uint32(self.tiles_n), ctypes.c_uint32(self.k_tiles),
+                ctypes.c_uint32(sched.cluster_rows), ctypes.c_uint32(self.tiles_n), ctypes.c_uint32(self.k_tiles),
                 ctypes.c_uint64(debug_ptr)]
         self._launch = driver.PreparedLaunch(self.kernel.function, (self.grid,), (cfg.threads,), args,
                                              smem_bytes=cfg.smem_bytes,

@@ -27,9 +27,14 @@ class Schedule:
     clusters: int         # launched clusters (grid = clusters * cluster_m CTAs)
 
     @property
+    def cluster_rows(self) -> int:
+        """Tile rows of clusters: the kernel's `param_tiles_m` (= tile rows when cluster_m is 1)."""
+        return math.ceil(self.tiles_m / self.cluster_m)
+
+    @property
     def units(self) -> int:
         """Scheduler steps in the whole problem: tile columns x cluster rows."""
-        return math.ceil(self.tiles_m / self.cluster_m) * self.tiles_n
+        return self.cluster_rows * self.tiles_n
 
     @property
     def grid(self) -> int:
