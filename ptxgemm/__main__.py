@@ -4,6 +4,7 @@
     python -m ptxgemm dump --kernel swizzle_probe [--mode 128B] [--rows R] [--cols C] --out DIR
     python -m ptxgemm info
     python -m ptxgemm mutants [--preset default --preset cluster | GEMM config options] [--list] [--json PATH]
+    python -m ptxgemm trace --m M --n N --k K [GEMM config options] --out DIR
 
 `dump` needs no GPU: it renders the PTX, assembles it with ptxas and writes PTX, cubin, SASS and report.json.
 `info` prints the toolchain (ptxas, nvdisasm), the cubin cache directory and the GPU, if there is one.
@@ -216,11 +217,94 @@ def cmd_mutants(args) -> int:
     return 1 if unexplained else 0
 
 
+# ---------------------------------------------------------------------------------------------------------------
+# trace
+# ---------------------------------------------------------------------------------------------------------------
+
+def _add_trace_parser(sub) -> None:
+    from .config import GemmConfig
+
+    p = sub.add_parser("trace", help="record a per-warpgroup timeline of one GEMM launch on the GPU",
+                       description="Run the GEMM once with GemmConfig(trace=True) and write what every warpgroup did "
+                                   "and when: trace.json.gz (Chrome trace / Perfetto: a process per SM, a track per "
+                                   "role), summary.json, sm<N>.png and overview.png (with the 'plot' extra); then "
+                                   "time the traced kernel against the untraced one. Needs an sm_90 GPU.")
+    for dim in SHAPE_OPTIONS:
+        p.add_argument(f"--{dim}", type=int, required=True, help=f"problem size {dim.upper()} (required)")
+    p.add_argument("--out", required=True, help="output directory (created if missing)")
+    p.add_argument("--ctas", type=int, default=None, help="cap the grid (default: one CTA per SM)")
+    p.add_argument("--sm", type=int, default=None, help="the SM to draw in sm<N>.png (default: the SM whose CTA "
+                                                        "finished at the median time)")
+    p.add_argument("--rounds", type=int, default=20,
+                   help="interleaved rounds per overhead set (default 20; 0 skips the overhead measurement)")
+    p.add_argument("--sets", type=int, default=3, help="independent overhead sets, for min/median/max (default 3)")
+    p.add_argument("--seed", type=int, default=0, help="random inputs' seed (default 0)")
+    GemmConfig.add_cli_arguments(p.add_argument_group("GEMM configuration"))
+    p.set_defaults(func=cmd_trace)
+
+
+def cmd_trace(args) -> int:
+    from pathlib import Path
+
+    from . import driver, trace, tracing
+    from .config import GemmConfig
+    from .errors import ConfigError
+
+    for dim in SHAPE_OPTIONS:
+        if getattr(args, dim) < 1:
+            raise ConfigError(f"--{dim}: must be >= 1, got {getattr(args, dim)}")
+    if args.rounds < 0 or args.sets < 1:
+        raise ConfigError(f"--rounds must be >= 0 and --sets >= 1, got {args.rounds} and {args.sets}")
+    config = GemmConfig.from_cli(args)
+    reason = driver.no_device_reason()
+    if reason is not None:
+        raise ConfigError(f"trace runs the kernel, so it needs an sm_90 GPU (H100/H200), and there is none here: "
+                          f"{reason.rstrip('.')}. `python -m ptxgemm dump` shows the traced build without one (add --trace)")
+    driver.require_sm90("tracing a GEMM")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    rec = tracing.record(args.m, args.n, args.k, config, ctas=args.ctas, seed=args.seed)
+    t = rec.trace
+    print(f"{t.meta['gpu']}: {args.m}x{args.n}x{args.k}, {t.meta['config']}, grid {t.meta['grid']}")
+    print(f"result check on sampled rows: {rec.verdict}")
+    summary = t.summary()
+    print(trace.format_summary(summary))
+    agreement = tracing.span_agreement(rec)
+    print(f"traced launch {rec.event_ms * 1e3:.1f} us by CUDA events; first to last event {t.kernel_end_ns / 1e3:.1f} "
+          f"us ({agreement:+.1%})")
+    if rec.ptxas:
+        print(f"traced build: {rec.ptxas['registers']} registers at entry, {rec.ptxas['spill_store_bytes']} B "
+              f"spill stores")
+    result = {"meta": t.meta, "summary": summary, "event_ms": rec.event_ms, "span_vs_events": agreement,
+              "check": str(rec.verdict), "check_ok": rec.verdict.ok, "traced_build": rec.ptxas}
+    if args.rounds:
+        ovh = tracing.overhead(args.m, args.n, args.k, config, rounds=args.rounds, sets=args.sets, seed=args.seed)
+        print(ovh)
+        result["overhead"] = ovh.as_dict()
+    t.to_chrome(out / "trace.json.gz")
+    written = ["trace.json.gz"]
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        print("no PNGs: matplotlib is not installed (pip install 'ptxgemm[plot]')")
+    else:
+        sm = t.default_sm() if args.sm is None else args.sm
+        t.plot_sm(out / f"sm{sm}.png", sm)
+        t.plot_overview(out / "overview.png")
+        written += [f"sm{sm}.png", "overview.png"]
+    with open(out / "summary.json", "w") as f:
+        json.dump(result, f, indent=1, default=str)
+    written.append("summary.json")
+    print(f"wrote {', '.join(written)} to {out}")
+    return 0 if rec.verdict.ok else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=PROG, description="ptxgemm: Hopper GEMM from PTX templates.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     _add_dump_parser(sub)
     _add_mutants_parser(sub)
+    _add_trace_parser(sub)
     info = sub.add_parser("info", help="print the toolchain, the cache directory and the GPU",
                           description="Print ptxas/nvdisasm paths and versions, the cubin cache directory and the GPU.")
     info.add_argument("--json", action="store_true", help="print JSON")

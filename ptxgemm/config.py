@@ -15,6 +15,7 @@ import dataclasses
 
 import numpy as np
 
+from . import trace as trace_format
 from .debug import STALL_CODES
 from .errors import ConfigError
 
@@ -76,6 +77,7 @@ class GemmConfig:
     cluster_m: int = 1            # CTAs per cluster along M; 2: the pair shares B, each loads half and multicasts
     debug: bool = False           # bounded barrier waits that report the stalled barrier (ptxgemm.debug)
     debug_timeout_ns: int = 2_000_000_000
+    trace: bool = False           # record a per-warpgroup timeline into a device buffer (ptxgemm.trace)
 
     def __post_init__(self):
         object.__setattr__(self, "in_dtype", _dtype_name(self.in_dtype))
@@ -288,13 +290,17 @@ class GemmConfig:
             "bar_epi_sync": BARRIER_EPILOGUE_SYNC,
             "bar_mma_order": BARRIER_MMA_ORDER,
             "bar_epi_order": BARRIER_EPILOGUE_ORDER,
+            "trace_codes": trace_format.CODES,
+            "trace_roles": trace_format.ROLES,
+            "trace_record_bytes": trace_format.RECORD_BYTES,
+            "trace_header_entry_bytes": trace_format.HEADER_ENTRY_BYTES,
         }
 
     def describe(self) -> str:
         return (f"pingpong GEMM {self.block_m}x{self.block_n}x{self.block_k}, {self.num_stages} stages, "
                 + (f"cluster {self.cluster_m}x1 (B multicast), " if self.cluster_m > 1 else "") + 
                 f"{self.in_dtype}->{self.out_dtype}, A {self.a_major}-major, B {self.b_major}-major"
-                + (", DEBUG waits" if self.debug else ""))
+                + (", DEBUG waits" if self.debug else "") + (", traced" if self.trace else ""))
 
     @property
     def kernel_name(self) -> str:
@@ -330,10 +336,12 @@ class GemmConfig:
         parser.add_argument("--group-m", type=int, default=d.group_m)
         parser.add_argument("--cluster-m", type=int, default=d.cluster_m, help="2: CTA pairs share B by multicast")
         parser.add_argument("--debug", action="store_true", help="bounded barrier waits that report stalls")
+        parser.add_argument("--trace", action="store_true", help="record a per-warpgroup timeline (ptxgemm.trace; "
+                                                                 "`python -m ptxgemm trace` turns it on itself)")
 
     @classmethod
     def from_cli(cls, args) -> "GemmConfig":
         return cls(block_m=args.block_m, block_n=args.block_n, stages=args.stages, in_dtype=args.in_dtype,
                    out_dtype=args.out_dtype, a_major=args.a_major, b_major=args.b_major, group_m=args.group_m,
                    cluster_m=getattr(args, "cluster_m", 1),
-                   debug=args.debug)
+                   debug=args.debug, trace=getattr(args, "trace", False))

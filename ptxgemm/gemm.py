@@ -243,9 +243,42 @@ class GemmPlan:
         args = [self.tmap_a, self.tmap_b, self.tmap_c, ctypes.c_uint32(m), ctypes.c_uint32(n),
                 ctypes.c_uint32(sched.cluster_rows), ctypes.c_uint32(self.tiles_n), ctypes.c_uint32(self.k_tiles),
                 ctypes.c_uint64(debug_ptr)]
+        self.trace_buffer = None
+        if cfg.trace:
+            args += self._trace_arguments()
         self._launch = driver.PreparedLaunch(self.kernel.function, (self.grid,), (cfg.threads,), args,
                                              smem_bytes=cfg.smem_bytes,
                                              cluster=(cfg.cluster_m, 1, 1) if cfg.cluster_m > 1 else None)
+
+    def _trace_arguments(self) -> list:
+        """Allocate the trace buffer (ptxgemm.trace's format) with room for every event this plan's schedule makes:
+        the busiest producer's k-tiles and the busiest consumer's tiles. Zeroed once; each launch rewrites it."""
+        from . import driver, trace
+
+        sched = self.schedule
+        self.trace_capacity = trace.capacity_for(sched.max_tiles_per_consumer, sched.ring_passes)
+        total = self.grid * trace.ROLES * self.trace_capacity
+        if total >= 2 ** 32:
+            raise ConfigError(f"config.trace: {total} trace records do not fit the kernel's 32-bit record numbers; "
+                              f"trace a smaller problem")
+        nbytes = trace.buffer_bytes(self.grid, self.trace_capacity)
+        self.trace_buffer = buf = driver.DeviceArray.empty((nbytes,), np.uint8)
+        buf.fill_bytes(0, 1)
+        return [ctypes.c_uint64(buf.ptr), ctypes.c_uint64(buf.ptr + trace.header_bytes(self.grid)),
+                ctypes.c_uint32(self.trace_capacity), ctypes.c_uint32(total)]
+
+    def read_trace(self, meta: dict | None = None):
+        """The timeline of the last launch as a ptxgemm.trace.Trace (waits for the GPU). Needs config.trace."""
+        from . import driver, trace
+
+        if self.trace_buffer is None:
+            raise ConfigError("read_trace: this plan's config was built without trace=True; use "
+                              "GemmConfig(trace=True)")
+        raw = self.trace_buffer.to_numpy()
+        info = driver.device_info()
+        base = {"shape": (self.m, self.n, self.k), "config": self.config.describe(), "gpu": info.name,
+                "grid": self.grid, "schedule": self.schedule.describe()}
+        return trace.Trace.from_buffer(raw, self.grid, self.trace_capacity, {**base, **(meta or {})})
 
     @property
     def flops(self) -> int:

@@ -1,13 +1,19 @@
 """Per-warpgroup kernel timeline ("trace"): decode, check, summarise and draw the events a traced kernel writes.
 
-A traced kernel gives each role (warpgroup) of each CTA one writer thread that appends 16-byte records
-(%globaltimer, event code, tile or k-tile) to its own slice of one zero-initialised device buffer, so no atomics
-are needed. The constants below are the single source of that format for the kernel templates and this decoder.
+A traced kernel (GemmConfig(trace=True), ptx_templates/trace.ptx.j2) gives each role (warpgroup) of each CTA one
+writer thread that appends 32-byte records (%globaltimer, %clock64, event code, tile or k-tile) to its own slice of
+one device buffer, so no atomics are needed. The constants below are the single source of that format for the
+kernel templates and this decoder.
 
 Buffer layout (little-endian):
   header   ctas*ROLES entries of HEADER_ENTRY_BYTES; entry cta*ROLES + role: u32 count, u32 smid, u32 dropped, u32 0
   records  from header_bytes(ctas): ctas*ROLES*capacity records of RECORD_BYTES; record j of (cta, role) at index
-           (cta*ROLES + role)*capacity + j: u64 time_ns, u32 code, u32 value
+           (cta*ROLES + role)*capacity + j: u64 time_ns, u64 clock, u32 code, u32 value, u64 0
+
+Time: %globaltimer is the one clock every SM shares, but it advances in 32 ns steps. %clock64 counts the SM's
+cycles, so within a CTA it orders and spaces events far more finely. The decoder maps each CTA's cycles onto
+globaltimer nanoseconds (a line through its first and last record) and keeps every event inside its own timer
+tick: ordering and spacing from the cycles, absolute time and cross-SM alignment from the timer.
 
 Everything here is numpy on the host; matplotlib is imported only inside the PNG functions.
 """
@@ -26,11 +32,11 @@ PRODUCER, CONSUMER0, CONSUMER1 = 0, 1, 2
 CONSUMER_ROLES = (CONSUMER0, CONSUMER1)
 ROLE_NAMES = ("producer", "consumer 0", "consumer 1")
 HEADER_ENTRY_BYTES = 16
-RECORD_BYTES = 16
+RECORD_BYTES = 32
 TIMER_TICK_NS = 32  # %globaltimer advances in 32 ns steps on Hopper
 
 # any role
-ROLE_START = 1          # value 0: setup done
+ROLE_START = 1          # setup done; value: k-tiles per output tile
 ROLE_END = 2            # value 0: about to exit
 # producer (value: pos, the running k-tile number of this CTA's load sequence)
 EMPTY_ACQUIRED = 8      # the wait for a free ring stage finished
@@ -60,7 +66,8 @@ ROLE_CYCLES = (PRODUCER_CYCLE, CONSUMER_CYCLE, CONSUMER_CYCLE)
 BRACKET_RECORDS = 2  # ROLE_START and ROLE_END
 
 HEADER_DTYPE = np.dtype([("count", "<u4"), ("smid", "<u4"), ("dropped", "<u4"), ("reserved", "<u4")])
-RECORD_DTYPE = np.dtype([("time_ns", "<u8"), ("code", "<u4"), ("value", "<u4")])
+RECORD_DTYPE = np.dtype([("time_ns", "<u8"), ("clock", "<u8"), ("code", "<u4"), ("value", "<u4"),
+                         ("reserved", "<u8")])
 assert HEADER_DTYPE.itemsize == HEADER_ENTRY_BYTES and RECORD_DTYPE.itemsize == RECORD_BYTES
 
 
@@ -95,7 +102,8 @@ TILE_DTYPE = np.dtype(_ID_FIELDS + [(name, "<i8") for name in _time_fields(CONSU
 LOAD_DTYPE = np.dtype(_ID_FIELDS + [(name, "<i8") for name in _time_fields(PRODUCER_CYCLE)])
 
 #: span kind -> the (begin, end) columns of the tile / load table it runs between
-CONSUMER_SPANS = {"order_wait": ("prev", "order_acquired"), "mainloop": ("mainloop_start", "mma_issued"),
+CONSUMER_SPANS = {"order_wait": ("prev", "order_acquired"), "data_wait": ("order_acquired", "mainloop_start"),
+                  "mainloop": ("mainloop_start", "mma_issued"),
                   "mma_tail": ("mma_issued", "mma_retired"), "epilogue_wait": ("mma_retired", "epilogue_start"),
                   "epilogue": ("epilogue_start", "store_drained")}
 PRODUCER_SPANS = {"empty_wait": ("prev", "empty_acquired"), "issue": ("empty_acquired", "tma_issued")}
@@ -188,13 +196,13 @@ def _check_codes(code, valid) -> None:
         raise _error(*hit, f"{_code_name(code[hit])} is not a {ROLE_NAMES[hit[1]].split()[0]} code")
 
 
-def _check_times(time_ns, valid) -> None:
+def _check_times(time_ns, valid, what: str = "time", unit: str = "ns") -> None:
     backwards = valid[..., 1:] & (time_ns[..., 1:] < time_ns[..., :-1])
     hit = _first(backwards)
     if hit:
         cta, role, j = hit
-        raise _error(cta, role, j + 1, f"time {time_ns[cta, role, j + 1]} ns is before the previous record's "
-                                       f"{time_ns[cta, role, j]} ns (a role's clock never goes backwards)")
+        raise _error(cta, role, j + 1, f"{what} {time_ns[cta, role, j + 1]} {unit} is before the previous record's "
+                                       f"{time_ns[cta, role, j]} {unit} (a role's clock never goes backwards)")
 
 
 def _check_sequence(header, records, valid) -> None:
@@ -232,12 +240,41 @@ def _validate(header, records) -> None:
     valid = np.arange(capacity) < header["count"][..., None].astype(np.int64)
     _check_codes(records["code"], valid)
     _check_times(records["time_ns"], valid)
+    _check_times(records["clock"], valid, "clock", "cycles")
     _check_sequence(header, records, valid)
 
 
 def _dropped_warnings(header, capacity: int) -> list[str]:
     return [f"CTA {cta} {ROLE_NAMES[role]}: {header['dropped'][cta, role]} records dropped (capacity {capacity}); "
             "its timeline stops early" for cta, role in np.argwhere(header["dropped"] > 0)]
+
+
+def refine_times(records: np.ndarray, count: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(ns per record, ns per SM cycle per CTA): each CTA's %clock64 values mapped onto its %globaltimer values.
+
+    The map is the least-squares line through the CTA's (cycles, timer) pairs, raised until no record lies below
+    its timer value (the timer shows the start of the 32 ns step the event fell in), and every result is then
+    clamped into its own step, [timer, timer + TIMER_TICK_NS). Clamping keeps order: cycles and timer both grow
+    with causality on one SM. A CTA whose cycles do not advance keeps the raw timer values (NaN cycle time)."""
+    ctas, _, capacity = records.shape
+    timer = records["time_ns"].astype(np.int64)  # %globaltimer stays far below 2**63
+    cycles = records["clock"].astype(np.int64)
+    valid = np.arange(capacity) < count[..., None]
+    fine = timer.copy()
+    ns_per_cycle = np.full(ctas, np.nan)
+    for cta in range(ctas):
+        g, c = timer[cta][valid[cta]], cycles[cta][valid[cta]]
+        if len(c) < 2 or c.max() == c.min():
+            continue
+        # float64 only on small offsets: absolute timer values (~1e18 ns) would lose whole ticks
+        x, y = (c - c.min()).astype(np.float64), (g - g.min()).astype(np.float64)
+        slope, _ = np.polyfit(x, y, 1)
+        line = slope * x
+        line += (y - line).max()
+        fine[cta][valid[cta]] = g.min() + np.clip(np.rint(line).astype(np.int64), g - g.min(),
+                                                  g - g.min() + TIMER_TICK_NS - 1)
+        ns_per_cycle[cta] = slope
+    return fine, ns_per_cycle
 
 
 def _cycle_table(rel, records, count, smid, cycle, dtype) -> np.ndarray:
@@ -303,6 +340,14 @@ def _fraction(part, whole) -> float:
     return float(part) / float(whole) if whole else 0.0
 
 
+def _clock_mhz(ns_per_cycle: np.ndarray) -> dict:
+    """The SMs' clock over the kernel, from each CTA's cycles-to-timer fit (the clock drops when power-limited)."""
+    mhz = 1e3 / ns_per_cycle[np.isfinite(ns_per_cycle) & (ns_per_cycle > 0)]
+    if len(mhz) == 0:
+        return {"count": 0}
+    return {"count": len(mhz), "min": float(mhz.min()), "median": float(np.median(mhz)), "max": float(mhz.max())}
+
+
 def _distribution(values: np.ndarray) -> dict:
     if len(values) == 0:
         return {"count": 0}
@@ -326,7 +371,7 @@ LABEL_MIN_FRACTION = 0.02   # a bar gets its tile number when at least this shar
 LABELLED_KINDS = ("mainloop", "epilogue")
 WAIT_GREY = "#d9d9d9"
 SPAN_COLOURS = {"mainloop": "#1f77b4", "mma_tail": "#9ecae1", "epilogue": "#ff7f0e", "issue": "#2ca02c",
-                "order_wait": WAIT_GREY, "epilogue_wait": WAIT_GREY, "empty_wait": WAIT_GREY, "span": "#e6e6e6"}
+                "order_wait": WAIT_GREY, "data_wait": WAIT_GREY, "epilogue_wait": WAIT_GREY, "empty_wait": WAIT_GREY, "span": "#e6e6e6"}
 #: legend key -> (colour, label)
 LEGEND = {"mainloop": (SPAN_COLOURS["mainloop"], "mainloop (wgmmas issuing)"),
           "mma_tail": (SPAN_COLOURS["mma_tail"], "last wgmmas retiring"),
@@ -381,7 +426,7 @@ class Trace:
         self.header, self.records, self.meta = header, records, meta
         self.ctas, self.capacity = records.shape[0], records.shape[2]
         count = header["count"].astype(np.int64)
-        times = records["time_ns"].astype(np.int64)  # %globaltimer stays far below 2**63
+        times, self.ns_per_cycle = refine_times(records, count)
         self.t0_ns = int(times[:, :, 0].min())
         rel = times - self.t0_ns
         self.role_first_ns = rel[:, :, 0]
@@ -485,6 +530,7 @@ class Trace:
                               "gap_ns": (self.kernel_end_ns - cta_end).tolist(),  # per CTA: idle before the end
                               "smid": self.cta_smid.tolist()},
             "tiles_per_consumer": {"min": int(per_consumer.min()), "max": int(per_consumer.max())},
+            "sm_clock_mhz": _clock_mhz(self.ns_per_cycle),
             "dropped": int(self.header["dropped"].sum()),
         }
 
@@ -530,13 +576,22 @@ class Trace:
         return events
 
     def to_chrome(self, path=None) -> dict:
-        """Chrome trace / Perfetto JSON: a process per SM, a track per role, complete events in microseconds."""
+        """Chrome trace / Perfetto JSON: a process per SM, a track per role, complete events in microseconds.
+        A `path` ending in .gz is written gzip-compressed (Perfetto's UI opens it as it is)."""
         slot = self._slots()
         doc = {"traceEvents": self._chrome_metadata(slot) + self._chrome_spans(slot), "displayTimeUnit": "ns",
                "otherData": self.meta}
         if path is not None:
-            with open(path, "w") as f:
-                json.dump(doc, f, default=str)  # meta may hold what json cannot write (numpy scalars, paths)
+            # meta may hold what json cannot write (numpy scalars, paths); compact separators: traces get large
+            text = json.dumps(doc, default=str, separators=(",", ":"))
+            if str(path).endswith(".gz"):
+                import gzip
+
+                with gzip.open(path, "wt") as f:
+                    f.write(text)
+            else:
+                with open(path, "w") as f:
+                    f.write(text)
         return doc
 
     # ---- PNG
@@ -636,6 +691,7 @@ def _coverage_text(summary: dict) -> str:
 
 def format_summary(summary: dict) -> str:
     dist, tiles, end = summary["tile_mainloop_ns"], summary["tiles_per_consumer"], summary["end_imbalance"]
+    clock = summary.get("sm_clock_mhz", {})
     if dist["count"]:
         tile_line = (f"tile mainloop (first wgmma to last retired), us: min {_us(dist['min'])}, "
                      f"p10 {_us(dist['p10'])}, median {_us(dist['median'])}, p90 {_us(dist['p90'])}, "
@@ -652,7 +708,8 @@ def format_summary(summary: dict) -> str:
         f"({_us(summary['producer_stall_ns'])} us over all CTAs)",
         tile_line,
         f"CTA end spread {_us(end['spread_ns'])} us (the earliest CTA finished that long before the last)",
-    ])
+    ] + ([f"SM clock over the kernel (cycles against the timer): median {clock['median']:.0f} MHz "
+          f"(min {clock['min']:.0f}, max {clock['max']:.0f})"] if clock.get("count") else []))
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -660,13 +717,14 @@ def format_summary(summary: dict) -> str:
 # --------------------------------------------------------------------------------------------------------------
 
 def build_buffer(ctas: int, capacity: int, events: dict, smids=None, dropped: dict | None = None) -> bytes:
-    """The bytes a kernel would write: events {(cta, role): [(time_ns, code, value), ...]} (roles not named write
-    nothing), smids per CTA (default: the CTA index), dropped {(cta, role): n}."""
+    """The bytes a kernel would write: events {(cta, role): [(time_ns, code, value) or (time_ns, code, value,
+    clock), ...]} (roles not named write nothing; clock defaults to time_ns, a 1 GHz SM), smids per CTA (default:
+    the CTA index), dropped {(cta, role): n}."""
     header = np.zeros((ctas, ROLES), HEADER_DTYPE)
     records = np.zeros((ctas, ROLES, capacity), RECORD_DTYPE)
     header["smid"] = np.asarray(range(ctas) if smids is None else smids)[:, None]
     for (cta, role), rows in events.items():
-        rows = np.array([tuple(r) for r in rows], RECORD_DTYPE)
+        rows = np.array([(r[0], r[3] if len(r) > 3 else r[0], r[1], r[2], 0) for r in rows], RECORD_DTYPE)
         if len(rows) > capacity:
             raise ValueError(f"CTA {cta} {ROLE_NAMES[role]}: {len(rows)} events do not fit capacity {capacity}")
         header["count"][cta, role] = len(rows)

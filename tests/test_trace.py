@@ -71,18 +71,21 @@ def test_capacity_and_sizes():
     assert T.capacity_for(3, 10) == 7 * 3 + 2
     assert T.capacity_for(3, 20) == 2 * 20 + 2
     assert T.header_bytes(5) == 5 * 3 * 16 and T.header_bytes(5) % 16 == 0
-    assert T.buffer_bytes(5, 23) == 5 * 3 * 16 + 5 * 3 * 23 * 16
+    assert T.buffer_bytes(5, 23) == 5 * 3 * 16 + 5 * 3 * 23 * 32
     assert T.CODES["mma_issued"] == MMA_ISSUED == 18
 
 
 def test_build_buffer_layout():
-    """Header entry cta*3 + role at 16-byte steps, record j of (cta, role) at (cta*3 + role)*capacity + j."""
-    buf = T.build_buffer(2, 4, {(1, CONSUMER1): [(123, ROLE_START, 0), (456, ROLE_END, 0)]}, smids=[9, 11])
+    """Header entry cta*3 + role at 16-byte steps, record j of (cta, role) at (cta*3 + role)*capacity + j, 32 bytes:
+    u64 timer, u64 clock, u32 code, u32 value (what ptx_templates/trace.ptx.j2 stores)."""
+    buf = T.build_buffer(2, 4, {(1, CONSUMER1): [(123, ROLE_START, 0), (456, ROLE_END, 7, 99)]}, smids=[9, 11])
     words = np.frombuffer(buf[:T.header_bytes(2)], "<u4").reshape(6, 4)
     assert words[1 * 3 + 2].tolist() == [2, 11, 0, 0]
-    record = T.header_bytes(2) + ((1 * 3 + 2) * 4 + 1) * 16
+    record = T.header_bytes(2) + ((1 * 3 + 2) * 4 + 1) * 32
     assert int.from_bytes(buf[record:record + 8], "little") == 456
-    assert int.from_bytes(buf[record + 8:record + 12], "little") == ROLE_END
+    assert int.from_bytes(buf[record + 8:record + 16], "little") == 99
+    assert int.from_bytes(buf[record + 16:record + 20], "little") == ROLE_END
+    assert int.from_bytes(buf[record + 20:record + 24], "little") == 7
 
 
 # ---- round trip

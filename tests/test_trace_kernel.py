@@ -1,0 +1,151 @@
+"""The traced kernel without a GPU: trace=False changes nothing, trace=True records every event the host decodes,
+assembles cleanly, and the command says what it needs."""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import ptxgemm
+from ptxgemm import GemmConfig, trace
+from ptxgemm.gemm import render_gemm
+
+# sha256 of the PTX these configs rendered at commit 693393a, before the trace feature existed: trace=False must
+# keep every byte (the template's trace blocks and the extra parameters vanish entirely).
+PRE_TRACE_PTX_SHA256 = {
+    GemmConfig(): "67a5c4d31ea69ae91f87727727314409c9d37782c94f10e4478db908acada181",
+    GemmConfig(block_n=192, out_dtype="float32"): "5433a733225d7c926b28ad180f00faea38a1534c90c35b24e8d07754090364ca",
+    GemmConfig(block_m=64, block_n=256, in_dtype="float16", out_dtype="float16", a_major="k", b_major="k"):
+        "f46a357c934331d86b9c1c2576c99051750a21ed7ed52d36c53d62401ecaa6f4",
+    GemmConfig(cluster_m=2, a_major="mn", b_major="mn"):
+        "9973c8435cc01eecd915237710ddcf756bde3714d984fde12051226ad0e40702",
+    GemmConfig(debug=True): "36f011bb2abf212b5fa180e77bc60958b60b068b339df593df620d6cb18261c7",
+}
+TRACED = [GemmConfig(trace=True), GemmConfig(trace=True, cluster_m=2, a_major="mn"),
+          GemmConfig(trace=True, block_m=64, block_n=256, out_dtype="float32")]
+
+
+@pytest.mark.parametrize("config", list(PRE_TRACE_PTX_SHA256), ids=lambda c: c.describe())
+def test_untraced_ptx_is_byte_identical_to_the_build_before_the_feature(config):
+    assert not config.trace
+    assert hashlib.sha256(render_gemm(config).encode()).hexdigest() == PRE_TRACE_PTX_SHA256[config]
+
+
+def test_trace_flag_is_the_only_difference():
+    plain, traced = render_gemm(GemmConfig()), render_gemm(GemmConfig(trace=True))
+    assert "globaltimer" not in plain and "trace_" not in plain
+    assert "%globaltimer" in traced and "%clock64" in traced
+
+
+def _sections(ptx: str) -> dict[str, str]:
+    """The producer's and the consumers' code of the kernel body."""
+    producer = ptx[ptx.index("\nPRODUCER:"):ptx.index("\nCONSUMER:")]
+    return {"producer": producer, "consumer": ptx[ptx.index("\nCONSUMER:"):]}
+
+
+def _codes(text: str) -> list[int]:
+    return [int(c) for c in re.findall(r"mov\.u32\s+%trace_word, (\d+);", text)]
+
+
+@pytest.mark.parametrize("config", TRACED, ids=lambda c: c.describe())
+def test_traced_ptx_records_each_roles_events_once_per_site(config):
+    ptx = render_gemm(config)
+    for name in ("trace_header_param", "trace_records_param", "trace_capacity_param", "trace_total_param"):
+        assert f".param .u{64 if 'capacity' not in name and 'total' not in name else 32} {name}" in ptx
+    sections = _sections(ptx)
+    # one call site per event kind: the cycles ptxgemm.trace's grammar expects, bracketed by start and end
+    assert sorted(_codes(sections["producer"])) == sorted([trace.ROLE_START, *trace.PRODUCER_CYCLE, trace.ROLE_END])
+    assert sorted(_codes(sections["consumer"])) == sorted([trace.ROLE_START, *trace.CONSUMER_CYCLE, trace.ROLE_END])
+    # the record layout the decoder reads: timer at +0, cycles at +8, (code, value) at +16
+    assert re.search(r"st\.global\.u64 \[%trace_addr\], %trace_stamp", ptx)
+    assert re.search(r"st\.global\.u64 \[%trace_addr\+8\], %trace_stamp", ptx)
+    assert re.search(r"st\.global\.v2\.u32 \[%trace_addr\+16\]", ptx)
+    assert f"mad.wide.u32 %trace_addr, %trace_next, {trace.RECORD_BYTES}," in ptx
+    assert f"mad.wide.u32 %trace_entry, %trace_slice, {trace.HEADER_ENTRY_BYTES}," in ptx
+
+
+def test_consumer_hand_over_is_recorded_before_the_arrive():
+    """MMA_ISSUED and STORE_DRAINED carry times no later than the peer's next ORDER_ACQUIRED / EPILOGUE_START only
+    if they are taken before the arrive that lets the peer go: the GPU test's no-overlap check rests on it."""
+    consumer = _sections(render_gemm(GemmConfig(trace=True)))["consumer"]
+    lines = consumer.splitlines()
+
+    def index(pattern, after=0):
+        return next(i for i, line in enumerate(lines) if i >= after and re.search(pattern, line))
+
+    issued = index(rf"%trace_word, {trace.MMA_ISSUED};")
+    assert issued < index(r"bar\.arrive %peer_mma_bar", issued - 40)
+    drained = index(rf"%trace_word, {trace.STORE_DRAINED};")
+    assert drained < index(r"bar\.arrive %peer_epi_bar", drained - 40)
+
+
+@pytest.mark.parametrize("config", TRACED, ids=lambda c: c.describe())
+def test_traced_build_is_clean(config):
+    kernel = ptxgemm.compile_gemm(config)
+    assert not kernel.report.warnings, kernel.report.warnings
+    fn = kernel.report.functions[config.kernel_name]
+    assert fn.registers == config.entry_registers
+    # tracing must not push the kernel's registers to local memory on the tiles it traces most
+    assert fn.spill_store_bytes == fn.spill_load_bytes == 0
+    assert not re.search(r"\b(LDL|STL)\b", kernel.sass())
+
+
+def test_traced_config_is_its_own_kernel():
+    traced = GemmConfig(trace=True)
+    assert traced != GemmConfig() and "traced" in traced.describe() and "traced" not in GemmConfig().describe()
+    assert dataclasses.replace(traced, trace=False) == GemmConfig()
+
+
+def test_trace_command_says_it_needs_a_gpu(tmp_path):
+    from ptxgemm import driver
+
+    if driver.no_device_reason() is None:
+        pytest.skip("a GPU is present: the command would run (tests/test_trace_gpu.py covers that)")
+    proc = subprocess.run([sys.executable, "-m", "ptxgemm", "trace", "--m", "256", "--n", "256", "--k", "256",
+                           "--out", str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert "trace runs the kernel, so it needs an sm_90 GPU" in proc.stderr
+    assert not any(tmp_path.iterdir())  # nothing half-written
+
+
+def test_trace_command_rejects_bad_sizes(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "ptxgemm", "trace", "--m", "-5", "--n", "256", "--k", "256",
+                           "--out", str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "--m: must be >= 1, got -5" in proc.stderr
+
+
+def test_capacity_covers_the_busiest_role_of_a_schedule():
+    """The plan sizes every slice from its schedule: the busiest producer loads ring_passes k-tiles, the busiest
+    consumer runs max_tiles_per_consumer tiles (both with ROLE_START and ROLE_END)."""
+    from ptxgemm.schedule import plan_schedule
+
+    for m, n, k, ctas in ((8448, 9216, 1024, None), (1000, 1000, 1000, 3), (300, 5000, 64, 7)):
+        sched = plan_schedule(m, n, k, 128, 128, 64, 1, 132, ctas)
+        capacity = trace.capacity_for(sched.max_tiles_per_consumer, sched.ring_passes)
+        producer = 2 + len(trace.PRODUCER_CYCLE) * sched.ring_passes
+        consumer = 2 + len(trace.CONSUMER_CYCLE) * sched.max_tiles_per_consumer
+        assert capacity == max(producer, consumer)
+
+
+def test_refine_times_keeps_each_event_in_its_timer_step_and_recovers_the_clock():
+    """A 1755 MHz SM whose timer shows 32 ns steps: the refined times fall inside each record's step, keep the
+    order of the cycles, come within a few ns of the truth, and the fit reports the clock."""
+    rng = np.random.default_rng(1)
+    base = 1_700_000_000_000_000_000           # %globaltimer counts ns since an epoch: keep it integer
+    true_ns = base + 123 + np.cumsum(rng.integers(5, 400, size=200))
+    cycles = np.rint((true_ns - true_ns[0]) * 1.755).astype(np.int64) + 10_000_000
+    timer = true_ns // trace.TIMER_TICK_NS * trace.TIMER_TICK_NS
+    records = np.zeros((1, trace.ROLES, 200), trace.RECORD_DTYPE)
+    records["time_ns"][0, 0], records["clock"][0, 0] = timer, cycles
+    count = np.array([[200, 0, 0]])
+    fine, ns_per_cycle = trace.refine_times(records, count)
+    got = fine[0, 0]
+    assert np.all(got >= timer) and np.all(got < timer + trace.TIMER_TICK_NS)
+    assert np.all(np.diff(got) >= 0)
+    assert np.max(np.abs(got - true_ns)) <= 4
+    assert abs(1e3 / ns_per_cycle[0] - 1755) < 1
