@@ -239,6 +239,9 @@ def _add_trace_parser(sub) -> None:
                    help="interleaved rounds per overhead set (default 20; 0 skips the overhead measurement)")
     p.add_argument("--sets", type=int, default=3, help="independent overhead sets, for min/median/max (default 3)")
     p.add_argument("--seed", type=int, default=0, help="random inputs' seed (default 0)")
+    p.add_argument("--also", action="append", default=[], metavar="NAME=VALUE[,...]",
+                   help="also trace this variant of the config on the same problem and draw it under the first in "
+                        "compare.png (repeatable; e.g. --also block_n=192 --also cluster_m=2; default: none)")
     GemmConfig.add_cli_arguments(p.add_argument_group("GEMM configuration"))
     p.set_defaults(func=cmd_trace)
 
@@ -256,6 +259,7 @@ def cmd_trace(args) -> int:
     if args.rounds < 0 or args.sets < 1:
         raise ConfigError(f"--rounds must be >= 0 and --sets >= 1, got {args.rounds} and {args.sets}")
     config = GemmConfig.from_cli(args)
+    variants = [tracing.config_variant(config, spec) for spec in args.also]  # bad specs fail before the GPU
     reason = driver.no_device_reason()
     if reason is not None:
         raise ConfigError(f"trace runs the kernel, so it needs an sm_90 GPU (H100/H200), and there is none here: "
@@ -281,6 +285,14 @@ def cmd_trace(args) -> int:
         ovh = tracing.overhead(args.m, args.n, args.k, config, rounds=args.rounds, sets=args.sets, seed=args.seed)
         print(ovh)
         result["overhead"] = ovh.as_dict()
+    others = []
+    for variant in variants:
+        other = tracing.record(args.m, args.n, args.k, variant, ctas=args.ctas, seed=args.seed)
+        print(f"\n--also {variant.describe()}: check {other.verdict}")
+        print(trace.format_summary(other.trace.summary()))
+        others.append(other)
+        result.setdefault("also", []).append({"meta": other.trace.meta, "summary": other.trace.summary(),
+                                              "event_ms": other.event_ms, "check_ok": other.verdict.ok})
     t.to_chrome(out / "trace.json.gz")
     written = ["trace.json.gz"]
     try:
@@ -292,11 +304,15 @@ def cmd_trace(args) -> int:
         t.plot_sm(out / f"sm{sm}.png", sm)
         t.plot_overview(out / "overview.png")
         written += [f"sm{sm}.png", "overview.png"]
+        if others:
+            trace.plot_compare([t] + [o.trace for o in others], out / "compare.png",
+                               labels=[r.trace.meta["config"] for r in [rec] + others])
+            written.append("compare.png")
     with open(out / "summary.json", "w") as f:
         json.dump(result, f, indent=1, default=str)
     written.append("summary.json")
     print(f"wrote {', '.join(written)} to {out}")
-    return 0 if rec.verdict.ok else 1
+    return 0 if rec.verdict.ok and all(o.verdict.ok for o in others) else 1
 
 
 def build_parser() -> argparse.ArgumentParser:

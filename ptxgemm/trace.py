@@ -10,10 +10,12 @@ Buffer layout (little-endian):
   records  from header_bytes(ctas): ctas*ROLES*capacity records of RECORD_BYTES; record j of (cta, role) at index
            (cta*ROLES + role)*capacity + j: u64 time_ns, u64 clock, u32 code, u32 value, u64 0
 
-Time: %globaltimer is the one clock every SM shares, but it advances in 32 ns steps. %clock64 counts the SM's
-cycles, so within a CTA it orders and spaces events far more finely. The decoder maps each CTA's cycles onto
-globaltimer nanoseconds (a line through its first and last record) and keeps every event inside its own timer
-tick: ordering and spacing from the cycles, absolute time and cross-SM alignment from the timer.
+Time: every record carries %clock64, the SM's cycle counter: cheap to read and fine-grained, but private to the SM
+and counting at a clock that drops when the GPU is power-limited. ROLE_START and ROLE_END also carry
+%globaltimer (time_ns; 0 in every other record), the nanosecond clock all SMs share, which advances in 32 ns steps
+and is slow to read (reading it at every event delayed the kernel's barrier hand-overs measurably). The decoder maps
+each CTA's cycles onto nanoseconds by the least-squares line through its anchors (six per CTA, spanning its whole
+run): ordering and spacing from the cycles, absolute time and alignment across SMs from the timer.
 
 Everything here is numpy on the host; matplotlib is imported only inside the PNG functions.
 """
@@ -239,8 +241,15 @@ def _validate(header, records) -> None:
     _check_header(header, capacity)
     valid = np.arange(capacity) < header["count"][..., None].astype(np.int64)
     _check_codes(records["code"], valid)
-    _check_times(records["time_ns"], valid)
     _check_times(records["clock"], valid, "clock", "cycles")
+    anchor = valid & np.isin(records["code"], (ROLE_START, ROLE_END))
+    hit = _first(anchor & (records["time_ns"] == 0))
+    if hit:
+        raise _error(*hit, f"{_code_name(records['code'][hit])} without its %globaltimer stamp")
+    start, end = records["time_ns"][..., 0], np.where(anchor, records["time_ns"], 0).max(axis=-1)
+    hit = _first((header["count"] >= BRACKET_RECORDS) & (header["dropped"] == 0) & (end < start))
+    if hit:
+        raise _error(*hit, None, f"ROLE_END's timer {end[hit]} ns is before ROLE_START's {start[hit]} ns")
     _check_sequence(header, records, valid)
 
 
@@ -250,29 +259,26 @@ def _dropped_warnings(header, capacity: int) -> list[str]:
 
 
 def refine_times(records: np.ndarray, count: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(ns per record, ns per SM cycle per CTA): each CTA's %clock64 values mapped onto its %globaltimer values.
-
-    The map is the least-squares line through the CTA's (cycles, timer) pairs, raised until no record lies below
-    its timer value (the timer shows the start of the 32 ns step the event fell in), and every result is then
-    clamped into its own step, [timer, timer + TIMER_TICK_NS). Clamping keeps order: cycles and timer both grow
-    with causality on one SM. A CTA whose cycles do not advance keeps the raw timer values (NaN cycle time)."""
+    """(ns per record, ns per SM cycle per CTA): each CTA's %clock64 stamps mapped onto %globaltimer nanoseconds
+    by the least-squares line through its anchors (the records that carry both: ROLE_START and ROLE_END)."""
     ctas, _, capacity = records.shape
+    valid = np.arange(capacity) < count[..., None]
     timer = records["time_ns"].astype(np.int64)  # %globaltimer stays far below 2**63
     cycles = records["clock"].astype(np.int64)
-    valid = np.arange(capacity) < count[..., None]
-    fine = timer.copy()
+    anchored = valid & (timer != 0)
+    fine = np.zeros_like(timer)
     ns_per_cycle = np.full(ctas, np.nan)
     for cta in range(ctas):
-        g, c = timer[cta][valid[cta]], cycles[cta][valid[cta]]
+        g, c = timer[cta][anchored[cta]], cycles[cta][anchored[cta]]
         if len(c) < 2 or c.max() == c.min():
-            continue
+            raise ValueError(f"malformed trace: CTA {cta} has {len(c)} timer anchors over "
+                             f"{int(c.max() - c.min()) if len(c) else 0} cycles; its cycle stamps cannot be placed "
+                             "in time (every role stamps its first and last record with %globaltimer)")
         # float64 only on small offsets: absolute timer values (~1e18 ns) would lose whole ticks
-        x, y = (c - c.min()).astype(np.float64), (g - g.min()).astype(np.float64)
-        slope, _ = np.polyfit(x, y, 1)
-        line = slope * x
-        line += (y - line).max()
-        fine[cta][valid[cta]] = g.min() + np.clip(np.rint(line).astype(np.int64), g - g.min(),
-                                                  g - g.min() + TIMER_TICK_NS - 1)
+        c0, g0 = int(c.min()), int(g.min())
+        slope, intercept = np.polyfit((c - c0).astype(np.float64), (g - g0).astype(np.float64), 1)
+        mine = valid[cta]
+        fine[cta][mine] = g0 + np.rint(intercept + slope * (cycles[cta][mine] - c0)).astype(np.int64)
         ns_per_cycle[cta] = slope
     return fine, ns_per_cycle
 
@@ -604,26 +610,37 @@ class Trace:
     def plot_sm(self, path, sm: int | None = None) -> None:
         """PNG of one SM's timeline: a row per role, mainloop and epilogue bars, waits in grey."""
         sm = self.default_sm() if sm is None else sm
+        fig = _figure(PNG_WIDTH_IN, 1.6 + SM_ROW_IN * len(self._sm_rows(sm)))
+        ax = fig.add_subplot()
+        first, last = self._draw_sm(ax, sm)
+        ax.set_xlim(first / 1e3, last / 1e3)
+        ax.set_xlabel("time since the kernel's first event (µs)")
+        ax.legend(handles=_legend(SM_LEGEND), loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
+        ax.set_title(f"{_meta_title(self.meta)}\n{self._sm_caption(sm)}", fontsize=9)
+        fig.tight_layout()
+        fig.savefig(path)
+
+    def _sm_rows(self, sm: int) -> list[tuple[int, int]]:
         by_sm = self.ctas_by_sm()
         if sm not in by_sm:
             raise ValueError(f"no CTA ran on SM {sm}; SMs in the trace: {min(by_sm)}..{max(by_sm)}")
-        rows = [(int(cta), role) for cta in by_sm[sm] for role in range(ROLES)]
-        fig = _figure(PNG_WIDTH_IN, 1.6 + SM_ROW_IN * len(rows))
-        ax = fig.add_subplot()
-        first, last = self._sm_window(by_sm[sm])
-        ax.set_xlim(first / 1e3, last / 1e3)
+        return [(int(cta), role) for cta in by_sm[sm] for role in range(ROLES)]
+
+    def _draw_sm(self, ax, sm: int, label_width_ns: int | None = None) -> tuple[int, int]:
+        """Draw SM `sm`'s roles as rows of `ax` (producer on top); returns the SM's first and last event."""
+        rows = self._sm_rows(sm)
+        first, last = self._sm_window(self.ctas_by_sm()[sm])
+        min_label_us = LABEL_MIN_FRACTION * (label_width_ns or (last - first)) / 1e3
         for row, (cta, role) in enumerate(rows):
-            self._draw_role(ax, row, cta, role, min_label_us=LABEL_MIN_FRACTION * (last - first) / 1e3)
+            self._draw_role(ax, row, cta, role, min_label_us=min_label_us)
         ax.set_yticks(range(len(rows)), [self._track_name(cta, role) for cta, role in rows])
-        ax.set_ylim(len(rows) - 0.5, -0.5)  # producer on top
-        ax.set_xlabel("time since the kernel's first event (µs)")
-        ax.legend(handles=_legend(SM_LEGEND), loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
+        ax.set_ylim(len(rows) - 0.5, -0.5)
+        return first, last
+
+    def _sm_caption(self, sm: int) -> str:
         summary = self.summary()
-        ax.set_title(f"{_meta_title(self.meta)}\nSM {sm}: tensor cores busy {self.coverage_by_sm()[sm]:.1%} of its "
-                     f"span; all SMs {_coverage_text(summary)}; "
-                     f"epilogues hidden {summary['epilogue_hidden_fraction']:.1%}", fontsize=9)
-        fig.tight_layout()
-        fig.savefig(path)
+        return (f"SM {sm}: tensor cores busy {self.coverage_by_sm()[sm]:.1%} of its span; all SMs "
+                f"{_coverage_text(summary)}; epilogues hidden {summary['epilogue_hidden_fraction']:.1%}")
 
     def _draw_role(self, ax, row: int, cta: int, role: int, min_label_us: float) -> None:
         spans = self.spans[(self.spans["cta"] == cta) & (self.spans["role"] == role)]
@@ -676,6 +693,32 @@ class Trace:
             ax.broken_barh(list(zip(s / 1e3, (e - s) / 1e3)), (bottom, BAR_HALF), facecolors=SPAN_COLOURS[colour])
 
 
+def plot_compare(traces: list, path, sms: list | None = None, labels: list | None = None) -> None:
+    """PNG of several traces (e.g. two schedules or tile shapes on one problem), one panel each, every panel on the
+    same time scale from its SM's first event: the kernel that does the work in less time has the shorter rows."""
+    if not traces:
+        raise ValueError("plot_compare: no traces")
+    sms = [t.default_sm() for t in traces] if sms is None else list(sms)
+    labels = [_meta_title(t.meta) for t in traces] if labels is None else list(labels)
+    if not len(sms) == len(labels) == len(traces):
+        raise ValueError(f"plot_compare: {len(traces)} traces need as many sms and labels, got {len(sms)} and "
+                         f"{len(labels)}")
+    windows = [t._sm_window(t.ctas_by_sm()[sm]) for t, sm in zip(traces, sms)]
+    width_ns = max(last - first for first, last in windows)
+    heights = [len(t._sm_rows(sm)) for t, sm in zip(traces, sms)]
+    fig = _figure(PNG_WIDTH_IN, 1.2 + sum(SM_ROW_IN * h + 0.8 for h in heights))
+    axes = fig.subplots(len(traces), 1, squeeze=False, gridspec_kw={"height_ratios": heights})[:, 0]
+    for ax, t, sm, label, (first, _) in zip(axes, traces, sms, labels, windows):
+        t._draw_sm(ax, sm, label_width_ns=width_ns)
+        ax.set_xlim(first / 1e3, (first + width_ns) / 1e3)
+        ax.set_title(f"{label}\n{t._sm_caption(sm)}; kernel {t.kernel_end_ns / 1e3:.1f} µs", fontsize=9)
+    axes[-1].set_xlabel("time since the kernel's first event (µs)")
+    axes[0].legend(handles=_legend(SM_LEGEND), loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8,
+                   frameon=False)
+    fig.tight_layout()
+    fig.savefig(path)
+
+
 # --------------------------------------------------------------------------------------------------------------
 # Text summary
 # --------------------------------------------------------------------------------------------------------------
@@ -718,13 +761,14 @@ def format_summary(summary: dict) -> str:
 
 def build_buffer(ctas: int, capacity: int, events: dict, smids=None, dropped: dict | None = None) -> bytes:
     """The bytes a kernel would write: events {(cta, role): [(time_ns, code, value) or (time_ns, code, value,
-    clock), ...]} (roles not named write nothing; clock defaults to time_ns, a 1 GHz SM), smids per CTA (default:
-    the CTA index), dropped {(cta, role): n}."""
+    clock), ...]} (roles not named write nothing; clock defaults to time_ns, a 1 GHz SM; as in the kernel, only
+    ROLE_START and ROLE_END keep their time_ns), smids per CTA (default: the CTA index), dropped {(cta, role): n}."""
     header = np.zeros((ctas, ROLES), HEADER_DTYPE)
     records = np.zeros((ctas, ROLES, capacity), RECORD_DTYPE)
     header["smid"] = np.asarray(range(ctas) if smids is None else smids)[:, None]
     for (cta, role), rows in events.items():
-        rows = np.array([(r[0], r[3] if len(r) > 3 else r[0], r[1], r[2], 0) for r in rows], RECORD_DTYPE)
+        rows = np.array([(r[0] if r[1] in (ROLE_START, ROLE_END) else 0, r[3] if len(r) > 3 else r[0], r[1], r[2], 0)
+                         for r in rows], RECORD_DTYPE)
         if len(rows) > capacity:
             raise ValueError(f"CTA {cta} {ROLE_NAMES[role]}: {len(rows)} events do not fit capacity {capacity}")
         header["count"][cta, role] = len(rows)
@@ -799,5 +843,5 @@ def synthetic_buffer(ctas: int = 2, tiles_per_consumer: int = 2, k_tiles: int = 
     return build_buffer(ctas, capacity, events, smids=[2 * cta for cta in range(ctas)]), capacity
 
 
-__all__ = ["Trace", "capacity_for", "header_bytes", "buffer_bytes", "build_buffer", "synthetic_buffer",
+__all__ = ["Trace", "plot_compare", "capacity_for", "header_bytes", "buffer_bytes", "build_buffer", "synthetic_buffer",
            "format_summary", "CODES", "CODE_NAMES", "ROLE_NAMES", "SPAN_KINDS"]

@@ -121,6 +121,23 @@ def overhead(m: int, n: int, k: int, config: GemmConfig | None = None, *, rounds
     return Overhead(off, on, rounds)
 
 
+def config_variant(base: GemmConfig, spec: str) -> GemmConfig:
+    """`base` with the fields of 'name=value,name=value' replaced (e.g. 'block_n=192,cluster_m=2'), validated."""
+    fields = {f.name: f for f in dataclasses.fields(GemmConfig)}
+    changes = {}
+    for item in filter(None, (part.strip() for part in spec.split(","))):
+        name, sep, value = item.partition("=")
+        name = name.strip().replace("-", "_")
+        if not sep or name not in fields or name in ("trace", "debug", "debug_timeout_ns"):
+            allowed = ", ".join(n for n in fields if n not in ("trace", "debug", "debug_timeout_ns"))
+            raise ConfigError(f"--also {spec!r}: {item!r} must be NAME=VALUE with NAME one of {allowed}")
+        value = value.strip()
+        changes[name] = int(value) if value.lstrip("-").isdigit() else (None if value == "None" else value)
+    if not changes:
+        raise ConfigError(f"--also {spec!r}: names no field to change (e.g. block_n=192)")
+    return dataclasses.replace(base, **changes)
+
+
 def span_agreement(recording: Recording) -> float:
     """(trace's first-to-last event span) / (CUDA-event time of the same launch) - 1."""
     return recording.trace.kernel_end_ns / (recording.event_ms * 1e6) - 1

@@ -324,6 +324,32 @@ def test_pngs(tmp_path):
         trace.plot_sm(tmp_path / "none.png", sm=3)
 
 
+def test_compare_png_puts_traces_on_one_time_scale(tmp_path):
+    pytest.importorskip("matplotlib")
+    fast = Trace.from_buffer(*_synthetic(2, 2, 4), meta={"config": "fast"})
+    slow_buf, slow_cap = T.synthetic_buffer(2, 2, 4, k_tile_ns=16 * T.TIMER_TICK_NS)
+    slow = Trace.from_buffer(slow_buf, 2, slow_cap, meta={"config": "slow"})
+    T.plot_compare([fast, slow], tmp_path / "compare.png", labels=["fast", "slow"])
+    width, height = png_size(tmp_path / "compare.png")
+    assert 0 < width <= MAX_PNG_WIDTH and height > 0
+    with pytest.raises(ValueError, match="2 traces need as many sms and labels"):
+        T.plot_compare([fast, slow], tmp_path / "x.png", labels=["only one"])
+
+
+def _synthetic(ctas, per_consumer, k_tiles):
+    buf, capacity = T.synthetic_buffer(ctas, per_consumer, k_tiles)
+    return buf, ctas, capacity
+
+
+def test_anchor_without_timer_is_rejected():
+    raw = bytearray(T.build_buffer(1, 16, hand_events(), smids=[SMID]))
+    start = T.header_bytes(1) + (0 * T.ROLES + CONSUMER1) * 16 * T.RECORD_BYTES  # consumer 1's ROLE_START
+    raw[start:start + 8] = bytes(8)
+    with pytest.raises(ValueError, match=r"consumer 1 \(role 2\) record 0: ROLE_START \(1\) without its "
+                                         r"%globaltimer stamp"):
+        Trace.from_buffer(bytes(raw), 1, 16)
+
+
 def test_overview_png_for_many_sms(tmp_path):
     pytest.importorskip("matplotlib")
     buf, capacity = T.synthetic_buffer(132, 1, 2)
