@@ -290,6 +290,7 @@ class GemmConfig:
             "bar_epi_sync": BARRIER_EPILOGUE_SYNC,
             "bar_mma_order": BARRIER_MMA_ORDER,
             "bar_epi_order": BARRIER_EPILOGUE_ORDER,
+            "mbarrier_bytes": MBARRIER_BYTES,
             "trace_codes": trace_format.CODES,
             "trace_roles": trace_format.ROLES,
             "trace_record_bytes": trace_format.RECORD_BYTES,

@@ -10,6 +10,7 @@ Files written to the output directory, for kernel NAME:
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from . import compiler
@@ -82,6 +83,10 @@ def summary(report: dict, out: Path) -> str:
     for fname, f in report["functions"].items():
         lines.append(f"  {fname}: {f['registers']} registers, {f['spill_store_bytes']} B spill stores, "
                      f"{f['spill_load_bytes']} B spill loads, {f['smem_bytes']} B static smem")
+    if "consumer_k_loop_sass" in report:
+        loop = report["consumer_k_loop_sass"]
+        lines.append(f"  consumer k-tile loop: {loop['instructions']} SASS instructions per warp, "
+                     f"{loop['hgmma']} of them HGMMA")
     if "dynamic_bytes" in report["shared_memory"]:
         lines.append(f"  dynamic shared memory at launch: {report['shared_memory']['dynamic_bytes']} B")
     warnings = report["ptxas_warnings"]
@@ -130,7 +135,34 @@ def dump_gemm(args) -> dict:
     kernel = compile_gemm(config)
     extras = {"problem": {dim: getattr(args, dim, None) for dim in ("m", "n", "k")}}
     extras.update(config.report_extras())
+    if kernel.cubin is not None:
+        extras["consumer_k_loop_sass"] = k_loop_report(kernel.sass())
     return write_dump("gemm", kernel, Path(args.out), extras)
+
+
+_SASS_INSTRUCTION = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(.*?);")
+
+
+def consumer_k_loop(sass: str) -> list[str]:
+    """The consumer's k-tile loop in the SASS: from the full-barrier wait before the first HGMMA to the backward
+    branch after the last one (the GEMM's SASS has one such loop). Its length, instructions per k-tile per warp,
+    is the number docs/perf-notes.md tracks per change: everything in it besides the HGMMAs competes with them
+    for issue slots and power."""
+    lines = _SASS_INSTRUCTION.findall(sass)
+    hgmma = [i for i, line in enumerate(lines) if line.startswith("HGMMA") or " HGMMA" in line]
+    if not hgmma:
+        return []
+    waits = [i for i in range(hgmma[0]) if "TRYWAIT" in lines[i]]
+    branches = [i for i in range(hgmma[-1], len(lines)) if "BRA" in lines[i]]
+    if not waits or not branches:
+        return []
+    return [line.strip() for line in lines[waits[-1]:branches[0] + 1]]
+
+
+def k_loop_report(sass: str) -> dict:
+    loop = consumer_k_loop(sass)
+    return {"instructions": len(loop), "hgmma": sum("HGMMA" in line for line in loop),
+            "r2ur": sum("R2UR" in line for line in loop)}
 
 
 DUMPERS = {"gemm": dump_gemm, "swizzle_probe": dump_swizzle_probe}
