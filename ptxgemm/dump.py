@@ -149,7 +149,7 @@ def consumer_k_loop(sass: str) -> list[str]:
     is the number docs/perf-notes.md tracks per change: everything in it besides the HGMMAs competes with them
     for issue slots and power."""
     lines = _SASS_INSTRUCTION.findall(sass)
-    hgmma = [i for i, line in enumerate(lines) if line.startswith("HGMMA") or " HGMMA" in line]
+    hgmma = [i for i, line in enumerate(lines) if "HGMMA" in line]
     if not hgmma:
         return []
     waits = [i for i in range(hgmma[0]) if "TRYWAIT" in lines[i]]

@@ -21,6 +21,7 @@ Everything here is numpy on the host; matplotlib is imported only inside the PNG
 """
 from __future__ import annotations
 
+import copy
 import json
 
 import numpy as np
@@ -198,13 +199,13 @@ def _check_codes(code, valid) -> None:
         raise _error(*hit, f"{_code_name(code[hit])} is not a {ROLE_NAMES[hit[1]].split()[0]} code")
 
 
-def _check_times(time_ns, valid, what: str = "time", unit: str = "ns") -> None:
-    backwards = valid[..., 1:] & (time_ns[..., 1:] < time_ns[..., :-1])
+def _check_clock(clock, valid) -> None:
+    backwards = valid[..., 1:] & (clock[..., 1:] < clock[..., :-1])
     hit = _first(backwards)
     if hit:
         cta, role, j = hit
-        raise _error(cta, role, j + 1, f"{what} {time_ns[cta, role, j + 1]} {unit} is before the previous record's "
-                                       f"{time_ns[cta, role, j]} {unit} (a role's clock never goes backwards)")
+        raise _error(cta, role, j + 1, f"clock {clock[cta, role, j + 1]} cycles is before the previous record's "
+                                       f"{clock[cta, role, j]} cycles (a role's clock never goes backwards)")
 
 
 def _check_sequence(header, records, valid) -> None:
@@ -241,7 +242,7 @@ def _validate(header, records) -> None:
     _check_header(header, capacity)
     valid = np.arange(capacity) < header["count"][..., None].astype(np.int64)
     _check_codes(records["code"], valid)
-    _check_times(records["clock"], valid, "clock", "cycles")
+    _check_clock(records["clock"], valid)
     anchor = valid & np.isin(records["code"], (ROLE_START, ROLE_END))
     hit = _first(anchor & (records["time_ns"] == 0))
     if hit:
@@ -442,6 +443,7 @@ class Trace:
         self.loads = _cycle_table(rel, records, count, self.cta_smid, PRODUCER_CYCLE, LOAD_DTYPE)
         self.spans = _span_table(self.tiles, self.loads)
         self.warnings = _dropped_warnings(header, self.capacity)
+        self._summary = None
 
     @classmethod
     def from_buffer(cls, raw, ctas: int, capacity: int, meta: dict | None = None) -> Trace:
@@ -514,6 +516,12 @@ class Trace:
         return float(np.mean(fractions)), int(per_cta.sum())
 
     def summary(self) -> dict:
+        """The numbers the command prints and the PNG titles carry (computed once: a Trace never changes)."""
+        if self._summary is None:
+            self._summary = self._compute_summary()
+        return copy.deepcopy(self._summary)
+
+    def _compute_summary(self) -> dict:
         coverage = np.array(list(self.coverage_by_sm().values()))
         hidden, epilogue, overlap = self._pingpong_overlaps()
         stall_fraction, stall_ns = self._producer_stalls()
