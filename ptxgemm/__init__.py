@@ -11,6 +11,8 @@ from .config import GemmConfig
 from .driver import DeviceArray, device_available
 from .errors import ConfigError, CudaError, NoGpuError, PtxgemmError, ToolchainError
 from .gemm import GemmPlan, compile_gemm, matmul, render_gemm, run
+from .select import select_config
+from .tuning import tune
 
 __version__ = "0.1.0"
 
@@ -21,4 +23,4 @@ def to_device(array) -> DeviceArray:
 
 
 __all__ = ["run", "matmul", "GemmPlan", "GemmConfig", "DeviceArray", "to_device", "device_available",
-           "compile_gemm", "render_gemm", "PtxgemmError", "ConfigError", "CudaError", "NoGpuError", "ToolchainError"]
+           "select_config", "tune", "compile_gemm", "render_gemm", "PtxgemmError", "ConfigError", "CudaError", "NoGpuError", "ToolchainError"]

@@ -5,8 +5,13 @@
     python -m ptxgemm info
     python -m ptxgemm mutants [--preset default --preset cluster | GEMM config options] [--list] [--json PATH]
     python -m ptxgemm trace --m M --n N --k K [GEMM config options] --out DIR
+    python -m ptxgemm select --m M --n N --k K [--in-dtype D --out-dtype D --a-major X --b-major X] [--sm-count N]
+    python -m ptxgemm tune --m M --n N --k K [--in-dtype D --out-dtype D --a-major X --b-major X]
+                           [--candidates TAG,TAG,...] [--rounds R] [--no-store] [--json PATH]
 
 `dump` needs no GPU: it renders the PTX, assembles it with ptxas and writes PTX, cubin, SASS and report.json.
+`select` needs no GPU: it prints the config select_config picks and the cost model's table. `tune` runs every
+candidate on the GPU, checks and times them, and stores the winner in the tune cache, where select finds it.
 `info` prints the toolchain (ptxas, nvdisasm), the cubin cache directory and the GPU, if there is one.
 Errors are one line on stderr (ptxas failures add ptxas's own log) and exit status 2.
 """
@@ -144,7 +149,9 @@ def cmd_dump(args) -> int:
 # mutants
 # ---------------------------------------------------------------------------------------------------------------
 
-MUTANT_PRESETS = {"default": {}, "cluster": {"cluster_m": 2}}
+MUTANT_PRESETS = {"default": {}, "cluster": {"cluster_m": 2},
+                  "cooperative": {"schedule": "cooperative", "block_m": 256},
+                  "cooperative-cluster": {"schedule": "cooperative", "block_m": 256, "cluster_m": 2}}
 
 
 def _add_mutants_parser(sub) -> None:
@@ -156,7 +163,8 @@ def _add_mutants_parser(sub) -> None:
                                    "--list needs no GPU; a run needs an sm_90 GPU.")
     p.add_argument("--preset", action="append", choices=sorted(MUTANT_PRESETS), default=None,
                    help="a named config to mutate (repeatable; default: the config options below, i.e. the default "
-                        "kernel); 'cluster' is the default kernel with cluster_m=2")
+                        "kernel); 'cluster' is the default kernel with cluster_m=2, 'cooperative' the "
+                        "cooperative 256x128 one, 'cooperative-cluster' that with cluster_m=2")
     p.add_argument("--list", action="store_true", help="enumerate the mutants without a GPU and without running them")
     p.add_argument("--build", action="store_true", help="with --list: also assemble every mutant (kills the ones "
                                                           "ptxas rejects, finds equivalent ones)")
@@ -314,12 +322,129 @@ def cmd_trace(args) -> int:
     return 0 if rec.verdict.ok and all(o.verdict.ok for o in others) else 1
 
 
+# ---------------------------------------------------------------------------------------------------------------
+# select and tune
+# ---------------------------------------------------------------------------------------------------------------
+
+def _add_problem_arguments(p) -> None:
+    from .config import INPUT_DTYPES, MAJORS, OUTPUT_DTYPES
+
+    for dim in SHAPE_OPTIONS:
+        p.add_argument(f"--{dim}", type=int, required=True, help=f"problem size {dim.upper()} (required, >= 1)")
+    p.add_argument("--in-dtype", default="bfloat16", choices=INPUT_DTYPES,
+                   help=f"A and B's dtype: {', '.join(INPUT_DTYPES)} (default bfloat16)")
+    p.add_argument("--out-dtype", default=None, choices=OUTPUT_DTYPES,
+                   help=f"C's dtype: {', '.join(OUTPUT_DTYPES)} (default: the same as --in-dtype)")
+    p.add_argument("--a-major", default="k", choices=MAJORS,
+                   help="A's contiguous dimension: k (row-major (M, K)) or mn (default k)")
+    p.add_argument("--b-major", default="mn", choices=MAJORS,
+                   help="B's contiguous dimension: mn (row-major (K, N)) or k (default mn)")
+
+
+def _problem_args(args) -> tuple:
+    return (args.m, args.n, args.k, args.in_dtype, args.out_dtype, args.a_major, args.b_major)
+
+
+def _add_select_parser(sub) -> None:
+    p = sub.add_parser("select", help="print the config ptxgemm picks for a problem and the cost model's table "
+                                      "(no GPU needed)",
+                       description="Print the config select_config picks (the tune cache's winner for this GPU, or "
+                                   "else the cost model's) and the cost model's table of candidates, fastest first. "
+                                   "No GPU needed: without one the model assumes 132 SMs.")
+    _add_problem_arguments(p)
+    p.add_argument("--sm-count", type=int, default=None,
+                   help="model a GPU with this many SMs, >= 1 (default: the GPU's own count, or 132 without one); "
+                        "skips the tune cache, which is keyed by a real GPU")
+    p.add_argument("--json", action="store_true", help="print JSON instead of the table (default: the table)")
+    p.set_defaults(func=cmd_select)
+
+
+def cmd_select(args) -> int:
+    from . import select
+    from .errors import ConfigError
+
+    device = None
+    if args.sm_count is not None:
+        if args.sm_count < 1:
+            raise ConfigError(f"--sm-count: must be >= 1, got {args.sm_count}")
+        device = select.DeviceModel(f"model with {args.sm_count} SMs", args.sm_count)
+    device = select.resolve_device(device)
+    config, source = select.choose(*_problem_args(args), device=device)
+    rows = select.explain(*_problem_args(args), device=device)
+    if args.json:
+        print(json.dumps({"config": config.tag, "source": source, "description": config.describe(),
+                          "device": {"name": device.name, "sm_count": device.sm_count}, "candidates": rows}, indent=1))
+        return 0
+    print(f"{config.tag}  ({source}; {device.name}, {device.sm_count} SMs)")
+    print(f"  {config.describe()}")
+    print(select.format_table(rows, chosen=config.tag))
+    return 0
+
+
+def _add_tune_parser(sub) -> None:
+    from . import select, tuning
+    from .config import TAG_SCHEDULE
+
+    p = sub.add_parser("tune", help="time the candidate configs of a problem on the GPU and store the fastest",
+                       description="Run every candidate config once and check its result on sampled rows against "
+                                   "float64 (a wrong one is reported and never chosen), time the rest together "
+                                   "(ptxgemm.timing: L2 flushed before each launch, interleaved rounds, median) and "
+                                   "store the winner in <cache dir>/tune.json, where select_config finds it "
+                                   "(PTXGEMM_TUNE_CACHE=off disables both). Needs an sm_90 GPU. Exit status 1 when a "
+                                   "candidate failed to run or produced a wrong result.")
+    _add_problem_arguments(p)
+    tags = [f"{TAG_SCHEDULE[sched]}{bm}x{bn}" for sched, bm, bn in select.CANDIDATE_TILES]
+    p.add_argument("--candidates", default=None, metavar="TAG,TAG,...",
+                   help="configs to try, as GemmConfig tags <pp|coop><block_m>x<block_n>[c2] (e.g. "
+                        f"{tags[0]},{tags[-3]}c2) (default: select's candidates: every one of {', '.join(tags)}, "
+                        f"with and without c2, that GemmConfig accepts)")
+    p.add_argument("--rounds", type=int, default=20, help="interleaved timing rounds, >= 1 (default 20)")
+    p.add_argument("--no-store", action="store_true", help="do not write the tune cache (default: store the winner)")
+    p.add_argument("--seed", type=int, default=0, help="random operands' seed (default 0)")
+    p.add_argument("--check-rows", type=int, default=tuning.CHECK_ROWS,
+                   help=f"rows checked against float64, >= 1 (default {tuning.CHECK_ROWS})")
+    p.add_argument("--json", default=None, metavar="PATH",
+                   help="also write the winner and every candidate's record as JSON here (default: none)")
+    p.set_defaults(func=cmd_tune)
+
+
+def cmd_tune(args) -> int:
+    import dataclasses
+
+    from . import driver, tuning
+    from .errors import ConfigError
+    from .problem import Problem
+
+    problem = Problem(*_problem_args(args))  # bad arguments fail before the GPU question
+    for name in ("rounds", "check_rows"):
+        if getattr(args, name) < 1:
+            raise ConfigError(f"--{name.replace('_', '-')}: must be >= 1, got {getattr(args, name)}")
+    if args.candidates is not None:
+        tuning.candidate_configs(problem, args.candidates)
+    reason = driver.no_device_reason()
+    if reason is not None:
+        raise ConfigError(f"tune runs the kernel, so it needs an sm_90 GPU (H100/H200), and there is none here: "
+                          f"{reason.rstrip('.')}. `python -m ptxgemm select` shows the cost model's choice without one")
+    winner, records = tuning.tune(*_problem_args(args), candidates=args.candidates, rounds=args.rounds,
+                                  store=not args.no_store, progress=lambda line: print(line, flush=True),
+                                  seed=args.seed, check_rows=args.check_rows)
+    if args.json:
+        info = driver.device_info()
+        with open(args.json, "w") as f:
+            json.dump({"gpu": info.name, "sm_count": info.sm_count, "driver": info.driver_version_str,
+                       "problem": dataclasses.asdict(problem), "winner": winner.tag, "rounds": args.rounds,
+                       "candidates": records}, f, indent=1)
+    return 0 if all(r["ok"] for r in records) else 1  # a candidate that failed or computed wrong is a bug
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=PROG, description="ptxgemm: Hopper GEMM from PTX templates.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     _add_dump_parser(sub)
     _add_mutants_parser(sub)
     _add_trace_parser(sub)
+    _add_select_parser(sub)
+    _add_tune_parser(sub)
     info = sub.add_parser("info", help="print the toolchain, the cache directory and the GPU",
                           description="Print ptxas/nvdisasm paths and versions, the cubin cache directory and the GPU.")
     info.add_argument("--json", action="store_true", help="print JSON")

@@ -30,18 +30,25 @@ WGMMA_K_BYTES = 32                 # one wgmma consumes k = 16 of a 16-bit type
 MBARRIER_BYTES = 8
 DESC_ADDRESS_MASK = 0x3FFFF        # a GMMA descriptor encodes bits 4..17 of the shared-memory address
 MAX_STAGES = 8
-CONSUMER_RELEASE_ARRIVALS = 4  # empty-barrier count: lane 0 of each consumer warp, once its wgmmas retired
+WARPS_PER_WARPGROUP = 4           # a stage is released by lane 0 of every consumer warp that read it
+CONSUMERS = 2                      # consumer warpgroups per CTA (warpgroups 1 and 2; the producer is 0)
 
 INPUT_DTYPES = ("bfloat16", "float16")
 OUTPUT_DTYPES = ("bfloat16", "float16", "float32")
 MAJORS = ("k", "mn")
+# pingpong: each consumer owns whole tiles and the two alternate (one's epilogue under the other's mainloop);
+# cooperative: both consumers share every tile, each the half of its rows; stores overlap the next mainloop.
+SCHEDULES = ("pingpong", "cooperative")
 PTX_VERSION = "8.0"
 
 # Named barrier ids (bar.sync / bar.arrive). 0 is the whole CTA (init only).
 BARRIER_CTA = 0
 BARRIER_EPILOGUE_SYNC = (1, 2)     # the 128 threads of consumer 0 / 1 around their TMA store
-BARRIER_MMA_ORDER = (3, 4)         # consumer g waits on [g] before its mainloop; the other arrives on it
-BARRIER_EPILOGUE_ORDER = (5, 6)    # same, for the epilogue (one shared C staging buffer)
+BARRIER_MMA_ORDER = (3, 4)         # pingpong: consumer g waits on [g] before its mainloop; the other arrives on it
+BARRIER_EPILOGUE_ORDER = (5, 6)    # pingpong: same, for the epilogue (one shared C staging buffer)
+
+
+TAG_SCHEDULE = {"pingpong": "pp", "cooperative": "coop"}
 
 
 def _dtype_name(d) -> str:
@@ -63,9 +70,9 @@ def _itemsize(name: str) -> int:
 
 @dataclasses.dataclass(frozen=True)
 class GemmConfig:
-    """A pingpong GEMM kernel. Everything not given is derived; invalid combinations raise ConfigError."""
+    """A GEMM kernel. Everything not given is derived; invalid combinations raise ConfigError."""
 
-    block_m: int = 128            # tile rows owned by one consumer warpgroup (block_m/64 wgmma rows)
+    block_m: int = 128            # CTA tile rows; pingpong: one consumer's, cooperative: both consumers' halves
     block_n: int = 128            # tile columns (the wgmma N)
     block_k: int = 64             # K per pipeline stage: one 128-byte swizzle row of a 16-bit type
     stages: int | None = None     # None: as many as fit in shared memory (up to MAX_STAGES); see num_stages
@@ -78,6 +85,7 @@ class GemmConfig:
     debug: bool = False           # bounded barrier waits that report the stalled barrier (ptxgemm.debug)
     debug_timeout_ns: int = 2_000_000_000
     trace: bool = False           # record a per-warpgroup timeline into a device buffer (ptxgemm.trace)
+    schedule: str = "pingpong"    # SCHEDULES: how the two consumer warpgroups share the tiles
 
     def __post_init__(self):
         object.__setattr__(self, "in_dtype", _dtype_name(self.in_dtype))
@@ -96,8 +104,15 @@ class GemmConfig:
             raise ConfigError(f"out_dtype: must be one of {OUTPUT_DTYPES}, got {self.out_dtype}")
         if self.a_major not in MAJORS or self.b_major not in MAJORS:
             raise ConfigError(f"a_major/b_major: must be one of {MAJORS}, got {self.a_major!r}/{self.b_major!r}")
-        if self.block_m not in (64, 128):
-            raise ConfigError(f"block_m: must be 64 or 128 (one or two m64 wgmma rows), got {self.block_m}")
+        if self.schedule not in SCHEDULES:
+            raise ConfigError(f"schedule: must be one of {SCHEDULES}, got {self.schedule!r}")
+        allowed_m = (64, 128) if self.schedule == "pingpong" else (128, 256)
+        if self.block_m not in allowed_m:
+            raise ConfigError(f"block_m: the {self.schedule} schedule takes {allowed_m[0]} or {allowed_m[1]} (each "
+                              f"consumer one or two m64 wgmma rows), got {self.block_m}")
+        if self.trace and self.schedule != "pingpong":
+            raise ConfigError("trace: only the pingpong schedule records a timeline so far (ptxgemm.trace's summary "
+                              "models its alternation); trace the cooperative schedule later")
         if self.block_n % 64 or not 64 <= self.block_n <= 256:
             raise ConfigError(f"block_n: must be a multiple of 64 in 64..256 (whole 128-byte swizzle panels of the "
                               f"output), got {self.block_n}")
@@ -129,9 +144,22 @@ class GemmConfig:
         return _itemsize(self.out_dtype)
 
     @property
+    def cooperative(self) -> bool:
+        return self.schedule == "cooperative"
+
+    @property
+    def consumer_m(self) -> int:
+        """Rows of the tile one consumer computes: the whole tile (pingpong) or its half (cooperative)."""
+        return self.block_m // CONSUMERS if self.cooperative else self.block_m
+
+    @property
+    def consumers_per_tile(self) -> int:
+        return CONSUMERS if self.cooperative else 1
+
+    @property
     def m_halves(self) -> int:
         """wgmma row blocks (m64) per consumer tile, each with its own accumulator registers."""
-        return self.block_m // WGMMA_M
+        return self.consumer_m // WGMMA_M
 
     @property
     def k_steps(self) -> int:
@@ -140,8 +168,8 @@ class GemmConfig:
 
     @property
     def acc_registers(self) -> int:
-        """fp32 accumulator registers per consumer thread: block_m*block_n / 128."""
-        return self.block_m * self.block_n // WARPGROUP_THREADS
+        """fp32 accumulator registers per consumer thread: consumer_m*block_n / 128."""
+        return self.consumer_m * self.block_n // WARPGROUP_THREADS
 
     @property
     def acc_per_half(self) -> int:
@@ -162,9 +190,18 @@ class GemmConfig:
 
     @property
     def empty_arrivals(self) -> int:
-        """Arrivals that release a stage: lane 0 of every consumer warp of every CTA whose smem the stage's
-        multicast writes (with a cluster, the peer's producer refills our stage too)."""
-        return CONSUMER_RELEASE_ARRIVALS * self.cluster_m
+        """Arrivals that release a stage: lane 0 of every consumer warp that read it (one consumer's 4 in pingpong,
+        both consumers' 8 in cooperative), in every CTA whose smem the stage's multicast writes (with a cluster,
+        the peer's producer refills our stage too)."""
+        return WARPS_PER_WARPGROUP * self.consumers_per_tile * self.cluster_m
+
+    @property
+    def consumer_a_offset(self) -> int:
+        """Bytes from a stage's A tile to the rows consumer 1 reads (cooperative; 0 in pingpong): consumer_m rows,
+        i.e. m_halves m64 row blocks of the operand's layout (K-major: 64 lines of 128 B; MN-major: one panel)."""
+        if not self.cooperative:
+            return 0
+        return self.m_halves * (self.descriptor_consts(self.a_major)["half_step"] << 4)
 
     @property
     def stage_bytes(self) -> int:
@@ -182,12 +219,35 @@ class GemmConfig:
 
     @property
     def epi_panel_bytes(self) -> int:
-        return self.block_m * SWIZZLE_BYTES
+        """One panel of one consumer's rows: consumer_m rows x 128 B, one TMA store box."""
+        return self.consumer_m * SWIZZLE_BYTES
+
+    @property
+    def epi_slots(self) -> int:
+        """Panel slots of staging per consumer. Pingpong: the whole tile (one buffer the consumers take turns
+        with). Cooperative: as many as fit beside the stages, a divisor of epi_panels so that panel p always
+        goes to slot p % epi_slots; a slot is rewritten only once the store that read it last is done."""
+        if not self.cooperative:
+            return self.epi_panels
+        return self._cooperative_slots(self.num_stages)
+
+    def _cooperative_slots(self, stages: int) -> int:
+        room = SMEM_PER_BLOCK_OPTIN - self.barrier_bytes - stages * self.stage_bytes
+        fit = room // (CONSUMERS * self.epi_panel_bytes)
+        return max((d for d in range(1, self.epi_panels + 1) if self.epi_panels % d == 0 and d <= fit), default=0)
 
     @property
     def epilogue_bytes(self) -> int:
-        """One C staging buffer shared by both consumers: the epilogue order barrier serialises its use."""
-        return self.block_m * self.block_n * self.out_itemsize
+        """C staging. Pingpong: one buffer of the whole tile, shared by both consumers in turn (the epilogue order
+        barrier serialises them). Cooperative: epi_slots panels per consumer, consumer g's after consumer 0's."""
+        if not self.cooperative:
+            return self.block_m * self.block_n * self.out_itemsize
+        return CONSUMERS * self.epi_slots * self.epi_panel_bytes
+
+    @property
+    def consumer_staging_bytes(self) -> int:
+        """Bytes from consumer 0's staging to consumer 1's (cooperative); 0 in pingpong, where they share it."""
+        return self.epi_slots * self.epi_panel_bytes if self.cooperative else 0
 
     @property
     def barrier_bytes(self) -> int:
@@ -199,7 +259,10 @@ class GemmConfig:
         return self.stages if self.stages is not None else self._max_stages()
 
     def _max_stages(self) -> int:
-        room = SMEM_PER_BLOCK_OPTIN - self.epilogue_bytes - self.barrier_bytes
+        # the cooperative epilogue makes do with one panel slot per consumer; stages come first
+        least_epilogue = (CONSUMERS * self.epi_panel_bytes if self.cooperative
+                          else self.block_m * self.block_n * self.out_itemsize)
+        room = SMEM_PER_BLOCK_OPTIN - least_epilogue - self.barrier_bytes
         return min(MAX_STAGES, room // self.stage_bytes)
 
     # --- shared-memory map (byte offsets from the 1024-aligned dynamic smem base) -------------------------
@@ -269,7 +332,7 @@ class GemmConfig:
     def template_params(self) -> dict:
         producer_regs, consumer_regs = self.register_split
         return {
-            "template_name": "gemm_pingpong.ptx.j2",
+            "template_name": "gemm.ptx.j2",
             "summary": self.describe(),
             "ptx_version": PTX_VERSION,
             "cfg": self,
@@ -298,14 +361,46 @@ class GemmConfig:
         }
 
     def describe(self) -> str:
-        return (f"pingpong GEMM {self.block_m}x{self.block_n}x{self.block_k}, {self.num_stages} stages, "
+        return (f"{self.schedule} GEMM {self.block_m}x{self.block_n}x{self.block_k}, {self.num_stages} stages, "
                 + (f"cluster {self.cluster_m}x1 (B multicast), " if self.cluster_m > 1 else "") + 
                 f"{self.in_dtype}->{self.out_dtype}, A {self.a_major}-major, B {self.b_major}-major"
                 + (", DEBUG waits" if self.debug else "") + (", traced" if self.trace else ""))
 
     @property
     def kernel_name(self) -> str:
-        return "gemm_pingpong"
+        return f"gemm_{self.schedule}"
+
+    # --- short names (bench rows, tune cache, CLI) --------------------------------------------------------
+    @property
+    def tag(self) -> str:
+        """The tile choice in a few characters: 'pp128x128', 'coop256x128c2', 'pp128x192g16s5'. Dtypes, layouts,
+        debug and trace are not part of it (the operands decide those)."""
+        t = f"{TAG_SCHEDULE[self.schedule]}{self.block_m}x{self.block_n}"
+        if self.cluster_m > 1:
+            t += f"c{self.cluster_m}"
+        if self.group_m != GemmConfig.group_m:
+            t += f"g{self.group_m}"
+        if self.stages is not None:
+            t += f"s{self.stages}"
+        return t
+
+    @classmethod
+    def from_tag(cls, tag: str, **fields) -> "GemmConfig":
+        """The config a tag names, with `fields` (dtypes, majors, ...) added; ConfigError on a malformed tag."""
+        import re
+
+        m = re.fullmatch(r"(pp|coop)(\d+)x(\d+)(?:c(\d+))?(?:g(\d+))?(?:s(\d+))?", tag.strip())
+        if m is None:
+            raise ConfigError(f"config tag: {tag!r} is not <pp|coop><block_m>x<block_n>[c<cluster_m>][g<group_m>]"
+                              f"[s<stages>], e.g. pp128x128 or coop256x128c2")
+        kw = {"schedule": {v: k for k, v in TAG_SCHEDULE.items()}[m[1]], "block_m": int(m[2]), "block_n": int(m[3])}
+        if m[4]:
+            kw["cluster_m"] = int(m[4])
+        if m[5]:
+            kw["group_m"] = int(m[5])
+        if m[6]:
+            kw["stages"] = int(m[6])
+        return cls(**{**kw, **fields})
 
     def report_extras(self) -> dict:
         producer_regs, consumer_regs = self.register_split
@@ -327,6 +422,8 @@ class GemmConfig:
     @staticmethod
     def add_cli_arguments(parser) -> None:
         d = GemmConfig()
+        parser.add_argument("--schedule", default=d.schedule, choices=SCHEDULES,
+                            help="pingpong: consumers alternate whole tiles; cooperative: both share each tile")
         parser.add_argument("--block-m", type=int, default=d.block_m)
         parser.add_argument("--block-n", type=int, default=d.block_n)
         parser.add_argument("--stages", type=int, default=None, help="default: as many as fit")
@@ -342,7 +439,7 @@ class GemmConfig:
 
     @classmethod
     def from_cli(cls, args) -> "GemmConfig":
-        return cls(block_m=args.block_m, block_n=args.block_n, stages=args.stages, in_dtype=args.in_dtype,
+        return cls(schedule=getattr(args, "schedule", "pingpong"), block_m=args.block_m, block_n=args.block_n, stages=args.stages, in_dtype=args.in_dtype,
                    out_dtype=args.out_dtype, a_major=args.a_major, b_major=args.b_major, group_m=args.group_m,
                    cluster_m=getattr(args, "cluster_m", 1),
                    debug=args.debug, trace=getattr(args, "trace", False))

@@ -35,7 +35,7 @@ LOAD_L2_PROMOTION = "256B"
 # --------------------------------------------------------------------------------------------------------------
 
 def render_gemm(config: GemmConfig) -> str:
-    return codegen.render("gemm_pingpong.ptx.j2", **config.template_params())
+    return codegen.render("gemm.ptx.j2", **config.template_params())
 
 
 def compile_gemm(config: GemmConfig) -> compiler.CompiledKernel:
@@ -173,9 +173,20 @@ def check_ctas(ctas, cluster_m: int) -> None:
 # Plans and launches
 # --------------------------------------------------------------------------------------------------------------
 
-def _resolve_config(config: GemmConfig | None, in_dtype: str, out_dtype: str, a_major: str, b_major: str):
-    """The arrays decide dtypes and layouts; `config` contributes the tile choice (block sizes, stages, ...)."""
-    base = config if config is not None else GemmConfig()
+def _resolve_config(config: GemmConfig | None, in_dtype: str, out_dtype: str, a_major: str, b_major: str,
+                    shape: tuple[int, int, int], device=None, ctas: int | None = None):
+    """The arrays decide dtypes and layouts; `config` contributes the tile choice (block sizes, stages, ...).
+    Without one, ptxgemm.select_config picks it for this shape and GPU (the tune cache's winner or the cost model's).
+    A picked cluster that the caller's `ctas` cannot hold whole is dropped (cluster_m=1): `ctas` is a test knob
+    and must not turn a default choice into an error."""
+    if config is None:
+        from .select import select_config
+
+        base = select_config(*shape, in_dtype, out_dtype, a_major, b_major, device=device)
+        if ctas is not None and ctas % base.cluster_m:
+            base = dataclasses.replace(base, cluster_m=1)
+    else:
+        base = config
     if not isinstance(base, GemmConfig):
         raise ConfigError(f"config: must be a ptxgemm.GemmConfig, got {type(config).__name__}")
     return dataclasses.replace(base, in_dtype=in_dtype, out_dtype=out_dtype, a_major=a_major, b_major=b_major)
@@ -214,23 +225,29 @@ class GemmPlan:
         out_dtype = check_output(m, n, out.dtype)
         if not out.is_c_contiguous:
             raise ConfigError("out: must be a C-contiguous (row-major) device array")
-        self.config = cfg = _resolve_config(config, in_dtype, out_dtype, op_a.major, op_b.major)
+        if config is not None and not isinstance(config, GemmConfig):
+            raise ConfigError(f"config: must be a ptxgemm.GemmConfig or None (select_config picks), got "
+                              f"{type(config).__name__}")
+        info = driver.require_sm90("running the GEMM")  # before loading: a clear error on a non-Hopper GPU
+        self.config = cfg = _resolve_config(config, in_dtype, out_dtype, op_a.major, op_b.major, (m, n, k),
+                                            device=info, ctas=ctas)
         check_ctas(ctas, cfg.cluster_m)
         if kernel is not None and kernel.config != cfg:
             raise ConfigError(f"kernel: built for {kernel.config.describe()}, but these operands need "
                               f"{cfg.describe()}")
         self.m, self.n, self.k = m, n, k
         self.a, self.b, self.out = a, b, out
-        info = driver.require_sm90("running the GEMM")  # before loading: a clear error on a non-Hopper GPU
         self.kernel = kernel if kernel is not None else get_kernel(cfg)
 
         self.tmap_a = _operand_map(a, op_a, mn_extent=m, k=k, k_major_rows=cfg.block_m, block_k=cfg.block_k)
         self.tmap_b = _operand_map(b, op_b, mn_extent=n, k=k, k_major_rows=cfg.b_rows_per_cta, block_k=cfg.block_k)
         ldc = _round_up_stride(n * cfg.out_itemsize)  # = the row bytes (check_output), or legal filler if m == 1
-        self.tmap_c = tensormap.encode_tiled(out, (n, m), (ldc,), (cfg.epi_panel_cols, cfg.block_m), l2_promotion="none")
+        # one store box per panel of one consumer's rows (the whole tile in pingpong, a half in cooperative)
+        self.tmap_c = tensormap.encode_tiled(out, (n, m), (ldc,), (cfg.epi_panel_cols, cfg.consumer_m),
+                                             l2_promotion="none")
 
         self.schedule = sched = schedule.plan_schedule(m, n, k, cfg.block_m, cfg.block_n, cfg.block_k,
-                                                       cfg.cluster_m, info.sm_count, ctas)
+                                                       cfg.cluster_m, info.sm_count, ctas, cfg.schedule)
         self.tiles_m, self.tiles_n, self.k_tiles = sched.tiles_m, sched.tiles_n, sched.k_tiles
         self.clusters, self.grid = sched.clusters, sched.grid
         self.records = None

@@ -234,10 +234,11 @@ SURVIVOR_REASONS = (
     ("barrier.cluster", ("deleted",), "barrier.cluster",
      _UNSEEN + "the two CTAs of a cluster start together, and a peer's first multicast or remote arrive comes "
      "microseconds after its own inits; the race needs one CTA of the pair to start late"),
-    ("mbarrier.try_wait", ("skipped",), "PRODUCER_WAIT_DRAIN",
+    ("mbarrier.try_wait", ("skipped", "wrong parity"), "PRODUCER_WAIT_DRAIN",
      "redundant without a cluster: a CTA stays resident until its consumers finish, and they wait for every load "
-     "they read; the drain exists for the cluster build, where a CTA must not exit while its peer still multicasts "
-     "into it (killed there)"),
+     "they read (a drain wait on the other parity asks for a phase that has completed, so it passes at once, as a "
+     "skipped one does); the drain exists for the cluster build, where a CTA must not exit while its peer still "
+     "multicasts into it (killed there)"),
     ("setmaxnreg", ("deleted",), "setmaxnreg.inc",
      _UNSEEN + "this tile's consumer code fits in the 168 registers every thread gets at launch (128 accumulators "
      "plus addresses); the increase is headroom for ptxas, not a register the 128x128 code needs"),
@@ -249,10 +250,18 @@ SURVIVOR_REASONS = (
      _UNSEEN + "by the time the leader has passed the 128-thread barrier and issued the TMA store, the stmatrix "
      "writes have reached shared memory; the memory model orders generic-proxy writes before an async-proxy read "
      "only through this fence"),
+    ("bar.sync", ("deleted",), "the panel is complete",
+     _UNSEEN + "(cooperative) the four warps of a consumer leave the slot-free barrier together and run the same "
+     "stmatrix sequence, so all have written the panel before the leader's TMA store reads it; a latent race the "
+     "warps' lockstep hides"),
     ("bar.sync", ("deleted",), "%epi_sync_bar",
      _UNSEEN + "the four warps of a consumer leave the epilogue-order barrier together and run the same stmatrix "
      "sequence, so all have written the staging buffer before the leader's TMA store reads it; a latent race the "
      "warps' lockstep hides"),
+    ("cp.async.bulk.wait_group", ("N+1", ".read added", "deleted"), "may still be reading",
+     _UNSEEN + "(cooperative) the last tile's stores were never waited for, and the leader exits right after "
+     "issuing them; no later write targets their staging slots, and C was not seen incomplete, but only this "
+     "wait promises that the bulk stores have read shared memory and written C before the CTA retires"),
     ("cp.async.bulk.wait_group", ("N+1", ".read added", "deleted"), "tma.wait_all(0)",
      "redundant: every store group was already waited for with .read before the epilogue-order arrive, so at exit "
      "only global writes can be pending, and the grid's completion includes them"),

@@ -5,7 +5,8 @@ without a GPU, so tests can prove that a case exercises the pingpong (every cons
 tiles) and tools can report grid, waves and tiles per consumer.
 
 The unit of the schedule is a cluster (a single CTA when cluster_m is 1): cluster b of G walks units
-b, b+G, b+2G, ...; consumer 0 takes the even steps, consumer 1 the odd ones. Every CTA of a cluster runs the same
+b, b+G, b+2G, ...; in the pingpong schedule consumer 0 takes the even steps, consumer 1 the odd ones; in the
+cooperative one both consumers take every step (each half of the tile). Every CTA of a cluster runs the same
 steps (on adjacent tile rows), so per-consumer counts are per cluster.
 """
 from __future__ import annotations
@@ -25,6 +26,7 @@ class Schedule:
     k_tiles: int          # k-tiles per output tile (every tile has the same count)
     cluster_m: int        # CTAs per cluster (adjacent tile rows)
     clusters: int         # launched clusters (grid = clusters * cluster_m CTAs)
+    schedule: str = "pingpong"
 
     @property
     def cluster_rows(self) -> int:
@@ -41,7 +43,10 @@ class Schedule:
         return self.clusters * self.cluster_m
 
     def consumer_tiles(self, cluster: int, consumer: int) -> int:
-        """Tiles consumer `consumer` of every CTA of cluster `cluster` runs: steps cluster + (consumer + 2j)·G."""
+        """Tiles consumer `consumer` of every CTA of cluster `cluster` runs: steps cluster + (consumer + 2j)·G in
+        pingpong, every step cluster + j·G in cooperative (the consumer computes half of each)."""
+        if self.schedule == "cooperative":
+            return 0 if cluster >= self.units else (self.units - 1 - cluster) // self.clusters + 1
         first = cluster + consumer * self.clusters
         return 0 if first >= self.units else (self.units - 1 - first) // (CONSUMERS * self.clusters) + 1
 
@@ -71,10 +76,10 @@ class Schedule:
 
 
 def plan_schedule(m: int, n: int, k: int, block_m: int, block_n: int, block_k: int, cluster_m: int,
-                  sm_count: int, ctas: int | None = None) -> Schedule:
+                  sm_count: int, ctas: int | None = None, schedule: str = "pingpong") -> Schedule:
     """The grid GemmPlan launches: one CTA per SM (or at most `ctas`), never more clusters than scheduler steps."""
     tiles_m, tiles_n, k_tiles = math.ceil(m / block_m), math.ceil(n / block_n), math.ceil(k / block_k)
     units = math.ceil(tiles_m / cluster_m) * tiles_n
     limit = sm_count if ctas is None else ctas
     clusters = max(1, min(limit // cluster_m, units))
-    return Schedule(tiles_m, tiles_n, k_tiles, cluster_m, clusters)
+    return Schedule(tiles_m, tiles_n, k_tiles, cluster_m, clusters, schedule)

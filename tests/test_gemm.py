@@ -16,7 +16,9 @@ from ptxgemm.gemm import check_operands
 CONFIGS = [GemmConfig(), GemmConfig(b_major="k"), GemmConfig(a_major="mn", b_major="k"),
            GemmConfig(out_dtype="float32"), GemmConfig(in_dtype="float16", out_dtype="float16"),
            GemmConfig(block_m=64, block_n=256), GemmConfig(block_n=192), GemmConfig(debug=True),
-           GemmConfig(cluster_m=2), GemmConfig(cluster_m=2, b_major="k"), GemmConfig(cluster_m=2, debug=True)]
+           GemmConfig(cluster_m=2), GemmConfig(cluster_m=2, b_major="k"), GemmConfig(cluster_m=2, debug=True),
+           GemmConfig.from_tag("coop256x128"), GemmConfig.from_tag("coop128x256", a_major="mn", out_dtype="float32"),
+           GemmConfig.from_tag("coop256x192", b_major="k"), GemmConfig.from_tag("coop256x128c2", debug=True)]
 
 
 @pytest.fixture(scope="module", params=CONFIGS, ids=lambda c: c.describe())
@@ -83,11 +85,44 @@ def test_config_derives_stages_and_smem():
     assert GemmConfig(block_m=64, block_n=256).acc_registers == 128
 
 
+def test_cooperative_config_splits_the_tile_between_the_consumers():
+    """Both consumers share each tile: each holds half of its rows, a stage is released by both consumers' 8 warps,
+    and the epilogue stages panel slots (not the whole tile) so that four stages fit at 256x128."""
+    cfg = GemmConfig(schedule="cooperative", block_m=256)
+    assert (cfg.consumer_m, cfg.m_halves, cfg.acc_registers) == (128, 2, 128)
+    assert cfg.empty_arrivals == 8 and GemmConfig.from_tag("coop256x128c2").empty_arrivals == 16
+    assert cfg.consumer_a_offset == 128 * 128                       # K-major A: 128 rows of 128 B
+    assert GemmConfig.from_tag("coop256x128", a_major="mn").consumer_a_offset == 2 * 64 * 128   # two panels
+    assert cfg.stage_bytes == 49152 and cfg.num_stages == 4
+    assert (cfg.epi_panels, cfg.epi_slots, cfg.epi_panel_bytes) == (2, 1, 16384)
+    assert cfg.epilogue_bytes == 2 * 16384 and cfg.smem_bytes <= 232448
+    wide = GemmConfig.from_tag("coop128x256")
+    assert (wide.consumer_m, wide.num_stages, wide.epi_panels, wide.epi_slots) == (64, 4, 4, 2)
+    assert wide.epi_panels % wide.epi_slots == 0
+    for tag in ("pp128x128", "pp64x256", "coop256x128c2", "pp128x192g16s3", "coop128x256"):
+        assert GemmConfig.from_tag(tag).tag == tag
+    with pytest.raises(ConfigError, match="tag"):
+        GemmConfig.from_tag("256x128")
+
+
+def test_cooperative_ptx_has_no_order_barriers_and_defers_the_store_wait():
+    ptx = ptxgemm.render_gemm(GemmConfig.from_tag("coop256x128"))
+    assert "%my_mma_bar" not in ptx and "bar.arrive" not in ptx      # no pingpong ordering
+    assert ".entry gemm_cooperative(" in ptx
+    body = ptx[ptx.index("CONSUMER:"):]
+    # one wait per panel, before the slot is rewritten: never right after a store
+    waits = re.findall(r"cp\.async\.bulk\.wait_group\.read (\d+);", body)
+    assert waits == ["0", "0"]
+
+
 @pytest.mark.parametrize("kwargs, rule", [
     (dict(block_m=96), "block_m"), (dict(block_n=100), "block_n"), (dict(block_n=320), "block_n"),
     (dict(block_k=32), "block_k"), (dict(stages=1), "stages"), (dict(stages=7), "stages"),
     (dict(in_dtype="float32"), "in_dtype"), (dict(out_dtype="int8"), "out_dtype"), (dict(b_major="x"), "major"),
     (dict(group_m=0), "group_m"), (dict(cluster_m=4), "cluster_m"), (dict(cluster_m=2, block_n=192), "cluster_m"),
+    (dict(schedule="stream"), "schedule"), (dict(schedule="cooperative", block_m=64), "block_m"),
+    (dict(block_m=256), "block_m"), (dict(schedule="cooperative", block_m=256, block_n=256), "block_m x block_n"),
+    (dict(schedule="cooperative", block_m=256, trace=True), "trace"),
 ])
 def test_config_rejects(kwargs, rule):
     with pytest.raises(ConfigError, match=rule):
@@ -174,7 +209,8 @@ def test_descriptors_mask_the_address_before_shifting():
 
 
 K_LOOP_BUDGET = {GemmConfig(): 51, GemmConfig(block_n=192): 51, GemmConfig(cluster_m=2): 55,
-                 GemmConfig(block_m=64, block_n=256): 39}
+                 GemmConfig(block_m=64, block_n=256): 39, GemmConfig.from_tag("coop256x128"): 50,
+                 GemmConfig.from_tag("coop128x256"): 38, GemmConfig.from_tag("coop256x128c2"): 54}
 
 
 @pytest.mark.parametrize("config", list(K_LOOP_BUDGET), ids=lambda c: c.describe())

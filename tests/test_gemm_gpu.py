@@ -34,7 +34,7 @@ import pytest
 from gemm_reference import DTYPES, check_result, random_matrix, reference
 
 from ptxgemm.accuracy import check
-from ptxgemm.config import GemmConfig
+from ptxgemm.config import SCHEDULES, GemmConfig
 from ptxgemm.errors import ConfigError
 from ptxgemm.schedule import plan_schedule
 
@@ -47,14 +47,19 @@ DTYPE_SLOTS = (("bfloat16", "bfloat16"), ("float16", "float32"), ("float16", "fl
 
 
 def kernel_families() -> list[dict]:
-    """Every (block_m, block_n, cluster_m) GemmConfig accepts: a new tile option appears here by itself."""
+    """Every (schedule, block_m, block_n, cluster_m) GemmConfig accepts: a new tile option appears here by itself.
+    (`schedule` is named only when it is not the default, so the pingpong cases keep their ids.)"""
     families = []
-    for block_m, block_n, cluster_m in itertools.product((64, 128), range(64, 257, 64), (1, 2)):
+    for schedule, block_m, block_n, cluster_m in itertools.product(SCHEDULES, (64, 128, 256), range(64, 257, 64),
+                                                                   (1, 2)):
         try:
-            GemmConfig(block_m=block_m, block_n=block_n, cluster_m=cluster_m)
+            GemmConfig(schedule=schedule, block_m=block_m, block_n=block_n, cluster_m=cluster_m)
         except ConfigError:
             continue
-        families.append(dict(block_m=block_m, block_n=block_n, cluster_m=cluster_m))
+        fam = dict(block_m=block_m, block_n=block_n, cluster_m=cluster_m)
+        if schedule != GemmConfig.schedule:
+            fam["schedule"] = schedule
+        families.append(fam)
     return families
 
 
@@ -77,7 +82,8 @@ class Case:
 
     def schedule(self, sm_count: int):
         c = self.config
-        return plan_schedule(self.m, self.n, self.k, c.block_m, c.block_n, c.block_k, c.cluster_m, sm_count, self.ctas)
+        return plan_schedule(self.m, self.n, self.k, c.block_m, c.block_n, c.block_k, c.cluster_m, sm_count, self.ctas,
+                             c.schedule)
 
     def __str__(self):
         cfg = "-".join(f"{k}{v}" for k, v in self.cfg) or "default"
@@ -106,14 +112,21 @@ FIXED = _fixed_cases()
 FULL_GRID = [Case(8448, 9216, 1024, "bfloat16", "bfloat16", "k", "mn"),
              Case(8448, 9216, 128, "bfloat16", "bfloat16", "k", "mn"),
              Case(8448, 9216, 1024, "float16", "float32", "k", "k", (("cluster_m", 2),)),
-             Case(4224, 9216, 1024, "bfloat16", "float16", "mn", "k", (("block_m", 64), ("block_n", 256)))]
+             Case(4224, 9216, 1024, "bfloat16", "float16", "mn", "k", (("block_m", 64), ("block_n", 256))),
+             Case(8448, 9216, 1024, "bfloat16", "bfloat16", "k", "mn", (("block_m", 256), ("schedule", "cooperative"))),
+             Case(8448, 9216, 512, "float16", "float32", "k", "k",
+                  (("block_m", 128), ("block_n", 256), ("cluster_m", 2), ("schedule", "cooperative")))]
 
 EDGE = (1, 7, 8, 63, 64, 65, 127, 128, 129, 255, 256, 1000, 8448)
 MAX_WORK = 2.5e9            # M·N·K cap per random case, so the random cases fit in a couple of minutes
 N_CASES = int(os.environ.get("PTXGEMM_GPU_CASES", "200"))
 SEED = int(os.environ.get("PTXGEMM_GPU_SEED", "20261121"))
-RANDOM_CONFIGS = ({}, {}, {}, {"block_n": 256, "block_m": 64}, {"block_n": 192}, {"block_m": 64})
-CLUSTER_CONFIGS = ({"cluster_m": 2}, {"cluster_m": 2, "block_m": 64, "block_n": 256})
+COOPERATIVE = {"schedule": "cooperative"}
+RANDOM_CONFIGS = ({}, {}, {"block_n": 256, "block_m": 64}, {"block_n": 192}, {"block_m": 64},
+                  {**COOPERATIVE, "block_m": 256}, {**COOPERATIVE, "block_m": 128, "block_n": 256},
+                  {**COOPERATIVE, "block_m": 256, "block_n": 192})
+CLUSTER_CONFIGS = ({"cluster_m": 2}, {"cluster_m": 2, "block_m": 64, "block_n": 256},
+                   {**COOPERATIVE, "cluster_m": 2, "block_m": 256})
 
 
 def _round8(x: int) -> int:
@@ -431,6 +444,26 @@ def test_mutants_of_the_ordering_barriers_are_killed(tmp_path):
                              ("cp.async.bulk.wait_group.read", "deleted")):
         sites = [r for r in records if r["instruction"].startswith(prefix) and r["mutation"] == mutation]
         assert sites and all(r["status"] == "killed" for r in sites), sites
+
+
+@gpu
+def test_mutants_of_the_cooperative_epilogue_are_killed(tmp_path):
+    """The cooperative schedule's own synchronization: the wait before a staging slot is rewritten, the barrier
+    that passes it on, and the bulk-group commit per panel; each deleted, the suite's workloads catch it."""
+    import json
+
+    out = tmp_path / "mutants.json"
+    proc = subprocess.run([sys.executable, "-m", "ptxgemm", "mutants", "--preset", "cooperative", "--kind",
+                           "bar.sync", "--kind", "cp.async.bulk.wait_group", "--kind", "cp.async.bulk.commit_group",
+                           "--json", str(out)],
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    records = json.loads(out.read_text())["configs"][0]["mutants"]
+    for prefix in ("@%p_leader cp.async.bulk.wait_group.read", "@%p_leader cp.async.bulk.commit_group"):
+        sites = [r for r in records if r["instruction"].startswith(prefix) and r["mutation"] == "deleted"]
+        assert sites and all(r["status"] == "killed" for r in sites), sites
+    slot_free = [r for r in records if "the slot is free" in r["site"] and r["mutation"] == "deleted"]
+    assert slot_free and all(r["status"] == "killed" for r in slot_free), slot_free
 
 
 @pytest.mark.parametrize("case", CLUSTER_CASES, ids=str)

@@ -3,17 +3,27 @@
 
 Method (the same for every implementation, ptxgemm.timing): L2 flushed (a memset twice its size) before each
 launch, CUDA events around the launch alone on the same stream, rounds interleaved between implementations (the
-order alternating each round), median over rounds. Inputs are random bf16 (never zeros); A is row-major (M, K), B row-major (K, N),
-as numpy gives them. The peer is cuBLAS through torch.matmul when torch is importable, else CuPy.
+order alternating each round), median over rounds. Inputs are random bf16 (never zeros); A is row-major (M, K), B
+row-major (K, N), as numpy gives them. The peer is cuBLAS through torch.matmul when torch is importable, else CuPy.
 
-    python tools/bench.py                 # default shapes, table + JSON + PNG under --out
-    python tools/bench.py --quick         # about a minute
+ptxgemm runs the config the library selects itself (GemmPlan with config=None), with the tune cache off unless
+--use-tune-cache: a benchmark measures what a user gets without tuning. Each row records the tag of the config the
+plan actually ran. rel_err is computed on the same fixed sample of rows for every implementation (a full float64
+product of 16384x16384x8192 would take the CPU minutes).
+
+    python tools/bench.py                                    # default shapes -> bench_out/bench_<gpu>.json/.png
+    python tools/bench.py --quick                            # about a minute
+    python tools/bench.py --out docs/results --name issue9_run1   # docs/results/bench_h100_issue9_run1.json
+    python tools/bench.py --variants pp128x192,coop256x128c2  # fixed configs timed beside the selected one
+    python tools/bench.py --summarize docs/results/bench_h100_*.json   # min/median/max over runs; no GPU needed
 """
 from __future__ import annotations
 
 import argparse
 import json
 import math
+import os
+import re
 import statistics
 import subprocess
 import sys
@@ -24,34 +34,70 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import numpy as np  # noqa: E402
 
+# --- shapes ------------------------------------------------------------------------------------------------------
 K_SWEEP = (64, 128, 256, 512, 1024, 2048)
 SEED_M, SEED_N = 8448, 9216  # 66 x 72 tiles of 128x128 = 36 waves of 132 SMs exactly
-EXTRA_SHAPES = ((4096, 4096, 4096), (8192, 8192, 8192), (4096, 14336, 4096), (4096, 4096, 14336),
-                (512, 8192, 8192))
+SQUARE_LLM_SHAPES = ((4096, 4096, 4096), (6144, 6144, 6144), (8192, 8192, 8192), (16384, 16384, 8192),
+                     (4096, 14336, 4096), (4096, 4096, 14336))
+SMALL_M_SHAPES = ((512, 8192, 8192), (128, 8192, 8192))
+SMALL_M_MAX = 512            # a --shapes shape with M at most this counts as small-M
 QUICK_SHAPES = ((SEED_M, SEED_N, 64), (SEED_M, SEED_N, 512), (SEED_M, SEED_N, 2048), (4096, 4096, 4096),
-                (8192, 8192, 8192), (512, 8192, 8192))
-
-
-def parse_variant(spec: str):
-    """'128x192' or '128x128c2' (cluster of 2 along M, B multicast) -> GemmConfig."""
-    import ptxgemm
-
-    tile, _, cluster = spec.partition("c")
-    bm, bn = (int(v) for v in tile.split("x"))
-    return ptxgemm.GemmConfig(block_m=bm, block_n=bn, cluster_m=int(cluster or 1))
+                (8192, 8192, 8192), (4096, 14336, 4096), (512, 8192, 8192), (128, 8192, 8192))
+GROUPS = ("seed_sweep", "square_llm", "small_m")   # geomean groups; "all" is every row
+SAMPLE_ROWS = 64             # rows of the float64 reference, the same rows for every implementation
+SAMPLE_SEED = 12345          # fixed, so every run and every implementation checks the same rows
 
 
 def default_shapes():
-    return [(SEED_M, SEED_N, k) for k in K_SWEEP] + list(EXTRA_SHAPES)
+    return [(SEED_M, SEED_N, k) for k in K_SWEEP] + list(SQUARE_LLM_SHAPES) + list(SMALL_M_SHAPES)
+
+
+def group_of(m: int, n: int, k: int) -> str:
+    """The geomean group of a shape: the seed K sweep (M, N = 8448, 9216), small-M (M <= 512), else square/LLM."""
+    if (m, n) == (SEED_M, SEED_N):
+        return "seed_sweep"
+    if m <= SMALL_M_MAX:
+        return "small_m"
+    return "square_llm"
+
+
+def gpu_slug(name: str) -> str:
+    """'NVIDIA H100 80GB HBM3' -> 'h100', 'NVIDIA H200' -> 'h200'; else the name's letters and digits."""
+    m = re.search(r"\b([A-Za-z]{1,3}\d{2,4})\b", name.replace("NVIDIA", ""))
+    if m:
+        return m.group(1).lower()
+    return re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_") or "gpu"
+
+
+def parse_tag(spec: str):
+    """A GemmConfig from its tag ('pp128x192', 'coop256x128c2'); the old '128x192' / '128x128c2' mean pingpong."""
+    import ptxgemm
+
+    spec = spec.strip()
+    if spec[:1].isdigit():
+        spec = "pp" + spec
+    return ptxgemm.GemmConfig.from_tag(spec)
+
+
+def geomean(values):
+    values = [v for v in values if v is not None and v > 0]
+    return math.exp(statistics.fmean(math.log(v) for v in values)) if values else None
+
+
+def geomeans(rows) -> dict:
+    """Geomean of the rows' ratios per group and over all rows (None where a group has no row with a ratio)."""
+    out = {g: geomean([r.get("ratio") for r in rows if group_of(r["M"], r["N"], r["K"]) == g]) for g in GROUPS}
+    out["all"] = geomean([r.get("ratio") for r in rows])
+    return out
 
 
 # --------------------------------------------------------------------------------------------------------------
-# Peers: each gives run(a_np, b_np) -> (launch(), result()) over device-resident copies of the same data
+# Peers: each prepares launch() over device-resident copies of the same data; result(rows) reads sampled rows
 # --------------------------------------------------------------------------------------------------------------
 
 class PtxgemmImpl:
     def __init__(self, config, name="ptxgemm"):
-        self.config = config
+        self.config = config     # None: the library's own selection
         self.name = name
 
     def prepare(self, a, b, out_dtype):
@@ -63,8 +109,12 @@ class PtxgemmImpl:
         self.plan = ptxgemm.GemmPlan(ptxgemm.to_device(a), ptxgemm.to_device(b), self.out, self.config)
         return self.plan.launch
 
-    def result(self):
-        return self.out.to_numpy()
+    @property
+    def tag(self) -> str:
+        return self.plan.config.tag  # what the plan actually runs
+
+    def result(self, rows):
+        return self.out.to_numpy()[rows]
 
 
 class TorchImpl:
@@ -83,10 +133,11 @@ class TorchImpl:
         out = self.out
         return lambda: torch.matmul(ta, tb, out=out)
 
-    def result(self):
+    def result(self, rows):
         import ml_dtypes
 
-        return self.out.cpu().view(self.torch.uint16).numpy().view(ml_dtypes.bfloat16)
+        picked = self.out[self.torch.from_numpy(rows).cuda()]  # only the sampled rows come to the host
+        return picked.cpu().view(self.torch.uint16).numpy().view(ml_dtypes.bfloat16)
 
 
 class CupyImpl:
@@ -105,8 +156,8 @@ class CupyImpl:
         out = self.out
         return lambda: cp.matmul(ca, cb, out=out)
 
-    def result(self):
-        return self.cp.asnumpy(self.out)
+    def result(self, rows):
+        return self.cp.asnumpy(self.out[self.cp.asarray(rows)])
 
 
 def find_peer():
@@ -127,6 +178,11 @@ def find_peer():
 # Measurement
 # --------------------------------------------------------------------------------------------------------------
 
+def sample_rows(m: int) -> np.ndarray:
+    """The fixed rows rel_err looks at for an M-row output: SAMPLE_ROWS of them (all when M is smaller)."""
+    return np.sort(np.random.default_rng(SAMPLE_SEED).choice(m, size=min(SAMPLE_ROWS, m), replace=False))
+
+
 def float64_reference(a, b):
     """a @ b in float64, on the GPU through torch when it is there (the peer already needs it), else numpy."""
     try:
@@ -140,7 +196,8 @@ def float64_reference(a, b):
 
 
 def rel_err(out, ref):
-    """‖out − ref‖ / ‖ref‖: a one-number summary for the table (correctness is the GPU tests' elementwise bound)."""
+    """‖out − ref‖ / ‖ref‖ over the sampled rows: a one-number summary for the table (correctness is the GPU
+    tests' elementwise bound)."""
     denom = np.linalg.norm(ref)
     return float(np.linalg.norm(out.astype(np.float64) - ref) / (denom if denom else 1.0))
 
@@ -155,66 +212,132 @@ def read_clocks() -> dict:
         return {"error": str(e)}
 
 
-def main(argv=None) -> int:
+def parse_shapes(text: str) -> list[tuple[int, int, int]]:
+    shapes = []
+    for s in filter(None, (p.strip() for p in text.split(","))):
+        parts = s.lower().split("x")
+        if len(parts) != 3 or not all(p.isdigit() and int(p) > 0 for p in parts):
+            raise ValueError(f"--shapes: {s!r} is not MxNxK with positive whole numbers (e.g. 4096x4096x4096)")
+        shapes.append(tuple(int(p) for p in parts))
+    if not shapes:
+        raise ValueError("--shapes: names no shape")
+    return shapes
+
+
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--quick", action="store_true", help="fewer shapes and rounds (about a minute)")
-    p.add_argument("--rounds", type=int, default=None)
-    p.add_argument("--shapes", default=None, help="MxNxK,MxNxK,... instead of the defaults")
-    p.add_argument("--out", default="bench_out", help="directory for bench.json and bench.png")
-    p.add_argument("--config", default="128x128", help="ptxgemm's tile: BMxBN, optionally cC for a cluster of C")
+    p.add_argument("--quick", action="store_true",
+                   help=f"{len(QUICK_SHAPES)} shapes and 7 rounds, about a minute (default: the full suite of "
+                        f"{len(default_shapes())} shapes, 25 rounds)")
+    p.add_argument("--rounds", type=int, default=None, help="interleaved rounds, >= 1 (default 25, 7 with --quick)")
+    p.add_argument("--shapes", default=None,
+                   help="MxNxK,MxNxK,... instead of the suite (default: the suite: seed K sweep, square/LLM, small-M); "
+                        f"grouped for geomeans as seed_sweep (M,N = {SEED_M},{SEED_N}), small_m (M <= {SMALL_M_MAX}) "
+                        "or square_llm")
+    p.add_argument("--out", default="bench_out",
+                   help="directory for bench_<gpu>[_<name>].json and .png (default bench_out)")
+    p.add_argument("--name", default=None,
+                   help="run name in the file names, letters, digits, '.', '_' or '-' (default: none, "
+                        "bench_<gpu>.json)")
+    p.add_argument("--config", default=None,
+                   help="run this fixed ptxgemm config instead of the library's selection, as a GemmConfig tag "
+                        "<pp|coop><block_m>x<block_n>[c2], e.g. pp128x128 or coop256x128c2 (a bare 128x192 means "
+                        "pingpong) (default: none, i.e. GemmPlan's own selection)")
     p.add_argument("--variants", default="",
-                   help="extra ptxgemm configs timed in the same rounds, e.g. 128x192,128x128c2 (reported per row)")
+                   help="extra fixed ptxgemm configs timed in the same rounds, as tags, e.g. pp128x192,coop256x128c2 "
+                        "(reported per row under 'variants'; default: none)")
+    p.add_argument("--use-tune-cache", action="store_true",
+                   help="let the selection use the tune cache (default: off; the bench sets PTXGEMM_TUNE_CACHE=off "
+                        "so it measures the untuned heuristic)")
+    p.add_argument("--summarize", nargs="+", default=None, metavar="FILE",
+                   help="summarize bench JSON files instead of running (no GPU needed): per GPU, per shape and per "
+                        "geomean group, min/median/max of the ratio across the runs (default: run the bench)")
+    p.add_argument("--summarize-out", default=None, metavar="F.json",
+                   help="with --summarize: also write the summary as JSON here (default: print only)")
+    return p
+
+
+def main(argv=None) -> int:
+    p = build_parser()
     args = p.parse_args(argv)
+    if args.summarize_out and not args.summarize:
+        p.error("--summarize-out: only with --summarize")
+    if args.summarize:
+        return summarize_main(args.summarize, args.summarize_out)
+    if args.rounds is not None and args.rounds < 1:
+        p.error(f"--rounds: must be >= 1, got {args.rounds}")
+    if args.name is not None and not re.fullmatch(r"[\w.-]+", args.name):
+        p.error(f"--name: letters, digits, '.', '_' or '-' only, got {args.name!r}")
+    try:
+        shapes = parse_shapes(args.shapes) if args.shapes else (list(QUICK_SHAPES) if args.quick else
+                                                                default_shapes())
+    except ValueError as e:
+        p.error(str(e))
+    # Before ptxgemm is imported: the selection reads it on every plan, and the bench's own process decides it.
+    os.environ["PTXGEMM_TUNE_CACHE"] = "on" if args.use_tune_cache else "off"
+    tune_cache = os.environ["PTXGEMM_TUNE_CACHE"]
 
     import ml_dtypes
 
-    from ptxgemm import driver
+    from ptxgemm import ConfigError, driver, select
     from ptxgemm.timing import time_interleaved
 
+    try:
+        config = parse_tag(args.config) if args.config else None
+        variant_configs = [parse_tag(v) for v in filter(None, args.variants.split(","))]
+    except ConfigError as e:
+        p.error(str(e))
     reason = driver.no_device_reason()
     if reason:
         print(f"bench: no GPU ({reason})", file=sys.stderr)
         return 2
     info = driver.device_info()
-    if args.shapes:
-        shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
-    else:
-        shapes = list(QUICK_SHAPES) if args.quick else default_shapes()
     rounds = args.rounds or (7 if args.quick else 25)
-    config = parse_variant(args.config)
     peer = find_peer()
-    variants = [PtxgemmImpl(parse_variant(v), f"ptxgemm {v}") for v in filter(None, args.variants.split(","))]
-    impls = [PtxgemmImpl(config)] + variants + ([peer] if peer else [])
+    variants = [PtxgemmImpl(c, f"ptxgemm {c.tag}") for c in variant_configs]
+    main_impl = PtxgemmImpl(config)
+    impls = [main_impl] + variants + ([peer] if peer else [])
+    config_desc = config.describe() if config else f"library selection (select_config; tune cache {tune_cache})"
     print(f"# {info.name}, {info.sm_count} SMs, driver {info.driver_version_str}; peer: "
-          f"{peer.name if peer else 'none'}; {config.describe()}; {rounds} rounds, median", flush=True)
+          f"{peer.name if peer else 'none'}; ptxgemm config: {config_desc}; {rounds} rounds, median", flush=True)
 
-    rng = np.random.default_rng(0)
     rows = []
-    header = (f"{'M':>6} {'N':>6} {'K':>6} | {'ptxgemm ms':>10} {'TFLOP/s':>8} | {'cuBLAS ms':>10} {'TFLOP/s':>8} | "
-              f"{'ratio':>6} | {'rel_err':>9} {'cublas err':>10}")
+    header = (f"{'M':>6} {'N':>6} {'K':>6} | {'config':<14} | {'ptxgemm ms':>10} {'TFLOP/s':>8} | {'cuBLAS ms':>10} "
+              f"{'TFLOP/s':>8} | {'ratio':>6} | {'rel_err':>9} {'cublas err':>10}")
     print(header)
     print("-" * len(header))
     print("(ratio = cuBLAS ms / ptxgemm ms: above 1, ptxgemm is faster)")
+    rng = np.random.default_rng(0)
     for m, n, k in shapes:
         a = rng.standard_normal((m, k), dtype=np.float32).astype(ml_dtypes.bfloat16)
         b = rng.standard_normal((k, n), dtype=np.float32).astype(ml_dtypes.bfloat16)
         launchers = {impl.name: impl.prepare(a, b, np.dtype(ml_dtypes.bfloat16)) for impl in impls}
         times = time_interleaved(launchers, rounds, warmup=3)
-        ref = float64_reference(a, b)
-        errs = {impl.name: rel_err(impl.result(), ref) for impl in impls}
+        picked = sample_rows(m)
+        ref = float64_reference(a[picked], b)
+        errs = {impl.name: rel_err(impl.result(picked), ref) for impl in impls}
         flops = 2.0 * m * n * k
         ours = times["ptxgemm"]
         theirs = times.get(peer.name) if peer else None
-        row = {"M": m, "N": n, "K": k, "ptxgemm_ms": ours, "cublas_ms": theirs, "rel_err": errs["ptxgemm"],
-               "cublas_rel_err": errs.get(peer.name) if peer else None,
+        if config is not None:
+            source = "fixed (--config)"
+        else:
+            chosen, how = select.choose(m, n, k, device=info)
+            source = how if chosen.tag == main_impl.tag else "GemmPlan default (not the selection)"
+        row = {"M": m, "N": n, "K": k, "config": main_impl.tag, "config_source": source, "group": group_of(m, n, k),
+               "ptxgemm_ms": ours, "cublas_ms": theirs, "ratio": theirs / ours if theirs else None,
+               "rel_err": errs["ptxgemm"], "cublas_rel_err": errs.get(peer.name) if peer else None,
+               "rel_err_rows": len(picked),
                "ptxgemm_tflops": flops / ours / 1e9, "cublas_tflops": flops / theirs / 1e9 if theirs else None,
-               "variants": {v.name: {"ms": times[v.name], "rel_err": errs[v.name]} for v in variants}}
+               "variants": {v.tag: times[v.name] for v in variants},
+               "variant_ratios": {v.tag: (theirs / times[v.name] if theirs else None) for v in variants},
+               "variant_rel_err": {v.tag: errs[v.name] for v in variants}}
         rows.append(row)
-        ratio = theirs / ours if theirs else float("nan")
-        print(f"{m:>6} {n:>6} {k:>6} | {ours:>10.4f} {row['ptxgemm_tflops']:>8.1f} | "
+        ratio = row["ratio"] if row["ratio"] is not None else float("nan")
+        print(f"{m:>6} {n:>6} {k:>6} | {row['config']:<14} | {ours:>10.4f} {row['ptxgemm_tflops']:>8.1f} | "
               f"{(theirs or float('nan')):>10.4f} {(row['cublas_tflops'] or float('nan')):>8.1f} | "
               f"{ratio:>6.3f} | {row['rel_err']:>9.2e} {(row['cublas_rel_err'] or float('nan')):>10.2e}"
-              + "".join(f" | {v.name}: {times[v.name]:.4f} ms ({(theirs or math.nan) / times[v.name]:.3f})"
+              + "".join(f" | {v.tag}: {times[v.name]:.4f} ms ({(theirs or math.nan) / times[v.name]:.3f})"
                         for v in variants), flush=True)
         del launchers
         for impl in impls:
@@ -222,27 +345,128 @@ def main(argv=None) -> int:
             if hasattr(impl, "plan"):
                 impl.plan = None
 
+    means = geomeans(rows)
+    ratios = [r["ratio"] for r in rows if r["ratio"] is not None]
+    min_ratio = min(ratios) if ratios else None
     summary = {}
-    if peer:
-        ratios = [r["cublas_ms"] / r["ptxgemm_ms"] for r in rows]
-        seed = [r["cublas_ms"] / r["ptxgemm_ms"] for r in rows if (r["M"], r["N"]) == (SEED_M, SEED_N)]
-        summary = {"geomean_ratio": math.exp(statistics.fmean(math.log(x) for x in ratios)),
-                   "min_ratio": min(ratios)}
-        if seed:
-            summary["seed_k_sweep_geomean_ratio"] = math.exp(statistics.fmean(math.log(x) for x in seed))
+    if ratios:
+        summary = {"geomean_ratio": means["all"], "min_ratio": min_ratio}
+        if means["seed_sweep"] is not None:
+            summary["seed_k_sweep_geomean_ratio"] = means["seed_sweep"]
         print("-" * len(header))
-        print(f"geomean ptxgemm/cuBLAS speed ratio: {summary['geomean_ratio']:.3f} (all shapes), "
-              f"{summary.get('seed_k_sweep_geomean_ratio', float('nan')):.3f} (M={SEED_M}, N={SEED_N} K sweep); "
-              f"min {summary['min_ratio']:.3f}")
-    result = {"gpu": info.name, "driver": info.driver_version_str, "clocks": read_clocks(),
-              "peer": peer.name if peer else None, "config": config.describe(), "rounds": rounds,
+        print("geomean cuBLAS ms / ptxgemm ms: " + ", ".join(
+            f"{g} {v:.3f}" if v is not None else f"{g} -" for g, v in means.items()) + f"; min {min_ratio:.3f}")
+    result = {"gpu": info.name, "driver": info.driver_version_str, "sm_count": info.sm_count, "clocks": read_clocks(),
+              "tune_cache": tune_cache, "peer": peer.name if peer else None, "config": config_desc, "rounds": rounds,
               "method": "L2 flushed before each launch, CUDA events around the launch, interleaved rounds, median",
-              "date": time.strftime("%Y-%m-%d %H:%M:%S"), "summary": summary, "rows": rows}
+              "rel_err_method": f"{SAMPLE_ROWS} fixed rows (seed {SAMPLE_SEED}) against float64, the same for every "
+                                "implementation",
+              "date": time.strftime("%Y-%m-%d %H:%M:%S"), "geomeans": means, "min_ratio": min_ratio,
+              "summary": summary, "rows": rows}
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "bench.json").write_text(json.dumps(result, indent=1))
-    plot(rows, out_dir / "bench.png", info.name)
-    print(f"wrote {out_dir / 'bench.json'} and {out_dir / 'bench.png'}")
+    stem = f"bench_{gpu_slug(info.name)}" + (f"_{args.name}" if args.name else "")
+    (out_dir / f"{stem}.json").write_text(json.dumps(result, indent=1))
+    plot(rows, out_dir / f"{stem}.png", info.name)
+    print(f"wrote {out_dir / (stem + '.json')} and {out_dir / (stem + '.png')}")
+    return 0
+
+
+# --------------------------------------------------------------------------------------------------------------
+# --summarize: several runs' JSON -> min/median/max per shape and per geomean group, per GPU
+# --------------------------------------------------------------------------------------------------------------
+
+def _row_ratio(row):
+    """The row's ratio; runs from before the 'ratio' field have cublas_ms and ptxgemm_ms."""
+    if row.get("ratio") is not None:
+        return row["ratio"]
+    if row.get("cublas_ms") and row.get("ptxgemm_ms"):
+        return row["cublas_ms"] / row["ptxgemm_ms"]
+    return None
+
+
+def _spread(values) -> dict | None:
+    values = [v for v in values if v is not None]
+    if not values:
+        return None
+    return {"n": len(values), "min": min(values), "median": statistics.median(values), "max": max(values)}
+
+
+def summarize(runs: dict) -> dict:
+    """{file: run JSON} -> {gpu: {"runs", "shapes": [...], "geomeans": {group: spread}, "min_ratio": spread}}."""
+    by_gpu: dict = {}
+    for file, run in runs.items():
+        by_gpu.setdefault(run.get("gpu", "unknown GPU"), []).append((file, run))
+    out = {}
+    for gpu, items in by_gpu.items():
+        shapes: dict = {}
+        per_group = {g: [] for g in (*GROUPS, "all")}
+        mins = []
+        for _, run in items:
+            rows = [{**r, "ratio": _row_ratio(r)} for r in run["rows"]]
+            for r in rows:
+                s = shapes.setdefault((r["M"], r["N"], r["K"]), {"ratios": [], "configs": []})
+                s["ratios"].append(r["ratio"])
+                cfg = r.get("config")
+                if cfg and cfg not in s["configs"]:
+                    s["configs"].append(cfg)
+            stored = run.get("geomeans") or {}
+            computed = geomeans(rows)
+            for g in per_group:
+                per_group[g].append(stored[g] if g in stored else computed[g])
+            ratios = [r["ratio"] for r in rows if r["ratio"] is not None]
+            mins.append(run["min_ratio"] if run.get("min_ratio") is not None else (min(ratios) if ratios else None))
+        out[gpu] = {
+            "runs": [f for f, _ in items],
+            "shapes": [{"M": m, "N": n, "K": k, "group": group_of(m, n, k), "configs": s["configs"],
+                        "ratio": _spread(s["ratios"])}
+                       for (m, n, k), s in sorted(shapes.items(), key=lambda i: (GROUPS.index(group_of(*i[0])), i[0]))],
+            "geomeans": {g: _spread(v) for g, v in per_group.items()},
+            "min_ratio": _spread(mins),
+        }
+    return out
+
+
+def format_summary(summary: dict) -> str:
+    def cells(s):
+        return (f"{s['n']:>4} {s['min']:>7.3f} {s['median']:>7.3f} {s['max']:>7.3f}" if s
+                else f"{0:>4} {'-':>7} {'-':>7} {'-':>7}")
+
+    lines = []
+    for gpu, g in summary.items():
+        lines.append(f"== {gpu}: {len(g['runs'])} run(s): {', '.join(g['runs'])}")
+        head = f"{'shape / group':<22} {'runs':>4} {'min':>7} {'median':>7} {'max':>7}  config(s)"
+        lines += [head, "-" * len(head)]
+        for s in g["shapes"]:
+            shape = f"{s['M']}x{s['N']}x{s['K']}"
+            lines.append(f"{shape:<22} {cells(s['ratio'])}  {'/'.join(s['configs']) or '-'}")
+        lines.append("-" * len(head))
+        for name, s in g["geomeans"].items():
+            lines.append(f"{'geomean ' + name:<22} {cells(s)}")
+        lines.append(f"{'min ratio':<22} {cells(g['min_ratio'])}")
+        lines.append("(ratio = cuBLAS ms / ptxgemm ms: above 1, ptxgemm is faster; min/median/max across runs)")
+        lines.append("")
+    return "\n".join(lines).rstrip("\n")
+
+
+def summarize_main(files, out_path) -> int:
+    runs = {}
+    for f in files:
+        try:
+            run = json.loads(Path(f).read_text())
+            if not isinstance(run, dict) or not isinstance(run.get("rows"), list):
+                raise ValueError("no 'rows' list: not a tools/bench.py result")
+            if not all(isinstance(r, dict) and {"M", "N", "K"} <= r.keys() for r in run["rows"]):
+                raise ValueError("a row without M, N and K: not a tools/bench.py result")
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            print(f"bench --summarize: {f}: {type(e).__name__}: {e}", file=sys.stderr)
+            return 2
+        runs[str(f)] = run
+    summary = summarize(runs)
+    print(format_summary(summary))
+    if out_path:
+        Path(out_path).write_text(json.dumps(summary, indent=1))
+        print(f"wrote {out_path}")
     return 0
 
 
@@ -270,12 +494,12 @@ def plot(rows, path: Path, gpu: str):
         ax1.legend()
         ax1.grid(alpha=0.3)
     if other:
-        labels = [f"{r['M']}x{r['N']}x{r['K']}" for r in other]
+        labels = [f"{r['M']}x{r['N']}x{r['K']}\n{r.get('config', '')}" for r in other]
         x = np.arange(len(other))
         ax2.bar(x - 0.2, [r["ptxgemm_tflops"] for r in other], 0.4, label="ptxgemm")
         if other[0]["cublas_tflops"]:
             ax2.bar(x + 0.2, [r["cublas_tflops"] for r in other], 0.4, label="cuBLAS")
-        ax2.set_xticks(x, labels, rotation=20, fontsize=8)
+        ax2.set_xticks(x, labels, rotation=20, fontsize=7)
         ax2.set_ylabel("TFLOP/s")
         ax2.legend()
         ax2.grid(alpha=0.3, axis="y")

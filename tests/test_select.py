@@ -1,0 +1,282 @@
+"""ptxgemm.select on the CPU: the candidates, the cost model, argument checks, and the tune cache's precedence.
+
+Every test injects its device (an object with .name and .sm_count), so nothing here depends on the machine's GPU.
+"""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ptxgemm import GemmConfig, select_config, tune_cache
+from ptxgemm import select as S
+from ptxgemm.errors import ConfigError
+from ptxgemm.problem import Problem
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+LAYOUTS = (("k", "mn"), ("k", "k"), ("mn", "mn"), ("mn", "k"))
+DTYPES = (("bfloat16", None), ("float16", "float16"), ("bfloat16", "float32"), ("float16", "float32"))
+BF16_TAGS = {"pp128x128", "pp128x128c2", "pp128x192", "pp64x256", "pp64x256c2", "coop256x128", "coop256x128c2",
+             "coop128x256", "coop128x256c2", "coop256x192"}
+
+
+@dataclasses.dataclass(frozen=True)
+class FakeDevice:
+    name: str = "Fake H100"
+    sm_count: int = 132
+    driver_version_str: str = "13.0"
+
+
+H100 = FakeDevice()
+
+
+@pytest.fixture(autouse=True)
+def _cache_on(cache_dir, monkeypatch):
+    """Every test: an empty tune cache of its own, switched on (whatever the caller's environment says)."""
+    monkeypatch.delenv("PTXGEMM_TUNE_CACHE", raising=False)
+    return cache_dir
+
+
+# ---- candidates
+
+@pytest.mark.parametrize("in_dtype,out_dtype", DTYPES)
+@pytest.mark.parametrize("a_major,b_major", LAYOUTS)
+def test_every_candidate_is_valid_and_known_to_the_model(in_dtype, out_dtype, a_major, b_major):
+    found = S.candidates(1000, 1000, 1000, in_dtype, out_dtype, a_major, b_major)
+    assert found
+    tags = [c.tag for c in found]
+    assert len(set(tags)) == len(tags)
+    for c in found:
+        assert isinstance(c, GemmConfig)
+        assert (c.in_dtype, c.out_dtype, c.a_major, c.b_major) == (in_dtype, out_dtype or in_dtype, a_major, b_major)
+        assert c.tag in S.KTILE_NS and c.tag in S.EPILOGUE_NS, f"{c.tag}: no cost in the model's tables"
+        assert GemmConfig.from_tag(c.tag, in_dtype=c.in_dtype, out_dtype=c.out_dtype, a_major=a_major,
+                                   b_major=b_major) == c
+
+
+@pytest.mark.parametrize("out_dtype", ["bfloat16", "float32"])
+def test_candidates_are_every_accepted_tile_and_cluster(out_dtype):
+    """Exactly the CANDIDATE_TILES x CLUSTER_SIZES configs GemmConfig accepts; never 128x256 pingpong (256
+    accumulators per thread) or a cluster of 2 with block_n 192 (B's panels split unevenly)."""
+    accepted = set()
+    for (sched, bm, bn), cm in itertools.product(S.CANDIDATE_TILES, S.CLUSTER_SIZES):
+        try:
+            accepted.add(GemmConfig(schedule=sched, block_m=bm, block_n=bn, cluster_m=cm, out_dtype=out_dtype).tag)
+        except ConfigError:
+            pass
+    tags = {c.tag for c in S.candidates(4096, 4096, 4096, out_dtype=out_dtype)}
+    assert tags == accepted
+    assert tags <= BF16_TAGS and {"pp128x128", "coop256x128", "pp128x128c2"} <= tags
+
+
+def test_model_tables_are_positive_and_keyed_alike():
+    assert S.KTILE_NS.keys() == S.EPILOGUE_NS.keys()
+    assert all(v > 0 for v in (*S.KTILE_NS.values(), *S.EPILOGUE_NS.values()))
+
+
+# ---- the cost model
+
+def test_pingpong_prediction_hides_all_but_the_last_epilogue():
+    cfg = GemmConfig()  # pp128x128
+    p = S.predict(cfg, 8448, 9216, 512, 132)
+    assert (p.tiles_m, p.tiles_n, p.k_tiles, p.steps) == (66, 72, 8, 36)
+    kt, epi = S.KTILE_NS["pp128x128"], S.EPILOGUE_NS["pp128x128"]
+    assert p.total_ns == pytest.approx(36 * 8 * kt + epi)
+
+
+def test_pingpong_step_costs_the_epilogue_when_it_is_longer(monkeypatch):
+    """An epilogue longer than the peer's mainloop cannot hide: the step takes the epilogue's time."""
+    monkeypatch.setitem(S.EPILOGUE_NS, "pp128x128", 10_000.0)
+    p = S.predict(GemmConfig(), 8448, 9216, 64, 132)
+    assert p.total_ns == pytest.approx(36 * 10_000.0 + 10_000.0)
+
+
+def test_cooperative_prediction_pays_every_epilogue():
+    cfg = GemmConfig(schedule="cooperative", block_m=256, block_n=128)
+    p = S.predict(cfg, 8448, 9216, 512, 132)
+    assert (p.tiles_m, p.tiles_n, p.steps) == (33, 72, 18)
+    assert p.total_ns == pytest.approx(18 * (8 * S.KTILE_NS["coop256x128"] + S.EPILOGUE_NS["coop256x128"]))
+
+
+def test_cluster_steps_count_cluster_rows_and_clusters():
+    cfg = GemmConfig(cluster_m=2)
+    p = S.predict(cfg, 8448, 9216, 512, 132)
+    units = math.ceil(66 / 2) * 72
+    assert p.steps == math.ceil(units / (132 // 2))
+    # fewer units than clusters: one step each, not a fraction
+    assert S.predict(cfg, 128, 256, 64, 132).steps == 1
+    assert S.predict(GemmConfig(), 1, 8, 1, 132).steps == 1
+
+
+def test_unknown_tag_is_a_config_error():
+    with pytest.raises(ConfigError, match="no measured cost"):
+        S.predict(GemmConfig(group_m=4), 256, 256, 256, 132)
+
+
+def test_the_tables_drive_the_choice(monkeypatch):
+    """Refitting a table changes the selection: the model has no other opinion."""
+    shape = (4096, 4096, 4096)
+    monkeypatch.setitem(S.KTILE_NS, "pp128x192", 1.0)
+    assert select_config(*shape, device=H100).tag == "pp128x192"
+    monkeypatch.setitem(S.KTILE_NS, "coop128x256c2", 0.1)
+    monkeypatch.setitem(S.EPILOGUE_NS, "coop128x256c2", 0.1)
+    assert select_config(*shape, device=H100).tag == "coop128x256c2"
+
+
+def test_ties_go_to_the_earlier_candidate(monkeypatch):
+    for tag in S.KTILE_NS:
+        monkeypatch.setitem(S.KTILE_NS, tag, 100.0)
+        monkeypatch.setitem(S.EPILOGUE_NS, tag, 0.0)
+    # M = 1, N = 64: every candidate runs one 1-k-tile step
+    assert select_config(1, 64, 64, device=H100).tag == S.candidates(1, 64, 64)[0].tag == "pp128x128"
+
+
+def test_sm_count_matters():
+    """On one SM every tile is a step of its own: the cheapest tile per flop wins, and no 2-CTA cluster fits."""
+    one_sm = FakeDevice("one SM", 1)
+    rows = S.explain(4096, 4096, 4096, device=one_sm)
+    assert not any(r["tag"].endswith("c2") for r in rows)
+    assert select_config(4096, 4096, 4096, device=one_sm).tag == rows[0]["tag"]
+    cfg = GemmConfig.from_tag(rows[0]["tag"])
+    assert rows[0]["steps_per_cta"] == (4096 // cfg.block_m) * (4096 // cfg.block_n)  # every tile, one SM
+
+
+def test_explain_is_sorted_and_matches_the_selection():
+    rows = S.explain(8448, 9216, 1024, device=H100)
+    assert [r["predicted_us"] for r in rows] == sorted(r["predicted_us"] for r in rows)
+    assert {r["tag"] for r in rows} == BF16_TAGS
+    assert set(rows[0]) == {"tag", "tiles", "k_tiles", "steps_per_cta", "predicted_us"}
+    assert select_config(8448, 9216, 1024, device=H100).tag == rows[0]["tag"]
+    table = S.format_table(rows, chosen=rows[0]["tag"])
+    assert rows[0]["tag"] in table and "<- chosen" in table
+
+
+# ---- select_config over many problems
+
+SHAPES = list(itertools.product((1, 64, 200, 4096, 8448), (8, 136, 1000, 9216), (1, 64, 100, 8192)))
+
+
+@pytest.mark.parametrize("in_dtype,out_dtype", DTYPES)
+@pytest.mark.parametrize("a_major,b_major", LAYOUTS)
+def test_select_config_returns_a_candidate_for_every_shape(in_dtype, out_dtype, a_major, b_major):
+    allowed = {c.tag: c for c in S.candidates(1, 1, 1, in_dtype, out_dtype, a_major, b_major)}
+    for m, n, k in SHAPES:
+        cfg = select_config(m, n, k, in_dtype, out_dtype, a_major, b_major, device=H100)
+        assert allowed.get(cfg.tag) == cfg, (m, n, k)
+        assert select_config(m, n, k, in_dtype, out_dtype, a_major, b_major, device=H100) == cfg  # deterministic
+
+
+def test_numpy_integers_and_dtype_objects_are_accepted():
+    import ml_dtypes
+    import numpy as np
+
+    a = select_config(np.int64(4096), np.int32(4096), 4096, in_dtype=ml_dtypes.bfloat16, out_dtype=np.float32,
+                      device=H100)
+    assert a == select_config(4096, 4096, 4096, "bfloat16", "float32", device=H100)
+
+
+def test_default_device_without_a_gpu(monkeypatch):
+    from ptxgemm import driver
+
+    monkeypatch.setattr(driver, "device_available", lambda: False)
+    assert S.resolve_device(None) is S.DEFAULT_DEVICE and S.DEFAULT_DEVICE.sm_count == 132
+    assert select_config(8448, 9216, 64) == select_config(8448, 9216, 64, device=S.DEFAULT_DEVICE)
+
+
+# ---- arguments
+
+@pytest.mark.parametrize("kwargs,argument", [
+    (dict(m=0), "m"), (dict(n=-3), "n"), (dict(k=1.5), "k"), (dict(m=True), "m"), (dict(k="64"), "k"),
+    (dict(in_dtype="float32"), "in_dtype"), (dict(in_dtype="nonsense"), "in_dtype"),
+    (dict(out_dtype="int8"), "out_dtype"),
+    (dict(a_major="row"), "a_major"), (dict(b_major="K"), "b_major"),
+])
+def test_bad_arguments_name_themselves(kwargs, argument):
+    args = {"m": 256, "n": 256, "k": 256, **kwargs}
+    for fn in (select_config, S.explain, S.candidates):
+        extra = {} if fn is S.candidates else {"device": H100}
+        with pytest.raises(ConfigError, match=rf"^{argument}: "):
+            fn(**args, **extra)
+
+
+@pytest.mark.parametrize("device", [object(), FakeDevice(sm_count=0), FakeDevice(sm_count=True),
+                                    FakeDevice(sm_count=13.5)])
+def test_bad_device_is_a_config_error(device):
+    with pytest.raises(ConfigError, match="^device: "):
+        select_config(256, 256, 256, device=device)
+
+
+# ---- the tune cache comes first
+
+def _store(tag, device=H100, problem=None):
+    problem = problem or Problem(4096, 4096, 4096)
+    return tune_cache.store(problem, device, tag, {tag: 1.0}, rounds=3)
+
+
+def test_a_stored_winner_is_returned(cache_dir):
+    heuristic = select_config(4096, 4096, 4096, device=H100)
+    stored = "pp128x192" if heuristic.tag != "pp128x192" else "pp128x128"
+    path = _store(stored)
+    assert path == cache_dir / "tune.json"
+    assert select_config(4096, 4096, 4096, device=H100) == GemmConfig.from_tag(stored)
+    assert S.choose(4096, 4096, 4096, device=H100) == (GemmConfig.from_tag(stored), "tune cache")
+    # anything else about the problem or the device: no hit
+    for other in (FakeDevice(name="Fake H200"), FakeDevice(sm_count=114), FakeDevice(driver_version_str="12.8")):
+        cfg, source = S.choose(4096, 4096, 4096, device=other)
+        assert source == "cost model" and cfg.tag == S.explain(4096, 4096, 4096, device=other)[0]["tag"]
+    assert S.choose(4096, 4096, 4096, out_dtype="float32", device=H100)[1] == "cost model"
+    assert S.choose(4096, 4096, 4096, a_major="mn", device=H100)[1] == "cost model"
+    assert S.choose(4096, 4096, 4097, device=H100)[1] == "cost model"
+
+
+def test_stored_winner_gets_the_problems_dtypes_and_layouts():
+    problem = Problem(512, 1024, 2048, "float16", "float32", "mn", "k")
+    _store("coop128x256c2", problem=problem)
+    cfg = select_config(512, 1024, 2048, "float16", "float32", "mn", "k", device=H100)
+    assert cfg == GemmConfig.from_tag("coop128x256c2", in_dtype="float16", out_dtype="float32", a_major="mn",
+                                      b_major="k")
+
+
+@pytest.mark.parametrize("value", ["off", "0", "OFF", " off "], ids=["off", "0", "OFF", "padded"])
+def test_env_off_disables_the_cache(monkeypatch, value):
+    heuristic = select_config(4096, 4096, 4096, device=H100)
+    _store("pp128x192" if heuristic.tag != "pp128x192" else "pp128x128")
+    monkeypatch.setenv("PTXGEMM_TUNE_CACHE", value)
+    assert select_config(4096, 4096, 4096, device=H100) == heuristic
+    assert S.choose(4096, 4096, 4096, device=H100)[1] == "cost model"
+
+
+@pytest.mark.parametrize("value", ["on", "1", ""])
+def test_env_on_values(monkeypatch, value):
+    _store("pp128x192")
+    monkeypatch.setenv("PTXGEMM_TUNE_CACHE", value)
+    assert select_config(4096, 4096, 4096, device=H100).tag == "pp128x192"
+
+
+def test_env_typo_is_a_config_error(monkeypatch):
+    monkeypatch.setenv("PTXGEMM_TUNE_CACHE", "of")
+    with pytest.raises(ConfigError, match="^PTXGEMM_TUNE_CACHE: "):
+        select_config(4096, 4096, 4096, device=H100)
+
+
+def test_stale_or_broken_cache_falls_back_to_the_model(cache_dir):
+    heuristic = select_config(4096, 4096, 4096, device=H100)
+    _store("pp128x256")  # a tag GemmConfig rejects today (256 accumulators)
+    assert select_config(4096, 4096, 4096, device=H100) == heuristic
+    (cache_dir / "tune.json").write_text("{not json")
+    assert select_config(4096, 4096, 4096, device=H100) == heuristic
+    (cache_dir / "tune.json").write_text('{"format": 999, "entries": {}}')
+    assert select_config(4096, 4096, 4096, device=H100) == heuristic
+
+
+def test_importing_select_and_tune_imports_no_torch():
+    code = ("import sys, ptxgemm, ptxgemm.select, ptxgemm.tuning, ptxgemm.tune_cache; "
+            "ptxgemm.select_config(4096, 4096, 4096, device=ptxgemm.select.DEFAULT_DEVICE); "
+            "bad = [m for m in ('torch', 'cupy') if m in sys.modules]; assert not bad, bad; "
+            "assert callable(ptxgemm.tune)")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO_ROOT)
