@@ -121,8 +121,8 @@ def test_unknown_tag_is_a_config_error():
 def test_the_tables_drive_the_choice(monkeypatch):
     """Refitting a table changes the selection: the model has no other opinion."""
     shape = (4096, 4096, 4096)
-    monkeypatch.setitem(S.KTILE_NS, "pp128x192", 1.0)
-    assert select_config(*shape, device=H100).tag == "pp128x192"
+    monkeypatch.setitem(S.KTILE_NS, "coop256x192", 1.0)
+    assert select_config(*shape, device=H100).tag == "coop256x192"
     monkeypatch.setitem(S.KTILE_NS, "coop128x256c2", 0.1)
     monkeypatch.setitem(S.EPILOGUE_NS, "coop128x256c2", 0.1)
     assert select_config(*shape, device=H100).tag == "coop128x256c2"
@@ -133,7 +133,7 @@ def test_ties_go_to_the_earlier_candidate(monkeypatch):
         monkeypatch.setitem(S.KTILE_NS, tag, 100.0)
         monkeypatch.setitem(S.EPILOGUE_NS, tag, 0.0)
     # M = 1, N = 64: every candidate runs one 1-k-tile step
-    assert select_config(1, 64, 64, device=H100).tag == S.candidates(1, 64, 64)[0].tag == "pp128x128"
+    assert select_config(1, 64, 64, device=H100).tag == S.SELECTABLE[0]
 
 
 def test_sm_count_matters():
@@ -146,10 +146,29 @@ def test_sm_count_matters():
     assert rows[0]["steps_per_cta"] == (4096 // cfg.block_m) * (4096 // cfg.block_n)  # every tile, one SM
 
 
+def test_only_selectable_configs_are_chosen_and_near_ties_go_to_the_earlier(monkeypatch):
+    """A config outside SELECTABLE is never chosen however cheap the model thinks it; a selectable one predicted
+    within TIE_FRACTION of the fastest yields to an earlier one in SELECTABLE."""
+    shape = (4096, 4096, 4096)
+    monkeypatch.setitem(S.KTILE_NS, "pp128x192", 1.0)
+    assert select_config(*shape, device=H100).tag in S.SELECTABLE
+    def per_flop(tag, scale=1.0):  # the same cost per flop for every tile
+        cfg = GemmConfig.from_tag(tag)
+        return 1000.0 * cfg.block_m * cfg.block_n / (128 * 128) * scale
+
+    for tag in S.KTILE_NS:
+        monkeypatch.setitem(S.EPILOGUE_NS, tag, 0.0)
+        monkeypatch.setitem(S.KTILE_NS, tag, per_flop(tag))
+    first, second = S.SELECTABLE[0], S.SELECTABLE[2]   # 128x256 and 256x128: 512 tiles, 4 steps each at 4096^3
+    monkeypatch.setitem(S.KTILE_NS, second, per_flop(second, 1 / (1 + S.TIE_FRACTION / 2)))
+    assert select_config(*shape, device=H100).tag == first
+    monkeypatch.setitem(S.KTILE_NS, second, per_flop(second, 1 / (1 + 2 * S.TIE_FRACTION)))
+    assert select_config(*shape, device=H100).tag == second
+
+
 def test_explain_is_sorted_and_matches_the_selection():
     rows = S.explain(8448, 9216, 1024, device=H100)
-    assert [r["predicted_us"] for r in rows] == sorted(r["predicted_us"] for r in rows)
-    assert {r["tag"] for r in rows} == BF16_TAGS
+    assert {r["tag"] for r in rows} == BF16_TAGS & set(S.SELECTABLE)
     assert set(rows[0]) == {"tag", "tiles", "k_tiles", "steps_per_cta", "predicted_us"}
     assert select_config(8448, 9216, 1024, device=H100).tag == rows[0]["tag"]
     table = S.format_table(rows, chosen=rows[0]["tag"])
