@@ -151,7 +151,8 @@ def cmd_dump(args) -> int:
 
 MUTANT_PRESETS = {"default": {}, "cluster": {"cluster_m": 2},
                   "cooperative": {"schedule": "cooperative", "block_m": 256},
-                  "cooperative-cluster": {"schedule": "cooperative", "block_m": 256, "cluster_m": 2}}
+                  "cooperative-cluster": {"schedule": "cooperative", "block_m": 256, "cluster_m": 2},
+                  "cooperative-cluster-n": {"schedule": "cooperative", "block_m": 128, "block_n": 256, "cluster_n": 2}}
 
 
 def _add_mutants_parser(sub) -> None:
@@ -164,7 +165,8 @@ def _add_mutants_parser(sub) -> None:
     p.add_argument("--preset", action="append", choices=sorted(MUTANT_PRESETS), default=None,
                    help="a named config to mutate (repeatable; default: the config options below, i.e. the default "
                         "kernel); 'cluster' is the default kernel with cluster_m=2, 'cooperative' the "
-                        "cooperative 256x128 one, 'cooperative-cluster' that with cluster_m=2")
+                        "cooperative 256x128 one, 'cooperative-cluster' that with cluster_m=2, "
+                        "'cooperative-cluster-n' the cooperative 128x256 with cluster_n=2 (A multicast)")
     p.add_argument("--list", action="store_true", help="enumerate the mutants without a GPU and without running them")
     p.add_argument("--build", action="store_true", help="with --list: also assemble every mutant (kills the ones "
                                                           "ptxas rejects, finds equivalent ones)")

@@ -39,6 +39,9 @@ MAJORS = ("k", "mn")
 # pingpong: each consumer owns whole tiles and the two alternate (one's epilogue under the other's mainloop);
 # cooperative: both consumers share every tile, each the half of its rows; stores overlap the next mainloop.
 SCHEDULES = ("pingpong", "cooperative")
+# Grouped rasterization (Triton's): "m" walks group_m tile-rows down before moving one column right (the CTAs running
+# at once share B's column panels and a few of A's row panels), "n" walks group_m tile-columns across first.
+RASTERS = ("m", "n")
 PTX_VERSION = "8.0"
 
 # Named barrier ids (bar.sync / bar.arrive). 0 is the whole CTA (init only).
@@ -80,12 +83,14 @@ class GemmConfig:
     out_dtype: str = "bfloat16"
     a_major: str = "k"
     b_major: str = "mn"
-    group_m: int = 8              # rasterization: tiles walk down group_m tile-rows before moving right
+    group_m: int = 8              # rasterization: tiles walk group_m tile-rows (raster "m") or tile-columns ("n")
     cluster_m: int = 1            # CTAs per cluster along M; 2: the pair shares B, each loads half and multicasts
     debug: bool = False           # bounded barrier waits that report the stalled barrier (ptxgemm.debug)
     debug_timeout_ns: int = 2_000_000_000
     trace: bool = False           # record a per-warpgroup timeline into a device buffer (ptxgemm.trace)
     schedule: str = "pingpong"    # SCHEDULES: how the two consumer warpgroups share the tiles
+    cluster_n: int = 1            # CTAs per cluster along N; 2: the pair shares A, each loads half and multicasts
+    raster: str = "m"             # RASTERS: the grouped walk goes down tile-rows ("m") or across tile-columns ("n")
 
     def __post_init__(self):
         object.__setattr__(self, "in_dtype", _dtype_name(self.in_dtype))
@@ -131,6 +136,16 @@ class GemmConfig:
         if self.cluster_m == 2 and self.block_n % 128:
             raise ConfigError(f"cluster_m: 2 splits B's 64-column panels evenly between the pair, so block_n must be "
                               f"a multiple of 128, got {self.block_n}")
+        if self.cluster_n not in (1, 2):
+            raise ConfigError(f"cluster_n: must be 1 or 2, got {self.cluster_n}")
+        if self.cluster_n == 2 and self.block_m % 128:
+            raise ConfigError(f"cluster_n: 2 splits A's 64-row panels evenly between the pair, so block_m must be "
+                              f"a multiple of 128, got {self.block_m}")
+        if self.cluster_m > 1 and self.cluster_n > 1:
+            raise ConfigError("cluster_m, cluster_n: a cluster pairs CTAs along M (sharing B) or along N (sharing A), "
+                              "not both")
+        if self.raster not in RASTERS:
+            raise ConfigError(f"raster: must be one of {RASTERS}, got {self.raster!r}")
         if self._max_stages() < 2:
             raise ConfigError(f"block_m x block_n: {self.block_m}x{self.block_n} leaves room for fewer than 2 stages")
 
@@ -189,11 +204,21 @@ class GemmConfig:
         return self.block_n // self.cluster_m
 
     @property
+    def a_rows_per_cta(self) -> int:
+        """M extent of the A box each CTA of a cluster loads (and, with cluster_n 2, multicasts to the pair)."""
+        return self.block_m // self.cluster_n
+
+    @property
+    def cluster_size(self) -> int:
+        """CTAs per cluster: cluster_m x cluster_n (one of them is 1)."""
+        return self.cluster_m * self.cluster_n
+
+    @property
     def empty_arrivals(self) -> int:
         """Arrivals that release a stage: lane 0 of every consumer warp that read it (one consumer's 4 in pingpong,
         both consumers' 8 in cooperative), in every CTA whose smem the stage's multicast writes (with a cluster,
         the peer's producer refills our stage too)."""
-        return WARPS_PER_WARPGROUP * self.consumers_per_tile * self.cluster_m
+        return WARPS_PER_WARPGROUP * self.consumers_per_tile * self.cluster_size
 
     @property
     def consumer_a_offset(self) -> int:
@@ -362,7 +387,9 @@ class GemmConfig:
 
     def describe(self) -> str:
         return (f"{self.schedule} GEMM {self.block_m}x{self.block_n}x{self.block_k}, {self.num_stages} stages, "
-                + (f"cluster {self.cluster_m}x1 (B multicast), " if self.cluster_m > 1 else "") + 
+                + (f"cluster {self.cluster_m}x1 (B multicast), " if self.cluster_m > 1 else "")
+                + (f"cluster 1x{self.cluster_n} (A multicast), " if self.cluster_n > 1 else "")
+                + (f"raster {self.raster}, " if self.raster != GemmConfig.raster else "") +
                 f"{self.in_dtype}->{self.out_dtype}, A {self.a_major}-major, B {self.b_major}-major"
                 + (", DEBUG waits" if self.debug else "") + (", traced" if self.trace else ""))
 
@@ -373,13 +400,18 @@ class GemmConfig:
     # --- short names (bench rows, tune cache, CLI) --------------------------------------------------------
     @property
     def tag(self) -> str:
-        """The tile choice in a few characters: 'pp128x128', 'coop256x128c2', 'pp128x192g16s5'. Dtypes, layouts,
-        debug and trace are not part of it (the operands decide those)."""
+        """The tile choice in a few characters: 'pp128x128', 'coop256x128c2' (cluster_m 2), 'coop128x256cn2'
+        (cluster_n 2), 'pp128x192g16rns5' (group 16, raster n, 5 stages). Dtypes, layouts, debug and trace are not
+        part of it (the operands decide those)."""
         t = f"{TAG_SCHEDULE[self.schedule]}{self.block_m}x{self.block_n}"
         if self.cluster_m > 1:
             t += f"c{self.cluster_m}"
+        if self.cluster_n > 1:
+            t += f"cn{self.cluster_n}"
         if self.group_m != GemmConfig.group_m:
             t += f"g{self.group_m}"
+        if self.raster != GemmConfig.raster:
+            t += f"r{self.raster}"
         if self.stages is not None:
             t += f"s{self.stages}"
         return t
@@ -389,17 +421,22 @@ class GemmConfig:
         """The config a tag names, with `fields` (dtypes, majors, ...) added; ConfigError on a malformed tag."""
         import re
 
-        m = re.fullmatch(r"(pp|coop)(\d+)x(\d+)(?:c(\d+))?(?:g(\d+))?(?:s(\d+))?", tag.strip())
+        m = re.fullmatch(r"(pp|coop)(\d+)x(\d+)(?:c(\d+))?(?:cn(\d+))?(?:g(\d+))?(?:r([mn]))?(?:s(\d+))?",
+                         tag.strip())
         if m is None:
-            raise ConfigError(f"config tag: {tag!r} is not <pp|coop><block_m>x<block_n>[c<cluster_m>][g<group_m>]"
-                              f"[s<stages>], e.g. pp128x128 or coop256x128c2")
+            raise ConfigError(f"config tag: {tag!r} is not <pp|coop><block_m>x<block_n>[c<cluster_m>][cn<cluster_n>]"
+                              f"[g<group_m>][r<m|n>][s<stages>], e.g. pp128x128, coop256x128c2 or coop128x256cn2")
         kw = {"schedule": {v: k for k, v in TAG_SCHEDULE.items()}[m[1]], "block_m": int(m[2]), "block_n": int(m[3])}
         if m[4]:
             kw["cluster_m"] = int(m[4])
         if m[5]:
-            kw["group_m"] = int(m[5])
+            kw["cluster_n"] = int(m[5])
         if m[6]:
-            kw["stages"] = int(m[6])
+            kw["group_m"] = int(m[6])
+        if m[7]:
+            kw["raster"] = m[7]
+        if m[8]:
+            kw["stages"] = int(m[8])
         return cls(**{**kw, **fields})
 
     def report_extras(self) -> dict:
@@ -432,7 +469,13 @@ class GemmConfig:
         parser.add_argument("--a-major", default=d.a_major, choices=MAJORS)
         parser.add_argument("--b-major", default=d.b_major, choices=MAJORS)
         parser.add_argument("--group-m", type=int, default=d.group_m)
-        parser.add_argument("--cluster-m", type=int, default=d.cluster_m, help="2: CTA pairs share B by multicast")
+        parser.add_argument("--cluster-m", type=int, default=d.cluster_m, choices=(1, 2),
+                            help="2: CTA pairs along M share B by multicast (default 1)")
+        parser.add_argument("--cluster-n", type=int, default=d.cluster_n, choices=(1, 2),
+                            help="2: CTA pairs along N share A by multicast (default 1)")
+        parser.add_argument("--raster", default=d.raster, choices=RASTERS,
+                            help="grouped tile walk: down group_m tile-rows (m) or across group_m tile-columns (n) "
+                                 "(default m)")
         parser.add_argument("--debug", action="store_true", help="bounded barrier waits that report stalls")
         parser.add_argument("--trace", action="store_true", help="record a per-warpgroup timeline (ptxgemm.trace; "
                                                                  "`python -m ptxgemm trace` turns it on itself)")
@@ -441,5 +484,6 @@ class GemmConfig:
     def from_cli(cls, args) -> "GemmConfig":
         return cls(schedule=getattr(args, "schedule", "pingpong"), block_m=args.block_m, block_n=args.block_n, stages=args.stages, in_dtype=args.in_dtype,
                    out_dtype=args.out_dtype, a_major=args.a_major, b_major=args.b_major, group_m=args.group_m,
-                   cluster_m=getattr(args, "cluster_m", 1),
+                   cluster_m=getattr(args, "cluster_m", 1), cluster_n=getattr(args, "cluster_n", 1),
+                   raster=getattr(args, "raster", "m"),
                    debug=args.debug, trace=getattr(args, "trace", False))

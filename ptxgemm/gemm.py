@@ -161,11 +161,11 @@ def check_output(m: int, n: int, out_dtype) -> str:
     return d
 
 
-def check_ctas(ctas, cluster_m: int) -> None:
+def check_ctas(ctas, cluster_size: int) -> None:
     if ctas is None:
         return
-    if isinstance(ctas, bool) or not isinstance(ctas, int) or ctas < cluster_m or ctas % cluster_m:
-        raise ConfigError(f"ctas: must be a positive whole number of {cluster_m}-CTA clusters (None: one CTA per "
+    if isinstance(ctas, bool) or not isinstance(ctas, int) or ctas < cluster_size or ctas % cluster_size:
+        raise ConfigError(f"ctas: must be a positive whole number of {cluster_size}-CTA clusters (None: one CTA per "
                           f"SM), got {ctas!r}")
 
 
@@ -177,14 +177,14 @@ def _resolve_config(config: GemmConfig | None, in_dtype: str, out_dtype: str, a_
                     shape: tuple[int, int, int], device=None, ctas: int | None = None):
     """The arrays decide dtypes and layouts; `config` contributes the tile choice (block sizes, stages, ...).
     Without one, ptxgemm.select_config picks it for this shape and GPU (the tune cache's winner or the cost model's).
-    A picked cluster that the caller's `ctas` cannot hold whole is dropped (cluster_m=1): `ctas` is a test knob
+    A picked cluster that the caller's `ctas` cannot hold whole is dropped (a single CTA): `ctas` is a test knob
     and must not turn a default choice into an error."""
     if config is None:
         from .select import select_config
 
         base = select_config(*shape, in_dtype, out_dtype, a_major, b_major, device=device)
-        if ctas is not None and ctas % base.cluster_m:
-            base = dataclasses.replace(base, cluster_m=1)
+        if ctas is not None and ctas % base.cluster_size:
+            base = dataclasses.replace(base, cluster_m=1, cluster_n=1)
     else:
         base = config
     if not isinstance(base, GemmConfig):
@@ -231,7 +231,7 @@ class GemmPlan:
         info = driver.require_sm90("running the GEMM")  # before loading: a clear error on a non-Hopper GPU
         self.config = cfg = _resolve_config(config, in_dtype, out_dtype, op_a.major, op_b.major, (m, n, k),
                                             device=info, ctas=ctas)
-        check_ctas(ctas, cfg.cluster_m)
+        check_ctas(ctas, cfg.cluster_size)
         if kernel is not None and kernel.config != cfg:
             raise ConfigError(f"kernel: built for {kernel.config.describe()}, but these operands need "
                               f"{cfg.describe()}")
@@ -239,15 +239,14 @@ class GemmPlan:
         self.a, self.b, self.out = a, b, out
         self.kernel = kernel if kernel is not None else get_kernel(cfg)
 
-        self.tmap_a = _operand_map(a, op_a, mn_extent=m, k=k, k_major_rows=cfg.block_m, block_k=cfg.block_k)
+        self.tmap_a = _operand_map(a, op_a, mn_extent=m, k=k, k_major_rows=cfg.a_rows_per_cta, block_k=cfg.block_k)
         self.tmap_b = _operand_map(b, op_b, mn_extent=n, k=k, k_major_rows=cfg.b_rows_per_cta, block_k=cfg.block_k)
         ldc = _round_up_stride(n * cfg.out_itemsize)  # = the row bytes (check_output), or legal filler if m == 1
         # one store box per panel of one consumer's rows (the whole tile in pingpong, a half in cooperative)
         self.tmap_c = tensormap.encode_tiled(out, (n, m), (ldc,), (cfg.epi_panel_cols, cfg.consumer_m),
                                              l2_promotion="none")
 
-        self.schedule = sched = schedule.plan_schedule(m, n, k, cfg.block_m, cfg.block_n, cfg.block_k,
-                                                       cfg.cluster_m, info.sm_count, ctas, cfg.schedule)
+        self.schedule = sched = schedule.plan_for(cfg, m, n, k, info.sm_count, ctas)
         self.tiles_m, self.tiles_n, self.k_tiles = sched.tiles_m, sched.tiles_n, sched.k_tiles
         self.clusters, self.grid = sched.clusters, sched.grid
         self.records = None
@@ -258,14 +257,14 @@ class GemmPlan:
             self.records = StallRecords(self.grid, cfg.threads)
             debug_ptr = self.records.device_pointer
         args = [self.tmap_a, self.tmap_b, self.tmap_c, ctypes.c_uint32(m), ctypes.c_uint32(n),
-                ctypes.c_uint32(sched.cluster_rows), ctypes.c_uint32(self.tiles_n), ctypes.c_uint32(self.k_tiles),
+                ctypes.c_uint32(sched.cluster_rows), ctypes.c_uint32(sched.cluster_cols), ctypes.c_uint32(self.k_tiles),
                 ctypes.c_uint64(debug_ptr)]
         self.trace_buffer = None
         if cfg.trace:
             args += self._trace_arguments()
         self._launch = driver.PreparedLaunch(self.kernel.function, (self.grid,), (cfg.threads,), args,
                                              smem_bytes=cfg.smem_bytes,
-                                             cluster=(cfg.cluster_m, 1, 1) if cfg.cluster_m > 1 else None)
+                                             cluster=(cfg.cluster_size, 1, 1) if cfg.cluster_size > 1 else None)
 
     def _trace_arguments(self) -> list:
         """Allocate the trace buffer (ptxgemm.trace's format) with room for every event this plan's schedule makes:

@@ -493,14 +493,14 @@ def run_on_gpu(config: GemmConfig, ptx: str, mutants: list[Mutant], texts: dict[
                timeout_s: float = DEFAULT_TIMEOUT_S, repeats: int = 2, workloads=WORKLOADS, progress=print) -> dict:
     """Run the unmutated debug build `ptx` (it must pass), then every mutant in `texts`; fill in each outcome.
     Returns {"workloads": [...], "baseline": ...}."""
-    from .schedule import plan_schedule
+    from .schedule import plan_for
     from . import driver
 
     cfg = mutant_config(config)
     sm_count = driver.device_info().sm_count
     described = []
     for w in workloads:
-        s = plan_schedule(w.m, w.n, w.k, cfg.block_m, cfg.block_n, cfg.block_k, cfg.cluster_m, sm_count, w.ctas)
+        s = plan_for(cfg, w.m, w.n, w.k, sm_count, w.ctas)
         described.append({**dataclasses.asdict(w), **s.describe(),
                           "ring_wraps": s.ring_passes // cfg.num_stages})
     with tempfile.TemporaryDirectory(prefix="ptxgemm-mutants-") as tmp:

@@ -4,7 +4,7 @@ ptx_templates/scheduler.ptx.j2 walks the tiles in the kernel; this module answer
 without a GPU, so tests can prove that a case exercises the pingpong (every consumer of every CTA runs several
 tiles) and tools can report grid, waves and tiles per consumer.
 
-The unit of the schedule is a cluster (a single CTA when cluster_m is 1): cluster b of G walks units
+The unit of the schedule is a cluster (a single CTA when cluster_m and cluster_n are 1): cluster b of G walks units
 b, b+G, b+2G, ...; in the pingpong schedule consumer 0 takes the even steps, consumer 1 the odd ones; in the
 cooperative one both consumers take every step (each half of the tile). Every CTA of a cluster runs the same
 steps (on adjacent tile rows), so per-consumer counts are per cluster.
@@ -24,9 +24,10 @@ class Schedule:
     tiles_m: int          # tile rows of the problem
     tiles_n: int          # tile columns
     k_tiles: int          # k-tiles per output tile (every tile has the same count)
-    cluster_m: int        # CTAs per cluster (adjacent tile rows)
-    clusters: int         # launched clusters (grid = clusters * cluster_m CTAs)
+    cluster_m: int        # CTAs per cluster along M (adjacent tile rows)
+    clusters: int         # launched clusters (grid = clusters * cluster_m * cluster_n CTAs)
     schedule: str = "pingpong"
+    cluster_n: int = 1    # CTAs per cluster along N (adjacent tile columns)
 
     @property
     def cluster_rows(self) -> int:
@@ -34,13 +35,18 @@ class Schedule:
         return math.ceil(self.tiles_m / self.cluster_m)
 
     @property
+    def cluster_cols(self) -> int:
+        """Tile columns of clusters: the kernel's `param_tiles_n` (= tile columns when cluster_n is 1)."""
+        return math.ceil(self.tiles_n / self.cluster_n)
+
+    @property
     def units(self) -> int:
-        """Scheduler steps in the whole problem: tile columns x cluster rows."""
-        return self.cluster_rows * self.tiles_n
+        """Scheduler steps in the whole problem: cluster columns x cluster rows."""
+        return self.cluster_rows * self.cluster_cols
 
     @property
     def grid(self) -> int:
-        return self.clusters * self.cluster_m
+        return self.clusters * self.cluster_m * self.cluster_n
 
     def consumer_tiles(self, cluster: int, consumer: int) -> int:
         """Tiles consumer `consumer` of every CTA of cluster `cluster` runs: steps cluster + (consumer + 2j)·G in
@@ -75,11 +81,18 @@ class Schedule:
                 "tiles_per_consumer": [self.min_tiles_per_consumer, self.max_tiles_per_consumer]}
 
 
+def plan_for(config, m: int, n: int, k: int, sm_count: int, ctas: int | None = None) -> Schedule:
+    """plan_schedule with every field taken from a GemmConfig."""
+    return plan_schedule(m, n, k, config.block_m, config.block_n, config.block_k, config.cluster_m, sm_count, ctas,
+                         config.schedule, config.cluster_n)
+
+
 def plan_schedule(m: int, n: int, k: int, block_m: int, block_n: int, block_k: int, cluster_m: int,
-                  sm_count: int, ctas: int | None = None, schedule: str = "pingpong") -> Schedule:
+                  sm_count: int, ctas: int | None = None, schedule: str = "pingpong",
+                  cluster_n: int = 1) -> Schedule:
     """The grid GemmPlan launches: one CTA per SM (or at most `ctas`), never more clusters than scheduler steps."""
     tiles_m, tiles_n, k_tiles = math.ceil(m / block_m), math.ceil(n / block_n), math.ceil(k / block_k)
-    units = math.ceil(tiles_m / cluster_m) * tiles_n
+    units = math.ceil(tiles_m / cluster_m) * math.ceil(tiles_n / cluster_n)
     limit = sm_count if ctas is None else ctas
-    clusters = max(1, min(limit // cluster_m, units))
-    return Schedule(tiles_m, tiles_n, k_tiles, cluster_m, clusters, schedule)
+    clusters = max(1, min(limit // (cluster_m * cluster_n), units))
+    return Schedule(tiles_m, tiles_n, k_tiles, cluster_m, clusters, schedule, cluster_n)

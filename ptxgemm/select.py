@@ -7,7 +7,7 @@
 2. Otherwise the candidate (`candidates`) with the least predicted time. The model, per CTA (one per SM, so the
    busiest SM's time is the kernel's):
 
-       steps    = ceil(units / clusters)    units = ceil(tiles_m / cluster_m) * tiles_n, clusters = SMs // cluster_m
+       steps    = ceil(units / clusters)    units = cluster rows x cluster columns, clusters = SMs // cluster size
                                             (never more clusters than units: ptxgemm.schedule.plan_schedule)
        mainloop = k_tiles * KTILE_NS[tag]   one output tile's k-loop on one SM
        cooperative: steps * (mainloop + EPILOGUE_NS[tag])          both consumers store every tile together
@@ -52,17 +52,23 @@ EPILOGUE_NS = {
 # ran at 0.71x the best, where the 128x128 pingpong, with twice the tiles to spread over the SMs, was the best).
 # A model whose error is ~9% cannot rank candidates predicted within a few percent of each other, so a candidate
 # wins only by more than TIE_FRACTION; within it, the earlier one here is taken. `tune` tries every candidate
-# (CANDIDATE_TILES x CLUSTER_SIZES), including those the model leaves out because they measured weaker
+# (CANDIDATE_TILES x CLUSTER_SHAPES), including those the model leaves out because they measured weaker
 # (pp128x192, pp64x256, and 2-CTA clusters of pingpong tiles).
 SELECTABLE = ("coop128x256", "coop128x256c2", "coop256x128", "coop256x128c2", "coop256x192", "pp128x128")
 TIE_FRACTION = 0.03
 
-# (schedule, block_m, block_n), each with every cluster size in CLUSTER_SIZES: what `tune` tries.
+# (schedule, block_m, block_n), each with every cluster shape in CLUSTER_SHAPES: what `tune` tries.
 CANDIDATE_TILES = (
     ("pingpong", 128, 128), ("pingpong", 128, 192), ("pingpong", 64, 256),
     ("cooperative", 256, 128), ("cooperative", 128, 256), ("cooperative", 256, 192),
 )
-CLUSTER_SIZES = (1, 2)
+CLUSTER_SHAPES = ((1, 1), (2, 1), (1, 2))   # (cluster_m, cluster_n): single CTAs, pairs sharing B, pairs sharing A
+
+# Pairs along N (A multicast) have no measurement of their own yet: they are costed as the tile without a cluster.
+# They are not SELECTABLE, so this only gives `tune` a prediction to print beside its measurement.
+for _tag in [t for t in KTILE_NS if not t.endswith("c2") and GemmConfig.from_tag(t).block_m % 128 == 0]:
+    KTILE_NS.setdefault(_tag + "cn2", KTILE_NS[_tag])   # (a pair along N splits A's rows: block_m 128 or 256)
+    EPILOGUE_NS.setdefault(_tag + "cn2", EPILOGUE_NS[_tag])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,22 +98,23 @@ def resolve_device(device=None):
 
 def candidates(m: int, n: int, k: int, in_dtype: str = "bfloat16", out_dtype: str | None = None,
                a_major: str = "k", b_major: str = "mn") -> list[GemmConfig]:
-    """Every config of CANDIDATE_TILES x CLUSTER_SIZES that GemmConfig accepts for these dtypes and layouts."""
+    """Every config of CANDIDATE_TILES x CLUSTER_SHAPES that GemmConfig accepts for these dtypes and layouts."""
     return _candidates(Problem(m, n, k, in_dtype, out_dtype, a_major, b_major))
 
 
 def _candidates(problem: Problem) -> list[GemmConfig]:
-    return list(_candidates_for(CANDIDATE_TILES, CLUSTER_SIZES, *problem.config_fields().values()))
+    return list(_candidates_for(CANDIDATE_TILES, CLUSTER_SHAPES, *problem.config_fields().values()))
 
 
 @functools.lru_cache(maxsize=64)  # select_config runs for every GemmPlan; the configs depend on dtypes and layouts
 def _candidates_for(tiles, clusters, in_dtype, out_dtype, a_major, b_major) -> tuple[GemmConfig, ...]:
     found = []
     for sched, block_m, block_n in tiles:
-        for cluster_m in clusters:
+        for cluster_m, cluster_n in clusters:
             try:
                 found.append(GemmConfig(schedule=sched, block_m=block_m, block_n=block_n, cluster_m=cluster_m,
-                                        in_dtype=in_dtype, out_dtype=out_dtype, a_major=a_major, b_major=b_major))
+                                        cluster_n=cluster_n, in_dtype=in_dtype, out_dtype=out_dtype, a_major=a_major,
+                                        b_major=b_major))
             except ConfigError:
                 continue  # e.g. 128x256 pingpong (too many accumulators), cluster 2 with block_n 192, fp32 smem
     return tuple(found)
@@ -135,8 +142,7 @@ def predict(config: GemmConfig, m: int, n: int, k: int, sm_count: int) -> Predic
     if tag not in KTILE_NS or tag not in EPILOGUE_NS:
         raise ConfigError(f"config: no measured cost for {tag!r} in ptxgemm.select.KTILE_NS/EPILOGUE_NS; the model "
                           f"knows {sorted(KTILE_NS)}")
-    sched = schedule.plan_schedule(m, n, k, config.block_m, config.block_n, config.block_k, config.cluster_m,
-                                   sm_count)
+    sched = schedule.plan_for(config, m, n, k, sm_count)
     steps = math.ceil(sched.units / sched.clusters)
     mainloop, epilogue = sched.k_tiles * KTILE_NS[tag], EPILOGUE_NS[tag]
     if config.cooperative:
@@ -153,16 +159,16 @@ def _cluster_fills(config: GemmConfig, m: int) -> bool:
     """A cluster needs that many SMs at once and pays off only with at least MIN_CLUSTER_ROWS rows of clusters:
     with fewer, a pair's second CTA multiplies mostly zero-filled rows (H100, 128x8192x8192: pp128x128c2 ran at
     0.78x cuBLAS where pp128x128 ran at 0.97x; the model, which sees equal steps, would pick the pair)."""
-    if config.cluster_m == 1:
-        return True
-    return -(-m // config.block_m) >= MIN_CLUSTER_ROWS * config.cluster_m
+    if config.cluster_m > 1:
+        return -(-m // config.block_m) >= MIN_CLUSTER_ROWS * config.cluster_m
+    return True
 
 
 def _ranked(problem: Problem, sm_count: int) -> list[tuple[Prediction, GemmConfig]]:
     """The selectable candidates with their predictions, in the order select_config prefers them: predicted time,
     except that a candidate within TIE_FRACTION of the fastest yields to an earlier one in SELECTABLE."""
     pairs = [(predict(c, problem.m, problem.n, problem.k, sm_count), c) for c in _candidates(problem)
-             if c.tag in SELECTABLE and c.cluster_m <= sm_count and _cluster_fills(c, problem.m)]
+             if c.tag in SELECTABLE and c.cluster_size <= sm_count and _cluster_fills(c, problem.m)]
     if not pairs:
         raise ConfigError(f"in_dtype/out_dtype: no candidate config fits {problem.describe()}")
     fastest = min(p.total_ns for p, _ in pairs)

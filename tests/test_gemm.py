@@ -18,7 +18,8 @@ CONFIGS = [GemmConfig(), GemmConfig(b_major="k"), GemmConfig(a_major="mn", b_maj
            GemmConfig(block_m=64, block_n=256), GemmConfig(block_n=192), GemmConfig(debug=True),
            GemmConfig(cluster_m=2), GemmConfig(cluster_m=2, b_major="k"), GemmConfig(cluster_m=2, debug=True),
            GemmConfig.from_tag("coop256x128"), GemmConfig.from_tag("coop128x256", a_major="mn", out_dtype="float32"),
-           GemmConfig.from_tag("coop256x192", b_major="k"), GemmConfig.from_tag("coop256x128c2", debug=True)]
+           GemmConfig.from_tag("coop256x192", b_major="k"), GemmConfig.from_tag("coop256x128c2", debug=True),
+           GemmConfig.from_tag("coop128x256cn2rn"), GemmConfig.from_tag("pp128x128cn2", a_major="mn", debug=True)]
 
 
 @pytest.fixture(scope="module", params=CONFIGS, ids=lambda c: c.describe())
@@ -42,7 +43,7 @@ def test_sass_has_the_intended_instructions(built):
     if cfg.out_itemsize == 2:
         assert "STSM" in sass
     assert not re.search(r"\b(LDL|STL)\b", sass), "local memory traffic (spills or a run-time indexed array)"
-    if cfg.cluster_m > 1:
+    if cfg.cluster_size > 1:
         assert "UTMALDG.2D.MULTICAST" in sass and "UCGABAR_WAIT" in sass
     if (cfg.a_major == "mn") or (cfg.b_major == "mn"):
         assert ".tnsp" in sass  # wgmma's transpose bit reads the MN-major operand in place
@@ -99,7 +100,8 @@ def test_cooperative_config_splits_the_tile_between_the_consumers():
     wide = GemmConfig.from_tag("coop128x256")
     assert (wide.consumer_m, wide.num_stages, wide.epi_panels, wide.epi_slots) == (64, 4, 4, 2)
     assert wide.epi_panels % wide.epi_slots == 0
-    for tag in ("pp128x128", "pp64x256", "coop256x128c2", "pp128x192g16s3", "coop128x256"):
+    for tag in ("pp128x128", "pp64x256", "coop256x128c2", "pp128x192g16s3", "coop128x256", "coop128x256cn2rn",
+                "pp128x128g4rns4"):
         assert GemmConfig.from_tag(tag).tag == tag
     with pytest.raises(ConfigError, match="tag"):
         GemmConfig.from_tag("256x128")
@@ -123,6 +125,8 @@ def test_cooperative_ptx_has_no_order_barriers_and_defers_the_store_wait():
     (dict(schedule="stream"), "schedule"), (dict(schedule="cooperative", block_m=64), "block_m"),
     (dict(block_m=256), "block_m"), (dict(schedule="cooperative", block_m=256, block_n=256), "block_m x block_n"),
     (dict(schedule="cooperative", block_m=256, trace=True), "trace"),
+    (dict(cluster_n=3), "cluster_n"), (dict(block_m=64, block_n=256, cluster_n=2), "cluster_n"),
+    (dict(cluster_m=2, cluster_n=2), "not both"), (dict(raster="hilbert"), "raster"),
 ])
 def test_config_rejects(kwargs, rule):
     with pytest.raises(ConfigError, match=rule):

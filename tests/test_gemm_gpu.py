@@ -36,7 +36,7 @@ from gemm_reference import DTYPES, check_result, random_matrix, reference
 from ptxgemm.accuracy import check
 from ptxgemm.config import SCHEDULES, GemmConfig
 from ptxgemm.errors import ConfigError
-from ptxgemm.schedule import plan_schedule
+from ptxgemm.schedule import plan_for
 
 gpu = pytest.mark.gpu
 SM_COUNT_ASSUMED = 132          # H100 SXM and H200: the CPU-side coverage checks assume it; GPU tests use the real one
@@ -47,16 +47,18 @@ DTYPE_SLOTS = (("bfloat16", "bfloat16"), ("float16", "float32"), ("float16", "fl
 
 
 def kernel_families() -> list[dict]:
-    """Every (schedule, block_m, block_n, cluster_m) GemmConfig accepts: a new tile option appears here by itself.
+    """Every (schedule, block_m, block_n, cluster_m x cluster_n) GemmConfig accepts: a new tile option appears here by itself.
     (`schedule` is named only when it is not the default, so the pingpong cases keep their ids.)"""
     families = []
-    for schedule, block_m, block_n, cluster_m in itertools.product(SCHEDULES, (64, 128, 256), range(64, 257, 64),
-                                                                   (1, 2)):
+    for schedule, block_m, block_n, (cluster_m, cluster_n) in itertools.product(
+            SCHEDULES, (64, 128, 256), range(64, 257, 64), ((1, 1), (2, 1), (1, 2))):
         try:
-            GemmConfig(schedule=schedule, block_m=block_m, block_n=block_n, cluster_m=cluster_m)
+            GemmConfig(schedule=schedule, block_m=block_m, block_n=block_n, cluster_m=cluster_m, cluster_n=cluster_n)
         except ConfigError:
             continue
         fam = dict(block_m=block_m, block_n=block_n, cluster_m=cluster_m)
+        if cluster_n != 1:
+            fam["cluster_n"] = cluster_n
         if schedule != GemmConfig.schedule:
             fam["schedule"] = schedule
         families.append(fam)
@@ -82,8 +84,7 @@ class Case:
 
     def schedule(self, sm_count: int):
         c = self.config
-        return plan_schedule(self.m, self.n, self.k, c.block_m, c.block_n, c.block_k, c.cluster_m, sm_count, self.ctas,
-                             c.schedule)
+        return plan_for(c, self.m, self.n, self.k, sm_count, self.ctas)
 
     def __str__(self):
         cfg = "-".join(f"{k}{v}" for k, v in self.cfg) or "default"
@@ -98,13 +99,14 @@ def _fixed_cases() -> list[Case]:
         for j, (a_major, b_major) in enumerate(LAYOUTS):
             in_dtype, out_dtype = DTYPE_SLOTS[(j + f) % len(DTYPE_SLOTS)]  # each layout meets every slot
             cfg = GemmConfig(in_dtype=in_dtype, out_dtype=out_dtype, **fam)
-            clusters, tiles_n = 3, 3
+            cluster_n = fam.get("cluster_n", 1)
+            clusters, tiles_n = 3, 3 * cluster_n
             tiles_m = 2 * MIN_TILES * fam["cluster_m"]
             m = tiles_m * cfg.block_m - 8               # partial last tile row (a multiple of 8 for an M-major A)
             n = tiles_n * cfg.block_n - 24              # partial last tile column
             k = (MIN_RING_WRAPS * cfg.num_stages + 1) * cfg.block_k - 8   # partial last k-tile
             cases.append(Case(m, n, k, in_dtype, out_dtype, a_major, b_major, tuple(sorted(fam.items())),
-                              ctas=clusters * fam["cluster_m"]))
+                              ctas=clusters * cfg.cluster_size))
     return cases
 
 
@@ -115,7 +117,9 @@ FULL_GRID = [Case(8448, 9216, 1024, "bfloat16", "bfloat16", "k", "mn"),
              Case(4224, 9216, 1024, "bfloat16", "float16", "mn", "k", (("block_m", 64), ("block_n", 256))),
              Case(8448, 9216, 1024, "bfloat16", "bfloat16", "k", "mn", (("block_m", 256), ("schedule", "cooperative"))),
              Case(8448, 9216, 512, "float16", "float32", "k", "k",
-                  (("block_m", 128), ("block_n", 256), ("cluster_m", 2), ("schedule", "cooperative")))]
+                  (("block_m", 128), ("block_n", 256), ("cluster_m", 2), ("schedule", "cooperative"))),
+             Case(8448, 9216, 1024, "bfloat16", "bfloat16", "k", "mn",
+                  (("block_m", 128), ("block_n", 256), ("cluster_n", 2), ("raster", "n"), ("schedule", "cooperative")))]
 
 EDGE = (1, 7, 8, 63, 64, 65, 127, 128, 129, 255, 256, 1000, 8448)
 MAX_WORK = 2.5e9            # M·N·K cap per random case, so the random cases fit in a couple of minutes
@@ -124,9 +128,11 @@ SEED = int(os.environ.get("PTXGEMM_GPU_SEED", "20261121"))
 COOPERATIVE = {"schedule": "cooperative"}
 RANDOM_CONFIGS = ({}, {}, {"block_n": 256, "block_m": 64}, {"block_n": 192}, {"block_m": 64},
                   {**COOPERATIVE, "block_m": 256}, {**COOPERATIVE, "block_m": 128, "block_n": 256},
-                  {**COOPERATIVE, "block_m": 256, "block_n": 192})
+                  {**COOPERATIVE, "block_m": 256, "block_n": 192}, {"raster": "n", "group_m": 4},
+                  {**COOPERATIVE, "block_m": 128, "block_n": 256, "raster": "n"})
 CLUSTER_CONFIGS = ({"cluster_m": 2}, {"cluster_m": 2, "block_m": 64, "block_n": 256},
-                   {**COOPERATIVE, "cluster_m": 2, "block_m": 256})
+                   {**COOPERATIVE, "cluster_m": 2, "block_m": 256}, {"cluster_n": 2},
+                   {**COOPERATIVE, "cluster_n": 2, "block_m": 128, "block_n": 256, "raster": "n"})
 
 
 def _round8(x: int) -> int:
@@ -156,7 +162,7 @@ def _draw_cases(n: int, seed: int, configs) -> list[Case]:
             if units < 4:
                 continue                         # too small to give two consumers two tiles each: draw again
             clusters = int(rng.integers(1, min(units // 4, SM_COUNT_ASSUMED) + 1))
-            case = dataclasses.replace(case, ctas=clusters * case.config.cluster_m)
+            case = dataclasses.replace(case, ctas=clusters * case.config.cluster_size)
         cases.append(case)
     return cases
 

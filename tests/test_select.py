@@ -22,7 +22,8 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 LAYOUTS = (("k", "mn"), ("k", "k"), ("mn", "mn"), ("mn", "k"))
 DTYPES = (("bfloat16", None), ("float16", "float16"), ("bfloat16", "float32"), ("float16", "float32"))
 BF16_TAGS = {"pp128x128", "pp128x128c2", "pp128x192", "pp64x256", "pp64x256c2", "coop256x128", "coop256x128c2",
-             "coop128x256", "coop128x256c2", "coop256x192"}
+             "coop128x256", "coop128x256c2", "coop256x192", "pp128x128cn2", "pp128x192cn2", "coop256x128cn2",
+             "coop128x256cn2", "coop256x192cn2"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,12 +62,13 @@ def test_every_candidate_is_valid_and_known_to_the_model(in_dtype, out_dtype, a_
 
 @pytest.mark.parametrize("out_dtype", ["bfloat16", "float32"])
 def test_candidates_are_every_accepted_tile_and_cluster(out_dtype):
-    """Exactly the CANDIDATE_TILES x CLUSTER_SIZES configs GemmConfig accepts; never 128x256 pingpong (256
+    """Exactly the CANDIDATE_TILES x CLUSTER_SHAPES configs GemmConfig accepts; never 128x256 pingpong (256
     accumulators per thread) or a cluster of 2 with block_n 192 (B's panels split unevenly)."""
     accepted = set()
-    for (sched, bm, bn), cm in itertools.product(S.CANDIDATE_TILES, S.CLUSTER_SIZES):
+    for (sched, bm, bn), (cm, cn) in itertools.product(S.CANDIDATE_TILES, S.CLUSTER_SHAPES):
         try:
-            accepted.add(GemmConfig(schedule=sched, block_m=bm, block_n=bn, cluster_m=cm, out_dtype=out_dtype).tag)
+            accepted.add(GemmConfig(schedule=sched, block_m=bm, block_n=bn, cluster_m=cm, cluster_n=cn,
+                                    out_dtype=out_dtype).tag)
         except ConfigError:
             pass
     tags = {c.tag for c in S.candidates(4096, 4096, 4096, out_dtype=out_dtype)}

@@ -53,7 +53,7 @@ def fit(tag: str, points, sm_count: int) -> tuple[float, float, float]:
     cfg = GemmConfig.from_tag(tag)
     steps, k_tiles, ns = [], [], []
     for m, n, k, t in points:
-        s = schedule.plan_schedule(m, n, k, cfg.block_m, cfg.block_n, cfg.block_k, cfg.cluster_m, sm_count)
+        s = schedule.plan_for(cfg, m, n, k, sm_count)
         steps.append(math.ceil(s.units / s.clusters))
         k_tiles.append(s.k_tiles)
         ns.append(t)
