@@ -31,7 +31,7 @@ import math
 import numbers
 
 from . import schedule, tune_cache
-from .config import GemmConfig
+from .config import TAG_SCHEDULE, GemmConfig
 from .errors import ConfigError
 from .problem import Problem
 
@@ -42,33 +42,63 @@ from .problem import Problem
 # the output's DRAM traffic), which is why it exceeds a bare store's time. The fit's RMS log error is 7-11% per tag.
 KTILE_NS = {
     "coop128x256": 657, "coop128x256c2": 653, "coop256x128": 671, "coop256x128c2": 677, "coop256x192": 962,
-    "pp128x128": 457, "pp128x128c2": 438, "pp128x192": 565, "pp64x256": 424, "pp64x256c2": 473}
+    "pp128x128": 457, "pp128x128c2": 438, "pp128x192": 565, "pp64x256": 424, "pp64x256c2": 473,
+    "pp64x128": 280}   # pp64x128: not measured on the H100; the H200's ratio to pp128x128 (0.61) applied
 EPILOGUE_NS = {
     "coop128x256": 2260, "coop128x256c2": 2360, "coop256x128": 2340, "coop256x128c2": 2280, "coop256x192": 3800,
-    "pp128x128": 1730, "pp128x128c2": 1930, "pp128x192": 2760, "pp64x256": 1870, "pp64x256c2": 1670}
+    "pp128x128": 1730, "pp128x128c2": 1930, "pp128x192": 2760, "pp64x256": 1870, "pp64x256c2": 1670,
+    "pp64x128": 860}   # (the H200's 0.5 ratio to pp128x128's)
+
+# The same fitted to the H200 (docs/results/bench_h200_issue9_fit.json: the suite's 14 shapes with 10 candidates
+# side by side). GPU_TABLES maps a substring of the device name to its tables; other GPUs use the H100's.
+KTILE_NS_H200 = {
+    "coop128x128": 362, "coop128x256": 685, "coop128x256c2": 681, "coop256x128": 695, "coop256x128c2": 712, "coop256x192": 1000,
+    "pp128x128": 397, "pp128x192": 572, "pp64x128": 243, "pp64x256": 420}
+EPILOGUE_NS_H200 = {
+    "coop128x128": 770, "coop128x256": 1600, "coop128x256c2": 1630, "coop256x128": 1680, "coop256x128c2": 1620, "coop256x192": 2750,
+    "pp128x128": 1330, "pp128x192": 2020, "pp64x128": 660, "pp64x256": 1290}
+GPU_TABLES = {"H200": (KTILE_NS_H200, EPILOGUE_NS_H200)}
 
 # What select_config chooses among, strongest first (measured in bench_h100_issue9_fit.json: the cooperative 128x256
 # tile came within 3% of the best of the 10 candidates on 13 of the suite's 14 shapes; on the 14th, M = 128, it
-# ran at 0.71x the best, where the 128x128 pingpong, with twice the tiles to spread over the SMs, was the best).
+# ran at 0.71x the best, where the 128x128 pingpong, with twice the tiles to spread over the SMs, was the best; on
+# the H200 that shape needs the 64x128 pingpong's four times as many tiles: 0.97x cuBLAS against 0.87x).
 # A model whose error is ~9% cannot rank candidates predicted within a few percent of each other, so a candidate
 # wins only by more than TIE_FRACTION; within it, the earlier one here is taken. `tune` tries every candidate
 # (CANDIDATE_TILES x CLUSTER_SHAPES), including those the model leaves out because they measured weaker
 # (pp128x192, pp64x256, and 2-CTA clusters of pingpong tiles).
-SELECTABLE = ("coop128x256", "coop128x256c2", "coop256x128", "coop256x128c2", "coop256x192", "pp128x128")
+SELECTABLE = ("coop128x256", "coop128x256c2", "coop256x128", "coop256x128c2", "coop256x192", "pp128x128", "pp64x128")
 TIE_FRACTION = 0.03
 
 # (schedule, block_m, block_n), each with every cluster shape in CLUSTER_SHAPES: what `tune` tries.
 CANDIDATE_TILES = (
-    ("pingpong", 128, 128), ("pingpong", 128, 192), ("pingpong", 64, 256),
-    ("cooperative", 256, 128), ("cooperative", 128, 256), ("cooperative", 256, 192),
+    ("pingpong", 128, 128), ("pingpong", 128, 192), ("pingpong", 64, 256), ("pingpong", 64, 128),
+    ("cooperative", 256, 128), ("cooperative", 128, 256), ("cooperative", 256, 192), ("cooperative", 128, 128),
 )
 CLUSTER_SHAPES = ((1, 1), (2, 1), (1, 2))   # (cluster_m, cluster_n): single CTAs, pairs sharing B, pairs sharing A
 
-# Pairs along N (A multicast) have no measurement of their own yet: they are costed as the tile without a cluster.
-# They are not SELECTABLE, so this only gives `tune` a prediction to print beside its measurement.
-for _tag in [t for t in KTILE_NS if not t.endswith("c2") and GemmConfig.from_tag(t).block_m % 128 == 0]:
-    KTILE_NS.setdefault(_tag + "cn2", KTILE_NS[_tag])   # (a pair along N splits A's rows: block_m 128 or 256)
-    EPILOGUE_NS.setdefault(_tag + "cn2", EPILOGUE_NS[_tag])
+# Candidates a table has no measurement for (pairs along N, most pingpong pairs, tiles one GPU was not run with) are
+# costed as their tile without a cluster, or else as the 128x128 pingpong scaled by tile area. None of these is
+# SELECTABLE (the one selectable estimate, pp64x128 on the H100, is set explicitly above); they only give `tune` a
+# prediction to print beside its measurement.
+def _fill_unmeasured(ktile_ns: dict, epilogue_ns: dict) -> None:
+    for sched, block_m, block_n in CANDIDATE_TILES:
+        base = f"{TAG_SCHEDULE[sched]}{block_m}x{block_n}"
+        if base not in ktile_ns:
+            area = block_m * block_n / (128 * 128)
+            ktile_ns[base], epilogue_ns[base] = ktile_ns["pp128x128"] * area, epilogue_ns["pp128x128"] * area
+        for cluster_m, cluster_n in CLUSTER_SHAPES:
+            try:
+                tag = GemmConfig(schedule=sched, block_m=block_m, block_n=block_n, cluster_m=cluster_m,
+                                 cluster_n=cluster_n).tag
+            except ConfigError:
+                continue  # a tile this cluster cannot split
+            ktile_ns.setdefault(tag, ktile_ns[base])
+            epilogue_ns.setdefault(tag, epilogue_ns[base])
+
+
+for _tables in ((KTILE_NS, EPILOGUE_NS), (KTILE_NS_H200, EPILOGUE_NS_H200)):
+    _fill_unmeasured(*_tables)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -136,15 +166,22 @@ class Prediction:
                 "steps_per_cta": self.steps, "predicted_us": self.total_ns / 1e3}
 
 
-def predict(config: GemmConfig, m: int, n: int, k: int, sm_count: int) -> Prediction:
-    """The model's time for `config` on an (m, n, k) problem and `sm_count` SMs (see the module docstring)."""
+def tables(gpu_name: str = "") -> tuple[dict, dict]:
+    """(KTILE_NS, EPILOGUE_NS) for a GPU: the GPU_TABLES entry whose key its name contains, else the H100's."""
+    return next((t for key, t in GPU_TABLES.items() if key in gpu_name), (KTILE_NS, EPILOGUE_NS))
+
+
+def predict(config: GemmConfig, m: int, n: int, k: int, sm_count: int, gpu_name: str = "") -> Prediction:
+    """The model's time for `config` on an (m, n, k) problem and `sm_count` SMs of GPU `gpu_name` (see the module
+    docstring)."""
     tag = config.tag
-    if tag not in KTILE_NS or tag not in EPILOGUE_NS:
-        raise ConfigError(f"config: no measured cost for {tag!r} in ptxgemm.select.KTILE_NS/EPILOGUE_NS; the model "
-                          f"knows {sorted(KTILE_NS)}")
+    ktile_ns, epilogue_ns = tables(gpu_name)
+    if tag not in ktile_ns or tag not in epilogue_ns:
+        raise ConfigError(f"config: no measured cost for {tag!r} in ptxgemm.select's tables; the model "
+                          f"knows {sorted(ktile_ns)}")
     sched = schedule.plan_for(config, m, n, k, sm_count)
     steps = math.ceil(sched.units / sched.clusters)
-    mainloop, epilogue = sched.k_tiles * KTILE_NS[tag], EPILOGUE_NS[tag]
+    mainloop, epilogue = sched.k_tiles * ktile_ns[tag], epilogue_ns[tag]
     if config.cooperative:
         total = steps * (mainloop + epilogue)
     else:
@@ -164,10 +201,10 @@ def _cluster_fills(config: GemmConfig, m: int) -> bool:
     return True
 
 
-def _ranked(problem: Problem, sm_count: int) -> list[tuple[Prediction, GemmConfig]]:
+def _ranked(problem: Problem, sm_count: int, gpu_name: str = "") -> list[tuple[Prediction, GemmConfig]]:
     """The selectable candidates with their predictions, in the order select_config prefers them: predicted time,
     except that a candidate within TIE_FRACTION of the fastest yields to an earlier one in SELECTABLE."""
-    pairs = [(predict(c, problem.m, problem.n, problem.k, sm_count), c) for c in _candidates(problem)
+    pairs = [(predict(c, problem.m, problem.n, problem.k, sm_count, gpu_name), c) for c in _candidates(problem)
              if c.tag in SELECTABLE and c.cluster_size <= sm_count and _cluster_fills(c, problem.m)]
     if not pairs:
         raise ConfigError(f"in_dtype/out_dtype: no candidate config fits {problem.describe()}")
@@ -189,7 +226,7 @@ def choose(m: int, n: int, k: int, in_dtype: str = "bfloat16", out_dtype: str | 
     cached = tune_cache.lookup(problem, device)
     if cached is not None:
         return cached, "tune cache"
-    return _ranked(problem, device.sm_count)[0][1], "cost model"
+    return _ranked(problem, device.sm_count, str(device.name))[0][1], "cost model"
 
 
 def select_config(m: int, n: int, k: int, in_dtype: str = "bfloat16", out_dtype: str | None = None,
@@ -207,7 +244,7 @@ def explain(m: int, n: int, k: int, in_dtype: str = "bfloat16", out_dtype: str |
     (The cost model only: the tune cache, if it has an entry, overrides the first row; see `choose`.)"""
     problem = Problem(m, n, k, in_dtype, out_dtype, a_major, b_major)
     device = resolve_device(device)
-    return [p.row() for p, _ in _ranked(problem, device.sm_count)]
+    return [p.row() for p, _ in _ranked(problem, device.sm_count, str(device.name))]
 
 
 def format_table(rows: list[dict], chosen: str | None = None) -> str:

@@ -199,6 +199,7 @@ def tune(m: int, n: int, k: int, in_dtype: str = "bfloat16", out_dtype: str | No
 def _predicted_us(config: GemmConfig, problem: Problem, device) -> float | None:
     """The cost model's time, kept beside the measurement so the model can be refitted (None: no table entry)."""
     try:
-        return select.predict(config, problem.m, problem.n, problem.k, device.sm_count).total_ns / 1e3
+        return select.predict(config, problem.m, problem.n, problem.k, device.sm_count,
+                              str(device.name)).total_ns / 1e3
     except ConfigError:
         return None

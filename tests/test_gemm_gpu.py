@@ -341,12 +341,12 @@ def test_epilogue_puts_every_element_where_it_belongs(fam, out_dtype):
     from ptxgemm import DeviceArray
 
     cfg = GemmConfig(out_dtype=out_dtype, **fam)
-    m, n, k = 2 * cfg.block_m * cfg.cluster_m + 40, 2 * cfg.block_n + 24, 16
+    m, n, k = 2 * cfg.block_m * cfg.cluster_m + 40, 2 * cfg.block_n * cfg.cluster_n + 24, 16
     for what in (("rc",) if out_dtype == "float32" else ("row", "col")):
         a, b, expected = _code_operands(m, n, k, "bfloat16", what)
         out = DeviceArray.empty((m, n), DTYPES[out_dtype])
         out.poison()
-        ptxgemm.GemmPlan(ptxgemm.to_device(a), ptxgemm.to_device(b), out, cfg, ctas=cfg.cluster_m).launch()
+        ptxgemm.GemmPlan(ptxgemm.to_device(a), ptxgemm.to_device(b), out, cfg, ctas=cfg.cluster_size).launch()
         got = out.to_numpy().astype(np.float64)
         wrong = np.argwhere(got != expected)
         if len(wrong):
