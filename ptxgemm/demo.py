@@ -42,7 +42,10 @@ def run_demo(m: int, n: int, k: int, seed: int = 0) -> int:
     from . import driver
     from .gemm import GemmPlan, run
 
-    config = GemmConfig()
+    from .select import choose
+
+    config, source = choose(m, n, k)  # what GemmPlan picks for this shape (the GPU's tables, or an H100's without one)
+    print(f"config for {m}x{n}x{k}: {config.tag} ({source})")
     print(describe_build(config))
     reason = driver.no_device_reason()
     if reason is None:
