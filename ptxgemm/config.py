@@ -118,9 +118,10 @@ class GemmConfig:
         if self.trace and self.schedule != "pingpong":
             raise ConfigError("trace: only the pingpong schedule records a timeline so far (ptxgemm.trace's summary "
                               "models its alternation); trace the cooperative schedule later")
-        if self.block_n % 64 or not 64 <= self.block_n <= 256:
-            raise ConfigError(f"block_n: must be a multiple of 64 in 64..256 (whole 128-byte swizzle panels of the "
-                              f"output), got {self.block_n}")
+        if self.block_n % 16 or not 64 <= self.block_n <= 256:
+            raise ConfigError(f"block_n: must be a multiple of 16 in 64..256 (the epilogue stores 16-column blocks; "
+                              f"a last output panel narrower than 64 columns goes out through its own tensor map), "
+                              f"got {self.block_n}")
         if self.block_k * self.in_itemsize != SWIZZLE_BYTES:
             raise ConfigError(f"block_k: one stage holds one {SWIZZLE_BYTES}-byte swizzle row of K "
                               f"({SWIZZLE_BYTES // self.in_itemsize} elements of {self.in_dtype}), got {self.block_k}")
@@ -195,8 +196,15 @@ class GemmConfig:
         return self.block_m * self.block_k * self.in_itemsize
 
     @property
+    def b_panels(self) -> int:
+        """64-column panels an MN-major B tile is loaded as (one TMA box each); the last is loaded whole even when
+        block_n is not a multiple of 64, and wgmma reads only its first block_n % 64 columns."""
+        return -(-self.block_n // 64)
+
+    @property
     def b_stage_bytes(self) -> int:
-        return self.block_n * self.block_k * self.in_itemsize
+        rows = self.b_panels * 64 if self.b_major == "mn" else self.block_n
+        return rows * self.block_k * self.in_itemsize
 
     @property
     def b_rows_per_cta(self) -> int:
@@ -240,7 +248,19 @@ class GemmConfig:
 
     @property
     def epi_panels(self) -> int:
-        return self.block_n // self.epi_panel_cols
+        """Output panels per tile row, the last one possibly a narrower tail (epi_tail_cols)."""
+        return -(-self.block_n // self.epi_panel_cols)
+
+    @property
+    def epi_tail_cols(self) -> int:
+        """Columns of the last output panel when block_n is not a whole number of panels (0: no tail). The tail is
+        staged unswizzled, rows of epi_tail_bytes, and stored through a second tensor map whose box is that narrow:
+        a full-width box would overwrite the next tile's columns."""
+        return self.block_n % self.epi_panel_cols
+
+    @property
+    def epi_tail_bytes(self) -> int:
+        return self.epi_tail_cols * self.out_itemsize
 
     @property
     def epi_panel_bytes(self) -> int:
@@ -266,7 +286,7 @@ class GemmConfig:
         """C staging. Pingpong: one buffer of the whole tile, shared by both consumers in turn (the epilogue order
         barrier serialises them). Cooperative: epi_slots panels per consumer, consumer g's after consumer 0's."""
         if not self.cooperative:
-            return self.block_m * self.block_n * self.out_itemsize
+            return self.epi_panels * self.epi_panel_bytes
         return CONSUMERS * self.epi_slots * self.epi_panel_bytes
 
     @property
@@ -286,7 +306,7 @@ class GemmConfig:
     def _max_stages(self) -> int:
         # the cooperative epilogue makes do with one panel slot per consumer; stages come first
         least_epilogue = (CONSUMERS * self.epi_panel_bytes if self.cooperative
-                          else self.block_m * self.block_n * self.out_itemsize)
+                          else self.epi_panels * self.epi_panel_bytes)
         room = SMEM_PER_BLOCK_OPTIN - least_epilogue - self.barrier_bytes
         return min(MAX_STAGES, room // self.stage_bytes)
 

@@ -245,6 +245,9 @@ class GemmPlan:
         # one store box per panel of one consumer's rows (the whole tile in pingpong, a half in cooperative)
         self.tmap_c = tensormap.encode_tiled(out, (n, m), (ldc,), (cfg.epi_panel_cols, cfg.consumer_m),
                                              l2_promotion="none")
+        # a tile's last panel when block_n is not a whole number of panels: a box only that wide, staged unswizzled
+        self.tmap_c_tail = (tensormap.encode_tiled(out, (n, m), (ldc,), (cfg.epi_tail_cols, cfg.consumer_m),
+                                                   swizzle="none", l2_promotion="none") if cfg.epi_tail_cols else None)
 
         self.schedule = sched = schedule.plan_for(cfg, m, n, k, info.sm_count, ctas)
         self.tiles_m, self.tiles_n, self.k_tiles = sched.tiles_m, sched.tiles_n, sched.k_tiles
@@ -256,7 +259,8 @@ class GemmPlan:
 
             self.records = StallRecords(self.grid, cfg.threads)
             debug_ptr = self.records.device_pointer
-        args = [self.tmap_a, self.tmap_b, self.tmap_c, ctypes.c_uint32(m), ctypes.c_uint32(n),
+        args = [self.tmap_a, self.tmap_b, self.tmap_c, *([self.tmap_c_tail] if self.tmap_c_tail else []),
+                ctypes.c_uint32(m), ctypes.c_uint32(n),
                 ctypes.c_uint32(sched.cluster_rows), ctypes.c_uint32(sched.cluster_cols), ctypes.c_uint32(self.k_tiles),
                 ctypes.c_uint64(debug_ptr)]
         self.trace_buffer = None

@@ -74,6 +74,8 @@ TIE_FRACTION = 0.03
 CANDIDATE_TILES = (
     ("pingpong", 128, 128), ("pingpong", 128, 192), ("pingpong", 64, 256), ("pingpong", 64, 128),
     ("cooperative", 256, 128), ("cooperative", 128, 256), ("cooperative", 256, 192), ("cooperative", 128, 128),
+    # tiles that are not whole 64-column panels, for shapes whose N they divide better (e.g. N = 4160 = 20 x 208)
+    ("pingpong", 128, 160), ("cooperative", 128, 208), ("cooperative", 256, 160),
 )
 CLUSTER_SHAPES = ((1, 1), (2, 1), (1, 2))   # (cluster_m, cluster_n): single CTAs, pairs sharing B, pairs sharing A
 

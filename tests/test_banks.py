@@ -410,7 +410,7 @@ def test_cli_kernel_reports_each_store(capsys, fake_epilogue):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--block-n", "96"], "block_n: must be"),
+    (["--block-n", "100"], "block_n: must be"),
     (["--out-dtype", "int8"], "invalid choice"),
 ])
 def test_cli_kernel_bad_config_is_one_line(capsys, fake_epilogue, argv, message):

@@ -5,7 +5,8 @@ from ptxgemm.config import GemmConfig
 from ptxgemm.epilogue_layout import element_offset, epilogue_stores
 
 CONFIGS = [GemmConfig(), GemmConfig(out_dtype="float32"), GemmConfig(block_m=64, block_n=256),
-           GemmConfig(block_n=192, out_dtype="float16")]
+           GemmConfig(block_n=192, out_dtype="float16"), GemmConfig(block_n=160), GemmConfig(block_n=176, out_dtype="float32"),
+           GemmConfig(block_m=64, block_n=208, out_dtype="float16"), GemmConfig(block_m=64, block_n=80, out_dtype="float32")]
 
 
 @pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: c.describe())

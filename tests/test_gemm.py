@@ -19,7 +19,9 @@ CONFIGS = [GemmConfig(), GemmConfig(b_major="k"), GemmConfig(a_major="mn", b_maj
            GemmConfig(cluster_m=2), GemmConfig(cluster_m=2, b_major="k"), GemmConfig(cluster_m=2, debug=True),
            GemmConfig.from_tag("coop256x128"), GemmConfig.from_tag("coop128x256", a_major="mn", out_dtype="float32"),
            GemmConfig.from_tag("coop256x192", b_major="k"), GemmConfig.from_tag("coop256x128c2", debug=True),
-           GemmConfig.from_tag("coop128x256cn2rn"), GemmConfig.from_tag("pp128x128cn2", a_major="mn", debug=True)]
+           GemmConfig.from_tag("coop128x256cn2rn"), GemmConfig.from_tag("pp128x128cn2", a_major="mn", debug=True),
+           GemmConfig.from_tag("pp128x160"), GemmConfig.from_tag("coop128x208", b_major="k", out_dtype="float32"),
+           GemmConfig.from_tag("coop256x160", out_dtype="float16")]
 
 
 @pytest.fixture(scope="module", params=CONFIGS, ids=lambda c: c.describe())
@@ -107,6 +109,19 @@ def test_cooperative_config_splits_the_tile_between_the_consumers():
         GemmConfig.from_tag("256x128")
 
 
+def test_a_tile_that_is_not_whole_panels_stores_its_tail_through_its_own_map():
+    """block_n 208 (bf16): three 64-column panels plus a 16-column tail, staged unswizzled and stored through
+    tmap_c_tail (a full-width box would write into the next tile); MN-major B loads four whole 64-column panels."""
+    cfg = GemmConfig.from_tag("coop128x208")
+    assert (cfg.epi_panels, cfg.epi_tail_cols, cfg.epi_tail_bytes, cfg.b_panels) == (4, 16, 32, 4)
+    assert cfg.b_stage_bytes == 4 * 64 * 128 and GemmConfig.from_tag("coop128x208", b_major="k").b_stage_bytes == 208 * 128
+    ptx = ptxgemm.render_gemm(cfg)
+    assert ".param .align 64 .b8 tmap_c_tail[128]" in ptx and "m64n208k16" in ptx
+    stores = re.findall(r"cp\.async\.bulk\.tensor\.2d\.global\.shared::cta\.bulk_group \[(%tmap_c\w*),", ptx)
+    assert stores == ["%tmap_c"] * 3 + ["%tmap_c_tail"]
+    assert "tmap_c_tail" not in ptxgemm.render_gemm(GemmConfig.from_tag("coop128x256"))
+
+
 def test_cooperative_ptx_has_no_order_barriers_and_defers_the_store_wait():
     ptx = ptxgemm.render_gemm(GemmConfig.from_tag("coop256x128"))
     assert "%my_mma_bar" not in ptx and "bar.arrive" not in ptx      # no pingpong ordering
@@ -119,6 +134,7 @@ def test_cooperative_ptx_has_no_order_barriers_and_defers_the_store_wait():
 
 @pytest.mark.parametrize("kwargs, rule", [
     (dict(block_m=96), "block_m"), (dict(block_n=100), "block_n"), (dict(block_n=320), "block_n"),
+    (dict(block_n=48), "block_n"), (dict(block_n=208), "block_m x block_n"), (dict(block_n=160, cluster_m=2), "cluster_m"),
     (dict(block_k=32), "block_k"), (dict(stages=1), "stages"), (dict(stages=7), "stages"),
     (dict(in_dtype="float32"), "in_dtype"), (dict(out_dtype="int8"), "out_dtype"), (dict(b_major="x"), "major"),
     (dict(group_m=0), "group_m"), (dict(cluster_m=4), "cluster_m"), (dict(cluster_m=2, block_n=192), "cluster_m"),

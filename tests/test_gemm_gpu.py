@@ -46,12 +46,15 @@ LAYOUTS = (("k", "mn"), ("k", "k"), ("mn", "mn"), ("mn", "k"))
 DTYPE_SLOTS = (("bfloat16", "bfloat16"), ("float16", "float32"), ("float16", "float16"), ("bfloat16", "float32"))
 
 
+TAIL_BLOCK_N = (160, 208)       # tiles that are not whole 64-column output panels: the tail's own store path
+
+
 def kernel_families() -> list[dict]:
     """Every (schedule, block_m, block_n, cluster_m x cluster_n) GemmConfig accepts: a new tile option appears here by itself.
     (`schedule` is named only when it is not the default, so the pingpong cases keep their ids.)"""
     families = []
     for schedule, block_m, block_n, (cluster_m, cluster_n) in itertools.product(
-            SCHEDULES, (64, 128, 256), range(64, 257, 64), ((1, 1), (2, 1), (1, 2))):
+            SCHEDULES, (64, 128, 256), (*range(64, 257, 64), *TAIL_BLOCK_N), ((1, 1), (2, 1), (1, 2))):
         try:
             GemmConfig(schedule=schedule, block_m=block_m, block_n=block_n, cluster_m=cluster_m, cluster_n=cluster_n)
         except ConfigError:
@@ -98,7 +101,7 @@ def _fixed_cases() -> list[Case]:
     for f, fam in enumerate(kernel_families()):
         for j, (a_major, b_major) in enumerate(LAYOUTS):
             in_dtype, out_dtype = DTYPE_SLOTS[(j + f) % len(DTYPE_SLOTS)]  # each layout meets every slot
-            cfg = GemmConfig(in_dtype=in_dtype, out_dtype=out_dtype, **fam)
+            cfg = GemmConfig(in_dtype=in_dtype, out_dtype=out_dtype, a_major=a_major, b_major=b_major, **fam)
             cluster_n = fam.get("cluster_n", 1)
             clusters, tiles_n = 3, 3 * cluster_n
             tiles_m = 2 * MIN_TILES * fam["cluster_m"]
@@ -126,10 +129,11 @@ MAX_WORK = 2.5e9            # M·N·K cap per random case, so the random cases f
 N_CASES = int(os.environ.get("PTXGEMM_GPU_CASES", "200"))
 SEED = int(os.environ.get("PTXGEMM_GPU_SEED", "20261121"))
 COOPERATIVE = {"schedule": "cooperative"}
+TAILS = ({"block_n": 160}, {**{"schedule": "cooperative"}, "block_m": 128, "block_n": 208})
 RANDOM_CONFIGS = ({}, {}, {"block_n": 256, "block_m": 64}, {"block_n": 192}, {"block_m": 64},
                   {**COOPERATIVE, "block_m": 256}, {**COOPERATIVE, "block_m": 128, "block_n": 256},
                   {**COOPERATIVE, "block_m": 256, "block_n": 192}, {"raster": "n", "group_m": 4},
-                  {**COOPERATIVE, "block_m": 128, "block_n": 256, "raster": "n"})
+                  {**COOPERATIVE, "block_m": 128, "block_n": 256, "raster": "n"}, *TAILS)
 CLUSTER_CONFIGS = ({"cluster_m": 2}, {"cluster_m": 2, "block_m": 64, "block_n": 256},
                    {**COOPERATIVE, "cluster_m": 2, "block_m": 256}, {"cluster_n": 2},
                    {**COOPERATIVE, "cluster_n": 2, "block_m": 128, "block_n": 256, "raster": "n"})

@@ -24,7 +24,8 @@ DTYPES = (("bfloat16", None), ("float16", "float16"), ("bfloat16", "float32"), (
 BF16_TAGS = {"pp128x128", "pp128x128c2", "pp128x192", "pp64x256", "pp64x256c2", "coop256x128", "coop256x128c2",
              "coop128x256", "coop128x256c2", "coop256x192", "pp128x128cn2", "pp128x192cn2", "coop256x128cn2",
              "coop128x256cn2", "coop256x192cn2", "pp64x128", "pp64x128c2", "coop128x128", "coop128x128c2",
-             "coop128x128cn2"}
+             "coop128x128cn2", "pp128x160", "pp128x160cn2", "coop128x208", "coop128x208cn2", "coop256x160",
+             "coop256x160cn2"}
 
 
 @dataclasses.dataclass(frozen=True)

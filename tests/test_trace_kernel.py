@@ -183,6 +183,6 @@ def test_config_variants_for_side_by_side_traces():
     assert config_variant(base, "block_n=192, cluster_m=1") == GemmConfig(b_major="k", block_n=192)
     assert config_variant(base, "out-dtype=float32").out_dtype == "float32"
     for spec, match in (("trace=1", "must be NAME=VALUE"), ("block_n", "must be NAME=VALUE"), ("", "names no field"),
-                        ("block_n=100", "block_n: must be a multiple of 64")):
+                        ("block_n=100", "block_n: must be a multiple of 16")):
         with pytest.raises(ptxgemm.ConfigError, match=match):
             config_variant(base, spec)
