@@ -117,7 +117,7 @@ def test_spans_account_for_the_event_timed_launch(recording, device_report):
     device_report(f"trace {SHAPE}: first-to-last event {recording.trace.kernel_end_ns / 1e3:.1f} us, CUDA events "
                   f"{recording.event_ms * 1e3:.1f} us ({agreement:+.2%}); SM clock "
                   f"{recording.trace.summary()['sm_clock_mhz'].get('median', float('nan')):.0f} MHz")
-    assert abs(agreement) <= tracing.SPAN_TOLERANCE
+    assert tracing.span_agrees(recording), agreement
 
 
 @gpu
