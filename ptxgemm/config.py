@@ -41,7 +41,11 @@ MAJORS = ("k", "mn")
 SCHEDULES = ("pingpong", "cooperative")
 # Grouped rasterization (Triton's): "m" walks group_m tile-rows down before moving one column right (the CTAs running
 # at once share B's column panels and a few of A's row panels), "n" walks group_m tile-columns across first.
-RASTERS = ("m", "n")
+# "hilbert" walks a generalized Hilbert curve over the grid of units (ptxgemm.schedule.hilbert_order), so that units
+# run at the same time stay close in both directions; the host computes the order once per grid shape and the kernel
+# reads it from a table.
+RASTERS = ("m", "n", "hilbert")
+RASTER_TAGS = {"m": "m", "n": "n", "hilbert": "h"}
 PTX_VERSION = "8.0"
 
 # Named barrier ids (bar.sync / bar.arrive). 0 is the whole CTA (init only).
@@ -90,7 +94,7 @@ class GemmConfig:
     trace: bool = False           # record a per-warpgroup timeline into a device buffer (ptxgemm.trace)
     schedule: str = "pingpong"    # SCHEDULES: how the two consumer warpgroups share the tiles
     cluster_n: int = 1            # CTAs per cluster along N; 2: the pair shares A, each loads half and multicasts
-    raster: str = "m"             # RASTERS: the grouped walk goes down tile-rows ("m") or across tile-columns ("n")
+    raster: str = "m"             # RASTERS: grouped down tile-rows ("m"), across tile-columns ("n"), or "hilbert"
 
     def __post_init__(self):
         object.__setattr__(self, "in_dtype", _dtype_name(self.in_dtype))
@@ -431,7 +435,7 @@ class GemmConfig:
         if self.group_m != GemmConfig.group_m:
             t += f"g{self.group_m}"
         if self.raster != GemmConfig.raster:
-            t += f"r{self.raster}"
+            t += f"r{RASTER_TAGS[self.raster]}"
         if self.stages is not None:
             t += f"s{self.stages}"
         return t
@@ -441,11 +445,11 @@ class GemmConfig:
         """The config a tag names, with `fields` (dtypes, majors, ...) added; ConfigError on a malformed tag."""
         import re
 
-        m = re.fullmatch(r"(pp|coop)(\d+)x(\d+)(?:c(\d+))?(?:cn(\d+))?(?:g(\d+))?(?:r([mn]))?(?:s(\d+))?",
+        m = re.fullmatch(r"(pp|coop)(\d+)x(\d+)(?:c(\d+))?(?:cn(\d+))?(?:g(\d+))?(?:r([mnh]))?(?:s(\d+))?",
                          tag.strip())
         if m is None:
             raise ConfigError(f"config tag: {tag!r} is not <pp|coop><block_m>x<block_n>[c<cluster_m>][cn<cluster_n>]"
-                              f"[g<group_m>][r<m|n>][s<stages>], e.g. pp128x128, coop256x128c2 or coop128x256cn2")
+                              f"[g<group_m>][r<m|n|h>][s<stages>], e.g. pp128x128, coop256x128c2 or coop128x256cn2")
         kw = {"schedule": {v: k for k, v in TAG_SCHEDULE.items()}[m[1]], "block_m": int(m[2]), "block_n": int(m[3])}
         if m[4]:
             kw["cluster_m"] = int(m[4])
@@ -454,7 +458,7 @@ class GemmConfig:
         if m[6]:
             kw["group_m"] = int(m[6])
         if m[7]:
-            kw["raster"] = m[7]
+            kw["raster"] = {v: k for k, v in RASTER_TAGS.items()}[m[7]]
         if m[8]:
             kw["stages"] = int(m[8])
         return cls(**{**kw, **fields})
@@ -494,8 +498,8 @@ class GemmConfig:
         parser.add_argument("--cluster-n", type=int, default=d.cluster_n, choices=(1, 2),
                             help="2: CTA pairs along N share A by multicast (default 1)")
         parser.add_argument("--raster", default=d.raster, choices=RASTERS,
-                            help="grouped tile walk: down group_m tile-rows (m) or across group_m tile-columns (n) "
-                                 "(default m)")
+                            help="tile walk: grouped down group_m tile-rows (m), across group_m tile-columns (n), "
+                                 "or along a generalized Hilbert curve (hilbert) (default m)")
         parser.add_argument("--debug", action="store_true", help="bounded barrier waits that report stalls")
         parser.add_argument("--trace", action="store_true", help="record a per-warpgroup timeline (ptxgemm.trace; "
                                                                  "`python -m ptxgemm trace` turns it on itself)")

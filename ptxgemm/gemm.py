@@ -207,6 +207,24 @@ def _operand_map(array, op: Operand, mn_extent: int, k: int, k_major_rows: int, 
     return tensormap.encode_tiled(array, dims, (op.lead_bytes,), box, l2_promotion=LOAD_L2_PROMOTION)
 
 
+_tile_orders: dict[tuple[int, int], object] = {}
+
+
+def _tile_order(rows: int, cols: int):
+    """The Hilbert walk over a rows x cols grid of units as a device table (u32 row << 16 | col per unit), made once
+    per grid shape and kept for the process (a plan's launches read it; it is a few KB)."""
+    from . import driver
+
+    with _kernels_lock:
+        if (rows, cols) not in _tile_orders:
+            if rows >= 1 << 16 or cols >= 1 << 16:
+                raise ConfigError(f"config.raster: the Hilbert table packs rows and columns in 16 bits each; "
+                                  f"{rows} x {cols} units do not fit")
+            order = np.array([(r << 16) | c for r, c in schedule.hilbert_order(rows, cols)], dtype=np.uint32)
+            _tile_orders[(rows, cols)] = driver.DeviceArray.from_numpy(order)
+        return _tile_orders[(rows, cols)]
+
+
 class GemmPlan:
     """C = A·B on device arrays with every tensor map encoded and every argument packed: `launch()` just enqueues."""
 
@@ -263,6 +281,9 @@ class GemmPlan:
                 ctypes.c_uint32(m), ctypes.c_uint32(n),
                 ctypes.c_uint32(sched.cluster_rows), ctypes.c_uint32(sched.cluster_cols), ctypes.c_uint32(self.k_tiles),
                 ctypes.c_uint64(debug_ptr)]
+        if cfg.raster == "hilbert":  # its parameter comes right before debug_records_param
+            self.tile_order = _tile_order(sched.cluster_rows, sched.cluster_cols)
+            args.insert(-1, ctypes.c_uint64(self.tile_order.ptr))
         self.trace_buffer = None
         if cfg.trace:
             args += self._trace_arguments()

@@ -96,3 +96,50 @@ def plan_schedule(m: int, n: int, k: int, block_m: int, block_n: int, block_k: i
     limit = sm_count if ctas is None else ctas
     clusters = max(1, min(limit // (cluster_m * cluster_n), units))
     return Schedule(tiles_m, tiles_n, k_tiles, cluster_m, clusters, schedule, cluster_n)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The Hilbert walk (GemmConfig(raster="hilbert"))
+# --------------------------------------------------------------------------------------------------------------
+
+def hilbert_order(rows: int, cols: int) -> list[tuple[int, int]]:
+    """Every (row, col) of a rows x cols grid once, along a generalized Hilbert curve: consecutive cells are neighbours
+    (at most one diagonal step when both sides are odd), for any rectangle, not only powers of two. The recursion is
+    the published "gilbert" construction (Jakub Cervený): split the long side in two halves, or, when the rectangle is
+    not much longer than wide, into three parts turning through the short side."""
+    out: list[tuple[int, int]] = []
+    if cols >= rows:
+        _gilbert(out, 0, 0, cols, 0, 0, rows)
+    else:
+        _gilbert(out, 0, 0, 0, rows, cols, 0)
+    return [(y, x) for x, y in out]
+
+
+def _sign(v: int) -> int:
+    return (v > 0) - (v < 0)
+
+
+def _gilbert(out, x, y, ax, ay, bx, by) -> None:
+    """Cells of the rectangle at (x, y) with major axis (ax, ay) and minor axis (bx, by), appended as (x, y)."""
+    w, h = abs(ax + ay), abs(bx + by)
+    dax, day, dbx, dby = _sign(ax), _sign(ay), _sign(bx), _sign(by)
+    if h == 1 or w == 1:                       # a single line: walk it
+        (n, dx, dy) = (w, dax, day) if h == 1 else (h, dbx, dby)
+        for _ in range(n):
+            out.append((x, y))
+            x, y = x + dx, y + dy
+        return
+    ax2, ay2, bx2, by2 = ax // 2, ay // 2, bx // 2, by // 2
+    w2, h2 = abs(ax2 + ay2), abs(bx2 + by2)
+    if 2 * w > 3 * h:                          # long: two halves along the major axis
+        if w2 % 2 and w > 2:                   # keep the halves' lengths even, so the curve ends where it should
+            ax2, ay2 = ax2 + dax, ay2 + day
+        _gilbert(out, x, y, ax2, ay2, bx, by)
+        _gilbert(out, x + ax2, y + ay2, ax - ax2, ay - ay2, bx, by)
+    else:                                      # squarish: up the minor axis, across, and back down
+        if h2 % 2 and h > 2:
+            bx2, by2 = bx2 + dbx, by2 + dby
+        _gilbert(out, x, y, bx2, by2, ax2, ay2)
+        _gilbert(out, x + bx2, y + by2, ax, ay, bx - bx2, by - by2)
+        _gilbert(out, x + (ax - dax) + (bx2 - dbx), y + (ay - day) + (by2 - dby), -bx2, -by2, -(ax - ax2),
+                 -(ay - ay2))

@@ -21,7 +21,8 @@ CONFIGS = [GemmConfig(), GemmConfig(b_major="k"), GemmConfig(a_major="mn", b_maj
            GemmConfig.from_tag("coop256x192", b_major="k"), GemmConfig.from_tag("coop256x128c2", debug=True),
            GemmConfig.from_tag("coop128x256cn2rn"), GemmConfig.from_tag("pp128x128cn2", a_major="mn", debug=True),
            GemmConfig.from_tag("pp128x160"), GemmConfig.from_tag("coop128x208", b_major="k", out_dtype="float32"),
-           GemmConfig.from_tag("coop256x160", out_dtype="float16")]
+           GemmConfig.from_tag("coop256x160", out_dtype="float16"), GemmConfig.from_tag("coop128x256rh"),
+           GemmConfig.from_tag("pp128x128c2rh", b_major="k")]
 
 
 @pytest.fixture(scope="module", params=CONFIGS, ids=lambda c: c.describe())
@@ -103,7 +104,7 @@ def test_cooperative_config_splits_the_tile_between_the_consumers():
     assert (wide.consumer_m, wide.num_stages, wide.epi_panels, wide.epi_slots) == (64, 4, 4, 2)
     assert wide.epi_panels % wide.epi_slots == 0
     for tag in ("pp128x128", "pp64x256", "coop256x128c2", "pp128x192g16s3", "coop128x256", "coop128x256cn2rn",
-                "pp128x128g4rns4"):
+                "pp128x128g4rns4", "coop128x256rh"):
         assert GemmConfig.from_tag(tag).tag == tag
     with pytest.raises(ConfigError, match="tag"):
         GemmConfig.from_tag("256x128")
@@ -142,7 +143,7 @@ def test_cooperative_ptx_has_no_order_barriers_and_defers_the_store_wait():
     (dict(block_m=256), "block_m"), (dict(schedule="cooperative", block_m=256, block_n=256), "block_m x block_n"),
     (dict(schedule="cooperative", block_m=256, trace=True), "trace"),
     (dict(cluster_n=3), "cluster_n"), (dict(block_m=64, block_n=256, cluster_n=2), "cluster_n"),
-    (dict(cluster_m=2, cluster_n=2), "not both"), (dict(raster="hilbert"), "raster"),
+    (dict(cluster_m=2, cluster_n=2), "not both"), (dict(raster="snake"), "raster"),
 ])
 def test_config_rejects(kwargs, rule):
     with pytest.raises(ConfigError, match=rule):

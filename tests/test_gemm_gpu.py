@@ -122,7 +122,9 @@ FULL_GRID = [Case(8448, 9216, 1024, "bfloat16", "bfloat16", "k", "mn"),
              Case(8448, 9216, 512, "float16", "float32", "k", "k",
                   (("block_m", 128), ("block_n", 256), ("cluster_m", 2), ("schedule", "cooperative"))),
              Case(8448, 9216, 1024, "bfloat16", "bfloat16", "k", "mn",
-                  (("block_m", 128), ("block_n", 256), ("cluster_n", 2), ("raster", "n"), ("schedule", "cooperative")))]
+                  (("block_m", 128), ("block_n", 256), ("cluster_n", 2), ("raster", "n"), ("schedule", "cooperative"))),
+             Case(8448, 9216, 1024, "bfloat16", "bfloat16", "k", "mn",
+                  (("block_m", 256), ("cluster_m", 2), ("raster", "hilbert"), ("schedule", "cooperative")))]
 
 EDGE = (1, 7, 8, 63, 64, 65, 127, 128, 129, 255, 256, 1000, 8448)
 MAX_WORK = 2.5e9            # M·N·K cap per random case, so the random cases fit in a couple of minutes
@@ -133,10 +135,12 @@ TAILS = ({"block_n": 160}, {**{"schedule": "cooperative"}, "block_m": 128, "bloc
 RANDOM_CONFIGS = ({}, {}, {"block_n": 256, "block_m": 64}, {"block_n": 192}, {"block_m": 64},
                   {**COOPERATIVE, "block_m": 256}, {**COOPERATIVE, "block_m": 128, "block_n": 256},
                   {**COOPERATIVE, "block_m": 256, "block_n": 192}, {"raster": "n", "group_m": 4},
-                  {**COOPERATIVE, "block_m": 128, "block_n": 256, "raster": "n"}, *TAILS)
+                  {**COOPERATIVE, "block_m": 128, "block_n": 256, "raster": "n"}, *TAILS, {"raster": "hilbert"},
+                  {**COOPERATIVE, "block_m": 128, "block_n": 256, "raster": "hilbert"})
 CLUSTER_CONFIGS = ({"cluster_m": 2}, {"cluster_m": 2, "block_m": 64, "block_n": 256},
                    {**COOPERATIVE, "cluster_m": 2, "block_m": 256}, {"cluster_n": 2},
-                   {**COOPERATIVE, "cluster_n": 2, "block_m": 128, "block_n": 256, "raster": "n"})
+                   {**COOPERATIVE, "cluster_n": 2, "block_m": 128, "block_n": 256, "raster": "n"},
+                   {"cluster_n": 2, "raster": "hilbert"})
 
 
 def _round8(x: int) -> int:

@@ -37,3 +37,16 @@ def test_consumer_tiles_match_a_literal_walk(m, n, block, cluster_m, sms, ctas):
 def test_ctas_rule(ctas, cluster_m):
     with pytest.raises(ConfigError, match="ctas: must be a positive whole number"):
         check_ctas(ctas, cluster_m)
+
+
+@pytest.mark.parametrize("rows, cols", [(1, 1), (1, 9), (9, 1), (2, 3), (3, 5), (7, 7), (16, 16), (33, 72), (130, 17)])
+def test_hilbert_order_visits_every_unit_once_through_neighbours(rows, cols):
+    """GemmConfig(raster="hilbert"): the table the kernel reads is a permutation of the grid, and each next unit is a
+    neighbour of the last one (the point of the curve: CTAs running together share A's and B's panels)."""
+    from ptxgemm.schedule import hilbert_order
+
+    order = hilbert_order(rows, cols)
+    assert sorted(order) == [(r, c) for r in range(rows) for c in range(cols)]
+    assert order[0] == (0, 0)
+    for (r0, c0), (r1, c1) in zip(order, order[1:]):
+        assert max(abs(r1 - r0), abs(c1 - c0)) == 1, ((r0, c0), (r1, c1))
