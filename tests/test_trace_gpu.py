@@ -112,12 +112,23 @@ def test_epilogues_run_under_the_peer_mainloop(recording, device_report):
 
 
 @gpu
+SPAN_LAUNCHES = 5   # traced launches whose span is compared with their own event time; the median one must agree
+
+
 def test_spans_account_for_the_event_timed_launch(recording, device_report):
-    agreement = tracing.span_agreement(recording)
-    device_report(f"trace {SHAPE}: first-to-last event {recording.trace.kernel_end_ns / 1e3:.1f} us, CUDA events "
-                  f"{recording.event_ms * 1e3:.1f} us ({agreement:+.2%}); SM clock "
-                  f"{recording.trace.summary()['sm_clock_mhz'].get('median', float('nan')):.0f} MHz")
-    assert tracing.span_agrees(recording), agreement
+    """The trace's time base is right: a launch's first-to-last event span matches its CUDA-event time. Each launch
+    is compared with itself; the median of five is tested because a launch's start-up latency, which no event inside
+    the kernel sees, is 4 us on most runs and up to 30 us on some (H100, 2026-11-21), while a wrong time base would
+    be off in every launch."""
+    recordings = [recording] + [tracing.record(*SHAPE, GemmConfig()) for _ in range(SPAN_LAUNCHES - 1)]
+    ranked = sorted(recordings, key=tracing.span_agreement)
+    median = ranked[len(ranked) // 2]
+    agreement = tracing.span_agreement(median)
+    device_report(f"trace {SHAPE}: first-to-last event {median.trace.kernel_end_ns / 1e3:.1f} us, CUDA events "
+                  f"{median.event_ms * 1e3:.1f} us ({agreement:+.2%}, the median of {SPAN_LAUNCHES} launches: "
+                  + ", ".join(f"{tracing.span_agreement(r):+.1%}" for r in ranked) + "); SM clock "
+                  f"{median.trace.summary()['sm_clock_mhz'].get('median', float('nan')):.0f} MHz")
+    assert tracing.span_agrees(median), agreement
 
 
 @gpu
