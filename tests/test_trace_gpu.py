@@ -111,10 +111,10 @@ def test_epilogues_run_under_the_peer_mainloop(recording, device_report):
     assert followed and overlapping >= MIN_OVERLAPPING_EPILOGUES * followed
 
 
-@gpu
 SPAN_LAUNCHES = 5   # traced launches whose span is compared with their own event time; the median one must agree
 
 
+@gpu
 def test_spans_account_for_the_event_timed_launch(recording, device_report):
     """The trace's time base is right: a launch's first-to-last event span matches its CUDA-event time. Each launch
     is compared with itself; the median of five is tested because a launch's start-up latency, which no event inside
