@@ -1,4 +1,4 @@
-"""Rendering PTX from the jinja2 templates in ptx_templates/.
+"""Rendering PTX from the jinja2 templates in ptxgemm/templates/.
 
 Undefined template variables are errors (StrictUndefined): a typo in a template must fail loudly at render
 time, never emit an empty string into the PTX.
@@ -12,15 +12,13 @@ from pathlib import Path
 
 import jinja2
 
-TEMPLATE_DIR = Path(__file__).resolve().parent.parent / "ptx_templates"
+TEMPLATE_DIR = Path(__file__).resolve().parent / "templates"
 
 
 def _template_dir() -> Path:
-    if TEMPLATE_DIR.is_dir():
-        return TEMPLATE_DIR
-    import importlib.resources
-
-    return Path(str(importlib.resources.files("ptx_templates")))
+    """The templates ship inside the package (ptxgemm/templates, package data), so this holds for an installed wheel
+    and for a source checkout alike."""
+    return TEMPLATE_DIR
 
 
 @functools.lru_cache(maxsize=1)

@@ -1,7 +1,7 @@
 """Debug mode for kernels: bounded barrier waits that report *which* barrier stalled instead of hanging the GPU.
 
 In debug mode every mbarrier wait in the PTX gives up after `timeout_ns` of %globaltimer, writes a 32-byte
-record (see ptx_templates/mbarrier.ptx.j2 `report_stall`) into pinned host memory mapped into the GPU, and
+record (see ptxgemm/templates/mbarrier.ptx.j2 `report_stall`) into pinned host memory mapped into the GPU, and
 traps. The trap kills the CUDA context, but the records live in host memory, so `StallRecords.raise_if_stalled`
 can still read them and raise an exception that names the barrier, the parity, the CTA and the thread.
 """

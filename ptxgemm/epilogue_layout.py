@@ -1,4 +1,4 @@
-"""Where the GEMM epilogue's shared-memory stores go: a Python mirror of ptx_templates/epilogue.ptx.j2.
+"""Where the GEMM epilogue's shared-memory stores go: a Python mirror of ptxgemm/templates/epilogue.ptx.j2.
 
 The C staging buffer holds the consumer tile as `epi_panels` panels of block_m rows x 128 bytes in TMA's
 128B swizzle; a last panel narrower than 64 columns (GemmConfig.epi_tail_cols) unswizzled, rows of

@@ -1,6 +1,6 @@
 """The static persistent schedule in Python: which output tiles each CTA and each consumer runs.
 
-ptx_templates/scheduler.ptx.j2 walks the tiles in the kernel; this module answers the same questions on the host,
+ptxgemm/templates/scheduler.ptx.j2 walks the tiles in the kernel; this module answers the same questions on the host,
 without a GPU, so tests can prove that a case exercises the pingpong (every consumer of every CTA runs several
 tiles) and tools can report grid, waves and tiles per consumer.
 

@@ -1,6 +1,6 @@
 """Per-warpgroup kernel timeline ("trace"): decode, check, summarise and draw the events a traced kernel writes.
 
-A traced kernel (GemmConfig(trace=True), ptx_templates/trace.ptx.j2) gives each role (warpgroup) of each CTA one
+A traced kernel (GemmConfig(trace=True), ptxgemm/templates/trace.ptx.j2) gives each role (warpgroup) of each CTA one
 writer thread that appends 32-byte records (%globaltimer, %clock64, event code, tile or k-tile) to its own slice of
 one device buffer, so no atomics are needed. The constants below are the single source of that format for the
 kernel templates and this decoder.

@@ -77,7 +77,7 @@ def test_capacity_and_sizes():
 
 def test_build_buffer_layout():
     """Header entry cta*3 + role at 16-byte steps, record j of (cta, role) at (cta*3 + role)*capacity + j, 32 bytes:
-    u64 timer, u64 clock, u32 code, u32 value (what ptx_templates/trace.ptx.j2 stores)."""
+    u64 timer, u64 clock, u32 code, u32 value (what ptxgemm/templates/trace.ptx.j2 stores)."""
     buf = T.build_buffer(2, 4, {(1, CONSUMER1): [(123, ROLE_START, 0), (456, ROLE_END, 7, 99)]}, smids=[9, 11])
     words = np.frombuffer(buf[:T.header_bytes(2)], "<u4").reshape(6, 4)
     assert words[1 * 3 + 2].tolist() == [2, 11, 0, 0]

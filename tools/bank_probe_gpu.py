@@ -2,7 +2,7 @@
 """Check ptxgemm's bank-conflict model (ptxgemm/banks.py) against the hardware, through ncu's counters.
 
 Each pattern is one warp repeating one shared-memory instruction ITERATIONS times at 32 fixed lane addresses
-(ptx_templates/bank_probe.ptx.j2), one kernel launch per pattern.  Under ncu, a launch's
+(ptxgemm/templates/bank_probe.ptx.j2), one kernel launch per pattern.  Under ncu, a launch's
 l1tex__data_pipe_lsu_wavefronts_mem_shared_op_{st,ld}.sum / ITERATIONS is the measured wavefronts per
 instruction, which must equal the model's prediction.
 
