@@ -1,19 +1,28 @@
-"""ptxgemm's command line.
+"""ptxgemm's command line (installed with the wheel: `python -m ptxgemm` or `ptxgemm`).
 
-    python -m ptxgemm dump [--kernel gemm] --m M --n N --k K [GEMM config options] --out DIR
+    python -m ptxgemm --version
+    python -m ptxgemm demo [--m M --n N --k K]
+    python -m ptxgemm info [--json]
+    python -m ptxgemm dump [--kernel gemm] --m M --n N --k K [--config TAG | GEMM config options] --out DIR
     python -m ptxgemm dump --kernel swizzle_probe [--mode 128B] [--rows R] [--cols C] --out DIR
-    python -m ptxgemm info
-    python -m ptxgemm mutants [--preset default --preset cluster | GEMM config options] [--list] [--json PATH]
-    python -m ptxgemm trace --m M --n N --k K [GEMM config options] --out DIR
     python -m ptxgemm select --m M --n N --k K [--in-dtype D --out-dtype D --a-major X --b-major X] [--sm-count N]
     python -m ptxgemm tune --m M --n N --k K [--in-dtype D --out-dtype D --a-major X --b-major X]
                            [--candidates TAG,TAG,...] [--rounds R] [--no-store] [--json PATH]
+    python -m ptxgemm bench [--quick] [--shapes MxNxK,...] [--variants TAG,...] [--out DIR --name RUN]
+    python -m ptxgemm bench --summarize FILE... [--summarize-out F.json]
+    python -m ptxgemm trace --m M --n N --k K [GEMM config options] --out DIR
+    python -m ptxgemm mutants [--preset default --preset cluster | GEMM config options] [--list] [--json PATH]
+    python -m ptxgemm swizzle-probe [--simulate] [--mode 128B|all] [--direction both] [--rows R] [--cols C] [--json]
+    python -m ptxgemm bank-conflicts --op OP --addresses A0,A1,... | --pattern stmatrix-tile | --kernel [...]
 
-`dump` needs no GPU: it renders the PTX, assembles it with ptxas and writes PTX, cubin, SASS and report.json.
-`select` needs no GPU: it prints the config select_config picks and the cost model's table. `tune` runs every
-candidate on the GPU, checks and times them, and stores the winner in the tune cache, where select finds it.
-`info` prints the toolchain (ptxas, nvdisasm), the cubin cache directory and the GPU, if there is one.
-Errors are one line on stderr (ptxas failures add ptxas's own log) and exit status 2.
+No GPU needed: `dump` (renders the PTX, assembles it with ptxas, writes PTX, cubin, SASS and report.json, and says
+what M, N and K decide), `select` (the config select_config picks and the cost model's table), `info` (the
+toolchain, the cubin cache directory and the GPU, if there is one), `bench --summarize`, `mutants --list`,
+`swizzle-probe --simulate` and `bank-conflicts`. `tune` runs every candidate on the GPU, checks and times them, and
+stores the winner in the tune cache, where select finds it. Each command's --help gives every option's default.
+Errors are one line on stderr (ptxas failures add ptxas's own log) and exit status 2. bench, swizzle-probe and
+bank-conflicts bring their own subparsers (bench_cli, swizzle_cli, bank_cli); the work of every command lives in a
+module of its own (dump, bench, bench_summary, probes, banks, mutants, tracing, tuning, ...).
 """
 from __future__ import annotations
 
@@ -104,18 +113,29 @@ SHAPE_OPTIONS = ("m", "n", "k")
 
 
 def _add_dump_parser(sub) -> None:
-    from . import dump
-    from .config import GemmConfig
+    from . import config_cli, dump
 
     p = sub.add_parser("dump", help="write a kernel's PTX, cubin, SASS and report.json (no GPU needed)",
                        description="Render a kernel, assemble it with ptxas and write NAME.ptx, NAME.cubin, NAME.sass, "
-                                   "ptxas.log and report.json to --out. No GPU needed.")
-    p.add_argument("--kernel", choices=dump.KERNELS, default="gemm", help="which kernel (default gemm)")
-    p.add_argument("--out", required=True, help="output directory (created if missing)")
-    GemmConfig.add_cli_arguments(p.add_argument_group("GEMM configuration (--kernel gemm)"))
-    shape = p.add_argument_group("GEMM problem shape (--kernel gemm)")
+                                   "ptxas.log and report.json to --out. No GPU needed. For the GEMM, --m, --n and --k "
+                                   "decide the tiles, the grid and the waves (for this GPU's SM count, or 132 without "
+                                   "one), and the config unless you give one: --config TAG, or tile options "
+                                   "(GemmConfig's defaults for the rest); with neither, the config ptxgemm selects "
+                                   "for the shape, as GemmPlan would. The operand options and --debug/--trace apply "
+                                   "either way.")
+    p.add_argument("--kernel", choices=dump.KERNELS, default="gemm",
+                   help=f"which kernel: {' or '.join(dump.KERNELS)} (default gemm)")
+    p.add_argument("--out", required=True, help="output directory, created if missing (required; no default)")
+    shape = p.add_argument_group("GEMM problem shape (--kernel gemm; required there)")
     for dim in SHAPE_OPTIONS:
-        shape.add_argument(f"--{dim}", type=int, default=None, help=f"problem size {dim.upper()}")
+        shape.add_argument(f"--{dim}", type=int, default=None,
+                           help=f"problem size {dim.upper()}, >= 1 (required with --kernel gemm; no default)")
+    group = p.add_argument_group("GEMM configuration (--kernel gemm)")
+    group.add_argument("--config", default=None, metavar="TAG",
+                       help="the config as a GemmConfig tag <pp|coop><block_m>x<block_n>[c2][cn2][g<group_m>]"
+                            "[r<m|n|h>][s<stages>], e.g. pp128x128 or coop256x128c2; not with tile options "
+                            "(default: the tile options below if any is given, else ptxgemm's selection)")
+    config_cli.add_config_arguments(group)
     probe = p.add_argument_group("swizzle probe (--kernel swizzle_probe)")
     probe.add_argument("--mode", default=None, help="none, 32B, 64B or 128B (default 128B)")
     probe.add_argument("--rows", type=int, default=None, help="tile rows (default 8)")
@@ -125,15 +145,17 @@ def _add_dump_parser(sub) -> None:
 
 
 def cmd_dump(args) -> int:
-    from . import dump
+    from . import config_cli, dump
     from .errors import ConfigError
 
     if args.kernel == "swizzle_probe":
-        given = [f"--{o}" for o in SHAPE_OPTIONS if getattr(args, o, None) is not None]
+        gemm_options = (*SHAPE_OPTIONS, "config", *config_cli.TILE_OPTIONS, *config_cli.OPERAND_OPTIONS,
+                        *config_cli.BUILD_FLAGS)
+        given = config_cli.given(args, gemm_options)
         if given:
             raise ConfigError(f"{', '.join(given)}: GEMM options, not options of --kernel swizzle_probe")
     else:
-        given = [f"--{o}" for o in PROBE_OPTIONS if getattr(args, o, None) is not None]
+        given = config_cli.given(args, PROBE_OPTIONS)
         if given:
             raise ConfigError(f"{', '.join(given)}: options of --kernel swizzle_probe, not of --kernel {args.kernel}")
     report = dump.dump(args)
@@ -156,8 +178,7 @@ MUTANT_PRESETS = {"default": {}, "cluster": {"cluster_m": 2},
 
 
 def _add_mutants_parser(sub) -> None:
-    from . import mutants
-    from .config import GemmConfig
+    from . import config_cli, mutants
 
     p = sub.add_parser("mutants", help="delete or weaken each synchronization instruction and show the GPU catches it",
                        description="Mutation testing of the GEMM's barriers, fences and waits (see ptxgemm/mutants.py). "
@@ -167,23 +188,25 @@ def _add_mutants_parser(sub) -> None:
                         "kernel); 'cluster' is the default kernel with cluster_m=2, 'cooperative' the "
                         "cooperative 256x128 one, 'cooperative-cluster' that with cluster_m=2, "
                         "'cooperative-cluster-n' the cooperative 128x256 with cluster_n=2 (A multicast)")
-    p.add_argument("--list", action="store_true", help="enumerate the mutants without a GPU and without running them")
+    p.add_argument("--list", action="store_true",
+                   help="enumerate the mutants without a GPU and without running them (default off: run them)")
     p.add_argument("--build", action="store_true", help="with --list: also assemble every mutant (kills the ones "
-                                                          "ptxas rejects, finds equivalent ones)")
+                                                          "ptxas rejects, finds equivalent ones) (default off)")
     p.add_argument("--kind", action="append", default=None,
-                   help="only mutants of this instruction kind (repeatable; e.g. bar.sync); default: all")
+                   help="only mutants of this instruction kind, one of "
+                        f"{', '.join(sorted(k.name for k in mutants.SYNC_KINDS))} (repeatable; default: all)")
     p.add_argument("--json", default=None, help="write the results as JSON to this path (default: none)")
     p.add_argument("--timeout", type=float, default=mutants.DEFAULT_TIMEOUT_S,
                    help=f"seconds a mutant may run before it counts as hung (default {mutants.DEFAULT_TIMEOUT_S:.0f})")
     p.add_argument("--repeats", type=int, default=2, help="launches per workload per mutant (default 2)")
-    GemmConfig.add_cli_arguments(p.add_argument_group("GEMM configuration (when no --preset is given)"))
+    config_cli.add_config_arguments(p.add_argument_group("GEMM configuration (when no --preset is given)"))
     p.set_defaults(func=cmd_mutants)
 
 
 def cmd_mutants(args) -> int:
     import dataclasses
 
-    from . import mutants
+    from . import config_cli, mutants
     from .config import GemmConfig
     from .errors import ConfigError
 
@@ -193,7 +216,8 @@ def cmd_mutants(args) -> int:
     for kind in args.kind or ():
         if kind not in known:
             raise ConfigError(f"--kind: must be one of {', '.join(sorted(known))}, got {kind!r}")
-    configs = ([GemmConfig(**MUTANT_PRESETS[p]) for p in args.preset] if args.preset else [GemmConfig.from_cli(args)])
+    configs = ([GemmConfig(**MUTANT_PRESETS[p]) for p in args.preset] if args.preset
+               else [config_cli.config_from_args(args)])
     if not args.list:
         from . import driver
 
@@ -232,7 +256,7 @@ def cmd_mutants(args) -> int:
 # ---------------------------------------------------------------------------------------------------------------
 
 def _add_trace_parser(sub) -> None:
-    from .config import GemmConfig
+    from . import config_cli
 
     p = sub.add_parser("trace", help="record a per-warpgroup timeline of one GEMM launch on the GPU",
                        description="Run the GEMM once with GemmConfig(trace=True) and write what every warpgroup did "
@@ -240,8 +264,9 @@ def _add_trace_parser(sub) -> None:
                                    "role), summary.json, sm<N>.png and overview.png (with the 'plot' extra); then "
                                    "time the traced kernel against the untraced one. Needs an sm_90 GPU.")
     for dim in SHAPE_OPTIONS:
-        p.add_argument(f"--{dim}", type=int, required=True, help=f"problem size {dim.upper()} (required)")
-    p.add_argument("--out", required=True, help="output directory (created if missing)")
+        p.add_argument(f"--{dim}", type=int, required=True,
+                       help=f"problem size {dim.upper()}, >= 1 (required; no default)")
+    p.add_argument("--out", required=True, help="output directory, created if missing (required; no default)")
     p.add_argument("--ctas", type=int, default=None, help="cap the grid (default: one CTA per SM)")
     p.add_argument("--sm", type=int, default=None, help="the SM to draw in sm<N>.png (default: the SM whose CTA "
                                                         "finished at the median time)")
@@ -252,15 +277,14 @@ def _add_trace_parser(sub) -> None:
     p.add_argument("--also", action="append", default=[], metavar="NAME=VALUE[,...]",
                    help="also trace this variant of the config on the same problem and draw it under the first in "
                         "compare.png (repeatable; e.g. --also block_n=192 --also cluster_m=2; default: none)")
-    GemmConfig.add_cli_arguments(p.add_argument_group("GEMM configuration"))
+    config_cli.add_config_arguments(p.add_argument_group("GEMM configuration"))
     p.set_defaults(func=cmd_trace)
 
 
 def cmd_trace(args) -> int:
     from pathlib import Path
 
-    from . import driver, trace, tracing
-    from .config import GemmConfig
+    from . import config_cli, driver, trace, tracing
     from .errors import ConfigError
 
     for dim in SHAPE_OPTIONS:
@@ -268,7 +292,7 @@ def cmd_trace(args) -> int:
             raise ConfigError(f"--{dim}: must be >= 1, got {getattr(args, dim)}")
     if args.rounds < 0 or args.sets < 1:
         raise ConfigError(f"--rounds must be >= 0 and --sets >= 1, got {args.rounds} and {args.sets}")
-    config = GemmConfig.from_cli(args)
+    config = config_cli.config_from_args(args)
     variants = [tracing.config_variant(config, spec) for spec in args.also]  # bad specs fail before the GPU
     reason = driver.no_device_reason()
     if reason is not None:
@@ -332,7 +356,8 @@ def _add_problem_arguments(p) -> None:
     from .config import INPUT_DTYPES, MAJORS, OUTPUT_DTYPES
 
     for dim in SHAPE_OPTIONS:
-        p.add_argument(f"--{dim}", type=int, required=True, help=f"problem size {dim.upper()} (required, >= 1)")
+        p.add_argument(f"--{dim}", type=int, required=True,
+                       help=f"problem size {dim.upper()}, >= 1 (required; no default)")
     p.add_argument("--in-dtype", default="bfloat16", choices=INPUT_DTYPES,
                    help=f"A and B's dtype: {', '.join(INPUT_DTYPES)} (default bfloat16)")
     p.add_argument("--out-dtype", default=None, choices=OUTPUT_DTYPES,
@@ -439,22 +464,41 @@ def cmd_tune(args) -> int:
     return 0 if all(r["ok"] for r in records) else 1  # a candidate that failed or computed wrong is a bug
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse's errors (a missing option, an invalid choice) as one line on stderr and exit status 2, like every
+    other bad input; argparse's own way adds the usage text, which buries the one line that matters."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=PROG, description="ptxgemm: Hopper GEMM from PTX templates.")
+    from . import __version__, bank_cli, bench_cli, swizzle_cli
+
+    parser = Parser(prog=PROG, description="ptxgemm: Hopper GEMM from PTX templates. Every command's --help lists "
+                                           "its options with their defaults.")
+    parser.add_argument("--version", action="version", version=f"ptxgemm {__version__}",
+                        help="print 'ptxgemm <version>' and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    _add_dump_parser(sub)
-    _add_mutants_parser(sub)
-    _add_trace_parser(sub)
-    _add_select_parser(sub)
-    _add_tune_parser(sub)
+    demo = sub.add_parser("demo", help="multiply random matrices on the GPU, check and time it (no GPU: build only)",
+                          description="Multiply random bf16 matrices with ptxgemm.run, check the result against "
+                                      "float64 and time the kernel; without an H100/H200, build the kernel, show what "
+                                      "ptxas made of it and say why nothing ran.")
+    for dim in ("m", "n", "k"):
+        demo.add_argument(f"--{dim}", type=int, default=4096, help=f"problem size {dim.upper()} (default 4096)")
+    demo.set_defaults(func=cmd_demo)
     info = sub.add_parser("info", help="print the toolchain, the cache directory and the GPU",
                           description="Print ptxas/nvdisasm paths and versions, the cubin cache directory and the GPU.")
-    info.add_argument("--json", action="store_true", help="print JSON")
+    info.add_argument("--json", action="store_true", help="print JSON (default off: lines of text)")
     info.set_defaults(func=cmd_info)
-    demo = sub.add_parser("demo", help="multiply random matrices on the GPU, check and time it (no GPU: build only)")
-    for dim, default in (("--m", 4096), ("--n", 4096), ("--k", 4096)):
-        demo.add_argument(dim, type=int, default=default)
-    demo.set_defaults(func=cmd_demo)
+    _add_dump_parser(sub)
+    _add_select_parser(sub)
+    _add_tune_parser(sub)
+    bench_cli.add_parser(sub)
+    _add_trace_parser(sub)
+    _add_mutants_parser(sub)
+    swizzle_cli.add_parser(sub)
+    bank_cli.add_parser(sub)
     return parser
 
 
@@ -465,9 +509,13 @@ def cmd_demo(args) -> int:
 
 
 def main(argv=None) -> int:
+    from .bank_cli import glue_address_list
+
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
-    args = parser.parse_args(argv)
+    # bank-conflicts' --addresses may start with '-' (a negative address), which argparse would take for an option;
+    # no other command has --addresses, so the rewrite touches nothing else
+    args = parser.parse_args(glue_address_list(argv))
     try:
         return args.func(args)
     except PtxgemmError as e:

@@ -99,7 +99,7 @@ RULES: Mapping[str, Rule] = MappingProxyType(
                 "128 B' (a[n] == a[n^16]) and 'quarter-warps on the same 128 B' (a[n] == a[n^8]) "
                 "measured 2 and 4 and the 2-way split patterns 4 and 8, so it is not whole-warp "
                 "same-word broadcast.  H200 run 3 settled the general case: the 'pairing' patterns of "
-                "tools/bank_probe_gpu.py (n^1 pairs, n^2 pairs, quads, a pair broken by one lane, "
+                "ptxgemm/bank_probe.py (n^1 pairs, n^2 pairs, quads, a pair broken by one lane, "
                 "stores with pairs) all measured as this rule predicts (docs/results/bank_conflicts_h200.md).",
             ),
             Rule(
@@ -309,7 +309,7 @@ class Result:
         return self.wavefronts <= self.ideal
 
     def to_json(self) -> dict:
-        """The machine-readable form printed by ``tools/bank_conflicts.py --json``.
+        """The machine-readable form printed by ``python -m ptxgemm bank-conflicts --json``.
 
         ``banks`` holds each lane's first bank; a lane covers ``banks_per_lane``
         consecutive banks from there (2 for 8-byte, 4 for 16-byte accesses).

@@ -478,36 +478,3 @@ class GemmConfig:
                           "consumer_after_setmaxnreg": consumer_regs, "accumulators_per_consumer_thread":
                           self.acc_registers},
         }
-
-    # --- command line ------------------------------------------------------------------------------------
-    @staticmethod
-    def add_cli_arguments(parser) -> None:
-        d = GemmConfig()
-        parser.add_argument("--schedule", default=d.schedule, choices=SCHEDULES,
-                            help="pingpong: consumers alternate whole tiles; cooperative: both share each tile")
-        parser.add_argument("--block-m", type=int, default=d.block_m)
-        parser.add_argument("--block-n", type=int, default=d.block_n)
-        parser.add_argument("--stages", type=int, default=None, help="default: as many as fit")
-        parser.add_argument("--in-dtype", default=d.in_dtype, choices=INPUT_DTYPES)
-        parser.add_argument("--out-dtype", default=d.out_dtype, choices=OUTPUT_DTYPES)
-        parser.add_argument("--a-major", default=d.a_major, choices=MAJORS)
-        parser.add_argument("--b-major", default=d.b_major, choices=MAJORS)
-        parser.add_argument("--group-m", type=int, default=d.group_m)
-        parser.add_argument("--cluster-m", type=int, default=d.cluster_m, choices=(1, 2),
-                            help="2: CTA pairs along M share B by multicast (default 1)")
-        parser.add_argument("--cluster-n", type=int, default=d.cluster_n, choices=(1, 2),
-                            help="2: CTA pairs along N share A by multicast (default 1)")
-        parser.add_argument("--raster", default=d.raster, choices=RASTERS,
-                            help="tile walk: grouped down group_m tile-rows (m), across group_m tile-columns (n), "
-                                 "or along a generalized Hilbert curve (hilbert) (default m)")
-        parser.add_argument("--debug", action="store_true", help="bounded barrier waits that report stalls")
-        parser.add_argument("--trace", action="store_true", help="record a per-warpgroup timeline (ptxgemm.trace; "
-                                                                 "`python -m ptxgemm trace` turns it on itself)")
-
-    @classmethod
-    def from_cli(cls, args) -> "GemmConfig":
-        return cls(schedule=getattr(args, "schedule", "pingpong"), block_m=args.block_m, block_n=args.block_n, stages=args.stages, in_dtype=args.in_dtype,
-                   out_dtype=args.out_dtype, a_major=args.a_major, b_major=args.b_major, group_m=args.group_m,
-                   cluster_m=getattr(args, "cluster_m", 1), cluster_n=getattr(args, "cluster_n", 1),
-                   raster=getattr(args, "raster", "m"),
-                   debug=args.debug, trace=getattr(args, "trace", False))

@@ -70,5 +70,5 @@ def run_demo(m: int, n: int, k: int, seed: int = 0) -> int:
                     driver.DeviceArray.empty((m, n), a.dtype), config)
     ms = time_interleaved({"ptxgemm": plan.launch}, TIMED_LAUNCHES)["ptxgemm"]
     print(f"kernel time {ms:.3f} ms = {plan.flops / ms / 1e9:.0f} TFLOP/s (median of {TIMED_LAUNCHES}, "
-          f"L2 flushed before each; tools/bench.py compares with cuBLAS)")
+          f"L2 flushed before each; `python -m ptxgemm bench` compares with cuBLAS)")
     return 0 if err < 1e-2 else 1

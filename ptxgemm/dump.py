@@ -5,30 +5,35 @@ Files written to the output directory, for kernel NAME:
     NAME.cubin    what whole-program ptxas made of it
     NAME.sass     nvdisasm of the cubin
     ptxas.log     the raw `ptxas -v` output
-    report.json   registers, spills, shared memory, ptxas warnings and version, per-function resources
+    report.json   "measured": what ptxas (and nvdisasm) report of the cubin: registers, spills, static shared
+                  memory, warnings, per-function resources, SASS counts; apart from what was decided before ptxas
+                  ran: the probe's "params", or the GEMM's "config" (tag and where it came from), "predicted" (the
+                  config's derived stages, shared-memory map, register split), "problem" and "schedule" (what M, N
+                  and K decide: tiles, grid, waves, tiles per consumer)
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from pathlib import Path
 
 from . import compiler
 from .compiler import CompiledKernel
-from .errors import ToolchainError
+from .config import GemmConfig
+from .errors import ConfigError, ToolchainError
 
 KERNELS = ("gemm", "swizzle_probe")
-#: modules whose absence means "the GEMM is not there yet" rather than a bug inside it
 
 
 def build_report(name: str, kernel: CompiledKernel, extras: dict | None = None) -> dict:
-    """The report.json dict: totals over the module's entry functions, then each function, then `extras`."""
+    """The report.json dict: "measured" (totals over the module's entry functions, then each function), then the
+    caller's `extras` (sections decided before ptxas ran), kept apart so a prediction is never read as a
+    measurement."""
     if kernel.report is None:
         raise ToolchainError("no ptxas report: ptxas was not found (install nvidia-cuda-nvcc or set PTXGEMM_PTXAS)")
     funcs = kernel.report.to_dict()["functions"]
-    report = {
-        "kernel": name,
-        "arch": compiler.DEFAULT_ARCH,
+    measured = {
         "ptxas": kernel.ptxas,
         "ptxas_version": kernel.ptxas_version,
         "cache_hit": kernel.cache_hit,
@@ -45,12 +50,9 @@ def build_report(name: str, kernel: CompiledKernel, extras: dict | None = None) 
         "ptxas_warnings": kernel.report.warnings,
         "functions": funcs,
     }
-    for key, value in (extras or {}).items():
-        if isinstance(value, dict) and isinstance(report.get(key), dict):
-            report[key] = {**report[key], **value}
-        else:
-            report[key] = value
-    return report
+    extras = dict(extras or {})
+    measured.update(extras.pop("measured", {}))  # e.g. SASS counts: also facts of the cubin
+    return {"kernel": name, "arch": compiler.DEFAULT_ARCH, "measured": measured, **extras}
 
 
 def write_ptx(name: str, ptx: str, out: Path) -> Path:
@@ -76,20 +78,35 @@ def write_dump(name: str, kernel: CompiledKernel, out: Path, extras: dict | None
 
 
 def summary(report: dict, out: Path) -> str:
-    """A few lines for the terminal."""
+    """A few lines for the terminal: what the shape decided (GEMM), then what ptxas measured."""
     name = report["kernel"]
-    lines = [f"wrote {Path(out) / name}.{{ptx,cubin,sass}}, ptxas.log, report.json "
-             f"(ptxas {report['ptxas_version']}{', cached' if report['cache_hit'] else ''})"]
-    for fname, f in report["functions"].items():
+    measured = report["measured"]
+    lines = []
+    if "config" in report:
+        c, p, s = report["config"], report["problem"], report["schedule"]
+        lines.append(f"config {c['tag']} ({c['source']}): {c['description']}")
+        lines.append(f"problem {p['m']}x{p['n']}x{p['k']} on {s['sm_count']} SMs ({s['device']}): "
+                     f"{s['tiles_m']}x{s['tiles_n']} tiles of {s['k_tiles']} k-tiles, grid {s['grid']} CTAs "
+                     f"({s['clusters']} clusters), {s['waves']} waves, "
+                     f"{s['tiles_per_consumer'][0]}..{s['tiles_per_consumer'][1]} tiles per consumer")
+    lines.append(f"wrote {Path(out) / name}.{{ptx,cubin,sass}}, ptxas.log, report.json "
+                 f"(ptxas {measured['ptxas_version']}{', cached' if measured['cache_hit'] else ''})")
+    for fname, f in measured["functions"].items():
         lines.append(f"  {fname}: {f['registers']} registers, {f['spill_store_bytes']} B spill stores, "
                      f"{f['spill_load_bytes']} B spill loads, {f['smem_bytes']} B static smem")
-    if "consumer_k_loop_sass" in report:
-        loop = report["consumer_k_loop_sass"]
+    if "consumer_k_loop_sass" in measured:
+        loop = measured["consumer_k_loop_sass"]
         lines.append(f"  consumer k-tile loop: {loop['instructions']} SASS instructions per warp, "
                      f"{loop['hgmma']} of them HGMMA")
-    if "dynamic_bytes" in report["shared_memory"]:
-        lines.append(f"  dynamic shared memory at launch: {report['shared_memory']['dynamic_bytes']} B")
-    warnings = report["ptxas_warnings"]
+    if "predicted" in report:
+        pr = report["predicted"]
+        regs = pr["registers"]
+        lines.append(f"  predicted by the config: {pr['stages']} stages, {pr['smem_bytes']} B dynamic shared memory, "
+                     f"registers {regs['entry']} at entry, {regs['producer_after_setmaxnreg']} producer / "
+                     f"{regs['consumer_after_setmaxnreg']} consumer after setmaxnreg")
+    elif "dynamic_shared_bytes" in report.get("params", {}):
+        lines.append(f"  dynamic shared memory at launch: {report['params']['dynamic_shared_bytes']} B")
+    warnings = measured["ptxas_warnings"]
     lines.append("  ptxas warnings: " + ("none" if not warnings else
                                          "; ".join(f"({w['code']}) {w['message']}" if w["code"] else w["message"]
                                                    for w in warnings)))
@@ -115,9 +132,10 @@ def dump_swizzle_probe(args) -> dict:
     kernel = compiler.compile_ptx(ptx)
     extras = {
         "params": {"mode": mode, "rows": rows, "cols": cols, "elem_bytes": probes.ELEM_BYTES,
-                   "threads": probes.PROBE_THREADS, "debug": True},
-        # as launched by probes.run_swizzle_probe: the tile, then the load's 8-byte mbarrier (16 B reserved)
-        "shared_memory": {"dynamic_bytes": rows * cols * probes.ELEM_BYTES + 16},
+                   "threads": probes.PROBE_THREADS, "debug": True,
+                   # as launched by probes.run_swizzle_probe: the tile, then the load's 8-byte mbarrier (16 B
+                   # reserved)
+                   "dynamic_shared_bytes": rows * cols * probes.ELEM_BYTES + 16},
     }
     return write_dump("swizzle_probe", kernel, out, extras)
 
@@ -126,17 +144,62 @@ def dump_swizzle_probe(args) -> dict:
 # gemm
 # ---------------------------------------------------------------------------------------------------------------
 
+SHAPE_OPTIONS = ("m", "n", "k")
+
+
+def check_shape(args) -> tuple[int, int, int]:
+    """--m, --n and --k of --kernel gemm: all given, each >= 1."""
+    missing = [f"--{d}" for d in SHAPE_OPTIONS if getattr(args, d, None) is None]
+    if missing:
+        raise ConfigError(f"{', '.join(missing)}: --kernel gemm needs --m, --n and --k (they decide the tiles, the "
+                          f"grid and, without --config or tile options, the config)")
+    for d in SHAPE_OPTIONS:
+        if getattr(args, d) < 1:
+            raise ConfigError(f"--{d}: must be >= 1, got {getattr(args, d)}")
+    return args.m, args.n, args.k
+
+
+def gemm_config(args, m: int, n: int, k: int, device) -> tuple[GemmConfig, str]:
+    """(config, where it came from). --config TAG names one; tile options describe one (GemmConfig's defaults for
+    the rest); with neither, ptxgemm.select picks it for this shape, as GemmPlan would. The operand options
+    (dtypes, majors) and --debug/--trace apply in every case."""
+    from . import config_cli, select
+
+    tiles = config_cli.given(args, config_cli.TILE_OPTIONS)
+    operands, build = config_cli.operand_fields(args), config_cli.build_fields(args)
+    if args.config is not None and tiles:
+        raise ConfigError(f"--config: the tag names the tile options itself; give --config or {', '.join(tiles)}, "
+                          f"not both")
+    if args.config is not None:
+        return GemmConfig.from_tag(args.config, **operands, **build), "--config"
+    if tiles:
+        return config_cli.config_from_args(args), f"tile options {' '.join(tiles)}"
+    config, source = select.choose(m, n, k, **operands, device=device)
+    return dataclasses.replace(config, **build), f"selected: {source}"
+
+
 def dump_gemm(args) -> dict:
-    """--kernel gemm --m M --n N --k K [config options]: compile the GEMM for that config and dump it."""
-    from .config import GemmConfig
+    """--kernel gemm --m M --n N --k K [--config TAG | tile options]: compile the GEMM and dump it, with what the
+    shape decides."""
+    from . import schedule, select
     from .gemm import compile_gemm
 
-    config = GemmConfig.from_cli(args)
+    m, n, k = check_shape(args)
+    device = select.resolve_device(None)  # the GPU's SM count; without one, select's 132-SM default
+    config, source = gemm_config(args, m, n, k, device)
     kernel = compile_gemm(config)
-    extras = {"problem": {dim: getattr(args, dim, None) for dim in ("m", "n", "k")}}
-    extras.update(config.report_extras())
+    predicted = config.report_extras()
+    fields = predicted.pop("config")
+    modeled = device is select.DEFAULT_DEVICE
+    extras = {
+        "config": {"tag": config.tag, "source": source, "description": config.describe(), "fields": fields},
+        "predicted": predicted,
+        "problem": {"m": m, "n": n, "k": k},
+        "schedule": {**schedule.plan_for(config, m, n, k, device.sm_count).describe(), "sm_count": device.sm_count,
+                     "device": (f"no GPU here: {device.sm_count} SMs assumed" if modeled else str(device.name))},
+    }
     if kernel.cubin is not None:
-        extras["consumer_k_loop_sass"] = k_loop_report(kernel.sass())
+        extras["measured"] = {"consumer_k_loop_sass": k_loop_report(kernel.sass())}
     return write_dump("gemm", kernel, Path(args.out), extras)
 
 

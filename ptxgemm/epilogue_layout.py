@@ -3,8 +3,9 @@
 The C staging buffer holds the consumer tile as `epi_panels` panels of block_m rows x 128 bytes in TMA's
 128B swizzle; a last panel narrower than 64 columns (GemmConfig.epi_tail_cols) unswizzled, rows of
 epi_tail_bytes. `epilogue_stores` lists, for one warp, every store instruction the epilogue issues with the
-byte offset (from the 1024-aligned buffer base) each lane supplies. tools/bank_conflicts.py --kernel feeds these
-to the bank-conflict model; tests check them against ptxgemm.swizzle, i.e. against where TMA expects the bytes.
+byte offset (from the 1024-aligned buffer base) each lane supplies. `python -m ptxgemm bank-conflicts --kernel`
+feeds these to the bank-conflict model; tests check them against ptxgemm.swizzle, i.e. against where TMA expects
+the bytes.
 """
 from __future__ import annotations
 

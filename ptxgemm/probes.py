@@ -1,4 +1,4 @@
-"""Host side of the hardware probes: the TMA swizzle probe (tools/swizzle_probe.py).
+"""Host side of the hardware probes: the TMA swizzle probe (`python -m ptxgemm swizzle-probe`).
 
 `swizzle_probe_ptx` renders the probe's PTX (no GPU needed, used by `python -m ptxgemm dump`);
 `run_swizzle_probe` runs it and returns the same grid as `ptxgemm.swizzle.tile_grid` predicts.

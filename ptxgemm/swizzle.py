@@ -9,7 +9,7 @@ Hopper's swizzle is a function of the *absolute* shared-memory byte address: the
     none: a
 
 TMA, wgmma descriptors and every hand-computed smem address (stmatrix, ld.shared) must agree on this.
-`tools/swizzle_probe.py` asks the hardware and compares with this model.
+`python -m ptxgemm swizzle-probe` asks the hardware and compares with this model.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The one timing method every ptxgemm number uses (tools/bench.py, `python -m ptxgemm demo`).
+"""The one timing method every ptxgemm number uses (`python -m ptxgemm bench`, `python -m ptxgemm demo`).
 
 L2 flushed (a memset twice its size) before each launch, CUDA events around the launch alone on one stream,
 implementations interleaved round by round with the order alternating, median over rounds.

@@ -6,7 +6,7 @@ another GPU, another driver or another layout says nothing about this one. Each 
 time too, so the cost model's tables (ptxgemm.select) can be refitted from the cache.
 
 PTXGEMM_TUNE_CACHE=off (or 0) turns the cache off: select_config does not look entries up and tune does not store
-them (tools/bench.py sets it, so a benchmark measures the library's own heuristic unless asked otherwise).
+them (`python -m ptxgemm bench` sets it, so a benchmark measures the library's own heuristic unless asked otherwise).
 """
 from __future__ import annotations
 

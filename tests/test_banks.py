@@ -7,7 +7,6 @@ are checked here, row by row, without a GPU.
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import random
 import re
@@ -18,30 +17,15 @@ from pathlib import Path
 
 import pytest
 
+from ptxgemm import bank_probe as probe
 from ptxgemm import banks
+from ptxgemm.__main__ import main
 
 REPO = Path(__file__).resolve().parent.parent
-TOOLS = REPO / "tools"
 DOC = REPO / "docs" / "bank_conflicts.md"
 H200_RUN1 = REPO / "docs" / "results" / "bank_conflicts_h200_run1.md"
 H200_RUN2 = REPO / "docs" / "results" / "bank_conflicts_h200_run2.md"  # + the GEMM epilogue patterns
 H200_RUN3 = REPO / "docs" / "results" / "bank_conflicts_h200.md"       # + the lane-pair packing patterns
-
-
-def load_tool(name: str):
-    """Import tools/<name>.py as a module (tools/ is not a package)."""
-    module_name = f"ptxgemm_tool_{name}"
-    if module_name in sys.modules:
-        return sys.modules[module_name]
-    spec = importlib.util.spec_from_file_location(module_name, TOOLS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module          # dataclasses look their module up while it executes
-    spec.loader.exec_module(module)
-    return module
-
-
-cli = load_tool("bank_conflicts")
-probe = load_tool("bank_probe_gpu")
 
 
 def permuted_conflict_free(op: banks.Op, rng: random.Random) -> list[int]:
@@ -302,7 +286,11 @@ def csv_addresses(addresses):
 
 
 def run_cli(capsys, *argv):
-    code = cli.main(list(argv))
+    """`python -m ptxgemm bank-conflicts ARGV` in this process: (exit status, stdout, stderr)."""
+    try:
+        code = main(["bank-conflicts", *argv])
+    except SystemExit as exc:              # argparse's own errors exit
+        code = exc.code
     out, err = capsys.readouterr()
     return code, out, err
 
@@ -348,17 +336,38 @@ def test_cli_accepts_hex_and_ignores_unused_lanes(capsys):
 def test_cli_errors_are_one_line_and_exit_2(capsys, argv, message):
     code, out, err = run_cli(capsys, *argv)
     assert code == 2 and out == ""
-    assert err.count("\n") == 1 and err.startswith("bank_conflicts: error: ") and message in err
+    assert err.count("\n") == 1 and err.startswith("python -m ptxgemm bank-conflicts: error: ") and message in err
 
 
-def test_cli_as_a_script():
-    """The real entry point: runnable from the repo root, errors on stderr, exit 2."""
-    ok = subprocess.run([sys.executable, "tools/bank_conflicts.py", "--op", "ld.b32", "--addresses",
-                         csv_addresses([0] * 32), "--json"], cwd=REPO, capture_output=True, text=True)
+@pytest.mark.parametrize("command", [["-m", "ptxgemm", "bank-conflicts"], [str(REPO / "tools" / "bank_conflicts.py")]],
+                         ids=["python -m ptxgemm", "tools/bank_conflicts.py"])
+def test_cli_as_a_program(command, tmp_path):
+    """The real entry points, run from another directory: errors on stderr, exit 2."""
+    ok = subprocess.run([sys.executable, *command, "--op", "ld.b32", "--addresses", csv_addresses([0] * 32),
+                         "--json"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert ok.returncode == 0 and json.loads(ok.stdout)["wavefronts"] == 1
-    bad = subprocess.run([sys.executable, "tools/bank_conflicts.py", "--op", "ld.b32", "--addresses",
-                          "-4"] , cwd=REPO, capture_output=True, text=True)
+    bad = subprocess.run([sys.executable, *command, "--op", "ld.b32", "--addresses", "-4"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and bad.stdout == "" and len(bad.stderr.splitlines()) == 1
+    assert bad.stderr.startswith("python -m ptxgemm bank-conflicts: error: ")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_cli_tile_pattern_runs_from_another_directory(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "ptxgemm", "bank-conflicts", "--pattern", "stmatrix-tile"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "swizzle128: 128-byte rows, 128B TMA swizzle -> 4 wavefront(s), ideal 4: conflict-free" in proc.stdout
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--op", "st.b32", "--addresses", "0", "--block-n", "64"], "--block-n: GEMM config options go with --kernel"),
+    (["--pattern", "stmatrix-tile", "--out-dtype", "float32"], "--out-dtype: GEMM config options go with --kernel"),
+    (["--pattern", "stmatrix-tile", "--addresses", "0"], "--addresses: goes with --op"),
+])
+def test_cli_options_of_another_mode_are_refused(capsys, argv, message):
+    code, out, err = run_cli(capsys, *argv)
+    assert code == 2 and out == "" and err.count("\n") == 1 and message in err
 
 
 def test_cli_tile_pattern(capsys):
@@ -534,7 +543,7 @@ ROW = re.compile(r"^\| (?P<group>[\w-]+) \| (?P<name>.+?) \| `(?P<op>[\w.]+)` \|
 
 
 def measured_rows(path: Path) -> list[dict]:
-    """The pattern rows of a table written by tools/bank_probe_gpu.py --measure; checks none was skipped."""
+    """The pattern rows of a table written by ptxgemm.bank_probe --measure; checks none was skipped."""
     text = path.read_text()
     rows = [m.groupdict() for line in text.splitlines() if (m := ROW.match(line))]
     total = re.search(r"\*\*(\d+) of (\d+) patterns match the model\.\*\*", text)

@@ -1,6 +1,6 @@
 """The bank-conflict model against the hardware: ncu's shared-memory wavefront counters, pattern by pattern.
 
-Runs tools/bank_probe_gpu.py under ncu once for the whole module (one kernel launch per pattern) and asserts
+Runs ptxgemm.bank_probe under ncu once for the whole module (one kernel launch per pattern) and asserts
 that the measured wavefronts per instruction equal ptxgemm.banks' prediction for every pattern.  Needs a
 Hopper GPU and ncu (PATH or /usr/local/cuda/bin/ncu); skipped, with the reason, without either.
 
@@ -8,32 +8,17 @@ Set PTXGEMM_BANK_RESULTS=<path> to also write the markdown table (the one commit
 """
 from __future__ import annotations
 
-import importlib.util
 import os
-import sys
 from pathlib import Path
 
 import pytest
 
+from ptxgemm import bank_probe as probe
 from ptxgemm import banks
 
 pytestmark = pytest.mark.gpu
 
-REPO = Path(__file__).resolve().parent.parent
 RESULTS_ENV = "PTXGEMM_BANK_RESULTS"
-
-
-def _load_probe():
-    name = "ptxgemm_tool_bank_probe_gpu"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, REPO / "tools" / "bank_probe_gpu.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-probe = _load_probe()
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,6 @@
-"""tools/bench.py's command line without a GPU: --summarize over hand-written run files, and the argument checks
-that come before the GPU. Run as a subprocess (tests never import tools)."""
+"""`python -m ptxgemm bench` without a GPU: --summarize over hand-written run files, and the argument checks that
+come before the GPU. Run as a subprocess from a temporary directory (the installed command must not need the
+checkout), and once through tools/bench.py, the old path."""
 from __future__ import annotations
 
 import json
@@ -11,14 +12,14 @@ from pathlib import Path
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-BENCH = REPO_ROOT / "tools" / "bench.py"
+BENCH = ["-m", "ptxgemm", "bench"]
 H100, H200 = "NVIDIA H100 80GB HBM3", "NVIDIA H200"
 
 
-def bench(*args, cwd=None):
+def bench(*args, cwd, command=BENCH):
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}  # no GPU, on every machine
-    return subprocess.run([sys.executable, str(BENCH), *args], capture_output=True, text=True, timeout=120,
-                          cwd=cwd or REPO_ROOT, env=env)
+    return subprocess.run([sys.executable, *command, *args], capture_output=True, text=True, timeout=120,
+                          cwd=cwd, env=env)
 
 
 def row(m, n, k, ratio, config="pp128x128", ptxgemm_ms=1.0):
@@ -57,7 +58,7 @@ def runs(tmp_path):
 
 def test_summarize_groups_by_gpu_with_min_median_max(runs, tmp_path):
     out = tmp_path / "summary.json"
-    proc = bench("--summarize", *map(str, runs), "--summarize-out", str(out))
+    proc = bench("--summarize", *map(str, runs), "--summarize-out", str(out), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(out.read_text())
     assert set(summary) == {H100, H200}
@@ -90,7 +91,7 @@ def test_summarize_prefers_a_runs_own_geomeans(tmp_path):
     f = run_file(tmp_path, "r.json", H100, [row(8448, 9216, 64, 1.0)],
                  geomeans={"seed_sweep": 1.5, "square_llm": None, "small_m": None, "all": 1.5}, min_ratio=1.0)
     out = tmp_path / "s.json"
-    proc = bench("--summarize", str(f), "--summarize-out", str(out))
+    proc = bench("--summarize", str(f), "--summarize-out", str(out), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     g = json.loads(out.read_text())[H100]["geomeans"]
     assert g["seed_sweep"]["median"] == 1.5 and g["square_llm"] is None
@@ -99,10 +100,19 @@ def test_summarize_prefers_a_runs_own_geomeans(tmp_path):
 def test_summarize_rejects_a_file_that_is_not_a_bench_run(tmp_path, runs):
     bad = tmp_path / "bad.json"
     bad.write_text('{"gpu": "x"}')
-    proc = bench("--summarize", str(runs[0]), str(bad))
+    proc = bench("--summarize", str(runs[0]), str(bad), cwd=tmp_path)
     assert proc.returncode == 2 and "bad.json" in proc.stderr
-    proc = bench("--summarize", str(tmp_path / "missing.json"))
+    assert proc.stderr.startswith("python -m ptxgemm bench: error: --summarize: ") and proc.stderr.count("\n") == 1
+    proc = bench("--summarize", str(tmp_path / "missing.json"), cwd=tmp_path)
     assert proc.returncode == 2 and "missing.json" in proc.stderr
+
+
+def test_summarize_through_the_old_tool_path(runs, tmp_path):
+    """tools/bench.py is a shim over the package's command: same output."""
+    new = bench("--summarize", *map(str, runs), cwd=tmp_path)
+    old = bench("--summarize", *map(str, runs), cwd=tmp_path, command=[str(REPO_ROOT / "tools" / "bench.py")])
+    assert old.returncode == new.returncode == 0, old.stderr
+    assert old.stdout == new.stdout and H100 in new.stdout
 
 
 @pytest.mark.parametrize("args,pattern", [
@@ -110,15 +120,18 @@ def test_summarize_rejects_a_file_that_is_not_a_bench_run(tmp_path, runs):
     (("--shapes", "4096x4096"), "--shapes"),
     (("--rounds", "0"), "--rounds"),
     (("--name", "a/b"), "--name"),
-    (("--variants", "pp128x256"), "block_m x block_n"),
-    (("--config", "nonsense"), "config tag"),
+    (("--variants", "pp128x256"), "--variants: block_m x block_n"),
+    (("--config", "nonsense"), "--config: config tag"),
+    (("--rounds", "x"), "argument --rounds: invalid int value"),
 ])
-def test_bad_arguments_exit_2(args, pattern):
-    proc = bench(*args)
+def test_bad_arguments_exit_2(args, pattern, tmp_path):
+    proc = bench(*args, cwd=tmp_path)
     assert proc.returncode == 2 and pattern in proc.stderr, proc.stderr
+    assert proc.stderr.startswith("python -m ptxgemm bench: error: ") and proc.stderr.count("\n") == 1
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_no_gpu_exits_2(tmp_path):
-    proc = bench("--quick", "--out", str(tmp_path))
-    assert proc.returncode == 2 and "bench: no GPU" in proc.stderr
+    proc = bench("--quick", "--out", str(tmp_path), cwd=tmp_path)
+    assert proc.returncode == 2 and "bench runs the kernels, so it needs an sm_90 GPU" in proc.stderr
     assert list(tmp_path.iterdir()) == []

@@ -1,6 +1,7 @@
 """PTX → cubin with the pip wheel's ptxas: assembling, SASS, the -v report, the cubin cache, and life without ptxas."""
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import logging
@@ -12,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from ptxgemm import compiler, probes, toolchain
+from ptxgemm import compiler, probes, schedule, select, toolchain
+from ptxgemm.config import GemmConfig
 from ptxgemm.errors import ToolchainError
 
 PTXAS = toolchain.find_tool("ptxas")
@@ -273,6 +275,8 @@ def test_tool_version_format():
 # ---------------------------------------------------------------------------------------------------------------
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+# a dump that selects its config must see the same device and no tune cache on every machine
+NO_GPU_NO_TUNE_CACHE = {"CUDA_VISIBLE_DEVICES": "", "PTXGEMM_TUNE_CACHE": "off"}
 
 
 def run_cli(*args, env=None):
@@ -293,14 +297,18 @@ def test_dump_swizzle_probe(tmp_path):
     sass = (out / "swizzle_probe.sass").read_text()
     assert "UTMASTG" in sass and "UTMALDG" in sass
     report = json.loads((out / "report.json").read_text())
+    assert set(report) == {"kernel", "arch", "measured", "params"}
     assert report["kernel"] == "swizzle_probe" and report["arch"] == "sm_90a"
-    assert report["ptxas_version"] == toolchain.tool_version(str(PTXAS))
-    assert set(report["functions"]) == {"swizzle_probe_store", "swizzle_probe_load"}
-    assert report["registers"] == max(f["registers"] for f in report["functions"].values()) > 0
-    assert report["spills"] == {"store_bytes": 0, "load_bytes": 0}
-    assert report["shared_memory"] == {"static_bytes": 0, "dynamic_bytes": 16 * 32 * 2 + 16}
-    assert report["ptxas_warnings"] == [] and report["warning_codes"] == []
-    assert report["params"]["mode"] == "64B" and (report["params"]["rows"], report["params"]["cols"]) == (16, 32)
+    measured = report["measured"]
+    assert measured["ptxas_version"] == toolchain.tool_version(str(PTXAS))
+    assert set(measured["functions"]) == {"swizzle_probe_store", "swizzle_probe_load"}
+    assert measured["registers"] == max(f["registers"] for f in measured["functions"].values()) > 0
+    assert measured["spills"] == {"store_bytes": 0, "load_bytes": 0}
+    assert measured["shared_memory"] == {"static_bytes": 0}
+    assert measured["ptxas_warnings"] == [] and measured["warning_codes"] == []
+    params = report["params"]
+    assert params["mode"] == "64B" and (params["rows"], params["cols"]) == (16, 32)
+    assert params["dynamic_shared_bytes"] == 16 * 32 * 2 + 16
     assert "swizzle_probe_load: " in proc.stdout and "ptxas warnings: none" in proc.stdout
 
 
@@ -309,11 +317,12 @@ def test_dump_report_carries_warnings(tmp_path):
     from ptxgemm import dump
 
     kernel = compiler.compile_ptx(SETMAXNREG_PTX, use_cache=False)
-    report = dump.write_dump("advisory", kernel, tmp_path, {"shared_memory": {"dynamic_bytes": 0}})
-    assert report["warning_codes"] == ["C7508"]
+    report = dump.write_dump("advisory", kernel, tmp_path, {"params": {"dynamic_shared_bytes": 0}})
+    assert report["measured"]["warning_codes"] == ["C7508"]
     on_disk = json.loads((tmp_path / "report.json").read_text())
-    assert on_disk["ptxas_warnings"][0]["code"] == "C7508"
-    assert on_disk["shared_memory"] == {"static_bytes": 0, "dynamic_bytes": 0}
+    assert on_disk["measured"]["ptxas_warnings"][0]["code"] == "C7508"
+    assert on_disk["measured"]["shared_memory"] == {"static_bytes": 0}
+    assert on_disk["params"] == {"dynamic_shared_bytes": 0}
 
 
 @pytest.mark.parametrize("args, message", [
@@ -322,6 +331,15 @@ def test_dump_report_carries_warnings(tmp_path):
     (["--kernel", "swizzle_probe", "--mode", "16B"], "--mode: must be one of"),
     (["--kernel", "swizzle_probe", "--m", "128"], "--m: GEMM options, not options of --kernel swizzle_probe"),
     (["--kernel", "gemm", "--rows", "8"], "--rows: options of --kernel swizzle_probe, not of --kernel gemm"),
+    (["--kernel", "swizzle_probe", "--block-n", "64", "--config", "pp128x128"],
+     "--config, --block-n: GEMM options, not options of --kernel swizzle_probe"),
+    (["--m", "-5", "--n", "256", "--k", "128"], "--m: must be >= 1, got -5"),
+    (["--m", "256", "--n", "256", "--k", "0"], "--k: must be >= 1, got 0"),
+    (["--m", "256", "--k", "128"], "--n: --kernel gemm needs --m, --n and --k"),
+    (["--m", "256", "--n", "256", "--k", "128", "--config", "pp128x128", "--block-n", "64", "--stages", "3"],
+     "--config: the tag names the tile options itself; give --config or --block-n, --stages, not both"),
+    (["--m", "256", "--n", "256", "--k", "128", "--config", "big"], "config tag: 'big' is not"),
+    (["--m", "256", "--n", "256", "--k", "128", "--block-n", "100"], "block_n: must be a multiple of 16"),
 ])
 def test_dump_bad_input(tmp_path, capsys, args, message):
     from ptxgemm.__main__ import main
@@ -339,14 +357,48 @@ def test_dump_gemm(tmp_path):
     if importlib.util.find_spec("ptxgemm.config") is None or importlib.util.find_spec("ptxgemm.gemm") is None:
         pytest.skip("the GEMM modules are not in this checkout yet")
     out = tmp_path / "gemm"
-    proc = run_cli("dump", "--m", "256", "--n", "256", "--k", "128", "--out", str(out))
+    proc = run_cli("dump", "--m", "256", "--n", "256", "--k", "128", "--out", str(out), env=NO_GPU_NO_TUNE_CACHE)
     assert proc.returncode == 0, proc.stderr
     for name in ("gemm.ptx", "gemm.cubin", "gemm.sass", "ptxas.log", "report.json"):
         assert (out / name).is_file(), name
     report = json.loads((out / "report.json").read_text())
+    assert set(report) == {"kernel", "arch", "measured", "config", "predicted", "problem", "schedule"}
     assert report["kernel"] == "gemm"
     assert report["problem"] == {"m": 256, "n": 256, "k": 128}
-    assert report["functions"] and report["ptxas_version"]
+    # what ptxas and nvdisasm measured, apart from what the config predicts
+    measured, predicted = report["measured"], report["predicted"]
+    assert measured["functions"] and measured["ptxas_version"] and measured["registers"] > 0
+    assert measured["consumer_k_loop_sass"]["hgmma"] > 0
+    assert {"stages", "smem_map", "registers", "smem_bytes"} <= set(predicted)
+    assert not {"functions", "ptxas_warnings", "consumer_k_loop_sass"} & set(predicted)
+    # no config given: the one ptxgemm selects for the shape, on select's 132-SM default device
+    chosen, source = select.choose(256, 256, 128, device=select.DEFAULT_DEVICE)
+    assert source == "cost model"
+    assert report["config"]["tag"] == chosen.tag and report["config"]["source"] == "selected: cost model"
+    assert report["config"]["fields"] == dataclasses.asdict(chosen)
+    plan = schedule.plan_for(chosen, 256, 256, 128, 132)
+    assert report["schedule"] == {**plan.describe(), "sm_count": 132, "device": "no GPU here: 132 SMs assumed"}
+    first, second = proc.stdout.splitlines()[:2]
+    assert first == f"config {chosen.tag} (selected: cost model): {chosen.describe()}"
+    assert second.startswith(f"problem 256x256x128 on 132 SMs (no GPU here: 132 SMs assumed): "
+                             f"{plan.tiles_m}x{plan.tiles_n} tiles of 2 k-tiles, grid {plan.grid} CTAs")
+
+
+@needs_ptxas
+@needs_nvdisasm
+@pytest.mark.parametrize("options, tag, source", [
+    (["--config", "coop256x128c2"], "coop256x128c2", "--config"),
+    (["--block-n", "192", "--stages", "4"], "pp128x192s4", "tile options --block-n --stages"),
+])
+def test_dump_gemm_with_a_given_config(tmp_path, options, tag, source):
+    proc = run_cli("dump", "--m", "8192", "--n", "8192", "--k", "8192", *options, "--out", str(tmp_path),
+                   env=NO_GPU_NO_TUNE_CACHE)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert (report["config"]["tag"], report["config"]["source"]) == (tag, source)
+    config = GemmConfig.from_tag(tag)
+    assert report["predicted"]["stages"] == config.num_stages
+    assert report["schedule"]["waves"] == round(schedule.plan_for(config, 8192, 8192, 8192, 132).waves, 3)
 
 
 def test_info(tmp_path):

@@ -15,12 +15,13 @@ from ptxgemm.errors import ConfigError
 from ptxgemm.swizzle import MODES, SPAN_BYTES, format_grid, tile_grid
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-PROBE = REPO_ROOT / "tools" / "swizzle_probe.py"
+PROBE = ["-m", "ptxgemm", "swizzle-probe"]
+ERROR = "python -m ptxgemm swizzle-probe: error: "
 
 
-def run_probe(*args, env=None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(PROBE), *args], capture_output=True, text=True, timeout=120,
-                          cwd=REPO_ROOT, env={**os.environ, **(env or {})})
+def run_probe(*args, env=None, cwd=None, command=PROBE) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *command, *args], capture_output=True, text=True, timeout=120,
+                          cwd=cwd or REPO_ROOT, env={**os.environ, **(env or {})})
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -72,7 +73,7 @@ def test_cli_bad_input(args, message):
     assert proc.stdout == ""
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr
-    assert lines[0].startswith("swizzle_probe: error: ")
+    assert lines[0].startswith(ERROR)
     assert message in lines[0]
 
 
@@ -83,8 +84,21 @@ def test_cli_without_gpu_needs_simulate():
     assert proc.stdout == ""
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr
-    assert lines[0].startswith("swizzle_probe: error: no GPU to probe (")
+    assert lines[0].startswith(ERROR + "no GPU to probe (")
     assert "use --simulate" in lines[0]
+
+
+@pytest.mark.parametrize("command", [PROBE, [str(REPO_ROOT / "tools" / "swizzle_probe.py")]],
+                         ids=["python -m ptxgemm", "tools/swizzle_probe.py"])
+def test_cli_simulate_runs_from_another_directory(tmp_path, command):
+    """What the wheel promises: the command finds its package (and the old tool path its shim) from anywhere."""
+    proc = run_probe("--simulate", "--mode", "64B", "--direction", "load", cwd=tmp_path, command=command)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("== 64B swizzle, TMA load, 8x32 x 16-bit: the model's prediction")
+    assert format_grid(tile_grid(8, 32, "64B")) in proc.stdout
+    bad = run_probe("--simulate", "--rows", "0", cwd=tmp_path, command=command)
+    assert bad.returncode == 2 and bad.stderr.startswith(ERROR + "--rows: ")
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_check_tile_rules():

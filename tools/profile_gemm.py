@@ -30,15 +30,13 @@ def main() -> int:
 
     import ptxgemm
     from ptxgemm import DeviceArray, driver
-
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from bench import parse_variant
+    from ptxgemm.bench import parse_tag
 
     rng = np.random.default_rng(0)
     a = rng.standard_normal((m, k), dtype=np.float32).astype(ml_dtypes.bfloat16)
     b = rng.standard_normal((k, n), dtype=np.float32).astype(ml_dtypes.bfloat16)
     plan = ptxgemm.GemmPlan(ptxgemm.to_device(a), ptxgemm.to_device(b), DeviceArray.empty((m, n), a.dtype),
-                            parse_variant(args.config))
+                            parse_tag(args.config))
     for _ in range(args.launches):
         plan.launch()
     driver.synchronize()

@@ -1,99 +1,10 @@
 #!/usr/bin/env python3
-"""Where does TMA put my bytes? Ask the hardware, and compare with ptxgemm's swizzle model.
-
-store: shared element i holds i; one TMA store with the swizzle writes the tile to global memory.
-       grid[r][c] = the shared-memory linear index whose value landed at global (r, c).
-load : global element i holds i; one TMA load with the swizzle fills shared memory, which is copied out linearly.
-       grid[r][c] = the global linear index whose value landed at shared-memory position r*cols + c.
-
-Rows are printed one per line with 16-byte chunks separated by '|', so the chunk permutation shows at a glance.
-Exits 1 if the hardware disagrees with the model anywhere, 2 on bad input.
-
-  python tools/swizzle_probe.py --mode all --direction both
-  python tools/swizzle_probe.py --simulate --mode 128B --rows 8 --cols 64 --direction both --json
-"""
-from __future__ import annotations
-
-import argparse
-import json
+"""`python -m ptxgemm swizzle-probe`, kept at its old path (the code lives in the package)."""
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-import numpy as np  # noqa: E402
-
-from ptxgemm.errors import ConfigError, PtxgemmError  # noqa: E402
-from ptxgemm.probes import DIRECTIONS, check_tile, default_cols, run_swizzle_probe  # noqa: E402
-from ptxgemm.swizzle import MODES, format_grid, tile_grid  # noqa: E402
-
-
-def parse_args(argv):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--mode", default="128B", help="none, 32B, 64B, 128B or all (default 128B)")
-    p.add_argument("--direction", default="both", help="store, load or both (default both)")
-    p.add_argument("--rows", type=int, default=8, help="tile rows (default 8)")
-    p.add_argument("--cols", type=int, default=None,
-                   help="tile columns of 16-bit elements (default: one swizzle span, 64 for 128B)")
-    p.add_argument("--simulate", action="store_true", help="no GPU: print the model's prediction")
-    p.add_argument("--json", action="store_true", help="print one JSON list of {mode, direction, rows, cols, grid}")
-    return p.parse_args(argv)
-
-
-def plan(args) -> list[tuple[str, str, int, int]]:
-    """The (mode, direction, rows, cols) cases to run; raises ConfigError on bad input."""
-    if args.mode != "all" and args.mode not in MODES:
-        raise ConfigError(f"--mode: must be one of {', '.join(MODES)} or all, got {args.mode!r}")
-    if args.direction not in (*DIRECTIONS, "both"):
-        raise ConfigError(f"--direction: must be store, load or both, got {args.direction!r}")
-    modes = MODES if args.mode == "all" else (args.mode,)
-    directions = DIRECTIONS if args.direction == "both" else (args.direction,)
-    cases = []
-    for mode in modes:
-        cols = args.cols if args.cols is not None else default_cols(mode)
-        check_tile(mode, args.rows, cols)
-        cases.extend((mode, d, args.rows, cols) for d in directions)
-    return cases
-
-
-def main(argv=None) -> int:
-    args = parse_args(argv)
-    try:
-        cases = plan(args)
-        if not args.simulate:
-            from ptxgemm import driver
-
-            reason = driver.no_device_reason()
-            if reason is not None:
-                raise ConfigError(f"no GPU to probe ({reason}); use --simulate for the model's prediction")
-        results, mismatches = [], 0
-        for mode, direction, rows, cols in cases:
-            model = tile_grid(rows, cols, mode)
-            grid = model if args.simulate else run_swizzle_probe(mode, direction, rows, cols)
-            bad = 0 if args.simulate else int(np.count_nonzero(grid != model))
-            mismatches += bad
-            results.append({"mode": mode, "direction": direction, "rows": rows, "cols": cols,
-                            "grid": grid.tolist(), "mismatches": bad})
-    except PtxgemmError as e:
-        print(f"swizzle_probe: error: {e}", file=sys.stderr)
-        return 2
-    if args.json:
-        print(json.dumps([{k: r[k] for k in ("mode", "direction", "rows", "cols", "grid")} for r in results]))
-    else:
-        for r in results:
-            if args.simulate:  # nothing was measured: say so, rather than compare the model with itself
-                verdict = "the model's prediction (simulated; no hardware was probed)"
-            else:
-                verdict = ("hardware, matches the model" if r["mismatches"] == 0
-                           else f"hardware, {r['mismatches']} MISMATCHES vs the model")
-            print(f"== {r['mode']} swizzle, TMA {r['direction']}, {r['rows']}x{r['cols']} x 16-bit: {verdict}")
-            print(format_grid(np.array(r["grid"])))
-            print()
-    if mismatches:
-        print(f"swizzle_probe: {mismatches} element(s) differ from ptxgemm.swizzle's model", file=sys.stderr)
-        return 1
-    return 0
-
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # a plain checkout runs without pip install too
+from ptxgemm.__main__ import main  # noqa: E402
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(["swizzle-probe", *sys.argv[1:]]))

@@ -1,0 +1,116 @@
+"""`python -m ptxgemm` as a whole: its commands, --version, and every option's help (no GPU needed)."""
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+
+import pytest
+
+import ptxgemm
+from ptxgemm.__main__ import build_parser, main
+
+COMMANDS = ("demo", "info", "dump", "select", "tune", "bench", "trace", "mutants", "swizzle-probe", "bank-conflicts")
+
+
+def subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    [action] = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return dict(action.choices)
+
+
+def options(parser: argparse.ArgumentParser):
+    """Every option of `parser` but -h/--help and --version, with its help text as --help prints it."""
+    formatter = parser._get_formatter()
+    for action in parser._actions:
+        if not action.option_strings or isinstance(action, (argparse._HelpAction, argparse._VersionAction)):
+            continue
+        yield action, (formatter._expand_help(action) if action.help else "")
+
+
+def every_option():
+    parser = build_parser()
+    yield "python -m ptxgemm", parser, list(options(parser))
+    for name, sub in subparsers(parser).items():
+        yield name, sub, list(options(sub))
+
+
+def test_the_commands():
+    assert tuple(subparsers(build_parser())) == COMMANDS
+
+
+def test_every_option_says_its_default_and_allowed_values():
+    """The rule: each option's help contains "default" (a value, "off" for a switch, "none", or "no default" for a
+    required one), and an option with a fixed set of values names every one of them."""
+    bad = []
+    for command, _, opts in every_option():
+        for action, text in opts:
+            flag = "/".join(action.option_strings)
+            if "default" not in text:
+                bad.append(f"{command} {flag}: no default in {text!r}")
+            if isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction)) and \
+                    not any(word in text for word in ("default off", "default on", "default: ")):
+                bad.append(f"{command} {flag}: a switch's help must say whether it is on or off by default: {text!r}")
+            for choice in action.choices or ():
+                if str(choice) not in text:
+                    bad.append(f"{command} {flag}: allowed value {choice!r} not in {text!r}")
+    assert not bad, "\n".join(bad)
+
+
+def test_the_walk_sees_every_command_and_its_options():
+    seen = {command: {f for a, _ in opts for f in a.option_strings} for command, _, opts in every_option()}
+    assert set(seen) == {"python -m ptxgemm", *COMMANDS}
+    assert {"--m", "--config", "--block-n", "--debug", "--out"} <= seen["dump"]
+    assert {"--quick", "--rounds", "--shapes", "--out", "--name", "--config", "--variants", "--use-tune-cache",
+            "--summarize", "--summarize-out"} == seen["bench"]
+    assert {"--mode", "--direction", "--rows", "--cols", "--simulate", "--json"} == seen["swizzle-probe"]
+    assert {"--op", "--pattern", "--kernel", "--addresses", "--json", "--layout", "--row-bytes", "--pad"} \
+        <= seen["bank-conflicts"]
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_command_prints_its_help(command, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main([command, "--help"])
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"usage: python -m ptxgemm {command}") and "default" in out
+
+
+def test_version_from_another_directory(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "ptxgemm", "--version"], capture_output=True, text=True,
+                          timeout=120, cwd=tmp_path)
+    assert proc.returncode == 0 and proc.stdout == f"ptxgemm {ptxgemm.__version__}\n"
+
+
+@pytest.mark.parametrize("argv, line", [
+    ([], "python -m ptxgemm: error: the following arguments are required: COMMAND"),
+    (["nonsense"], "python -m ptxgemm: error: argument COMMAND: invalid choice: 'nonsense'"),
+    (["select", "--m", "1", "--n", "8"], "python -m ptxgemm select: error: the following arguments are required: --k"),
+    (["dump", "--out", "x", "--m", "many"], "python -m ptxgemm dump: error: argument --m: invalid int value: 'many'"),
+])
+def test_argparse_errors_are_one_line_and_exit_2(argv, line, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    out, err = capsys.readouterr()
+    assert exc.value.code == 2 and out == ""
+    assert err.count("\n") == 1 and err.startswith(line), err
+
+
+def test_the_console_script_is_the_same_main():
+    """pyproject's [project.scripts] ptxgemm = ptxgemm.__main__:main; checked without installing."""
+    import tomllib
+    from pathlib import Path
+
+    pyproject = tomllib.loads((Path(__file__).resolve().parent.parent / "pyproject.toml").read_text())
+    assert pyproject["project"]["scripts"] == {"ptxgemm": "ptxgemm.__main__:main"}
+    assert pyproject["project"]["version"] == ptxgemm.__version__
+
+
+def test_importing_ptxgemm_and_building_the_parser_imports_no_optional_peer():
+    code = ("import sys, ptxgemm; from ptxgemm.__main__ import build_parser; build_parser(); "
+            "print(sorted(m for m in ('torch', 'cupy', 'matplotlib') if m in sys.modules))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
