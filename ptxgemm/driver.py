@@ -262,6 +262,25 @@ class DeviceArray:
         out.copy_from_host(arr)
         return out
 
+    # interop: read in place by torch.from_dlpack, cupy.from_dlpack, cupy.asarray, numba ... -------------------------
+    def __dlpack__(self, stream=None, **_ignored):
+        """A DLPack capsule viewing this array (no copy). ptxgemm's work is ordered on the streams it was launched on;
+        a consumer on another stream should synchronize with those first (as with any CUDA library)."""
+        from .interop import export_dlpack
+
+        return export_dlpack(self)
+
+    def __dlpack_device__(self):
+        from .interop import KDL_CUDA
+
+        return (KDL_CUDA, 0)
+
+    @property
+    def __cuda_array_interface__(self) -> dict:
+        from .interop import cuda_array_interface
+
+        return cuda_array_interface(self)
+
     # transfers -------------------------------------------------------------------------------------------
     @property
     def is_c_contiguous(self) -> bool:
@@ -371,11 +390,15 @@ class Stream:
 
 
 def _stream_handle(stream):
+    """None (the legacy default stream), a ptxgemm Stream, a raw handle (e.g. torch.cuda.current_stream().cuda_stream)
+    or any object with __cuda_stream__ (ptxgemm.interop.stream_handle)."""
     if stream is None:
         return cu.CUstream(0)
     if isinstance(stream, Stream):
         return stream.handle
-    return cu.CUstream(int(stream))  # a raw handle, e.g. torch.cuda.current_stream().cuda_stream
+    from .interop import stream_handle
+
+    return cu.CUstream(stream_handle(stream))
 
 
 class Event:

@@ -234,7 +234,10 @@ class GemmPlan:
         the tests make every consumer run the pingpong several times on small problems. `kernel` replaces the
         config's compiled kernel (ptxgemm.mutants runs edited PTX this way); its config must be the plan's."""
         from . import driver, tensormap
+        from .interop import as_device_array
 
+        # any framework's device arrays, read in place (DLPack or __cuda_array_interface__); never a copy
+        a, b, out = (as_device_array(x, name) for x, name in ((a, "a"), (b, "b"), (out, "out")))
         in_dtype, op_a, op_b = check_inputs(a, b)
         m, k = a.shape
         n = b.shape[1]
@@ -338,13 +341,15 @@ class GemmPlan:
 
 
 def matmul(a, b, out=None, *, out_dtype=None, config: GemmConfig | None = None, stream=None):
-    """C = A·B on DeviceArrays (asynchronous on `stream`). Allocates `out` (C order) when not given."""
+    """C = A·B on device arrays (asynchronous on `stream`): ptxgemm.DeviceArray, or any object with __dlpack__ or
+    __cuda_array_interface__ (torch, CuPy, JAX, ...), read in place. Allocates `out` (a C-order DeviceArray, which
+    exports both protocols) when not given. `stream`: None, a raw CUstream handle or an object with __cuda_stream__."""
     from . import driver
+    from .interop import as_device_array
 
-    for name, x in (("a", a), ("b", b)):
-        if not isinstance(x, driver.DeviceArray):
-            raise ConfigError(f"{name}: matmul takes ptxgemm.DeviceArray operands (see ptxgemm.to_device); "
-                              f"for numpy arrays use ptxgemm.run")
+    a, b = as_device_array(a, "a", stream), as_device_array(b, "b", stream)
+    if out is not None:
+        out = as_device_array(out, "out", stream)
     if out is None:
         in_dtype, _, _ = check_inputs(a, b)
         od = check_output(a.shape[0], b.shape[1], out_dtype if out_dtype is not None else in_dtype)

@@ -1,0 +1,242 @@
+"""Device arrays from any framework, read in place, without importing one: DLPack and __cuda_array_interface__.
+
+    as_device_array(obj, name)   a DeviceArray view of `obj`'s memory (no copy): obj may be a DeviceArray, anything
+                                 with __dlpack__ (torch, CuPy, JAX; bfloat16 too, as DLPack's bfloat type) or with
+                                 __cuda_array_interface__ (CuPy, Numba, torch for non-bf16 dtypes)
+    stream_handle(stream)        a raw CUstream from None, an int handle or an object with __cuda_stream__
+
+DeviceArray exports both protocols (see DeviceArray.__dlpack__ / __cuda_array_interface__ in driver.py, built by
+`export_dlpack` and `cuda_array_interface` here), so torch.from_dlpack(c) or cupy.from_dlpack(c) take a result
+without a copy.
+
+DLPack's C structs are read and written with ctypes; the capsule protocol is followed to the letter: a consumed
+"dltensor" capsule is renamed "used_dltensor" and its deleter is called once the view is no longer referenced; an
+exported capsule that nobody consumes calls our deleter when it is garbage-collected.
+"""
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+
+from .errors import ConfigError
+
+# --- DLPack (v0.8 ABI, the unversioned "dltensor" capsule every framework still accepts and produces) ----------
+
+KDL_CPU, KDL_CUDA, KDL_CUDA_HOST, KDL_CUDA_MANAGED = 1, 2, 3, 13
+KDL_INT, KDL_UINT, KDL_FLOAT, KDL_BFLOAT = 0, 1, 2, 4
+DEVICE_NAMES = {1: "CPU", 2: "CUDA", 3: "CUDA host (pinned)", 4: "OpenCL", 7: "Vulkan", 8: "Metal", 10: "ROCm",
+                13: "CUDA managed"}
+# (type code, bits) <-> numpy dtype name; bfloat16 is ml_dtypes' numpy type
+_DL_TO_NAME = {(KDL_FLOAT, 16): "float16", (KDL_FLOAT, 32): "float32", (KDL_FLOAT, 64): "float64",
+               (KDL_BFLOAT, 16): "bfloat16", (KDL_INT, 8): "int8", (KDL_INT, 32): "int32", (KDL_UINT, 8): "uint8"}
+_NAME_TO_DL = {v: k for k, v in _DL_TO_NAME.items()}
+
+
+class DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class DLTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("device", DLDevice), ("ndim", ctypes.c_int32), ("dtype", DLDataType),
+                ("shape", ctypes.POINTER(ctypes.c_int64)), ("strides", ctypes.POINTER(ctypes.c_int64)),
+                ("byte_offset", ctypes.c_uint64)]
+
+
+class DLManagedTensor(ctypes.Structure):
+    pass
+
+
+_DELETER = ctypes.CFUNCTYPE(None, ctypes.POINTER(DLManagedTensor))
+DLManagedTensor._fields_ = [("dl_tensor", DLTensor), ("manager_ctx", ctypes.c_void_p), ("deleter", _DELETER)]
+
+# A capsule destructor runs while the capsule's reference count is zero: it must see a bare pointer, never a
+# py_object (which would take a new reference to a dying object), so it has its own raw-pointer API functions.
+_CAPSULE_DESTRUCTOR = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+_api = ctypes.pythonapi
+_api.PyCapsule_IsValid.restype = ctypes.c_int
+_api.PyCapsule_IsValid.argtypes = [ctypes.py_object, ctypes.c_char_p]
+_api.PyCapsule_GetPointer.restype = ctypes.c_void_p
+_api.PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+_api.PyCapsule_SetName.restype = ctypes.c_int
+_api.PyCapsule_SetName.argtypes = [ctypes.py_object, ctypes.c_char_p]
+_api.PyCapsule_New.restype = ctypes.py_object
+_api.PyCapsule_New.argtypes = [ctypes.c_void_p, ctypes.c_char_p, _CAPSULE_DESTRUCTOR]
+_raw_is_valid = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p)(("PyCapsule_IsValid", _api))
+_raw_get_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p)(("PyCapsule_GetPointer", _api))
+
+_USED_NAME = ctypes.c_char_p(b"used_dltensor")  # PyCapsule_SetName keeps the pointer: the bytes must outlive it
+
+
+class _ImportedTensor:
+    """Owns a consumed DLManagedTensor: calls the producer's deleter when the last view of it goes away."""
+
+    def __init__(self, managed_ptr: int):
+        self.managed = ctypes.cast(managed_ptr, ctypes.POINTER(DLManagedTensor))
+
+    def __del__(self):
+        deleter = self.managed.contents.deleter
+        if deleter:
+            deleter(self.managed)
+
+
+def _dtype_from_name(name: str) -> np.dtype:
+    import ml_dtypes  # noqa: F401 - registers 'bfloat16'
+
+    return np.dtype(name)
+
+
+def _from_dlpack(obj, name: str, stream_for_producer):
+    from .driver import DeviceArray
+
+    device_type, _ = obj.__dlpack_device__() if hasattr(obj, "__dlpack_device__") else (None, None)
+    if device_type is not None and device_type not in (KDL_CUDA, KDL_CUDA_MANAGED):
+        raise ConfigError(f"{name}: a {type(obj).__name__} on the {DEVICE_NAMES.get(device_type, device_type)} "
+                          f"device; ptxgemm reads CUDA device memory (move it to the GPU first, or use ptxgemm.run "
+                          f"for numpy arrays)")
+    try:
+        capsule = obj.__dlpack__(stream=stream_for_producer)
+    except TypeError:  # an older producer without the stream keyword
+        capsule = obj.__dlpack__()
+    if not _api.PyCapsule_IsValid(capsule, b"dltensor"):
+        raise ConfigError(f"{name}: __dlpack__ did not return an unconsumed 'dltensor' capsule")
+    managed_ptr = _api.PyCapsule_GetPointer(capsule, b"dltensor")
+    _api.PyCapsule_SetName(capsule, _USED_NAME)  # ours now: the producer's capsule destructor must not free it
+    owner = _ImportedTensor(managed_ptr)
+    t = owner.managed.contents.dl_tensor
+    if t.device.device_type not in (KDL_CUDA, KDL_CUDA_MANAGED):
+        raise ConfigError(f"{name}: a DLPack tensor on the {DEVICE_NAMES.get(t.device.device_type, t.device.device_type)}"
+                          f" device; ptxgemm reads CUDA device memory")
+    key = (t.dtype.code, t.dtype.bits)
+    if t.dtype.lanes != 1 or key not in _DL_TO_NAME:
+        raise ConfigError(f"{name}: DLPack dtype (code {t.dtype.code}, {t.dtype.bits} bits, {t.dtype.lanes} lanes) "
+                          f"has no ptxgemm equivalent")
+    dtype = _dtype_from_name(_DL_TO_NAME[key])
+    shape = tuple(t.shape[i] for i in range(t.ndim))
+    if t.strides:
+        strides = tuple(t.strides[i] * dtype.itemsize for i in range(t.ndim))  # DLPack counts elements
+    else:
+        strides = None  # compact row-major
+    view = DeviceArray(int(t.data or 0) + int(t.byte_offset), shape, dtype, strides, owner=False)
+    view._keepalive = (owner, obj)
+    return view
+
+
+def _from_cuda_array_interface(obj, name: str):
+    from .driver import DeviceArray
+
+    cai = obj.__cuda_array_interface__
+    if cai.get("mask") is not None:
+        raise ConfigError(f"{name}: __cuda_array_interface__ with a mask is not supported")
+    typestr = cai["typestr"]
+    try:
+        dtype = np.dtype(typestr)
+    except TypeError as e:
+        raise ConfigError(f"{name}: __cuda_array_interface__ typestr {typestr!r} is not a numpy dtype") from e
+    if dtype.kind == "V":
+        raise ConfigError(f"{name}: __cuda_array_interface__ typestr {typestr!r} names no numeric type (bfloat16 has "
+                          f"none there: pass the object through DLPack, its __dlpack__, instead)")
+    ptr, _readonly = cai["data"]
+    shape = tuple(int(s) for s in cai["shape"])
+    strides = tuple(int(s) for s in cai["strides"]) if cai.get("strides") is not None else None
+    stream = cai.get("stream")
+    if stream not in (None, 0, 1, 2):
+        # v3: the producer's work on `stream` must come first. Waiting for it here is correct for every consumer
+        # stream and costs a host wait only when that stream is still busy.
+        from .driver import cu, check
+
+        check(cu.cuStreamSynchronize(cu.CUstream(int(stream))), f"waiting for {name}'s producer stream")
+    view = DeviceArray(int(ptr or 0), shape, dtype, strides, owner=False)
+    view._keepalive = obj
+    return view
+
+
+def as_device_array(obj, name: str, stream=None):
+    """A DeviceArray view of `obj` (DeviceArray, DLPack or CUDA-array-interface object), never a copy."""
+    from .driver import DeviceArray
+
+    if isinstance(obj, DeviceArray):
+        return obj
+    if isinstance(obj, np.ndarray):
+        raise ConfigError(f"{name}: a numpy array lives in host memory; use ptxgemm.run for numpy arrays, or "
+                          f"ptxgemm.to_device to upload it once")
+    if hasattr(obj, "__dlpack__"):
+        # DLPack's stream argument: the stream the consumer will use, 1 meaning the legacy default stream (0 is
+        # ambiguous there), which is where ptxgemm launches without a stream
+        handle = stream_handle(stream)
+        return _from_dlpack(obj, name, 1 if handle == 0 else handle)
+    if hasattr(obj, "__cuda_array_interface__"):
+        return _from_cuda_array_interface(obj, name)
+    raise ConfigError(f"{name}: a {type(obj).__name__} is neither a ptxgemm.DeviceArray nor an object with "
+                      f"__dlpack__ or __cuda_array_interface__")
+
+
+def stream_handle(stream) -> int:
+    """A raw CUstream handle (0: the legacy default stream) from None, an int, a ptxgemm Stream, or an object with
+    __cuda_stream__ (the CUDA stream protocol: returns (version, handle)) or a .cuda_stream / .ptr attribute."""
+    if stream is None:
+        return 0
+    if isinstance(stream, bool):
+        raise ConfigError("stream: must be None, a raw CUstream handle or a stream object, got a bool")
+    if isinstance(stream, int):
+        return stream
+    if hasattr(stream, "__cuda_stream__"):
+        _version, handle = stream.__cuda_stream__()
+        return int(handle)
+    handle = getattr(stream, "handle", None)
+    if handle is not None:                     # ptxgemm.driver.Stream
+        return int(handle)
+    for attr in ("cuda_stream", "ptr"):        # torch.cuda.Stream, cupy.cuda.Stream
+        if hasattr(stream, attr):
+            return int(getattr(stream, attr))
+    raise ConfigError(f"stream: a {type(stream).__name__} is not a stream (None, an int handle, or an object with "
+                      f"__cuda_stream__)")
+
+
+# --- exporting a DeviceArray ------------------------------------------------------------------------------------
+
+_exports: dict[int, tuple] = {}  # managed tensor address -> what must stay alive until its deleter runs
+
+
+@_DELETER
+def _export_deleter(managed):
+    _exports.pop(ctypes.addressof(managed.contents), None)
+
+
+@_CAPSULE_DESTRUCTOR
+def _capsule_destructor(capsule):
+    # only an unconsumed capsule frees its tensor; a consumer renamed it and calls the deleter itself
+    if _raw_is_valid(capsule, b"dltensor"):
+        managed = ctypes.cast(_raw_get_pointer(capsule, b"dltensor"), ctypes.POINTER(DLManagedTensor))
+        managed.contents.deleter(managed)
+
+
+def export_dlpack(array) -> object:
+    """A 'dltensor' capsule viewing `array` (a DeviceArray); the array stays alive until the consumer is done."""
+    name = array.dtype.name
+    if name not in _NAME_TO_DL:
+        raise ConfigError(f"__dlpack__: dtype {name} has no DLPack type here")
+    code, bits = _NAME_TO_DL[name]
+    ndim = len(array.shape)
+    shape = (ctypes.c_int64 * max(ndim, 1))(*array.shape)
+    strides = (ctypes.c_int64 * max(ndim, 1))(*(s // array.dtype.itemsize for s in array.strides))
+    managed = DLManagedTensor()
+    managed.dl_tensor = DLTensor(ctypes.c_void_p(array.ptr), DLDevice(KDL_CUDA, 0), ndim,
+                                 DLDataType(code, bits, 1), shape, strides, 0)
+    managed.deleter = _export_deleter
+    _exports[ctypes.addressof(managed)] = (managed, shape, strides, array)
+    return _api.PyCapsule_New(ctypes.addressof(managed), b"dltensor", _capsule_destructor)
+
+
+def cuda_array_interface(array) -> dict:
+    """__cuda_array_interface__ (version 3) of a DeviceArray. bfloat16 has no typestr in that protocol: it raises,
+    naming DLPack, rather than exporting bytes a consumer would misread."""
+    if array.dtype.name == "bfloat16":
+        raise AttributeError("__cuda_array_interface__: bfloat16 has no typestr in this protocol; use __dlpack__ "
+                             "(torch.from_dlpack / cupy.from_dlpack)")
+    return {"shape": tuple(array.shape), "typestr": array.dtype.str, "data": (array.ptr, False),
+            "strides": tuple(array.strides), "version": 3, "stream": None}
