@@ -62,7 +62,8 @@ STALLS = [lines for _, lines in BLOCKS if lines and lines[0].startswith("BARRIER
 
 
 def readme_operands() -> dict:
-    """The README's `a` and `b`: the imports and the assignments to a and b of its python blocks."""
+    """The README's `a` and `b`: the imports and the assignments to a and b of its python blocks (blocks marked
+    ```python only; a ```python torch block is an interop example that needs a GPU and torch)."""
     setup = [line for info, lines in BLOCKS if info == "python" for line in lines
              if re.match(r"(import |from |a = |b = )", line)]
     namespace: dict = {}
