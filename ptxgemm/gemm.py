@@ -186,9 +186,7 @@ def _resolve_config(config: GemmConfig | None, in_dtype: str, out_dtype: str, a_
         if ctas is not None and ctas % base.cluster_size:
             base = dataclasses.replace(base, cluster_m=1, cluster_n=1)
     else:
-        base = config
-    if not isinstance(base, GemmConfig):
-        raise ConfigError(f"config: must be a ptxgemm.GemmConfig, got {type(config).__name__}")
+        base = config  # GemmPlan checked that it is a GemmConfig before asking for the GPU
     return dataclasses.replace(base, in_dtype=in_dtype, out_dtype=out_dtype, a_major=a_major, b_major=b_major)
 
 
@@ -208,6 +206,7 @@ def _operand_map(array, op: Operand, mn_extent: int, k: int, k_major_rows: int, 
 
 
 _tile_orders: dict[tuple[int, int], object] = {}
+_tile_orders_lock = threading.Lock()
 
 
 def _tile_order(rows: int, cols: int):
@@ -215,7 +214,7 @@ def _tile_order(rows: int, cols: int):
     per grid shape and kept for the process (a plan's launches read it; it is a few KB)."""
     from . import driver
 
-    with _kernels_lock:
+    with _tile_orders_lock:
         if (rows, cols) not in _tile_orders:
             if rows >= 1 << 16 or cols >= 1 << 16:
                 raise ConfigError(f"config.raster: the Hilbert table packs rows and columns in 16 bits each; "

@@ -84,12 +84,6 @@ class _ImportedTensor:
             deleter(self.managed)
 
 
-def _dtype_from_name(name: str) -> np.dtype:
-    import ml_dtypes  # noqa: F401 - registers 'bfloat16'
-
-    return np.dtype(name)
-
-
 def _from_dlpack(obj, name: str, stream_for_producer):
     from .driver import DeviceArray
 
@@ -115,7 +109,7 @@ def _from_dlpack(obj, name: str, stream_for_producer):
     if t.dtype.lanes != 1 or key not in _DL_TO_NAME:
         raise ConfigError(f"{name}: DLPack dtype (code {t.dtype.code}, {t.dtype.bits} bits, {t.dtype.lanes} lanes) "
                           f"has no ptxgemm equivalent")
-    dtype = _dtype_from_name(_DL_TO_NAME[key])
+    dtype = np.dtype(_DL_TO_NAME[key])  # 'bfloat16' is registered: ptxgemm imports ml_dtypes (gemm.py)
     shape = tuple(t.shape[i] for i in range(t.ndim))
     if t.strides:
         strides = tuple(t.strides[i] * dtype.itemsize for i in range(t.ndim))  # DLPack counts elements

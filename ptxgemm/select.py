@@ -30,6 +30,8 @@ import functools
 import math
 import numbers
 
+import numpy as np
+
 from . import schedule, tune_cache
 from .config import TAG_SCHEDULE, GemmConfig
 from .errors import ConfigError
@@ -182,13 +184,25 @@ def predict(config: GemmConfig, m: int, n: int, k: int, sm_count: int, gpu_name:
         raise ConfigError(f"config: no measured cost for {tag!r} in ptxgemm.select's tables; the model "
                           f"knows {sorted(ktile_ns)}")
     sched = schedule.plan_for(config, m, n, k, sm_count)
-    steps = math.ceil(sched.units / sched.clusters)
-    mainloop, epilogue = sched.k_tiles * ktile_ns[tag], epilogue_ns[tag]
-    if config.cooperative:
-        total = steps * (mainloop + epilogue)
-    else:
-        total = steps * max(mainloop, epilogue) + epilogue
-    return Prediction(tag, sched.tiles_m, sched.tiles_n, sched.k_tiles, steps, mainloop, epilogue, total)
+    steps = steps_per_cta(sched)
+    total = model_ns(config.cooperative, steps, sched.k_tiles, ktile_ns[tag], epilogue_ns[tag])
+    return Prediction(tag, sched.tiles_m, sched.tiles_n, sched.k_tiles, steps, sched.k_tiles * ktile_ns[tag],
+                      epilogue_ns[tag], float(total))
+
+
+def steps_per_cta(sched) -> int:
+    """Scheduler steps of the busiest CTA (cluster) of a ptxgemm.schedule.Schedule: the tiles it runs."""
+    return math.ceil(sched.units / sched.clusters)
+
+
+def model_ns(cooperative: bool, steps, k_tiles, ktile_ns, epilogue_ns):
+    """The model's time from its terms; numbers or numpy arrays alike (tools/fit_select.py fits the costs with it).
+    Cooperative: both consumers store every tile together. Pingpong: a consumer's epilogue runs under its peer's
+    mainloop, so a step costs the longer of the two, and only the last tile's epilogue has nothing to hide under."""
+    mainloop = k_tiles * ktile_ns
+    if cooperative:
+        return steps * (mainloop + epilogue_ns)
+    return steps * np.maximum(mainloop, epilogue_ns) + epilogue_ns
 
 
 MIN_CLUSTER_ROWS = 2

@@ -4,7 +4,6 @@ Every test injects its device (an object with .name and .sm_count), so nothing h
 """
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import math
 import subprocess
@@ -28,11 +27,9 @@ BF16_TAGS = {"pp128x128", "pp128x128c2", "pp128x192", "pp64x256", "pp64x256c2", 
              "coop256x160cn2"}
 
 
-@dataclasses.dataclass(frozen=True)
-class FakeDevice:
-    name: str = "Fake H100"
-    sm_count: int = 132
-    driver_version_str: str = "13.0"
+def FakeDevice(name: str = "Fake H100", sm_count=132, driver_version_str: str = "13.0") -> S.DeviceModel:
+    """A device without a GPU: select's own DeviceModel, with an H100's numbers by default."""
+    return S.DeviceModel(name, sm_count, driver_version_str)
 
 
 H100 = FakeDevice()

@@ -3,7 +3,6 @@ timer, so the checking, the choice, the cache round trip and the atomic write ar
 `tune` / `select` command lines."""
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import re
@@ -26,11 +25,9 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 TAG_RE = re.compile(r"^(pp|coop)\d+x\d+(c2)?$")
 
 
-@dataclasses.dataclass(frozen=True)
-class FakeDevice:
-    name: str = "Fake H100"
-    sm_count: int = 132
-    driver_version_str: str = "13.0"
+def FakeDevice(name: str = "Fake H100", sm_count=132, driver_version_str: str = "13.0") -> S.DeviceModel:
+    """A device without a GPU: select's own DeviceModel, with an H100's numbers by default."""
+    return S.DeviceModel(name, sm_count, driver_version_str)
 
 
 H100 = FakeDevice()

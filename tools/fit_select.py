@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from pathlib import Path
 
@@ -48,26 +47,27 @@ def samples(files) -> dict[str, list[tuple[int, int, int, float]]]:
 
 def fit(tag: str, points, sm_count: int) -> tuple[float, float, float]:
     """(k-tile ns, epilogue ns, RMS log error) of `tag` over `points`."""
-    from ptxgemm import GemmConfig, schedule
+    from ptxgemm import GemmConfig, schedule, select
 
     cfg = GemmConfig.from_tag(tag)
     steps, k_tiles, ns = [], [], []
     for m, n, k, t in points:
         s = schedule.plan_for(cfg, m, n, k, sm_count)
-        steps.append(math.ceil(s.units / s.clusters))
+        steps.append(select.steps_per_cta(s))
         k_tiles.append(s.k_tiles)
         ns.append(t)
     steps, k_tiles, ns = (np.array(v, float) for v in (steps, k_tiles, ns))
     best = None
     for epi in EPILOGUE_GRID_NS:
+        # for a fixed epilogue cost the model is linear in the k-tile cost (pingpong: while the mainloop is the
+        # longer, which the fitted costs make true), so the relative-error least squares has a closed form
         x = steps * k_tiles
         y = ns - (steps * epi if cfg.cooperative else epi)
         w = 1.0 / ns
         kt = float(np.sum(w * w * x * y) / np.sum(w * w * x * x))
         if kt <= 0:
             continue
-        mainloop = k_tiles * kt
-        pred = steps * (mainloop + epi) if cfg.cooperative else steps * np.maximum(mainloop, epi) + epi
+        pred = select.model_ns(cfg.cooperative, steps, k_tiles, kt, epi)
         err = float(np.sqrt(np.mean(np.log(pred / ns) ** 2)))
         if best is None or err < best[2]:
             best = (kt, float(epi), err)
