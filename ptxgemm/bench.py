@@ -43,7 +43,12 @@ SMALL_M_SHAPES = ((512, 8192, 8192), (128, 8192, 8192))
 SMALL_M_MAX = 512            # a --shapes shape with M at most this counts as small-M
 QUICK_SHAPES = ((SEED_M, SEED_N, 64), (SEED_M, SEED_N, 512), (SEED_M, SEED_N, 2048), (4096, 4096, 4096),
                 (8192, 8192, 8192), (4096, 14336, 4096), (512, 8192, 8192), (128, 8192, 8192))
-GROUPS = ("seed_sweep", "square_llm", "small_m")   # geomean groups; "all" is every row
+# Shapes whose rows are not whole 16-byte lines (K or N not a multiple of 8 for bf16): TMA cannot read A or write C
+# in place, so ptxgemm stages them (ptxgemm.operands); cuBLAS falls back to kernels for unaligned leading dimensions
+UNALIGNED_SHAPES = ((8191, 8191, 8191), (4095, 14335, 4095), (1000, 1000, 1001), (4096, 10922, 4096),
+                    (4096, 4096, 4095), (2047, 2047, 2047))
+LINE_ALIGN_ELEMENTS = 8      # bf16 elements per 16 bytes
+GROUPS = ("seed_sweep", "square_llm", "small_m", "unaligned")   # geomean groups; "all" is every row
 SAMPLE_ROWS = 64             # rows of the float64 reference, the same rows for every implementation
 SAMPLE_SEED = 12345          # fixed, so every run and every implementation checks the same rows
 
@@ -53,7 +58,10 @@ def default_shapes():
 
 
 def group_of(m: int, n: int, k: int) -> str:
-    """The geomean group of a shape: the seed K sweep (M, N = 8448, 9216), small-M (M <= 512), else square/LLM."""
+    """The geomean group of a shape: unaligned rows (K or N not a whole number of 16-byte lines), the seed K sweep
+    (M, N = 8448, 9216), small-M (M <= 512), else square/LLM."""
+    if k % LINE_ALIGN_ELEMENTS or n % LINE_ALIGN_ELEMENTS:
+        return "unaligned"
     if (m, n) == (SEED_M, SEED_N):
         return "seed_sweep"
     if m <= SMALL_M_MAX:

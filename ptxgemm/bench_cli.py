@@ -1,5 +1,5 @@
 """`python -m ptxgemm bench`'s options and their checks; the benchmark is ptxgemm/bench.py, --summarize
-ptxgemm/bench_summary.py."""
+ptxgemm/bench_summary.py, --host (host microseconds per call instead of GPU time) ptxgemm/host_cost.py."""
 from __future__ import annotations
 
 import json
@@ -9,8 +9,18 @@ from pathlib import Path
 
 from .errors import ConfigError
 
+DEFAULT_OUT = "bench_out"
+# the GPU-time bench's own options, which mean nothing to --host (dest, flag); compared with their defaults below
+GPU_BENCH_OPTIONS = (("quick", "--quick"), ("rounds", "--rounds"), ("shapes", "--shapes"), ("name", "--name"),
+                     ("config", "--config"), ("variants", "--variants"), ("summarize", "--summarize"),
+                     ("summarize_out", "--summarize-out"))
+# --host's options, which mean nothing without it; all default to None so that "given" is visible
+HOST_OPTIONS = (("shape", "--shape"), ("run_shape", "--run-shape"), ("calls", "--calls"), ("repeats", "--repeats"),
+                ("json", "--json"))
+
 
 def add_parser(sub) -> None:
+    from . import host_cost
     from .bench import QUICK_SHAPES, SEED_M, SEED_N, SMALL_M_MAX, default_shapes
 
     p = sub.add_parser("bench", help="time ptxgemm against cuBLAS side by side (--summarize: summarize runs, no GPU)",
@@ -18,7 +28,8 @@ def add_parser(sub) -> None:
                                    "process with one method: L2 flushed before each launch, CUDA events around the "
                                    "launch, interleaved rounds, median. ptxgemm runs the config it selects itself, "
                                    "with the tune cache off unless --use-tune-cache. Writes bench_<gpu>[_<name>].json "
-                                   "and .png. Needs an sm_90 GPU, except --summarize.")
+                                   "and .png. --host measures host microseconds per call instead. Needs an sm_90 "
+                                   "GPU, except --summarize.")
     p.add_argument("--quick", action="store_true",
                    help=f"{len(QUICK_SHAPES)} shapes and 7 rounds, about a minute (default off: the full suite of "
                         f"{len(default_shapes())} shapes, 25 rounds)")
@@ -27,7 +38,7 @@ def add_parser(sub) -> None:
                    help="MxNxK,MxNxK,... instead of the suite (default: the suite: seed K sweep, square/LLM, small-M); "
                         f"grouped for geomeans as seed_sweep (M,N = {SEED_M},{SEED_N}), small_m (M <= {SMALL_M_MAX}) "
                         "or square_llm")
-    p.add_argument("--out", default="bench_out",
+    p.add_argument("--out", default=DEFAULT_OUT,
                    help="directory for bench_<gpu>[_<name>].json and .png (default bench_out)")
     p.add_argument("--name", default=None,
                    help="run name in the file names, letters, digits, '.', '_' or '-' (default: none, "
@@ -47,6 +58,26 @@ def add_parser(sub) -> None:
                         "geomean group, min/median/max of the ratio across the runs (default: run the bench)")
     p.add_argument("--summarize-out", default=None, metavar="F.json",
                    help="with --summarize: also write the summary as JSON here (default: print only)")
+    host = p.add_argument_group("host cost (--host)")
+    host.add_argument("--host", action="store_true",
+                      help="measure host microseconds per call instead of GPU time: run, matmul (same arrays and new "
+                           "out), plan.launch, graph replay and torch.matmul (when torch is importable), timed by "
+                           "perf_counter around loops of calls, min/median over repeats; prints PASS/FAIL for "
+                           f"'{host_cost.CHECK_MATMUL}' and '{host_cost.CHECK_TORCH}' and exits 1 if one fails "
+                           "(default off: the GPU-time bench)")
+    host.add_argument("--shape", default=None, metavar="MxNxK",
+                      help="with --host: the problem of every row but run's, positive M, N, K "
+                           f"(default {host_cost.shape_str(host_cost.DEFAULT_SHAPE)})")
+    host.add_argument("--run-shape", default=None, metavar="MxNxK",
+                      help="with --host: the problem of the run (host arrays) row, which copies both ways "
+                           f"(default {host_cost.shape_str(host_cost.RUN_SHAPE)})")
+    host.add_argument("--calls", type=int, default=None,
+                      help=f"with --host: calls per timed loop, >= 1 (default {host_cost.DEFAULT_CALLS}; keep it "
+                           "modest so the GPU queue never fills)")
+    host.add_argument("--repeats", type=int, default=None,
+                      help=f"with --host: timed loops per row, >= 1 (default {host_cost.DEFAULT_REPEATS})")
+    host.add_argument("--json", default=None, metavar="PATH",
+                      help="with --host: also write the rows and checks as JSON here (default: none, print only)")
     p.set_defaults(func=cmd_bench)
 
 
@@ -65,6 +96,11 @@ def cmd_bench(args) -> int:
     os.environ["PTXGEMM_TUNE_CACHE"] = tune_cache = "on" if args.use_tune_cache else "off"
     from . import bench, bench_summary
 
+    if args.host:
+        return cmd_bench_host(args)
+    for dest, flag in HOST_OPTIONS:
+        if getattr(args, dest) is not None:
+            raise ConfigError(f"{flag}: only with --host")
     if args.summarize_out and not args.summarize:
         raise ConfigError("--summarize-out: only with --summarize")
     if args.summarize:
@@ -84,3 +120,27 @@ def cmd_bench(args) -> int:
     variants = _tags("--variants", filter(None, args.variants.split(",")))
     rounds = args.rounds or (7 if args.quick else 25)
     return bench.run_bench(shapes, rounds, config, variants, out=args.out, name=args.name, tune_cache=tune_cache)
+
+
+def cmd_bench_host(args) -> int:
+    """`bench --host`: the options' checks (all before the GPU), host_cost.measure, the report and --json."""
+    from . import host_cost
+
+    for dest, flag in GPU_BENCH_OPTIONS:
+        if getattr(args, dest) not in (None, False, ""):
+            raise ConfigError(f"{flag}: not with --host (--host takes --shape, --run-shape, --calls, --repeats, "
+                              f"--json)")
+    if args.out != DEFAULT_OUT:
+        raise ConfigError("--out: not with --host (use --json PATH)")
+    shape = host_cost.parse_shape(args.shape, "--shape") if args.shape else host_cost.DEFAULT_SHAPE
+    run_shape = host_cost.parse_shape(args.run_shape, "--run-shape") if args.run_shape else host_cost.RUN_SHAPE
+    calls = host_cost.DEFAULT_CALLS if args.calls is None else args.calls
+    repeats = host_cost.DEFAULT_REPEATS if args.repeats is None else args.repeats
+    host_cost.check_counts(calls, repeats)
+    result = host_cost.measure(shape, run_shape, calls, repeats)
+    result["tune_cache"] = os.environ.get("PTXGEMM_TUNE_CACHE")
+    print(host_cost.format_report(result))
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=1))
+        print(f"wrote {args.json}")
+    return 0 if host_cost.checks_passed(result["checks"]) else 1

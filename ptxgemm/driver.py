@@ -3,6 +3,10 @@
 Every driver call goes through `check`, which raises `CudaError` carrying the CUresult name and what ptxgemm was
 doing. Nothing here imports torch. The primary context of device 0 is retained lazily, on first use, so that
 `import ptxgemm` works on a machine without a GPU.
+
+Device memory comes from a private stream-ordered pool (`memory_pool`): `DeviceArray.empty(..., stream=)` and
+`free` are cuMemAllocFromPoolAsync / cuMemFreeAsync on the array's stream, so no allocation or free waits for the
+GPU, and freed blocks are reused instead of being returned to the driver at every synchronize.
 """
 from __future__ import annotations
 
@@ -14,7 +18,7 @@ import threading
 
 import numpy as np
 
-from .errors import CudaError, NoGpuError
+from .errors import ConfigError, CudaError, NoGpuError
 
 try:
     from cuda.bindings import driver as cu
@@ -205,6 +209,12 @@ class Module:
             self._functions[name] = Function(h, name, self)
         return self._functions[name]
 
+    def global_address(self, name: str) -> int:
+        """The device address of the module's `.global` variable `name`."""
+        ptr, _size = check(cu.cuModuleGetGlobal(self.handle, name.encode()),
+                           f"finding the global {name!r} in the {self.what}")
+        return int(ptr)
+
     def unload(self):
         if self.handle is not None:
             check(cu.cuModuleUnload(self.handle), f"unloading the {self.what}")
@@ -221,46 +231,160 @@ def load_module(kernel, what: str = "module") -> Module:
 # Memory
 # --------------------------------------------------------------------------------------------------------------
 
+#: bytes the pool keeps reserved across synchronizations: all of it. Freed blocks are reused by the next
+#: allocation instead of going back to the driver at every synchronize (and being mapped again); trim_memory_pool
+#: gives them back on request.
+POOL_RELEASE_THRESHOLD = (1 << 64) - 1
+
+_pool = None
+_pool_lock = threading.Lock()
+
+
+def memory_pool():
+    """ptxgemm's own stream-ordered memory pool on device 0 (a CUmemoryPool, created on first use).
+
+    A private pool, not the device's default one: other libraries in the process (torch, CuPy) allocate from the
+    default pool or their own and may set its attributes; ptxgemm changes nothing of theirs."""
+    global _pool
+    ctx = context()
+    with _pool_lock:
+        if _pool is None:
+            props = cu.CUmemPoolProps()
+            props.allocType = cu.CUmemAllocationType.CU_MEM_ALLOCATION_TYPE_PINNED
+            props.handleTypes = cu.CUmemAllocationHandleType.CU_MEM_HANDLE_TYPE_NONE
+            props.location.type = cu.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
+            props.location.id = ctx.info.ordinal
+            pool = check(cu.cuMemPoolCreate(props), "creating ptxgemm's memory pool (cuMemPoolCreate)")
+            check(cu.cuMemPoolSetAttribute(pool, cu.CUmemPool_attribute.CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+                                           cu.cuuint64_t(POOL_RELEASE_THRESHOLD)),
+                  "setting the release threshold of ptxgemm's memory pool")
+            _pool = pool
+    return _pool
+
+
+def memory_pool_usage() -> dict[str, int]:
+    """Bytes of ptxgemm's pool: `reserved` (held from the driver) and `used` (in live allocations), now and at
+    their high-water marks."""
+    pool = memory_pool()
+    A = cu.CUmemPool_attribute
+    attrs = {"reserved": A.CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, "reserved_high": A.CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH,
+             "used": A.CU_MEMPOOL_ATTR_USED_MEM_CURRENT, "used_high": A.CU_MEMPOOL_ATTR_USED_MEM_HIGH}
+    return {k: int(check(cu.cuMemPoolGetAttribute(pool, a), f"reading {a.name} of ptxgemm's memory pool"))
+            for k, a in attrs.items()}
+
+
+def trim_memory_pool(keep_bytes: int = 0) -> None:
+    """Give the pool's unused memory back to the driver, down to `keep_bytes` reserved (memory freed on a stream is
+    given back once the stream has reached the free)."""
+    check(cu.cuMemPoolTrimTo(memory_pool(), int(keep_bytes)), f"trimming ptxgemm's memory pool to {keep_bytes} bytes")
+
+
+def byte_span(shape, strides, itemsize: int) -> tuple[int, int]:
+    """(low, nbytes): the smallest block of memory holding every element of an array with this shape and these
+    byte strides, as the offset of its lowest byte from the address of element (0, ..., 0) (0 or negative) and its
+    length. Negative strides reach below that element, 0 strides add nothing. A zero-size array spans (0, 0)."""
+    shape, strides = tuple(int(n) for n in shape), tuple(int(s) for s in strides)
+    if len(shape) != len(strides):
+        raise ConfigError(f"strides: one per dimension of shape {shape}, got {strides}")
+    if 0 in shape:
+        return 0, 0
+    low = sum((n - 1) * s for n, s in zip(shape, strides) if s < 0)
+    high = sum((n - 1) * s for n, s in zip(shape, strides) if s > 0) + itemsize
+    return low, high - low
+
+
 def _itemsize(dtype) -> int:
     return np.dtype(dtype).itemsize
 
 
-class DeviceArray:
-    """A device buffer that knows its dtype, shape and (byte) strides, like a numpy array's header.
+def _is_contiguous(shape, strides, itemsize, order: str) -> bool:
+    """numpy's rule: a zero-size array is contiguous; otherwise every dimension of extent > 1 has the stride of a
+    dense array in that order (the stride of an extent-1 dimension is never used, so it does not count)."""
+    if 0 in shape:
+        return True
+    dims = zip(reversed(shape), reversed(strides)) if order == "C" else zip(shape, strides)
+    expected = itemsize
+    for n, s in dims:
+        if n != 1 and s != expected:
+            return False
+        expected *= n
+    return True
 
-    Only dense layouts are made from host arrays (C or Fortran order), so a transfer is one memcpy and never
-    a hidden reordering copy. `strides` are in bytes, numpy-style.
+
+class DeviceArray:
+    """Device memory with a dtype, shape and byte strides, like a numpy array's header.
+
+    Allocations come from ptxgemm's memory pool in stream order (`empty(..., stream=)`): neither allocating nor
+    freeing waits for the GPU. An owning array frees its memory on the stream it was allocated on; work on any
+    other stream that used it must be ordered before that free by the caller (an event, or a synchronize), as with
+    any stream-ordered allocator. A zero-size array owns no memory (ptr 0).
+
+    `view` makes non-owning views (any byte strides, a byte offset) that keep their `base` alive; `from_numpy`
+    uploads any numpy layout in one copy and `to_numpy` brings any layout back (ptxgemm.relayout gathers a
+    layout that is not one dense block on the device first).
     """
 
-    def __init__(self, ptr: int, shape, dtype, strides=None, nbytes=None, owner: bool = True):
+    def __init__(self, ptr: int, shape, dtype, strides=None, nbytes=None, owner: bool = True, *, base=None):
+        # owner=True only for memory from ptxgemm's pool (`empty`): an owner is freed with cuMemFreeAsync
         self.ptr = int(ptr)
         self.shape = tuple(int(s) for s in shape)
         self.dtype = np.dtype(dtype)
-        self.strides = tuple(strides) if strides is not None else _c_strides(self.shape, self.dtype.itemsize)
+        self.strides = (tuple(int(s) for s in strides) if strides is not None
+                        else _c_strides(self.shape, self.dtype.itemsize))
         self.nbytes = nbytes if nbytes is not None else math.prod(self.shape) * self.dtype.itemsize
         self._owner = owner
+        self.base = base            # the array whose memory this view reads (kept alive); None for an owner
+        self._stream = None         # the stream object an owner was allocated on (kept alive: its free goes there)
+        self._stream_handle = None  # ... and its CUstream handle
 
     # construction ---------------------------------------------------------------------------------------
     @classmethod
-    def empty(cls, shape, dtype, order: str = "C") -> "DeviceArray":
-        context()
+    def empty(cls, shape, dtype, order: str = "C", stream=None) -> "DeviceArray":
+        """An uninitialised array from ptxgemm's pool, allocated in order on `stream` (None: the legacy default
+        stream): usable by work enqueued on `stream` after this call, freed on `stream` when it goes."""
         shape = tuple(int(s) for s in shape)
+        if any(n < 0 for n in shape):
+            raise ConfigError(f"shape: extents must be >= 0, got {shape}")
+        if order not in ("C", "F"):
+            raise ConfigError(f"order: must be 'C' (row-major) or 'F' (column-major), got {order!r}")
         itemsize = _itemsize(dtype)
         nbytes = math.prod(shape) * itemsize
-        ptr = check(cu.cuMemAlloc(max(nbytes, 1)), f"allocating {nbytes} bytes for a {shape} {np.dtype(dtype)} array")
         strides = _c_strides(shape, itemsize) if order == "C" else _f_strides(shape, itemsize)
-        return cls(int(ptr), shape, dtype, strides, nbytes)
+        if nbytes == 0:  # nothing to allocate, nothing to free
+            return cls(0, shape, dtype, strides, 0)
+        pool = memory_pool()
+        handle = _stream_handle(stream)
+        ptr = check(cu.cuMemAllocFromPoolAsync(nbytes, pool, handle),
+                    f"allocating {nbytes} bytes for a {shape} {np.dtype(dtype)} array (cuMemAllocFromPoolAsync)")
+        out = cls(int(ptr), shape, dtype, strides, nbytes)
+        out._stream, out._stream_handle = stream, handle
+        return out
 
     @classmethod
-    def from_numpy(cls, arr: np.ndarray) -> "DeviceArray":
+    def from_numpy(cls, arr: np.ndarray, stream=None) -> "DeviceArray":
+        """`arr` on the device, in one host-to-device copy ordered on `stream`, for any numpy layout.
+
+        A C- or Fortran-contiguous array comes back as an owning array in the same order. Any other layout
+        (transposed, stepped, reversed, broadcast) uploads the smallest span of memory holding all of its elements
+        and comes back as a view with numpy's strides into that span: nothing is reordered on the host."""
         if not isinstance(arr, np.ndarray):
             raise TypeError(f"DeviceArray.from_numpy takes a numpy.ndarray, not {type(arr).__name__}")
-        if not (arr.flags.c_contiguous or arr.flags.f_contiguous):
-            raise ValueError("DeviceArray.from_numpy: the array must be C- or Fortran-contiguous (one dense block); "
-                             "make it so explicitly with numpy.ascontiguousarray")
-        out = cls.empty(arr.shape, arr.dtype, order="C" if arr.flags.c_contiguous else "F")
-        out.copy_from_host(arr)
-        return out
+        if arr.flags.c_contiguous or arr.flags.f_contiguous:
+            out = cls.empty(arr.shape, arr.dtype, order="C" if arr.flags.c_contiguous else "F", stream=stream)
+            out._upload(arr.ctypes.data, arr.nbytes, stream)
+            return out
+        low, span = byte_span(arr.shape, arr.strides, arr.itemsize)
+        buffer = cls.empty((span,), np.uint8, stream=stream)
+        buffer._upload(arr.ctypes.data + low, span, stream)
+        return buffer.view(arr.shape, arr.strides, offset=-low, dtype=arr.dtype)
+
+    def view(self, shape, strides=None, offset: int = 0, dtype=None) -> "DeviceArray":
+        """A non-owning view of this array's memory: `shape` and byte `strides` (default: C order) starting `offset`
+        bytes after self.ptr, as `dtype` (default: this array's). The view keeps its base alive; nothing is
+        checked against the base's extent."""
+        base = self if self.base is None else self.base
+        dtype = self.dtype if dtype is None else dtype
+        return DeviceArray(self.ptr + int(offset), shape, dtype, strides, owner=False, base=base)
 
     # interop: read in place by torch.from_dlpack, cupy.from_dlpack, cupy.asarray, numba ... -------------------------
     def __dlpack__(self, stream=None, **_ignored):
@@ -281,46 +405,110 @@ class DeviceArray:
 
         return cuda_array_interface(self)
 
-    # transfers -------------------------------------------------------------------------------------------
+    # layout ----------------------------------------------------------------------------------------------
     @property
     def is_c_contiguous(self) -> bool:
-        return self.strides == _c_strides(self.shape, self.dtype.itemsize)
+        """Row-major and dense, by numpy's rule (the strides of extent-1 dimensions do not count)."""
+        return _is_contiguous(self.shape, self.strides, self.dtype.itemsize, "C")
 
-    def copy_from_host(self, arr: np.ndarray):
+    @property
+    def is_f_contiguous(self) -> bool:
+        """Column-major and dense, by numpy's rule."""
+        return _is_contiguous(self.shape, self.strides, self.dtype.itemsize, "F")
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def stream(self):
+        """The stream this array's memory was allocated on, and is freed on (a view: its base's)."""
+        return self._stream if self.base is None else self.base._stream
+
+    # transfers -------------------------------------------------------------------------------------------
+    def _upload(self, host_ptr: int, nbytes: int, stream):
+        """One host-to-device copy to self.ptr, ordered on `stream`. The driver copies pageable host memory into a
+        staging buffer before returning, so the host array may change or go as soon as this returns."""
+        if nbytes:
+            check(cu.cuMemcpyHtoDAsync(self.ptr, host_ptr, nbytes, _stream_handle(stream)),
+                  f"copying {nbytes} bytes host→device")
+
+    def copy_from_host(self, arr: np.ndarray, stream=None):
+        """Overwrite this array with `arr` (same dtype; same shape, or the same number of bytes when both are dense
+        in the same order), ordered on `stream` (default: the stream the array was allocated on)."""
         if arr.nbytes != self.nbytes or arr.dtype != self.dtype:
             raise ValueError(f"copy_from_host: host array {arr.shape} {arr.dtype} does not match device array "
                              f"{self.shape} {self.dtype}")
-        if arr.nbytes:
-            check(cu.cuMemcpyHtoD(self.ptr, arr.ctypes.data, arr.nbytes),
-                  f"copying {arr.nbytes} bytes host→device")
+        stream = self.stream if stream is None else stream
+        if not arr.nbytes:
+            return
+        same_order = ((self.is_c_contiguous and arr.flags.c_contiguous)
+                      or (self.is_f_contiguous and arr.flags.f_contiguous))
+        if same_order:
+            self._upload(arr.ctypes.data, arr.nbytes, stream)
+            return
+        if tuple(arr.shape) != self.shape:
+            raise ValueError(f"copy_from_host: host array {arr.shape} and device array {self.shape} differ in shape "
+                             f"and are not both dense in one order, so no byte copy matches their elements")
+        from . import relayout
+
+        relayout.copy_array(self, DeviceArray.from_numpy(arr, stream=stream), stream)
 
     def to_numpy(self) -> np.ndarray:
-        order = "C" if self.is_c_contiguous else "F"
-        out = np.empty(self.shape, self.dtype, order=order)
-        if self.nbytes:
-            synchronize("waiting for the GPU before a device→host copy")
-            check(cu.cuMemcpyDtoH(out.ctypes.data, self.ptr, self.nbytes), f"copying {self.nbytes} bytes device→host")
+        """The array's values in a new numpy array (C order; Fortran order for a column-major dense array). Waits
+        for the whole GPU first: the data must be final before it comes back to the host."""
+        if self.is_c_contiguous or self.is_f_contiguous:
+            out = np.empty(self.shape, self.dtype, order="C" if self.is_c_contiguous else "F")
+            if out.nbytes:
+                synchronize("waiting for the GPU before a device→host copy")
+                check(cu.cuMemcpyDtoH(out.ctypes.data, self.ptr, out.nbytes),
+                      f"copying {out.nbytes} bytes device→host")
+            return out
+        # Any other layout: gathered into a dense temporary on the device, then one copy down. The gather runs on
+        # the stream of the array's memory, after a wait for the whole GPU: whatever stream wrote the values, they
+        # are final before they are read, as for a dense array.
+        from . import relayout
+
+        synchronize("waiting for the GPU before gathering a strided array for a device→host copy")
+        dense = DeviceArray.empty(self.shape, self.dtype, stream=self.stream)
+        relayout.copy_array(dense, self, self.stream)
+        out = dense.to_numpy()
+        dense.free()
         return out
 
-    def fill_bytes(self, pattern: int, width: int):
-        """Fill with a repeated 1/2/4-byte pattern (e.g. a NaN bit pattern to poison an output)."""
+    def fill_bytes(self, pattern: int, width: int, stream=None):
+        """Fill with a repeated 1/2/4-byte pattern (e.g. a NaN bit pattern to poison an output), ordered on `stream`
+        (default: the stream the array was allocated on). Dense arrays only: a memset cannot skip gaps."""
+        if width not in (1, 2, 4):
+            raise ConfigError(f"width: a fill pattern is 1, 2 or 4 bytes, got {width}")
+        if not (self.is_c_contiguous or self.is_f_contiguous):
+            raise ConfigError(f"fill_bytes: this array (shape {self.shape}, byte strides {self.strides}) is not one "
+                              f"dense block; fill the array it views (its .base), or use relayout.fill_zero")
         n = self.nbytes // width
-        fn = {1: cu.cuMemsetD8, 2: cu.cuMemsetD16, 4: cu.cuMemsetD32}[width]
-        check(fn(self.ptr, pattern, n), f"filling {self.nbytes} bytes with 0x{pattern:x}")
+        if not n:
+            return
+        fn = {1: cu.cuMemsetD8Async, 2: cu.cuMemsetD16Async, 4: cu.cuMemsetD32Async}[width]
+        handle = _stream_handle(self.stream if stream is None else stream)
+        check(fn(self.ptr, pattern, n, handle), f"filling {self.nbytes} bytes with 0x{pattern:x}")
 
-    def poison(self):
+    def poison(self, stream=None):
         """Fill with NaN (float dtypes) or 0xFF bytes, so an element the kernel never wrote cannot pass a check."""
         nan_bits = {2: 0x7FFF, 4: 0x7FFFFFFF}
         is_float = self.dtype.kind == "f" or self.dtype.name == "bfloat16"  # ml_dtypes' bf16 has kind 'V'
         if is_float and self.dtype.itemsize in nan_bits:
-            self.fill_bytes(nan_bits[self.dtype.itemsize], self.dtype.itemsize)
+            self.fill_bytes(nan_bits[self.dtype.itemsize], self.dtype.itemsize, stream)
         else:
-            self.fill_bytes(0xFF, 1)
+            self.fill_bytes(0xFF, 1, stream)
 
     def free(self):
+        """Give an owner's memory back to the pool, in order on the stream it was allocated on (no wait). Memory
+        that work on another stream used must be ordered before this by the caller, as with any stream-ordered
+        allocator. It goes even while views of it exist (dropping the last reference is the safe way); a view
+        itself frees nothing."""
         if self._owner and self.ptr:
             ptr, self.ptr = self.ptr, 0
-            check(cu.cuMemFree(ptr), "freeing a device buffer")
+            handle = self._stream_handle if self._stream_handle is not None else cu.CUstream(0)
+            check(cu.cuMemFreeAsync(ptr, handle), "freeing a device buffer (cuMemFreeAsync)")
 
     def __del__(self):
         try:
@@ -329,7 +517,9 @@ class DeviceArray:
             pass
 
     def __repr__(self):
-        return f"DeviceArray(shape={self.shape}, dtype={self.dtype}, strides={self.strides}, ptr=0x{self.ptr:x})"
+        kind = "" if self.base is None else ", view"
+        return (f"DeviceArray(shape={self.shape}, dtype={self.dtype}, strides={self.strides}, "
+                f"ptr=0x{self.ptr:x}{kind})")
 
 
 def _c_strides(shape, itemsize):
@@ -411,6 +601,16 @@ class Event:
 
     def synchronize(self):
         check(cu.cuEventSynchronize(self.handle), "waiting for an event")
+
+    def query(self) -> bool:
+        """True once the GPU has reached the event (or it was never recorded), False while work before it is still
+        pending. Never waits."""
+        err = cu.cuEventQuery(self.handle)
+        err = err[0] if isinstance(err, tuple) else err
+        if err == cu.CUresult.CUDA_ERROR_NOT_READY:
+            return False
+        check(err, "querying an event")
+        return True
 
     def elapsed_ms(self, end: "Event") -> float:
         end.synchronize()

@@ -1,12 +1,13 @@
-"""Host side of the pingpong GEMM: operand checks, compilation (cached), tensor maps and the launch.
+"""Host side of the GEMM: dtype checks, compilation (cached), tensor maps, plans and launches.
 
 Two ways in:
-- `run(a, b)` on numpy arrays: numpy's `a @ b` for 2-D bf16/fp16 matrices; copies in, launches, copies out.
-- `matmul(a, b, out)` / `GemmPlan` on DeviceArrays: no host copies, no recompilation; a plan encodes its tensor
-  maps and packs its arguments once, so `plan.launch()` only enqueues the kernel.
+- `run(a, b)` on numpy arrays: numpy's `a @ b` (any shapes, batches, layouts); uploads, launches, copies back.
+- `matmul(a, b, out)` / `GemmPlan` on device arrays (DeviceArray, DLPack, __cuda_array_interface__): no host
+  copies, no recompilation; a plan encodes its tensor maps, packs its arguments and allocates its staging buffers
+  once, so `plan.launch()` only enqueues; `matmul` keeps plans in a cache keyed by the operands' memory.
 
-Every rule is checked here, before anything reaches the GPU, and a broken one raises ConfigError naming the
-argument and the rule.
+What the kernel reads in place and what is staged is ptxgemm.operands' decision. Every rule is checked before
+anything reaches the GPU, and a broken one raises ConfigError naming the argument and the rule.
 """
 from __future__ import annotations
 
@@ -17,16 +18,10 @@ import threading
 import ml_dtypes  # noqa: F401 - registers numpy's 'bfloat16' dtype name
 import numpy as np
 
-from . import codegen, compiler, schedule
+from . import codegen, compiler, operands, schedule
 from .config import GemmConfig
 from .errors import ConfigError, CudaError
 
-TMA_STRIDE_ALIGN = 16
-
-
-def _round_up_stride(nbytes: int) -> int:
-    """The smallest legal TMA stride covering `nbytes` (for a dimension of extent 1, which is never stepped)."""
-    return -(-nbytes // TMA_STRIDE_ALIGN) * TMA_STRIDE_ALIGN
 LOAD_L2_PROMOTION = "256B"
 
 
@@ -72,19 +67,8 @@ def get_kernel(config: GemmConfig) -> GemmKernel:
 
 
 # --------------------------------------------------------------------------------------------------------------
-# Operand rules
+# Operand rules (shapes and strides: ptxgemm.operands)
 # --------------------------------------------------------------------------------------------------------------
-
-@dataclasses.dataclass(frozen=True)
-class Operand:
-    """A 2-D operand as TMA sees it: which dimension is contiguous and the byte stride of the other."""
-
-    name: str
-    rows: int
-    cols: int
-    major: str          # "k" or "mn": which GEMM dimension is contiguous
-    lead_bytes: int     # byte stride between consecutive lines of the contiguous dimension
-
 
 def _dtype_name(dtype) -> str:
     return np.dtype(dtype).name
@@ -101,64 +85,27 @@ def check_dtype(name: str, dtype) -> str:
     raise ConfigError(f"{name}: dtype {d} is not supported (bfloat16 or float16 inputs)")
 
 
-def _layout(name: str, shape, strides, itemsize: int, k_axis: int) -> Operand:
-    """Classify a 2-D operand. `k_axis` is the axis that runs along K (1 for A (M, K), 0 for B (K, N))."""
-    mn_axis = 1 - k_axis
-    extents = {k_axis: shape[k_axis], mn_axis: shape[mn_axis]}
-
-    def unit(axis):  # a dimension of extent 1 has no meaningful stride: it may serve as the contiguous one
-        return strides[axis] == itemsize or extents[axis] == 1
-
-    # Prefer the layout numpy's default order gives: A K-major (row-major (M, K)), B MN-major (row-major (K, N)).
-    order = (k_axis, mn_axis) if k_axis == 1 else (mn_axis, k_axis)
-    for inner in order:
-        if not unit(inner):
-            continue
-        outer = 1 - inner
-        lead = strides[outer]
-        if extents[outer] == 1:  # never stepped over: any legal stride will do
-            lead = _round_up_stride(extents[inner] * itemsize)
-        if lead % TMA_STRIDE_ALIGN or lead <= 0:
-            continue
-        return Operand(name, shape[0], shape[1], "k" if inner == k_axis else "mn", lead)
-    raise ConfigError(
-        f"{name}: shape {tuple(shape)} with byte strides {tuple(strides)} is not usable by TMA: one dimension must "
-        f"be contiguous and the other's stride a positive multiple of {TMA_STRIDE_ALIGN} bytes "
-        f"(a 16-bit matrix needs rows of a multiple of 8 elements); a fast fallback for other strides is later work")
-
-
-def check_operands(a_shape, a_strides, b_shape, b_strides, itemsize: int) -> tuple[Operand, Operand]:
-    for name, shape in (("a", a_shape), ("b", b_shape)):
-        if len(shape) != 2:
-            raise ConfigError(f"{name}: must be a 2-D matrix, got ndim={len(shape)} (batched GEMM is later work)")
-        if min(shape) < 1:
-            raise ConfigError(f"{name}: every dimension must be >= 1, got shape {tuple(shape)}")
-    if a_shape[1] != b_shape[0]:
-        raise ConfigError(f"a @ b: a is {tuple(a_shape)} and b is {tuple(b_shape)}; a.shape[1] (K) must equal "
-                          f"b.shape[0]")
-    return (_layout("a", a_shape, a_strides, itemsize, k_axis=1),
-            _layout("b", b_shape, b_strides, itemsize, k_axis=0))
-
-
-def check_inputs(a, b) -> tuple[str, Operand, Operand]:
-    """(input dtype, A's layout, B's layout) of two arrays (numpy or DeviceArray); ConfigError on any broken rule."""
+def check_dtypes(a, b) -> str:
+    """The input dtype of two arrays (numpy or device); ConfigError unless both are the same 16-bit float."""
     in_dtype = check_dtype("a", a.dtype)
     if _dtype_name(b.dtype) != in_dtype:
         raise ConfigError(f"b: dtype {_dtype_name(b.dtype)} differs from a's {in_dtype}; both operands must have "
                           f"the same dtype")
-    op_a, op_b = check_operands(a.shape, a.strides, b.shape, b.strides, np.dtype(in_dtype).itemsize)
-    return in_dtype, op_a, op_b
+    return in_dtype
 
 
-def check_output(m: int, n: int, out_dtype) -> str:
+def check_out_dtype(out_dtype) -> str:
     d = _dtype_name(out_dtype)
     if d not in ("bfloat16", "float16", "float32"):
         raise ConfigError(f"out_dtype: must be bfloat16, float16 or float32, got {d}")
-    row_bytes = n * np.dtype(out_dtype).itemsize
-    if m > 1 and row_bytes % TMA_STRIDE_ALIGN:
-        raise ConfigError(f"out: a row of the {m}x{n} {d} output is {row_bytes} bytes; TMA stores need a multiple of "
-                          f"{TMA_STRIDE_ALIGN} (N a multiple of {TMA_STRIDE_ALIGN // np.dtype(out_dtype).itemsize})")
     return d
+
+
+def result_shape(a, b) -> tuple[int, ...]:
+    """numpy's shape of `a @ b` (ConfigError naming the rule when the shapes do not multiply)."""
+    if len(a.shape) == 2 and len(b.shape) == 2 and a.shape[1] == b.shape[0]:  # the common case, on the hot path
+        return (a.shape[0], b.shape[1])
+    return operands.plan_matmul(a.shape, a.strides, 0, b.shape, b.strides, 0, a.dtype.itemsize, 4).out_shape
 
 
 def check_ctas(ctas, cluster_size: int) -> None:
@@ -174,7 +121,7 @@ def check_ctas(ctas, cluster_size: int) -> None:
 # --------------------------------------------------------------------------------------------------------------
 
 def _resolve_config(config: GemmConfig | None, in_dtype: str, out_dtype: str, a_major: str, b_major: str,
-                    shape: tuple[int, int, int], device=None, ctas: int | None = None):
+                    shape: tuple[int, int, int], device=None, ctas: int | None = None, batches: int = 1):
     """The arrays decide dtypes and layouts; `config` contributes the tile choice (block sizes, stages, ...).
     Without one, ptxgemm.select_config picks it for this shape and GPU (the tune cache's winner or the cost model's).
     A picked cluster that the caller's `ctas` cannot hold whole is dropped (a single CTA): `ctas` is a test knob
@@ -182,7 +129,7 @@ def _resolve_config(config: GemmConfig | None, in_dtype: str, out_dtype: str, a_
     if config is None:
         from .select import select_config
 
-        base = select_config(*shape, in_dtype, out_dtype, a_major, b_major, device=device)
+        base = select_config(*shape, in_dtype, out_dtype, a_major, b_major, device=device, batches=batches)
         if ctas is not None and ctas % base.cluster_size:
             base = dataclasses.replace(base, cluster_m=1, cluster_n=1)
     else:
@@ -193,16 +140,15 @@ def _resolve_config(config: GemmConfig | None, in_dtype: str, out_dtype: str, a_
 MN_PANEL = 64  # elements of an MN-major operand per 128-byte swizzle row: one TMA box (and smem panel) each
 
 
-def _operand_map(array, op: Operand, mn_extent: int, k: int, k_major_rows: int, block_k: int):
-    """The TMA map of an operand. K-major: box {block_k, k_major_rows} (K innermost); MN-major: one
-    {64, block_k} box per 64-element panel (M or N innermost), the layout wgmma reads with its transpose bit."""
+def _operand_map(op: operands.Operand, k_major: bool, k_major_rows: int, block_k: int, dtype):
+    """The rank-3 TMA map of an input (innermost first: contiguous axis, the other, batch). K-major: box
+    {block_k, k_major_rows, 1}; MN-major: one {64, block_k, 1} box per 64-element panel (M or N innermost), the layout
+    wgmma reads with its transpose bit."""
     from . import tensormap
 
-    if op.major == "k":
-        dims, box = (k, mn_extent), (block_k, k_major_rows)
-    else:
-        dims, box = (mn_extent, k), (MN_PANEL, block_k)
-    return tensormap.encode_tiled(array, dims, (op.lead_bytes,), box, l2_promotion=LOAD_L2_PROMOTION)
+    box = (block_k, k_major_rows, 1) if k_major else (MN_PANEL, block_k, 1)
+    return tensormap.encode_tiled(op.view.ptr, op.place.map_dims(op.view), (op.place.lead, op.place.batch), box,
+                                  dtype=dtype, l2_promotion=LOAD_L2_PROMOTION)
 
 
 _tile_orders: dict[tuple[int, int], object] = {}
@@ -224,55 +170,83 @@ def _tile_order(rows: int, cols: int):
         return _tile_orders[(rows, cols)]
 
 
+def _array_key(x) -> tuple:
+    return (x.ptr, x.shape, x.strides, x.dtype.num)
+
+
 class GemmPlan:
-    """C = A·B on device arrays with every tensor map encoded and every argument packed: `launch()` just enqueues."""
+    """numpy's `a @ b` into `out` on device memory, with every tensor map encoded, every argument packed and every
+    staging buffer allocated: `launch()` only enqueues (staging copies, the GEMM, the copy-out, on one stream).
+
+    Any shapes numpy's matmul takes (batches with broadcasting, vectors, empty sizes) and any strides: what TMA can
+    read or write in place runs in place; the rest goes through dense buffers (ptxgemm.operands decides; `layout`
+    says what it decided)."""
 
     def __init__(self, a, b, out, config: GemmConfig | None = None, *, ctas: int | None = None,
-                 kernel: GemmKernel | None = None):
+                 kernel: GemmKernel | None = None, stream=None):
         """`ctas` caps the grid (default: one CTA per SM): fewer CTAs give each consumer more tiles, which is how
         the tests make every consumer run the pingpong several times on small problems. `kernel` replaces the
-        config's compiled kernel (ptxgemm.mutants runs edited PTX this way); its config must be the plan's."""
-        from . import driver, tensormap
+        config's compiled kernel (ptxgemm.mutants runs edited PTX this way); its config must be the plan's.
+        `stream`: where staging buffers are allocated (stream-ordered); launch on the same stream."""
+        from . import driver
         from .interop import as_device_array
 
         # any framework's device arrays, read in place (DLPack or __cuda_array_interface__); never a copy
-        a, b, out = (as_device_array(x, name) for x, name in ((a, "a"), (b, "b"), (out, "out")))
-        in_dtype, op_a, op_b = check_inputs(a, b)
-        m, k = a.shape
-        n = b.shape[1]
-        if tuple(out.shape) != (m, n):
-            raise ConfigError(f"out: shape must be ({m}, {n}), got {tuple(out.shape)}")
-        out_dtype = check_output(m, n, out.dtype)
-        if not out.is_c_contiguous:
-            raise ConfigError("out: must be a C-contiguous (row-major) device array")
+        a, b, out = (as_device_array(x, name, stream) for x, name in ((a, "a"), (b, "b"), (out, "out")))
+        in_dtype = check_dtypes(a, b)
+        out_dtype = check_out_dtype(out.dtype)
         if config is not None and not isinstance(config, GemmConfig):
             raise ConfigError(f"config: must be a ptxgemm.GemmConfig or None (select_config picks), got "
                               f"{type(config).__name__}")
+        self.layout = lay = operands.plan_matmul(a.shape, a.strides, a.ptr, b.shape, b.strides, b.ptr,
+                                                 a.dtype.itemsize, out.dtype.itemsize, out.shape, out.strides,
+                                                 out.ptr)
+        self.a, self.b, self.out = a, b, out
+        self.m, self.n, self.k, self.batches = lay.m, lay.n, lay.k, lay.batches
+        self.config = self.kernel = self.schedule = self._launch = None
+        self._copies_in, self._copies_out = [], []
+        self.buffers = {}
+        self.records = self.trace_buffer = None
+        if lay.a is None:  # nothing to multiply: an empty result, or zeros (K = 0)
+            self._copies_out = list(lay.fill)
+            return
         info = driver.require_sm90("running the GEMM")  # before loading: a clear error on a non-Hopper GPU
-        self.config = cfg = _resolve_config(config, in_dtype, out_dtype, op_a.major, op_b.major, (m, n, k),
-                                            device=info, ctas=ctas)
+        a_major = "k" if lay.a.place.inner == "cols" else "mn"
+        b_major = "mn" if lay.b.place.inner == "cols" else "k"
+        self.config = cfg = _resolve_config(config, in_dtype, out_dtype, a_major, b_major, (lay.m, lay.n, lay.k),
+                                            device=info, ctas=ctas, batches=lay.batches)
         check_ctas(ctas, cfg.cluster_size)
         if kernel is not None and kernel.config != cfg:
             raise ConfigError(f"kernel: built for {kernel.config.describe()}, but these operands need "
                               f"{cfg.describe()}")
-        self.m, self.n, self.k = m, n, k
-        self.a, self.b, self.out = a, b, out
         self.kernel = kernel if kernel is not None else get_kernel(cfg)
+        for op in lay.operands:  # staging buffers, allocated in stream order (no synchronization)
+            if op.staged:
+                self.buffers[op.name] = driver.DeviceArray.empty((op.staging.nbytes,), np.uint8, stream=stream)
+        bound, self._copies_in, self._copies_out = operands.bind(lay, {k: v.ptr for k, v in self.buffers.items()})
+        self._encode(bound, cfg, info, ctas)
 
-        self.tmap_a = _operand_map(a, op_a, mn_extent=m, k=k, k_major_rows=cfg.a_rows_per_cta, block_k=cfg.block_k)
-        self.tmap_b = _operand_map(b, op_b, mn_extent=n, k=k, k_major_rows=cfg.b_rows_per_cta, block_k=cfg.block_k)
-        ldc = _round_up_stride(n * cfg.out_itemsize)  # = the row bytes (check_output), or legal filler if m == 1
+    def _encode(self, lay: operands.MatmulPlan, cfg: GemmConfig, info, ctas) -> None:
+        """Tensor maps, schedule and packed arguments of the GEMM launch."""
+        from . import driver, tensormap
+
+        in_dt, out_dt = np.dtype(cfg.in_dtype), np.dtype(cfg.out_dtype)
+        self.tmap_a = _operand_map(lay.a, cfg.a_major == "k", cfg.a_rows_per_cta, cfg.block_k, in_dt)
+        self.tmap_b = _operand_map(lay.b, cfg.b_major == "k", cfg.b_rows_per_cta, cfg.block_k, in_dt)
+        c = lay.c
+        c_dims, c_strides = c.place.map_dims(c.view), (c.place.lead, c.place.batch)
         # one store box per panel of one consumer's rows (the whole tile in pingpong, a half in cooperative)
-        self.tmap_c = tensormap.encode_tiled(out, (n, m), (ldc,), (cfg.epi_panel_cols, cfg.consumer_m),
-                                             l2_promotion="none")
+        self.tmap_c = tensormap.encode_tiled(c.view.ptr, c_dims, c_strides, (cfg.epi_panel_cols, cfg.consumer_m, 1),
+                                             dtype=out_dt, l2_promotion="none")
         # a tile's last panel when block_n is not a whole number of panels: a box only that wide, staged unswizzled
-        self.tmap_c_tail = (tensormap.encode_tiled(out, (n, m), (ldc,), (cfg.epi_tail_cols, cfg.consumer_m),
-                                                   swizzle="none", l2_promotion="none") if cfg.epi_tail_cols else None)
+        self.tmap_c_tail = (tensormap.encode_tiled(c.view.ptr, c_dims, c_strides,
+                                                   (cfg.epi_tail_cols, cfg.consumer_m, 1), dtype=out_dt,
+                                                   swizzle="none", l2_promotion="none")
+                            if cfg.epi_tail_cols else None)
 
-        self.schedule = sched = schedule.plan_for(cfg, m, n, k, info.sm_count, ctas)
+        self.schedule = sched = schedule.plan_for(cfg, lay.m, lay.n, lay.k, info.sm_count, ctas, lay.batches)
         self.tiles_m, self.tiles_n, self.k_tiles = sched.tiles_m, sched.tiles_n, sched.k_tiles
         self.clusters, self.grid = sched.clusters, sched.grid
-        self.records = None
         debug_ptr = 0
         if cfg.debug:
             from .debug import StallRecords
@@ -280,13 +254,14 @@ class GemmPlan:
             self.records = StallRecords(self.grid, cfg.threads)
             debug_ptr = self.records.device_pointer
         args = [self.tmap_a, self.tmap_b, self.tmap_c, *([self.tmap_c_tail] if self.tmap_c_tail else []),
-                ctypes.c_uint32(m), ctypes.c_uint32(n),
+                ctypes.c_uint32(lay.m), ctypes.c_uint32(lay.n),
                 ctypes.c_uint32(sched.cluster_rows), ctypes.c_uint32(sched.cluster_cols), ctypes.c_uint32(self.k_tiles),
+                ctypes.c_uint32(lay.batches), ctypes.c_uint32(int(lay.a.view.count > 1)),
+                ctypes.c_uint32(int(lay.b.view.count > 1)),
                 ctypes.c_uint64(debug_ptr)]
         if cfg.raster == "hilbert":  # its parameter comes right before debug_records_param
             self.tile_order = _tile_order(sched.cluster_rows, sched.cluster_cols)
             args.insert(-1, ctypes.c_uint64(self.tile_order.ptr))
-        self.trace_buffer = None
         if cfg.trace:
             args += self._trace_arguments()
         self._launch = driver.PreparedLaunch(self.kernel.function, (self.grid,), (cfg.threads,), args,
@@ -325,10 +300,21 @@ class GemmPlan:
 
     @property
     def flops(self) -> int:
-        return 2 * self.m * self.n * self.k
+        return 2 * self.batches * self.m * self.n * self.k
 
     def launch(self, stream=None):
-        self._launch(stream)
+        """Enqueue on `stream`: staging copies in, the GEMM, the copy-out (each only when the layout needs it)."""
+        from . import relayout
+
+        for c in self._copies_in:
+            relayout.copy(c.dst_ptr, c.dst_strides, c.src_ptr, c.src_strides, c.shape, c.itemsize, stream)
+        if self._launch is not None:
+            self._launch(stream)
+        for c in self._copies_out:
+            if c.src_ptr == 0:
+                relayout.fill_zero(c.dst_ptr, c.dst_strides, c.shape, c.itemsize, stream)
+            else:
+                relayout.copy(c.dst_ptr, c.dst_strides, c.src_ptr, c.src_strides, c.shape, c.itemsize, stream)
         if self.records is not None:  # debug: wait here so a stall becomes an exception that names the barrier
             from . import driver
 
@@ -339,31 +325,69 @@ class GemmPlan:
                 raise
 
 
+# --------------------------------------------------------------------------------------------------------------
+# The plan cache: a repeated matmul on the same memory costs one dictionary lookup more than plan.launch()
+# --------------------------------------------------------------------------------------------------------------
+
+PLAN_CACHE_SIZE = 64
+_plans: dict[tuple, GemmPlan] = {}
+_plans_lock = threading.Lock()
+
+
+def _cached_plan(a, b, out, config, stream) -> GemmPlan:
+    """The plan for these operands, made once. Keyed by everything a plan encodes (addresses, shapes, strides,
+    dtypes, config, stream: staging buffers belong to one stream), so a new array at an old address with the old
+    layout reuses it correctly. Cached plans keep no reference to the arrays (the caller's arrays must be free to
+    go); the least recently used plan is dropped past PLAN_CACHE_SIZE."""
+    from .interop import stream_handle
+
+    key = (_array_key(a), _array_key(b), _array_key(out), config, stream_handle(stream))
+    with _plans_lock:
+        plan = _plans.pop(key, None)
+        if plan is not None:
+            _plans[key] = plan  # most recently used last
+            return plan
+    plan = GemmPlan(a, b, out, config, stream=stream)
+    plan.a = plan.b = plan.out = None
+    with _plans_lock:
+        _plans[key] = plan
+        while len(_plans) > PLAN_CACHE_SIZE:
+            _plans.pop(next(iter(_plans)))
+    return plan
+
+
+def clear_plan_cache() -> None:
+    with _plans_lock:
+        _plans.clear()
+
+
 def matmul(a, b, out=None, *, out_dtype=None, config: GemmConfig | None = None, stream=None):
-    """C = A·B on device arrays (asynchronous on `stream`): ptxgemm.DeviceArray, or any object with __dlpack__ or
-    __cuda_array_interface__ (torch, CuPy, JAX, ...), read in place. Allocates `out` (a C-order DeviceArray, which
-    exports both protocols) when not given. `stream`: None, a raw CUstream handle or an object with __cuda_stream__."""
+    """numpy's `a @ b` on device arrays (asynchronous on `stream`): ptxgemm.DeviceArray, or any object with
+    __dlpack__ or __cuda_array_interface__ (torch, CuPy, JAX, ...), read in place. Any shapes numpy's matmul takes
+    and any strides (see GemmPlan). Allocates `out` (a C-order DeviceArray, stream-ordered, exporting both
+    protocols) when not given. `stream`: None, a raw CUstream handle or an object with __cuda_stream__.
+    Plans are cached by (addresses, shapes, strides, dtypes, config, stream): a repeated call only launches."""
     from . import driver
     from .interop import as_device_array
 
     a, b = as_device_array(a, "a", stream), as_device_array(b, "b", stream)
-    if out is not None:
-        out = as_device_array(out, "out", stream)
     if out is None:
-        in_dtype, _, _ = check_inputs(a, b)
-        od = check_output(a.shape[0], b.shape[1], out_dtype if out_dtype is not None else in_dtype)
-        out = driver.DeviceArray.empty((a.shape[0], b.shape[1]), np.dtype(od))
-    elif out_dtype is not None and _dtype_name(out_dtype) != _dtype_name(out.dtype):
-        raise ConfigError(f"out_dtype: {_dtype_name(out_dtype)} contradicts out.dtype {_dtype_name(out.dtype)}")
-    GemmPlan(a, b, out, config).launch(stream)
+        in_dtype = check_dtypes(a, b)
+        od = check_out_dtype(out_dtype if out_dtype is not None else in_dtype)
+        out = driver.DeviceArray.empty(result_shape(a, b), np.dtype(od), stream=stream)
+    else:
+        out = as_device_array(out, "out", stream)
+        if out_dtype is not None and _dtype_name(out_dtype) != _dtype_name(out.dtype):
+            raise ConfigError(f"out_dtype: {_dtype_name(out_dtype)} contradicts out.dtype {_dtype_name(out.dtype)}")
+    _cached_plan(a, b, out, config, stream).launch(stream)
     return out
 
 
 def run(a, b, out_dtype=None, config: GemmConfig | None = None) -> np.ndarray:
-    """numpy's `a @ b` for 2-D bfloat16/float16 arrays on the GPU; returns a new C-order numpy array.
+    """numpy's `a @ b` for bfloat16/float16 numpy arrays, on the GPU; returns a new C-order numpy array.
 
-    `a` must be C- or Fortran-contiguous, like `b`: a C-order (K, N) `b` runs as wgmma's MN-major operand and a
-    Fortran-order one (or `x.T` of a C-order (N, K) `x`) as K-major, both without any copy beyond the upload.
+    Any shapes numpy's matmul takes and any layout: each operand is uploaded as the one span of memory its
+    elements occupy, strides kept (no host copy), and the device reads it in place or stages it (see GemmPlan).
     `out_dtype` (bfloat16, float16 or float32) defaults to the inputs' dtype.
     """
     from . import driver
@@ -371,14 +395,11 @@ def run(a, b, out_dtype=None, config: GemmConfig | None = None) -> np.ndarray:
     for name, x in (("a", a), ("b", b)):
         if not isinstance(x, np.ndarray):
             raise ConfigError(f"{name}: run takes numpy arrays, got {type(x).__name__}")
-    in_dtype, _, _ = check_inputs(a, b)  # everything before the upload; GemmPlan derives the rest
-    for name, x in (("a", a), ("b", b)):
-        if not (x.flags.c_contiguous or x.flags.f_contiguous):
-            raise ConfigError(f"{name}: a host array must be C- or Fortran-contiguous to upload in one copy; "
-                              f"make it so explicitly, e.g. numpy.ascontiguousarray({name})")
-    od = check_output(a.shape[0], b.shape[1], out_dtype if out_dtype is not None else in_dtype)
+    in_dtype = check_dtypes(a, b)  # everything before the upload
+    od = check_out_dtype(out_dtype if out_dtype is not None else in_dtype)
+    shape = result_shape(a, b)
     driver.require_sm90("running the GEMM")
     da, db = driver.DeviceArray.from_numpy(a), driver.DeviceArray.from_numpy(b)
-    out = driver.DeviceArray.empty((a.shape[0], b.shape[1]), np.dtype(od))
-    matmul(da, db, out, config=config)
+    out = driver.DeviceArray.empty(shape, np.dtype(od))
+    GemmPlan(da, db, out, config).launch()
     return out.to_numpy()

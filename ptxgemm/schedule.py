@@ -28,6 +28,7 @@ class Schedule:
     clusters: int         # launched clusters (grid = clusters * cluster_m * cluster_n CTAs)
     schedule: str = "pingpong"
     cluster_n: int = 1    # CTAs per cluster along N (adjacent tile columns)
+    batches: int = 1      # problems in the batch: units are numbered problem by problem
 
     @property
     def cluster_rows(self) -> int:
@@ -40,9 +41,14 @@ class Schedule:
         return math.ceil(self.tiles_n / self.cluster_n)
 
     @property
-    def units(self) -> int:
-        """Scheduler steps in the whole problem: cluster columns x cluster rows."""
+    def batch_units(self) -> int:
+        """Scheduler steps of one problem: cluster columns x cluster rows."""
         return self.cluster_rows * self.cluster_cols
+
+    @property
+    def units(self) -> int:
+        """Scheduler steps of the whole launch: every problem's units, problem after problem."""
+        return self.batch_units * self.batches
 
     @property
     def grid(self) -> int:
@@ -76,26 +82,27 @@ class Schedule:
         return math.ceil(self.units / self.clusters) * self.k_tiles
 
     def describe(self) -> dict:
-        return {"tiles_m": self.tiles_m, "tiles_n": self.tiles_n, "k_tiles": self.k_tiles, "grid": self.grid,
+        return {"tiles_m": self.tiles_m, "tiles_n": self.tiles_n, "k_tiles": self.k_tiles, "batches": self.batches,
+                "grid": self.grid,
                 "clusters": self.clusters, "waves": round(self.waves, 3),
                 "tiles_per_consumer": [self.min_tiles_per_consumer, self.max_tiles_per_consumer]}
 
 
-def plan_for(config, m: int, n: int, k: int, sm_count: int, ctas: int | None = None) -> Schedule:
+def plan_for(config, m: int, n: int, k: int, sm_count: int, ctas: int | None = None, batches: int = 1) -> Schedule:
     """plan_schedule with every field taken from a GemmConfig."""
     return plan_schedule(m, n, k, config.block_m, config.block_n, config.block_k, config.cluster_m, sm_count, ctas,
-                         config.schedule, config.cluster_n)
+                         config.schedule, config.cluster_n, batches)
 
 
 def plan_schedule(m: int, n: int, k: int, block_m: int, block_n: int, block_k: int, cluster_m: int,
                   sm_count: int, ctas: int | None = None, schedule: str = "pingpong",
-                  cluster_n: int = 1) -> Schedule:
+                  cluster_n: int = 1, batches: int = 1) -> Schedule:
     """The grid GemmPlan launches: one CTA per SM (or at most `ctas`), never more clusters than scheduler steps."""
     tiles_m, tiles_n, k_tiles = math.ceil(m / block_m), math.ceil(n / block_n), math.ceil(k / block_k)
-    units = math.ceil(tiles_m / cluster_m) * math.ceil(tiles_n / cluster_n)
+    units = math.ceil(tiles_m / cluster_m) * math.ceil(tiles_n / cluster_n) * batches
     limit = sm_count if ctas is None else ctas
     clusters = max(1, min(limit // (cluster_m * cluster_n), units))
-    return Schedule(tiles_m, tiles_n, k_tiles, cluster_m, clusters, schedule, cluster_n)
+    return Schedule(tiles_m, tiles_n, k_tiles, cluster_m, clusters, schedule, cluster_n, batches)
 
 
 # --------------------------------------------------------------------------------------------------------------

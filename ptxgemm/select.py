@@ -175,15 +175,16 @@ def tables(gpu_name: str = "") -> tuple[dict, dict]:
     return next((t for key, t in GPU_TABLES.items() if key in gpu_name), (KTILE_NS, EPILOGUE_NS))
 
 
-def predict(config: GemmConfig, m: int, n: int, k: int, sm_count: int, gpu_name: str = "") -> Prediction:
-    """The model's time for `config` on an (m, n, k) problem and `sm_count` SMs of GPU `gpu_name` (see the module
-    docstring)."""
+def predict(config: GemmConfig, m: int, n: int, k: int, sm_count: int, gpu_name: str = "",
+            batches: int = 1) -> Prediction:
+    """The model's time for `config` on `batches` (m, n, k) problems in one launch and `sm_count` SMs of GPU
+    `gpu_name` (see the module docstring)."""
     tag = config.tag
     ktile_ns, epilogue_ns = tables(gpu_name)
     if tag not in ktile_ns or tag not in epilogue_ns:
         raise ConfigError(f"config: no measured cost for {tag!r} in ptxgemm.select's tables; the model "
                           f"knows {sorted(ktile_ns)}")
-    sched = schedule.plan_for(config, m, n, k, sm_count)
+    sched = schedule.plan_for(config, m, n, k, sm_count, batches=batches)
     steps = steps_per_cta(sched)
     total = model_ns(config.cooperative, steps, sched.k_tiles, ktile_ns[tag], epilogue_ns[tag])
     return Prediction(tag, sched.tiles_m, sched.tiles_n, sched.k_tiles, steps, sched.k_tiles * ktile_ns[tag],
@@ -217,10 +218,12 @@ def _cluster_fills(config: GemmConfig, m: int) -> bool:
     return True
 
 
-def _ranked(problem: Problem, sm_count: int, gpu_name: str = "") -> list[tuple[Prediction, GemmConfig]]:
+def _ranked(problem: Problem, sm_count: int, gpu_name: str = "",
+            batches: int = 1) -> list[tuple[Prediction, GemmConfig]]:
     """The selectable candidates with their predictions, in the order select_config prefers them: predicted time,
     except that a candidate within TIE_FRACTION of the fastest yields to an earlier one in SELECTABLE."""
-    pairs = [(predict(c, problem.m, problem.n, problem.k, sm_count, gpu_name), c) for c in _candidates(problem)
+    pairs = [(predict(c, problem.m, problem.n, problem.k, sm_count, gpu_name, batches), c)
+             for c in _candidates(problem)
              if c.tag in SELECTABLE and c.cluster_size <= sm_count and _cluster_fills(c, problem.m)]
     if not pairs:
         raise ConfigError(f"in_dtype/out_dtype: no candidate config fits {problem.describe()}")
@@ -235,23 +238,25 @@ def _ranked(problem: Problem, sm_count: int, gpu_name: str = "") -> list[tuple[P
 
 
 def choose(m: int, n: int, k: int, in_dtype: str = "bfloat16", out_dtype: str | None = None, a_major: str = "k",
-           b_major: str = "mn", device=None) -> tuple[GemmConfig, str]:
-    """(config, where it came from: 'tune cache' or 'cost model'); select_config without the second part."""
+           b_major: str = "mn", device=None, batches: int = 1) -> tuple[GemmConfig, str]:
+    """(config, where it came from: 'tune cache' or 'cost model'); select_config without the second part. The tune
+    cache holds single problems: a batch asks the cost model, which counts every problem's tiles."""
     problem = Problem(m, n, k, in_dtype, out_dtype, a_major, b_major)
     device = resolve_device(device)
-    cached = tune_cache.lookup(problem, device)
+    cached = tune_cache.lookup(problem, device) if batches == 1 else None
     if cached is not None:
         return cached, "tune cache"
-    return _ranked(problem, device.sm_count, str(device.name))[0][1], "cost model"
+    return _ranked(problem, device.sm_count, str(device.name), batches)[0][1], "cost model"
 
 
 def select_config(m: int, n: int, k: int, in_dtype: str = "bfloat16", out_dtype: str | None = None,
-                  a_major: str = "k", b_major: str = "mn", device=None) -> GemmConfig:
+                  a_major: str = "k", b_major: str = "mn", device=None, batches: int = 1) -> GemmConfig:
     """The config to run C (m x n) = A (m x k) . B (k x n) with: the tune cache's winner, else the cost model's.
 
     out_dtype None means in_dtype. device: an object with .name and .sm_count (driver.device_info() gives one);
-    None: the current GPU, or DEFAULT_DEVICE (132 SMs) without one. ConfigError names a bad argument."""
-    return choose(m, n, k, in_dtype, out_dtype, a_major, b_major, device)[0]
+    None: the current GPU, or DEFAULT_DEVICE (132 SMs) without one. `batches`: problems of that shape in one launch.
+    ConfigError names a bad argument."""
+    return choose(m, n, k, in_dtype, out_dtype, a_major, b_major, device, batches)[0]
 
 
 def explain(m: int, n: int, k: int, in_dtype: str = "bfloat16", out_dtype: str | None = None, a_major: str = "k",

@@ -62,7 +62,8 @@ def test_the_walk_sees_every_command_and_its_options():
     assert set(seen) == {"python -m ptxgemm", *COMMANDS}
     assert {"--m", "--config", "--block-n", "--debug", "--out"} <= seen["dump"]
     assert {"--quick", "--rounds", "--shapes", "--out", "--name", "--config", "--variants", "--use-tune-cache",
-            "--summarize", "--summarize-out"} == seen["bench"]
+            "--summarize", "--summarize-out", "--host", "--shape", "--run-shape", "--calls", "--repeats",
+            "--json"} == seen["bench"]
     assert {"--mode", "--direction", "--rows", "--cols", "--simulate", "--json"} == seen["swizzle-probe"]
     assert {"--op", "--pattern", "--kernel", "--addresses", "--json", "--layout", "--row-bytes", "--pad"} \
         <= seen["bank-conflicts"]

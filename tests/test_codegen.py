@@ -89,7 +89,7 @@ def test_release_wait_has_no_timeout():
 def test_tma_macros_render():
     env = codegen.environment()
     text = env.from_string('{% import "tma.ptx.j2" as tma %}'
-                           '{{ tma.load_2d("%dst", "%map", "%x", "%y", "%bar") }}\n'
-                           '{{ tma.store_2d("%map", "0", "%y", "%src") }}').render()
-    assert "[%dst], [%map, {%x, %y}], [%bar];" in text
-    assert "[%map, {0, %y}], [%src];" in text
+                           '{{ tma.load("%dst", "%map", ["%x", "%y"], "%bar") }}\n'
+                           '{{ tma.store("%map", ["0", "%y", "%z"], "%src") }}').render()
+    assert "tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%dst], [%map, {%x, %y}], [%bar];" in text
+    assert "tensor.3d.global.shared::cta.bulk_group [%map, {0, %y, %z}], [%src];" in text

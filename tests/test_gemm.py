@@ -11,7 +11,6 @@ import pytest
 
 import ptxgemm
 from ptxgemm import ConfigError, GemmConfig
-from ptxgemm.gemm import check_operands
 
 CONFIGS = [GemmConfig(), GemmConfig(b_major="k"), GemmConfig(a_major="mn", b_major="k"),
            GemmConfig(out_dtype="float32"), GemmConfig(in_dtype="float16", out_dtype="float16"),
@@ -47,7 +46,7 @@ def test_sass_has_the_intended_instructions(built):
         assert "STSM" in sass
     assert not re.search(r"\b(LDL|STL)\b", sass), "local memory traffic (spills or a run-time indexed array)"
     if cfg.cluster_size > 1:
-        assert "UTMALDG.2D.MULTICAST" in sass and "UCGABAR_WAIT" in sass
+        assert "UTMALDG.3D.MULTICAST" in sass and "UCGABAR_WAIT" in sass
     if (cfg.a_major == "mn") or (cfg.b_major == "mn"):
         assert ".tnsp" in sass  # wgmma's transpose bit reads the MN-major operand in place
 
@@ -118,7 +117,7 @@ def test_a_tile_that_is_not_whole_panels_stores_its_tail_through_its_own_map():
     assert cfg.b_stage_bytes == 4 * 64 * 128 and GemmConfig.from_tag("coop128x208", b_major="k").b_stage_bytes == 208 * 128
     ptx = ptxgemm.render_gemm(cfg)
     assert ".param .align 64 .b8 tmap_c_tail[128]" in ptx and "m64n208k16" in ptx
-    stores = re.findall(r"cp\.async\.bulk\.tensor\.2d\.global\.shared::cta\.bulk_group \[(%tmap_c\w*),", ptx)
+    stores = re.findall(r"cp\.async\.bulk\.tensor\.3d\.global\.shared::cta\.bulk_group \[(%tmap_c\w*),", ptx)
     assert stores == ["%tmap_c"] * 3 + ["%tmap_c_tail"]
     assert "tmap_c_tail" not in ptxgemm.render_gemm(GemmConfig.from_tag("coop128x256"))
 
@@ -154,42 +153,23 @@ def _bf16(shape, order="C"):
     return np.ones(shape, dtype=ml_dtypes.bfloat16, order=order)
 
 
-def test_operand_layouts_follow_numpy_order():
-    a, b_c = _bf16((64, 32)), _bf16((32, 48))
-    op_a, op_b = check_operands(a.shape, a.strides, b_c.shape, b_c.strides, 2)
-    assert (op_a.major, op_a.lead_bytes, op_b.major, op_b.lead_bytes) == ("k", 64, "mn", 96)
-    b_f = np.asfortranarray(b_c)
-    assert check_operands(a.shape, a.strides, b_f.shape, b_f.strides, 2)[1].major == "k"
-    b_t = np.ascontiguousarray(b_c.T).T  # transpose of a C-order (N, K): K-major, no copy
-    assert check_operands(a.shape, a.strides, b_t.shape, b_t.strides, 2)[1].major == "k"
-    a_f = np.asfortranarray(a)
-    assert check_operands(a_f.shape, a_f.strides, b_c.shape, b_c.strides, 2)[0].major == "mn"
-    one_row = _bf16((1, 20))  # a single row never steps its stride: any K works
-    assert check_operands(one_row.shape, one_row.strides, (20, 8), (16, 2), 2)[0].major == "k"
-
-
 @pytest.mark.parametrize("a, b, match", [
-    (_bf16((4, 10)), _bf16((10, 8)), "multiple of 16 bytes"),            # K = 10: A rows of 20 bytes
     (_bf16((4, 16)), _bf16((8, 16)), "must equal"),                      # K mismatch
-    (_bf16((2, 4, 16)), _bf16((16, 8)), "2-D"),
+    (_bf16((2, 4, 16)), _bf16((3, 16, 8)), "do not broadcast"),
     (np.ones((4, 16), np.float32), _bf16((16, 8)), "astype"),            # says how to convert
     (np.ones((4, 16), np.float64), _bf16((16, 8)), "not supported"),
     (_bf16((4, 16)), np.ones((16, 8), np.float16), "same dtype"),
-    (_bf16((4, 16)), _bf16((16, 5)), "multiple of 16"),                  # output rows of 10 bytes
-    (_bf16((4, 32))[:, ::2], _bf16((16, 8)), "usable by TMA"),           # no contiguous dimension
-    (_bf16((0, 16)), _bf16((16, 8)), ">= 1"),
     (np.ones((4, 16), np.int8), _bf16((16, 8)), "not supported"),
+    (_bf16(()), _bf16((16, 8)), "at least one dimension"),
 ])
 def test_run_rejects_before_touching_the_gpu(a, b, match):
     with pytest.raises(ConfigError, match=match):
         ptxgemm.run(a, b)
 
 
-def test_run_rejects_bad_out_dtype_and_config():
+def test_run_rejects_bad_out_dtype():
     with pytest.raises(ConfigError, match="out_dtype"):
         ptxgemm.run(_bf16((8, 16)), _bf16((16, 8)), out_dtype=np.int32)
-    with pytest.raises(ConfigError, match="row-major|C- or Fortran"):
-        ptxgemm.run(_bf16((8, 64))[:, :16], _bf16((16, 8)))  # a strided host view: no silent copy
 
 
 def test_import_never_pulls_in_torch():
@@ -231,7 +211,7 @@ def test_descriptors_mask_the_address_before_shifting():
 
 K_LOOP_BUDGET = {GemmConfig(): 51, GemmConfig(block_n=192): 51, GemmConfig(cluster_m=2): 55,
                  GemmConfig(block_m=64, block_n=256): 39, GemmConfig.from_tag("coop256x128"): 50,
-                 GemmConfig.from_tag("coop128x256"): 38, GemmConfig.from_tag("coop256x128c2"): 54}
+                 GemmConfig.from_tag("coop128x256"): 38, GemmConfig.from_tag("coop256x128c2"): 55}
 
 
 @pytest.mark.parametrize("config", list(K_LOOP_BUDGET), ids=lambda c: c.describe())

@@ -1,0 +1,201 @@
+"""A tiny PTX interpreter for straight-line integer kernels without barriers or shared memory (the relayout kernel),
+so the CPU tests run the rendered PTX itself, thread by thread, on a model of global memory.
+
+It knows only the instructions such kernels use (ld.param, mov, cvt, cvta, add, sub, mul.lo / mul.wide, mad.lo,
+div, rem, setp, bra, ret, ld.global, st.global, with @p / @!p guards) and raises on anything else, so a template
+change that steps outside that set fails loudly rather than being misread. Registers hold 64-bit patterns; each
+instruction reads and writes them at its type's width.
+"""
+from __future__ import annotations
+
+import re
+
+_MASK64 = (1 << 64) - 1
+_WIDTH = {"8": 8, "16": 16, "32": 32, "64": 64}
+_RE_TYPE = re.compile(r"^[bsu](8|16|32|64)$")
+
+
+class SimError(AssertionError):
+    pass
+
+
+def _bits(t: str) -> int:
+    m = _RE_TYPE.match(t)
+    if not m:
+        raise SimError(f"unsupported type .{t}")
+    return _WIDTH[m.group(1)]
+
+
+def _signed(v: int, bits: int) -> int:
+    v &= (1 << bits) - 1
+    return v - (1 << bits) if v >> (bits - 1) else v
+
+
+class Kernel:
+    """One `.entry` of a PTX module, parsed once; `run` executes a grid of it."""
+
+    def __init__(self, ptx: str, entry: str):
+        ptx = re.sub(r"//[^\n]*", "", ptx)  # comments may hold anything, parentheses included
+        m = re.search(r"\.entry\s+" + re.escape(entry) + r"\s*\((.*?)\)(.*?)\{(.*)\n\}", ptx, re.S)
+        if not m:
+            raise SimError(f"entry {entry!r} not found")
+        self.params = re.findall(r"\.param\s+\.(\w+)\s+(\w+)", m.group(1))
+        self.globals = {name: int(size) for name, size in re.findall(r"\.global\s+.*?\.b8\s+(\w+)\[(\d+)\]", ptx)}
+        self.code: list[tuple] = []
+        self.labels: dict[str, int] = {}
+        for raw in m.group(3).splitlines():
+            line = raw.strip()
+            if not line or line.startswith("."):
+                continue
+            if re.fullmatch(r"\w+:", line):
+                self.labels[line[:-1]] = len(self.code)
+                continue
+            guard = None
+            if line.startswith("@"):
+                g, line = line.split(None, 1)
+                guard = (g[1:].startswith("!"), g.lstrip("@!"))
+            op, _, rest = line.rstrip(";").partition(" ")
+            operands = [o.strip() for o in re.split(r",(?![^\[]*\])", rest)] if rest.strip() else []
+            self.code.append((guard, op.split("."), operands, raw.strip()))
+        self.executed = 0
+
+    def run(self, grid: int, block: int, args: list[int], memory: "Memory") -> None:
+        if len(args) != len(self.params):
+            raise SimError(f"{len(self.params)} parameters, {len(args)} arguments")
+        params = {name: a & _MASK64 for (_, name), a in zip(self.params, args)}
+        for cta in range(grid):
+            for tid in range(block):
+                self._thread(cta, tid, grid, block, params, memory)
+
+    def _thread(self, cta, tid, grid, block, params, memory):
+        regs: dict[str, int] = {}
+        special = {"%ctaid.x": cta, "%tid.x": tid, "%nctaid.x": grid, "%ntid.x": block}
+
+        def value(operand: str) -> int:
+            if operand in regs:
+                return regs[operand]
+            if operand in special:
+                return special[operand]
+            if re.fullmatch(r"-?\d+", operand):
+                return int(operand) & _MASK64
+            if re.fullmatch(r"0x[0-9a-fA-F]+", operand):
+                return int(operand, 16)
+            raise SimError(f"read of unset register or unknown operand {operand}")
+
+        def address(operand: str) -> str:
+            if not (operand.startswith("[") and operand.endswith("]")):
+                raise SimError(f"not an address operand: {operand}")
+            return operand[1:-1].strip()
+
+        pc, steps = 0, 0
+        while pc < len(self.code):
+            guard, op, ops, text = self.code[pc]
+            pc += 1
+            steps += 1
+            if steps > 10_000_000:
+                raise SimError("runaway thread")
+            if guard is not None:
+                negate, pred = guard
+                if pred not in regs:
+                    raise SimError(f"unset predicate {pred}: {text}")
+                if bool(regs[pred]) == negate:
+                    continue
+            name = op[0]
+            try:
+                if name == "ret":
+                    break
+                if name == "bra":
+                    pc = self.labels[ops[0]]
+                elif name == "ld" and op[1] == "param":
+                    regs[ops[0]] = params[address(ops[1])]
+                elif name == "ld" and op[1] == "global":
+                    bits = _bits(op[-1])
+                    regs[ops[0]] = memory.load(value(address(ops[1])), bits // 8)
+                elif name == "st" and op[1] == "global":
+                    bits = _bits(op[-1])
+                    memory.store(value(address(ops[0])), bits // 8, value(ops[1]) & ((1 << bits) - 1))
+                elif name == "mov":
+                    src = ops[1]
+                    regs[ops[0]] = memory.symbol(src) if src in self.globals else value(src)
+                elif name == "cvta":
+                    regs[ops[0]] = value(ops[1])
+                elif name == "cvt":
+                    dst_t, src_t = op[1], op[2]
+                    v = value(ops[1]) & ((1 << _bits(src_t)) - 1)
+                    if src_t.startswith("s"):
+                        v = _signed(v, _bits(src_t))
+                    regs[ops[0]] = v & ((1 << _bits(dst_t)) - 1)
+                elif name in ("add", "sub"):
+                    bits = _bits(op[-1])
+                    a, b = value(ops[1]), value(ops[2])
+                    r = a + b if name == "add" else a - b
+                    regs[ops[0]] = r & ((1 << bits) - 1)
+                elif name == "mul" and op[1] == "wide":
+                    bits = _bits(op[2])
+                    a, b = value(ops[1]) & ((1 << bits) - 1), value(ops[2]) & ((1 << bits) - 1)
+                    if op[2].startswith("s"):
+                        a, b = _signed(a, bits), _signed(b, bits)
+                    regs[ops[0]] = (a * b) & ((1 << (2 * bits)) - 1)
+                elif name in ("mul", "mad") and op[1] == "lo":
+                    bits = _bits(op[2])
+                    r = value(ops[1]) * value(ops[2]) + (value(ops[3]) if name == "mad" else 0)
+                    regs[ops[0]] = r & ((1 << bits) - 1)
+                elif name in ("div", "rem"):
+                    if not op[1].startswith("u"):
+                        raise SimError("signed division is not modelled")
+                    bits = _bits(op[1])
+                    a, b = value(ops[1]) & ((1 << bits) - 1), value(ops[2]) & ((1 << bits) - 1)
+                    if b == 0:
+                        raise SimError(f"division by zero: {text}")
+                    regs[ops[0]] = a // b if name == "div" else a % b
+                elif name == "setp":
+                    cmp, t = op[1], op[2]
+                    bits = _bits(t)
+                    a, b = value(ops[1]) & ((1 << bits) - 1), value(ops[2]) & ((1 << bits) - 1)
+                    if t.startswith("s"):
+                        a, b = _signed(a, bits), _signed(b, bits)
+                    regs[ops[0]] = {"lt": a < b, "le": a <= b, "gt": a > b, "ge": a >= b, "eq": a == b,
+                                    "ne": a != b}[cmp]
+                else:
+                    raise SimError("instruction not modelled")
+            except SimError as e:
+                raise SimError(f"{e} (cta {cta}, thread {tid}: {text})") from None
+            self.executed += 1
+
+
+class Memory:
+    """Global memory as bytes: a map of readable byte address -> value and the set of byte addresses a kernel may
+    write. A read of a byte outside the readable map, a write outside the writable set, an access not aligned to
+    its size or a second write to a byte fails the run. Values are little-endian, as on the GPU."""
+
+    def __init__(self, readable: dict[int, int], writable: set[int], symbols: dict[str, int]):
+        self.readable = readable
+        self.writable = writable
+        self.symbols = symbols
+        self.written: dict[int, int] = {}
+        self.accesses: dict[str, set[int]] = {"load": set(), "store": set()}   # access sizes seen
+
+    def symbol(self, name: str) -> int:
+        return self.symbols[name]
+
+    def load(self, addr: int, size: int) -> int:
+        self.accesses["load"].add(size)
+        if addr % size:
+            raise SimError(f"unaligned load of {size} bytes at 0x{addr:x}")
+        value = 0
+        for i in range(size):
+            if addr + i not in self.readable:
+                raise SimError(f"load from 0x{addr + i:x}, outside the source")
+            value |= self.readable[addr + i] << (8 * i)
+        return value
+
+    def store(self, addr: int, size: int, value: int) -> None:
+        self.accesses["store"].add(size)
+        if addr % size:
+            raise SimError(f"unaligned store of {size} bytes at 0x{addr:x}")
+        for i in range(size):
+            if addr + i not in self.writable:
+                raise SimError(f"store to 0x{addr + i:x}, outside the destination")
+            if addr + i in self.written:
+                raise SimError(f"second store to 0x{addr + i:x}")
+            self.written[addr + i] = (value >> (8 * i)) & 0xFF
