@@ -120,6 +120,12 @@ class Staging:
         return View(ptr, self.count, like.rows, like.cols, strides, item)
 
 
+def _lines(view: View, inner: str) -> tuple[int, int]:
+    """(lead bytes, lines) of a dense buffer holding `view` with `inner` contiguous: lines padded to 16 bytes."""
+    ie, oe = (view.cols, view.rows) if inner == "cols" else (view.rows, view.cols)
+    return round_up(ie * view.itemsize, TMA_ALIGN), oe
+
+
 def staging_for(view: View, count: int, prefer: str) -> Staging:
     """The buffer a View is staged into: its own contiguous axis inner when it has one, else `prefer`."""
     sb, sr, sc = view.strides
@@ -128,8 +134,7 @@ def staging_for(view: View, count: int, prefer: str) -> Staging:
         inner = "cols"
     elif abs(sr) == view.itemsize and view.rows > 1:
         inner = "rows"
-    ie, oe = (view.cols, view.rows) if inner == "cols" else (view.rows, view.cols)
-    return Staging(inner, round_up(ie * view.itemsize, TMA_ALIGN), oe, count)
+    return Staging(inner, *_lines(view, inner), count)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -273,7 +278,10 @@ def _operand(name: str, view: View, walk, inners: tuple[str, ...]) -> Operand:
     place = placement(view, inners) if walk is None else None
     if place is not None:
         return Operand(name, view, place)
-    staging = staging_for(view, view.count, inners[0])
+    # a buffer in the source's own major order when the kernel can use that order (the copy then moves whole
+    # lines); the output has one order only: the kernel stores rows
+    staging = staging_for(view, view.count, inners[0]) if len(inners) > 1 else \
+        Staging(inners[0], *_lines(view, inners[0]), view.count)
     return Operand(name, staging.view(0, view), staging.placement(), staging, view, walk)
 
 

@@ -79,6 +79,7 @@ def execute(plan, a, b, out, in_dtype, out_dtype):
     for problem in range(bound.batches):
         am = _tma_matrix(bound.a, problem, in_dtype, m, k).astype(np.float64)
         bm = _tma_matrix(bound.b, problem, in_dtype, k, n).astype(np.float64)
+        assert bound.c.place.inner == "cols"  # the kernel stores rows of C, nothing else
         c = _tma_matrix(bound.c, problem, out_dtype, m, n)
         c[...] = (am @ bm).astype(DTYPES[out_dtype])
     _run_copies(outs, out_dtype)
