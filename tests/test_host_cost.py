@@ -196,7 +196,7 @@ def test_measure_warms_up_then_times_every_way_in_interleaved(monkeypatch):
             self.shape, self.dtype = shape, dtype
 
     class FakePlan:
-        def __init__(self, a, b, out):
+        def __init__(self, a, b, out, stream=None):
             self.a, self.b, self.out = a, b, out
 
         def launch(self, stream):
@@ -218,8 +218,8 @@ def test_measure_warms_up_then_times_every_way_in_interleaved(monkeypatch):
     monkeypatch.setattr(host_cost, "_torch", lambda: (None, "not installed"))
     monkeypatch.setattr(driver, "Stream", lambda: "stream")
     monkeypatch.setattr(driver, "synchronize", lambda what="": log.append("sync"))
-    monkeypatch.setattr(driver.DeviceArray, "from_numpy", classmethod(lambda cls, x: FakeArray(x.shape, x.dtype)))
-    monkeypatch.setattr(driver.DeviceArray, "empty", classmethod(lambda cls, shape, dtype: FakeArray(shape, dtype)))
+    monkeypatch.setattr(driver.DeviceArray, "from_numpy", classmethod(lambda cls, x, stream=None: FakeArray(x.shape, x.dtype)))
+    monkeypatch.setattr(driver.DeviceArray, "empty", classmethod(lambda cls, shape, dtype, stream=None: FakeArray(shape, dtype)))
     monkeypatch.setattr(gemm, "GemmPlan", FakePlan)
     monkeypatch.setattr(gemm, "matmul", lambda a, b, out=None, stream=None:
                         log.append("matmul same" if out is not None else "matmul new"))
