@@ -246,6 +246,8 @@ def memory_pool():
     A private pool, not the device's default one: other libraries in the process (torch, CuPy) allocate from the
     default pool or their own and may set its attributes; ptxgemm changes nothing of theirs."""
     global _pool
+    if _pool is not None:  # on every allocation: no lock, no context switch
+        return _pool
     ctx = context()
     with _pool_lock:
         if _pool is None:
@@ -354,8 +356,10 @@ class DeviceArray:
             return cls(0, shape, dtype, strides, 0)
         pool = memory_pool()
         handle = _stream_handle(stream)
-        ptr = check(cu.cuMemAllocFromPoolAsync(nbytes, pool, handle),
-                    f"allocating {nbytes} bytes for a {shape} {np.dtype(dtype)} array (cuMemAllocFromPoolAsync)")
+        err, ptr = cu.cuMemAllocFromPoolAsync(nbytes, pool, handle)
+        if err != cu.CUresult.CUDA_SUCCESS:  # the message is built only when needed: this is the hot path
+            check((err,), f"allocating {nbytes} bytes for a {shape} {np.dtype(dtype)} array "
+                          f"(cuMemAllocFromPoolAsync)")
         out = cls(int(ptr), shape, dtype, strides, nbytes)
         out._stream, out._stream_handle = stream, handle
         return out
@@ -579,11 +583,17 @@ class Stream:
         check(cu.cuStreamSynchronize(self.handle), "waiting for a stream")
 
 
+_LEGACY_STREAM = None  # cu.CUstream(0), made once
+
+
 def _stream_handle(stream):
     """None (the legacy default stream), a ptxgemm Stream, a raw handle (e.g. torch.cuda.current_stream().cuda_stream)
     or any object with __cuda_stream__ (ptxgemm.interop.stream_handle)."""
+    global _LEGACY_STREAM
     if stream is None:
-        return cu.CUstream(0)
+        if _LEGACY_STREAM is None:
+            _LEGACY_STREAM = cu.CUstream(0)
+        return _LEGACY_STREAM
     if isinstance(stream, Stream):
         return stream.handle
     from .interop import stream_handle
@@ -617,25 +627,26 @@ class Event:
         return float(check(cu.cuEventElapsedTime(self.handle, end.handle), "reading the time between two events"))
 
 
-def _pack_args(args):
-    values, types = [], []
+def kernel_params(args) -> tuple[list, ctypes.Array]:
+    """The kernel's `void** kernelParams`, built once: one pointer per argument to its value's bytes (a tensor map's
+    128 bytes, a scalar's ctypes value, a DeviceArray's address). Passing the array's address lets cuLaunchKernelEx
+    skip converting Python values on every launch. Returns (what the pointers point into, the pointer array); keep
+    both, and the args, alive as long as the launch."""
+    values = []
     for i, a in enumerate(args):
         if isinstance(a, DeviceArray):
-            values.append(a.ptr)
-            types.append(ctypes.c_void_p)
-        elif hasattr(a, "cu_map"):  # tensormap.TensorMap: the 128-byte map is passed by value
-            values.append(a.cu_map)
-            types.append(None)
-        elif isinstance(a, cu.CUtensorMap):
-            values.append(a)
-            types.append(None)
+            v = ctypes.c_void_p(a.ptr)
+            values.append((v, ctypes.addressof(v)))
+        elif hasattr(a, "cu_map") or isinstance(a, cu.CUtensorMap):  # by value: its 128 bytes
+            m = a.cu_map if hasattr(a, "cu_map") else a
+            values.append((m, int(m.getPtr())))
         elif isinstance(a, ctypes._SimpleCData):
-            values.append(a.value)
-            types.append(type(a))
+            values.append((a, ctypes.addressof(a)))
         else:
             raise TypeError(f"kernel argument {i}: {type(a).__name__} is not a DeviceArray, TensorMap or ctypes scalar"
                             " (wrap plain integers, e.g. ctypes.c_uint32(n))")
-    return tuple(values), tuple(types)
+    params = (ctypes.c_void_p * max(len(values), 1))(*(addr for _, addr in values))
+    return [v for v, _ in values], params
 
 
 class PreparedLaunch:
@@ -651,7 +662,8 @@ class PreparedLaunch:
         self.block = (tuple(block) + (1, 1, 1))[:3]
         self.smem_bytes = int(smem_bytes)
         self.args = list(args)  # keeps DeviceArrays and tensor maps alive as long as the launch
-        self._packed = _pack_args(self.args)
+        self._values, self._params = kernel_params(self.args)
+        self._params_address = ctypes.addressof(self._params)
         cfg = cu.CUlaunchConfig()
         cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = self.grid
         cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = self.block
@@ -669,12 +681,18 @@ class PreparedLaunch:
         self._what = f"launching {fn.name} (grid {self.grid}, block {self.block}, {self.smem_bytes} B dynamic smem)"
 
     def __call__(self, stream=None):
-        self._cfg.hStream = _stream_handle(stream)
-        check(cu.cuLaunchKernelEx(self._cfg, self.fn.handle, self._packed, 0), self._what)
+        if stream is not self._last_stream:  # converting the handle costs as much as the rest of the call
+            self._cfg.hStream = _stream_handle(stream)
+            self._last_stream = stream
+        err, = cu.cuLaunchKernelEx(self._cfg, self.fn.handle, self._params_address, 0)
+        if err != cu.CUresult.CUDA_SUCCESS:
+            check((err,), self._what)
+
+    _last_stream = object()  # no stream yet: the first call sets hStream
 
 
 def launch(fn: Function, grid, block, args, smem_bytes: int = 0, cluster=None, stream=None):
-    """Launch `fn` with cuLaunchKernelEx. grid/block/cluster are 1-3 ints; args see `_pack_args`."""
+    """Launch `fn` with cuLaunchKernelEx. grid/block/cluster are 1-3 ints; args see `kernel_params`."""
     PreparedLaunch(fn, grid, block, args, smem_bytes, cluster)(stream)
 
 

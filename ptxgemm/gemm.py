@@ -18,9 +18,10 @@ import threading
 import ml_dtypes  # noqa: F401 - registers numpy's 'bfloat16' dtype name
 import numpy as np
 
-from . import codegen, compiler, operands, schedule
+from . import codegen, compiler, driver, operands, schedule
 from .config import GemmConfig
 from .errors import ConfigError, CudaError
+from .interop import as_device_array, stream_handle
 
 LOAD_L2_PROMOTION = "256B"
 
@@ -46,8 +47,6 @@ class GemmKernel:
     """
 
     def __init__(self, config: GemmConfig, ptx: str | None = None):
-        from . import driver
-
         self.config = config
         self.compiled = compile_gemm(config) if ptx is None else compiler.compile_ptx(ptx)
         self.module = driver.load_module(self.compiled, f"GEMM module ({config.describe()})")
@@ -158,8 +157,6 @@ _tile_orders_lock = threading.Lock()
 def _tile_order(rows: int, cols: int):
     """The Hilbert walk over a rows x cols grid of units as a device table (u32 row << 16 | col per unit), made once
     per grid shape and kept for the process (a plan's launches read it; it is a few KB)."""
-    from . import driver
-
     with _tile_orders_lock:
         if (rows, cols) not in _tile_orders:
             if rows >= 1 << 16 or cols >= 1 << 16:
@@ -168,6 +165,19 @@ def _tile_order(rows: int, cols: int):
             order = np.array([(r << 16) | c for r, c in schedule.hilbert_order(rows, cols)], dtype=np.uint32)
             _tile_orders[(rows, cols)] = driver.DeviceArray.from_numpy(order)
         return _tile_orders[(rows, cols)]
+
+
+def _copy_launches(copies) -> list:
+    """operands.Copy's as prepared relayout launches (a source address 0 means zeros)."""
+    from . import relayout
+
+    out = []
+    for c in copies:
+        launch = (relayout.prepare_fill(c.dst_ptr, c.dst_strides, c.shape, c.itemsize) if c.src_ptr == 0 else
+                  relayout.prepare(c.dst_ptr, c.dst_strides, c.src_ptr, c.src_strides, c.shape, c.itemsize))
+        if launch is not None:
+            out.append(launch)
+    return out
 
 
 def _array_key(x) -> tuple:
@@ -188,9 +198,6 @@ class GemmPlan:
         the tests make every consumer run the pingpong several times on small problems. `kernel` replaces the
         config's compiled kernel (ptxgemm.mutants runs edited PTX this way); its config must be the plan's.
         `stream`: where staging buffers are allocated (stream-ordered); launch on the same stream."""
-        from . import driver
-        from .interop import as_device_array
-
         # any framework's device arrays, read in place (DLPack or __cuda_array_interface__); never a copy
         a, b, out = (as_device_array(x, name, stream) for x, name in ((a, "a"), (b, "b"), (out, "out")))
         in_dtype = check_dtypes(a, b)
@@ -204,11 +211,11 @@ class GemmPlan:
         self.a, self.b, self.out = a, b, out
         self.m, self.n, self.k, self.batches = lay.m, lay.n, lay.k, lay.batches
         self.config = self.kernel = self.schedule = self._launch = None
-        self._copies_in, self._copies_out = [], []
         self.buffers = {}
         self.records = self.trace_buffer = None
+        self._steps: list = []  # what launch() enqueues, in order, each a driver.PreparedLaunch
         if lay.a is None:  # nothing to multiply: an empty result, or zeros (K = 0)
-            self._copies_out = list(lay.fill)
+            self._steps = _copy_launches(lay.fill)
             return
         info = driver.require_sm90("running the GEMM")  # before loading: a clear error on a non-Hopper GPU
         a_major = "k" if lay.a.place.inner == "cols" else "mn"
@@ -223,12 +230,13 @@ class GemmPlan:
         for op in lay.operands:  # staging buffers, allocated in stream order (no synchronization)
             if op.staged:
                 self.buffers[op.name] = driver.DeviceArray.empty((op.staging.nbytes,), np.uint8, stream=stream)
-        bound, self._copies_in, self._copies_out = operands.bind(lay, {k: v.ptr for k, v in self.buffers.items()})
+        bound, copies_in, copies_out = operands.bind(lay, {k: v.ptr for k, v in self.buffers.items()})
         self._encode(bound, cfg, info, ctas)
+        self._steps = _copy_launches(copies_in) + [self._launch] + _copy_launches(copies_out)
 
     def _encode(self, lay: operands.MatmulPlan, cfg: GemmConfig, info, ctas) -> None:
         """Tensor maps, schedule and packed arguments of the GEMM launch."""
-        from . import driver, tensormap
+        from . import tensormap
 
         in_dt, out_dt = np.dtype(cfg.in_dtype), np.dtype(cfg.out_dtype)
         self.tmap_a = _operand_map(lay.a, cfg.a_major == "k", cfg.a_rows_per_cta, cfg.block_k, in_dt)
@@ -271,7 +279,7 @@ class GemmPlan:
     def _trace_arguments(self) -> list:
         """Allocate the trace buffer (ptxgemm.trace's format) with room for every event this plan's schedule makes:
         the busiest producer's k-tiles and the busiest consumer's tiles. Zeroed once; each launch rewrites it."""
-        from . import driver, trace
+        from . import trace
 
         sched = self.schedule
         self.trace_capacity = trace.capacity_for(sched.max_tiles_per_consumer, sched.ring_passes)
@@ -287,7 +295,7 @@ class GemmPlan:
 
     def read_trace(self, meta: dict | None = None):
         """The timeline of the last launch as a ptxgemm.trace.Trace (waits for the GPU). Needs config.trace."""
-        from . import driver, trace
+        from . import trace
 
         if self.trace_buffer is None:
             raise ConfigError("read_trace: this plan's config was built without trace=True; use "
@@ -304,20 +312,9 @@ class GemmPlan:
 
     def launch(self, stream=None):
         """Enqueue on `stream`: staging copies in, the GEMM, the copy-out (each only when the layout needs it)."""
-        from . import relayout
-
-        for c in self._copies_in:
-            relayout.copy(c.dst_ptr, c.dst_strides, c.src_ptr, c.src_strides, c.shape, c.itemsize, stream)
-        if self._launch is not None:
-            self._launch(stream)
-        for c in self._copies_out:
-            if c.src_ptr == 0:
-                relayout.fill_zero(c.dst_ptr, c.dst_strides, c.shape, c.itemsize, stream)
-            else:
-                relayout.copy(c.dst_ptr, c.dst_strides, c.src_ptr, c.src_strides, c.shape, c.itemsize, stream)
+        for step in self._steps:
+            step(stream)
         if self.records is not None:  # debug: wait here so a stall becomes an exception that names the barrier
-            from . import driver
-
             try:
                 driver.synchronize(f"running {self.config.describe()}")
             except CudaError as e:
@@ -339,9 +336,9 @@ def _cached_plan(a, b, out, config, stream) -> GemmPlan:
     dtypes, config, stream: staging buffers belong to one stream), so a new array at an old address with the old
     layout reuses it correctly. Cached plans keep no reference to the arrays (the caller's arrays must be free to
     go); the least recently used plan is dropped past PLAN_CACHE_SIZE."""
-    from .interop import stream_handle
-
-    key = (_array_key(a), _array_key(b), _array_key(out), config, stream_handle(stream))
+    # a ptxgemm Stream (or None, or a raw handle) is its own key; other stream objects are keyed by their handle
+    skey = stream if stream is None or isinstance(stream, (int, driver.Stream)) else stream_handle(stream)
+    key = (_array_key(a), _array_key(b), _array_key(out), config, skey)
     with _plans_lock:
         plan = _plans.pop(key, None)
         if plan is not None:
@@ -367,9 +364,6 @@ def matmul(a, b, out=None, *, out_dtype=None, config: GemmConfig | None = None, 
     and any strides (see GemmPlan). Allocates `out` (a C-order DeviceArray, stream-ordered, exporting both
     protocols) when not given. `stream`: None, a raw CUstream handle or an object with __cuda_stream__.
     Plans are cached by (addresses, shapes, strides, dtypes, config, stream): a repeated call only launches."""
-    from . import driver
-    from .interop import as_device_array
-
     a, b = as_device_array(a, "a", stream), as_device_array(b, "b", stream)
     if out is None:
         in_dtype = check_dtypes(a, b)
@@ -390,8 +384,6 @@ def run(a, b, out_dtype=None, config: GemmConfig | None = None) -> np.ndarray:
     elements occupy, strides kept (no host copy), and the device reads it in place or stages it (see GemmPlan).
     `out_dtype` (bfloat16, float16 or float32) defaults to the inputs' dtype.
     """
-    from . import driver
-
     for name, x in (("a", a), ("b", b)):
         if not isinstance(x, np.ndarray):
             raise ConfigError(f"{name}: run takes numpy arrays, got {type(x).__name__}")

@@ -202,9 +202,9 @@ def copy(dst_ptr: int, dst_strides, src_ptr: int, src_strides, shape, itemsize: 
     legacy default stream; a ptxgemm Stream, a raw handle or an object with __cuda_stream__). Strides are in bytes:
     the source's may be negative or 0 (broadcast), the destination's must be positive (where the extent is > 1)
     and its elements distinct. The two must not overlap. Nothing is launched when an extent is 0."""
-    dst_ptr, dst_strides, src_ptr, src_strides, shape, itemsize = check_copy(
-        dst_ptr, dst_strides, src_ptr, src_strides, shape, itemsize)
-    _launch(dst_ptr, dst_strides, src_ptr, src_strides, shape, itemsize, stream)
+    launch = prepare(dst_ptr, dst_strides, src_ptr, src_strides, shape, itemsize)
+    if launch is not None:
+        launch(stream)
 
 
 def widen(dst_ptr: int, dst_strides, src_ptr: int, src_strides, shape, itemsize: int):
@@ -244,25 +244,38 @@ def launch_parameters(dst_ptr: int, dst_strides, src_ptr: int, src_strides, shap
     return itemsize, grid_size(count, sm_count), args
 
 
-def _launch(dst_ptr, dst_strides, src_ptr, src_strides, shape, itemsize, stream):
+def _prepared(dst_ptr, dst_strides, src_ptr, src_strides, shape, itemsize):
     from . import driver
 
     if math.prod(shape) == 0:
-        return
+        return None
     itemsize, grid, args = launch_parameters(dst_ptr, dst_strides, src_ptr, src_strides, shape, itemsize,
                                              driver.device_info().sm_count)
-    driver.launch(get_kernel(itemsize).function, (grid,), (THREADS,), args, stream=stream)
+    return driver.PreparedLaunch(get_kernel(itemsize).function, (grid,), (THREADS,), args)
 
 
-def fill_zero(dst_ptr: int, dst_strides, shape, itemsize: int, stream=None) -> None:
-    """Zero every element of a strided destination (rules as for `copy`'s destination), on `stream`: a copy from
-    the kernel module's one zero element with all source strides 0."""
+def prepare(dst_ptr: int, dst_strides, src_ptr: int, src_strides, shape, itemsize: int):
+    """`copy` with its arguments checked and packed once: a driver.PreparedLaunch to call with a stream, as often
+    as needed (GemmPlan's staging copies), or None when there is nothing to copy."""
+    return _prepared(*check_copy(dst_ptr, dst_strides, src_ptr, src_strides, shape, itemsize))
+
+
+def prepare_fill(dst_ptr: int, dst_strides, shape, itemsize: int):
+    """`fill_zero` packed once (see `prepare`): a copy from the kernel module's one zero element with all source
+    strides 0."""
     shape_t = _int_tuple("shape", shape, f"1 to {MAX_RANK} extents")
     zeros = (0,) * len(shape_t)
     dst_ptr, dst_strides, _, _, shape_t, itemsize = check_copy(dst_ptr, dst_strides, 0, zeros, shape_t, itemsize)
     if math.prod(shape_t) == 0:
-        return
-    _launch(dst_ptr, dst_strides, get_kernel(itemsize).zero_ptr, zeros, shape_t, itemsize, stream)
+        return None
+    return _prepared(dst_ptr, dst_strides, get_kernel(itemsize).zero_ptr, zeros, shape_t, itemsize)
+
+
+def fill_zero(dst_ptr: int, dst_strides, shape, itemsize: int, stream=None) -> None:
+    """Zero every element of a strided destination (rules as for `copy`'s destination), on `stream`."""
+    launch = prepare_fill(dst_ptr, dst_strides, shape, itemsize)
+    if launch is not None:
+        launch(stream)
 
 
 def copy_array(dst, src, stream=None) -> None:
@@ -284,4 +297,4 @@ def copy_array(dst, src, stream=None) -> None:
         raise ConfigError(f"dst: shape {tuple(dst.shape)} with byte strides {dst_strides} (source strides "
                           f"{src_strides}) still has {len(shape)} dimensions after merging; the relayout kernel "
                           f"walks at most {MAX_RANK}")
-    _launch(dst_ptr, merged_dst, src_ptr, merged_src, shape, itemsize, stream)
+    _prepared(dst_ptr, merged_dst, src_ptr, merged_src, shape, itemsize)(stream)

@@ -137,7 +137,7 @@ def test_copy_array_checks_before_the_gpu():
 
 def test_copy_array_merges_any_rank(monkeypatch):
     launched = []
-    monkeypatch.setattr(relayout, "_launch", lambda *args: launched.append(args))
+    monkeypatch.setattr(relayout, "_prepared", lambda *args: lambda stream: launched.append((*args, stream)))
     shape = (2, 3, 4, 5, 6)
     dst = DeviceArray(ADDRESS, shape, np.float32, owner=False)
     src = DeviceArray(ADDRESS + (1 << 20), shape, np.float32, owner=False)
