@@ -335,21 +335,19 @@ def _cached_plan(a, b, out, config, stream) -> GemmPlan:
     """The plan for these operands, made once. Keyed by everything a plan encodes (addresses, shapes, strides,
     dtypes, config, stream: staging buffers belong to one stream), so a new array at an old address with the old
     layout reuses it correctly. Cached plans keep no reference to the arrays (the caller's arrays must be free to
-    go); the least recently used plan is dropped past PLAN_CACHE_SIZE."""
+    go); past PLAN_CACHE_SIZE the oldest plan is dropped (its staging buffers go back to the pool)."""
     # a ptxgemm Stream (or None, or a raw handle) is its own key; other stream objects are keyed by their handle
     skey = stream if stream is None or isinstance(stream, (int, driver.Stream)) else stream_handle(stream)
     key = (_array_key(a), _array_key(b), _array_key(out), config, skey)
-    with _plans_lock:
-        plan = _plans.pop(key, None)
-        if plan is not None:
-            _plans[key] = plan  # most recently used last
-            return plan
+    plan = _plans.get(key)  # one dictionary read, atomic: no lock on the hit path
+    if plan is not None:
+        return plan
     plan = GemmPlan(a, b, out, config, stream=stream)
     plan.a = plan.b = plan.out = None
     with _plans_lock:
         _plans[key] = plan
         while len(_plans) > PLAN_CACHE_SIZE:
-            _plans.pop(next(iter(_plans)))
+            _plans.pop(next(iter(_plans)))  # the oldest plan made
     return plan
 
 

@@ -19,6 +19,7 @@ import ctypes
 
 import numpy as np
 
+from .driver import DeviceArray
 from .errors import ConfigError
 
 # --- DLPack (v0.8 ABI, the unversioned "dltensor" capsule every framework still accepts and produces) ----------
@@ -85,8 +86,6 @@ class _ImportedTensor:
 
 
 def _from_dlpack(obj, name: str, stream_for_producer):
-    from .driver import DeviceArray
-
     device_type, _ = obj.__dlpack_device__() if hasattr(obj, "__dlpack_device__") else (None, None)
     if device_type is not None and device_type not in (KDL_CUDA, KDL_CUDA_MANAGED):
         raise ConfigError(f"{name}: a {type(obj).__name__} on the {DEVICE_NAMES.get(device_type, device_type)} "
@@ -121,8 +120,6 @@ def _from_dlpack(obj, name: str, stream_for_producer):
 
 
 def _from_cuda_array_interface(obj, name: str):
-    from .driver import DeviceArray
-
     cai = obj.__cuda_array_interface__
     if cai.get("mask") is not None:
         raise ConfigError(f"{name}: __cuda_array_interface__ with a mask is not supported")
@@ -151,9 +148,7 @@ def _from_cuda_array_interface(obj, name: str):
 
 def as_device_array(obj, name: str, stream=None):
     """A DeviceArray view of `obj` (DeviceArray, DLPack or CUDA-array-interface object), never a copy."""
-    from .driver import DeviceArray
-
-    if isinstance(obj, DeviceArray):
+    if isinstance(obj, DeviceArray):  # first: this is on every matmul's path
         return obj
     if isinstance(obj, np.ndarray):
         raise ConfigError(f"{name}: a numpy array lives in host memory; use ptxgemm.run for numpy arrays, or "
