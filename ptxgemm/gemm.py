@@ -181,7 +181,16 @@ def _copy_launches(copies) -> list:
 
 
 def _array_key(x) -> tuple:
-    return (x.ptr, x.shape, x.strides, x.dtype.num)
+    return (x.ptr, x.shape, x.strides, x.dtype)
+
+
+def _stream_key(stream):
+    """A ptxgemm Stream, None or a raw handle is its own key; other stream objects are keyed by their handle (torch
+    makes a new object for the same stream on every current_stream())."""
+    return stream if stream is None or type(stream) in _OWN_KEY_STREAMS else stream_handle(stream)
+
+
+_OWN_KEY_STREAMS = (int, driver.Stream)
 
 
 class GemmPlan:
@@ -336,9 +345,7 @@ def _cached_plan(a, b, out, config, stream) -> GemmPlan:
     dtypes, config, stream: staging buffers belong to one stream), so a new array at an old address with the old
     layout reuses it correctly. Cached plans keep no reference to the arrays (the caller's arrays must be free to
     go); past PLAN_CACHE_SIZE the oldest plan is dropped (its staging buffers go back to the pool)."""
-    # a ptxgemm Stream (or None, or a raw handle) is its own key; other stream objects are keyed by their handle
-    skey = stream if stream is None or isinstance(stream, (int, driver.Stream)) else stream_handle(stream)
-    key = (_array_key(a), _array_key(b), _array_key(out), config, skey)
+    key = (_array_key(a), _array_key(b), _array_key(out), config, _stream_key(stream))
     plan = _plans.get(key)  # one dictionary read, atomic: no lock on the hit path
     if plan is not None:
         return plan
@@ -362,6 +369,12 @@ def matmul(a, b, out=None, *, out_dtype=None, config: GemmConfig | None = None, 
     and any strides (see GemmPlan). Allocates `out` (a C-order DeviceArray, stream-ordered, exporting both
     protocols) when not given. `stream`: None, a raw CUstream handle or an object with __cuda_stream__.
     Plans are cached by (addresses, shapes, strides, dtypes, config, stream): a repeated call only launches."""
+    if type(a) is type(b) is type(out) is driver.DeviceArray and out_dtype is None:  # the repeated call: one lookup
+        plan = _plans.get(((a.ptr, a.shape, a.strides, a.dtype), (b.ptr, b.shape, b.strides, b.dtype),
+                           (out.ptr, out.shape, out.strides, out.dtype), config, _stream_key(stream)))
+        if plan is not None:
+            plan.launch(stream)
+            return out
     a, b = as_device_array(a, "a", stream), as_device_array(b, "b", stream)
     if out is None:
         in_dtype = check_dtypes(a, b)
