@@ -125,6 +125,11 @@ class PtxgemmImpl:
         return self.out.to_numpy()[rows]
 
 
+def torch_bf16(torch, x: np.ndarray):
+    """A bfloat16 numpy array on the GPU as a torch tensor (through its bit pattern: torch has no numpy bf16)."""
+    return torch.from_numpy(x.view(np.uint16)).view(torch.bfloat16).cuda()
+
+
 class TorchImpl:
     name = "cublas (torch.matmul)"
 
@@ -135,8 +140,7 @@ class TorchImpl:
 
     def prepare(self, a, b, out_dtype):
         torch = self.torch
-        ta = torch.from_numpy(a.view(np.uint16)).view(torch.bfloat16).cuda()
-        tb = torch.from_numpy(b.view(np.uint16)).view(torch.bfloat16).cuda()
+        ta, tb = torch_bf16(torch, a), torch_bf16(torch, b)
         self.out = torch.full((a.shape[0], b.shape[1]), float("nan"), dtype=torch.bfloat16, device="cuda")
         out = self.out
         return lambda: torch.matmul(ta, tb, out=out)

@@ -511,7 +511,7 @@ class DeviceArray:
         itself frees nothing."""
         if self._owner and self.ptr:
             ptr, self.ptr = self.ptr, 0
-            handle = self._stream_handle if self._stream_handle is not None else cu.CUstream(0)
+            handle = self._stream_handle if self._stream_handle is not None else _stream_handle(None)
             check(cu.cuMemFreeAsync(ptr, handle), "freeing a device buffer (cuMemFreeAsync)")
 
     def __del__(self):

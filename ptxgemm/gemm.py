@@ -180,8 +180,10 @@ def _copy_launches(copies) -> list:
     return out
 
 
-def _array_key(x) -> tuple:
-    return (x.ptr, x.shape, x.strides, x.dtype)
+def _plan_key(a, b, out, config, stream) -> tuple:
+    """What a cached plan depends on: each array's address, shape, strides and dtype, the config and the stream."""
+    return ((a.ptr, a.shape, a.strides, a.dtype), (b.ptr, b.shape, b.strides, b.dtype),
+            (out.ptr, out.shape, out.strides, out.dtype), config, _stream_key(stream))
 
 
 def _stream_key(stream):
@@ -345,7 +347,7 @@ def _cached_plan(a, b, out, config, stream) -> GemmPlan:
     dtypes, config, stream: staging buffers belong to one stream), so a new array at an old address with the old
     layout reuses it correctly. Cached plans keep no reference to the arrays (the caller's arrays must be free to
     go); past PLAN_CACHE_SIZE the oldest plan is dropped (its staging buffers go back to the pool)."""
-    key = (_array_key(a), _array_key(b), _array_key(out), config, _stream_key(stream))
+    key = _plan_key(a, b, out, config, stream)
     plan = _plans.get(key)  # one dictionary read, atomic: no lock on the hit path
     if plan is not None:
         return plan
@@ -370,8 +372,7 @@ def matmul(a, b, out=None, *, out_dtype=None, config: GemmConfig | None = None, 
     protocols) when not given. `stream`: None, a raw CUstream handle or an object with __cuda_stream__.
     Plans are cached by (addresses, shapes, strides, dtypes, config, stream): a repeated call only launches."""
     if type(a) is type(b) is type(out) is driver.DeviceArray and out_dtype is None:  # the repeated call: one lookup
-        plan = _plans.get(((a.ptr, a.shape, a.strides, a.dtype), (b.ptr, b.shape, b.strides, b.dtype),
-                           (out.ptr, out.shape, out.strides, out.dtype), config, _stream_key(stream)))
+        plan = _plans.get(_plan_key(a, b, out, config, stream))
         if plan is not None:
             plan.launch(stream)
             return out

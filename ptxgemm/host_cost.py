@@ -188,6 +188,7 @@ def measure(shape=DEFAULT_SHAPE, run_shape=RUN_SHAPE, calls: int = DEFAULT_CALLS
     info = _require_gpu()
 
     from . import accuracy, driver
+    from .bench import torch_bf16
     from .gemm import GemmPlan, matmul, run
     from .graph import Graph
 
@@ -216,8 +217,7 @@ def measure(shape=DEFAULT_SHAPE, run_shape=RUN_SHAPE, calls: int = DEFAULT_CALLS
     torch, torch_note = _torch() if use_torch else (None, "not measured (use_torch=False)")
     if torch is not None:
         # the same values, on torch's current stream (torch.matmul has no stream argument)
-        ta = torch.from_numpy(a_np.view(np.uint16)).view(torch.bfloat16).cuda()
-        tb = torch.from_numpy(b_np.view(np.uint16)).view(torch.bfloat16).cuda()
+        ta, tb = torch_bf16(torch, a_np), torch_bf16(torch, b_np)
         tc = torch.empty((m, n), dtype=torch.bfloat16, device="cuda")
         ways[TORCH_OUT] = (shape, functools.partial(torch.matmul, ta, tb, out=tc))
         ways[TORCH_NEW] = (shape, functools.partial(torch.matmul, ta, tb))

@@ -50,10 +50,6 @@ class View:
         sb, sr, sc = self.strides
         return View(self.ptr, self.count, self.cols, self.rows, (sb, sc, sr), self.itemsize)
 
-    @property
-    def shape(self) -> tuple[int, int, int]:
-        return (self.count, self.rows, self.cols)
-
 
 @dataclasses.dataclass(frozen=True)
 class Placement:
@@ -217,10 +213,6 @@ class MatmulPlan:
     @property
     def operands(self) -> tuple[Operand, ...]:
         return tuple(op for op in (self.a, self.b, self.c) if op is not None)
-
-    @property
-    def staged_bytes(self) -> int:
-        return sum(op.staging.nbytes for op in self.operands if op.staged)
 
     def describe(self) -> str:
         if self.a is None:
