@@ -41,6 +41,9 @@ SQUARE_LLM_SHAPES = ((4096, 4096, 4096), (6144, 6144, 6144), (8192, 8192, 8192),
                      (4096, 14336, 4096), (4096, 4096, 14336))
 SMALL_M_SHAPES = ((512, 8192, 8192), (128, 8192, 8192))
 SMALL_M_MAX = 512            # a --shapes shape with M at most this counts as small-M
+# The small-M suite (decode and small batches: too few tiles to fill the SMs), `--small-m`
+SMALL_M_SUITE = tuple((m, n, k) for m in (1, 16, 64, 128, 256, 512)
+                      for n, k in ((4096, 4096), (8192, 8192), (14336, 4096), (4096, 14336)))
 QUICK_SHAPES = ((SEED_M, SEED_N, 64), (SEED_M, SEED_N, 512), (SEED_M, SEED_N, 2048), (4096, 4096, 4096),
                 (8192, 8192, 8192), (4096, 14336, 4096), (512, 8192, 8192), (128, 8192, 8192))
 # Shapes whose rows are not whole 16-byte lines (K or N not a multiple of 8 for bf16): TMA cannot read A or write C
@@ -238,10 +241,11 @@ def parse_shapes(text: str) -> list[tuple[int, int, int]]:
 
 
 def run_bench(shapes, rounds: int, config=None, variant_configs=(), out="bench_out", name: str | None = None,
-              tune_cache: str = "off") -> int:
+              tune_cache: str = "off", b_major: str = "mn") -> int:
     """Time every shape with ptxgemm (`config`, or None: the library's own selection), each of `variant_configs`
     and the cuBLAS peer in the same interleaved rounds; print the table and write bench_<gpu>[_<name>].json and .png
-    to `out`. `tune_cache` only labels the run: the caller has set PTXGEMM_TUNE_CACHE before any selection."""
+    to `out`. `b_major`: B row-major ("mn", numpy's C order) or column-major ("k"), the same memory for every
+    implementation. `tune_cache` only labels the run: the caller has set PTXGEMM_TUNE_CACHE before any selection."""
     import ml_dtypes
 
     from . import driver, select
@@ -270,6 +274,8 @@ def run_bench(shapes, rounds: int, config=None, variant_configs=(), out="bench_o
     for m, n, k in shapes:
         a = rng.standard_normal((m, k), dtype=np.float32).astype(ml_dtypes.bfloat16)
         b = rng.standard_normal((k, n), dtype=np.float32).astype(ml_dtypes.bfloat16)
+        if b_major == "k":
+            b = np.asfortranarray(b)
         launchers = {impl.name: impl.prepare(a, b, np.dtype(ml_dtypes.bfloat16)) for impl in impls}
         times = time_interleaved(launchers, rounds, warmup=3)
         picked = sample_rows(m)
@@ -281,7 +287,7 @@ def run_bench(shapes, rounds: int, config=None, variant_configs=(), out="bench_o
         if config is not None:
             source = "fixed (--config)"
         else:
-            chosen, how = select.choose(m, n, k, device=info)
+            chosen, how = select.choose(m, n, k, b_major=b_major, device=info)
             source = how if chosen.tag == main_impl.tag else "GemmPlan default (not the selection)"
         row = {"M": m, "N": n, "K": k, "config": main_impl.tag, "config_source": source, "group": group_of(m, n, k),
                "ptxgemm_ms": ours, "cublas_ms": theirs, "ratio": theirs / ours if theirs else None,
@@ -317,6 +323,7 @@ def run_bench(shapes, rounds: int, config=None, variant_configs=(), out="bench_o
             f"{g} {v:.3f}" if v is not None else f"{g} -" for g, v in means.items()) + f"; min {min_ratio:.3f}")
     result = {"gpu": info.name, "driver": info.driver_version_str, "sm_count": info.sm_count, "clocks": read_clocks(),
               "tune_cache": tune_cache, "peer": peer.name if peer else None, "config": config_desc, "rounds": rounds,
+              "b_major": b_major,
               "method": "L2 flushed before each launch, CUDA events around the launch, interleaved rounds, median",
               "rel_err_method": f"{SAMPLE_ROWS} fixed rows (seed {SAMPLE_SEED}) against float64, the same for every "
                                 "implementation",

@@ -38,6 +38,12 @@ def add_parser(sub) -> None:
                    help="MxNxK,MxNxK,... instead of the suite (default: the suite: seed K sweep, square/LLM, small-M); "
                         f"grouped for geomeans as seed_sweep (M,N = {SEED_M},{SEED_N}), small_m (M <= {SMALL_M_MAX}) "
                         "or square_llm")
+    p.add_argument("--small-m", action="store_true",
+                   help="the small-M suite: M in {1, 16, 64, 128, 256, 512} x (N, K) in {(4096, 4096), (8192, 8192), "
+                        "(14336, 4096), (4096, 14336)} (default off)")
+    p.add_argument("--b-major", choices=("mn", "k"), default="mn",
+                   help="B's layout for every implementation: row-major (K, N) as numpy's C order ('mn', default) or "
+                        "column-major ('k', K contiguous)")
     p.add_argument("--out", default=DEFAULT_OUT,
                    help="directory for bench_<gpu>[_<name>].json and .png (default bench_out)")
     p.add_argument("--name", default=None,
@@ -114,12 +120,15 @@ def cmd_bench(args) -> int:
         raise ConfigError(f"--rounds: must be >= 1, got {args.rounds}")
     if args.name is not None and not re.fullmatch(r"[\w.-]+", args.name):
         raise ConfigError(f"--name: letters, digits, '.', '_' or '-' only, got {args.name!r}")
-    shapes = (bench.parse_shapes(args.shapes) if args.shapes else
+    if args.small_m and (args.shapes or args.quick):
+        raise ConfigError("--small-m: a suite of its own; not with --shapes or --quick")
+    shapes = (bench.parse_shapes(args.shapes) if args.shapes else list(bench.SMALL_M_SUITE) if args.small_m else
               list(bench.QUICK_SHAPES) if args.quick else bench.default_shapes())
     config = _tags("--config", [args.config])[0] if args.config else None
     variants = _tags("--variants", filter(None, args.variants.split(",")))
     rounds = args.rounds or (7 if args.quick else 25)
-    return bench.run_bench(shapes, rounds, config, variants, out=args.out, name=args.name, tune_cache=tune_cache)
+    return bench.run_bench(shapes, rounds, config, variants, out=args.out, name=args.name, tune_cache=tune_cache,
+                           b_major=args.b_major)
 
 
 def cmd_bench_host(args) -> int:

@@ -36,6 +36,12 @@ CONSUMERS = 2                      # consumer warpgroups per CTA (warpgroups 1 a
 INPUT_DTYPES = ("bfloat16", "float16")
 OUTPUT_DTYPES = ("bfloat16", "float16", "float32")
 MAJORS = ("k", "mn")
+# The kernel's output layout: "n" stores each tile as rows of a row-major C (N contiguous); "m" stores it transposed,
+# as columns of a column-major C (M contiguous). "m" is how swap-AB writes a row-major result: the host runs
+# C^T = B^T A^T (the wide N fills wgmma's 64-row M, the small M becomes a narrow wgmma N) and the kernel stores
+# each C^T tile transposed, i.e. straight into C's rows (ptxgemm.operands chooses the swap from the layout).
+C_MAJORS = ("n", "m")
+MAX_SPLITS = 16                    # split-K: k-ranges per output tile (fp32 partials, a fixed-order fix-up)
 # pingpong: each consumer owns whole tiles and the two alternate (one's epilogue under the other's mainloop);
 # cooperative: both consumers share every tile, each the half of its rows; stores overlap the next mainloop.
 SCHEDULES = ("pingpong", "cooperative")
@@ -53,6 +59,7 @@ BARRIER_CTA = 0
 BARRIER_EPILOGUE_SYNC = (1, 2)     # the 128 threads of consumer 0 / 1 around their TMA store
 BARRIER_MMA_ORDER = (3, 4)         # pingpong: consumer g waits on [g] before its mainloop; the other arrives on it
 BARRIER_EPILOGUE_ORDER = (5, 6)    # pingpong: same, for the epilogue (one shared C staging buffer)
+FLAG_BYTES = 4                     # split-K: one u32 arrival counter per output tile (and consumer half)
 
 
 TAG_SCHEDULE = {"pingpong": "pp", "cooperative": "coop"}
@@ -95,6 +102,8 @@ class GemmConfig:
     schedule: str = "pingpong"    # SCHEDULES: how the two consumer warpgroups share the tiles
     cluster_n: int = 1            # CTAs per cluster along N; 2: the pair shares A, each loads half and multicasts
     raster: str = "m"             # RASTERS: grouped down tile-rows ("m"), across tile-columns ("n"), or "hilbert"
+    splits: int = 1               # split-K: each output tile's k-loop cut into this many units of the schedule
+    c_major: str = "n"            # C_MAJORS: tiles stored as rows ("n") or transposed, as columns ("m"; swap-AB)
 
     def __post_init__(self):
         object.__setattr__(self, "in_dtype", _dtype_name(self.in_dtype))
@@ -122,10 +131,21 @@ class GemmConfig:
         if self.trace and self.schedule != "pingpong":
             raise ConfigError("trace: only the pingpong schedule records a timeline so far (ptxgemm.trace's summary "
                               "models its alternation); trace the cooperative schedule later")
-        if self.block_n % 16 or not 64 <= self.block_n <= 256:
-            raise ConfigError(f"block_n: must be a multiple of 16 in 64..256 (the epilogue stores 16-column blocks; "
+        if self.block_n % 16 or not 16 <= self.block_n <= 256:
+            raise ConfigError(f"block_n: must be a multiple of 16 in 16..256 (the epilogue stores 16-column blocks; "
                               f"a last output panel narrower than 64 columns goes out through its own tensor map), "
                               f"got {self.block_n}")
+        if not isinstance(self.splits, int) or not 1 <= self.splits <= MAX_SPLITS:
+            raise ConfigError(f"splits: must be an integer in 1..{MAX_SPLITS} (k-ranges per output tile), "
+                              f"got {self.splits!r}")
+        if self.c_major not in C_MAJORS:
+            raise ConfigError(f"c_major: must be one of {C_MAJORS}, got {self.c_major!r}")
+        if self.c_major == "m" and self.cooperative:
+            raise ConfigError("c_major: the transposed (column) store is built for the pingpong schedule, whose "
+                              "epilogue writes the whole tile at once; use schedule='pingpong'")
+        if (self.splits > 1 or self.c_major == "m") and self.cluster_size > 1:
+            raise ConfigError("splits, c_major: split-K and the transposed store run on single CTAs (cluster_m and "
+                              "cluster_n 1): they are for problems with too few tiles to pair")
         if self.block_k * self.in_itemsize != SWIZZLE_BYTES:
             raise ConfigError(f"block_k: one stage holds one {SWIZZLE_BYTES}-byte swizzle row of K "
                               f"({SWIZZLE_BYTES // self.in_itemsize} elements of {self.in_dtype}), got {self.block_k}")
@@ -251,8 +271,15 @@ class GemmConfig:
         return SWIZZLE_BYTES // self.out_itemsize
 
     @property
+    def transposed_store(self) -> bool:
+        return self.c_major == "m"
+
+    @property
     def epi_panels(self) -> int:
-        """Output panels per tile row, the last one possibly a narrower tail (epi_tail_cols)."""
+        """Output panels per tile: along N, the last one possibly a narrower tail (epi_tail_cols); with the
+        transposed store, along the consumer's M (a whole number: block_m is a multiple of 64)."""
+        if self.transposed_store:
+            return self.consumer_m // self.epi_panel_cols
         return -(-self.block_n // self.epi_panel_cols)
 
     @property
@@ -260,7 +287,7 @@ class GemmConfig:
         """Columns of the last output panel when block_n is not a whole number of panels (0: no tail). The tail is
         staged unswizzled, rows of epi_tail_bytes, and stored through a second tensor map whose box is that narrow:
         a full-width box would overwrite the next tile's columns."""
-        return self.block_n % self.epi_panel_cols
+        return 0 if self.transposed_store else self.block_n % self.epi_panel_cols
 
     @property
     def epi_tail_bytes(self) -> int:
@@ -268,8 +295,14 @@ class GemmConfig:
 
     @property
     def epi_panel_bytes(self) -> int:
-        """One panel of one consumer's rows: consumer_m rows x 128 B, one TMA store box."""
-        return self.consumer_m * SWIZZLE_BYTES
+        """One panel, one TMA store box: consumer_m rows x 128 B; transposed, block_n rows (of C^T's columns, i.e.
+        of C's rows) x 128 B of M."""
+        return (self.block_n if self.transposed_store else self.consumer_m) * SWIZZLE_BYTES
+
+    @property
+    def epi_box_rows(self) -> int:
+        """Rows of one store box: the consumer's M rows, or (transposed) the tile's N columns."""
+        return self.block_n if self.transposed_store else self.consumer_m
 
     @property
     def epi_slots(self) -> int:
@@ -313,6 +346,22 @@ class GemmConfig:
                           else self.epi_panels * self.epi_panel_bytes)
         room = SMEM_PER_BLOCK_OPTIN - least_epilogue - self.barrier_bytes
         return min(MAX_STAGES, room // self.stage_bytes)
+
+    # --- split-K -----------------------------------------------------------------------------------------
+    @property
+    def split_k(self) -> bool:
+        return self.splits > 1
+
+    @property
+    def partial_bytes(self) -> int:
+        """One consumer's fp32 partial tile in the workspace: its accumulators, stored as [quad][thread] float4s so
+        that a warp's 32 lanes write (and the fix-up reads) 512 contiguous bytes per instruction."""
+        return self.acc_registers * WARPGROUP_THREADS * 4
+
+    @property
+    def partial_quads(self) -> int:
+        """float4 stores per thread per partial tile."""
+        return self.acc_registers // 4
 
     # --- shared-memory map (byte offsets from the 1024-aligned dynamic smem base) -------------------------
     @property
@@ -403,6 +452,8 @@ class GemmConfig:
             "bar_mma_order": BARRIER_MMA_ORDER,
             "bar_epi_order": BARRIER_EPILOGUE_ORDER,
             "mbarrier_bytes": MBARRIER_BYTES,
+            "flag_bytes": FLAG_BYTES,
+            "quad_stride": WARPGROUP_THREADS * 16,
             "trace_codes": trace_format.CODES,
             "trace_roles": trace_format.ROLES,
             "trace_record_bytes": trace_format.RECORD_BYTES,
@@ -413,7 +464,9 @@ class GemmConfig:
         return (f"{self.schedule} GEMM {self.block_m}x{self.block_n}x{self.block_k}, {self.num_stages} stages, "
                 + (f"cluster {self.cluster_m}x1 (B multicast), " if self.cluster_m > 1 else "")
                 + (f"cluster 1x{self.cluster_n} (A multicast), " if self.cluster_n > 1 else "")
-                + (f"raster {self.raster}, " if self.raster != GemmConfig.raster else "") +
+                + (f"raster {self.raster}, " if self.raster != GemmConfig.raster else "")
+                + (f"split-K {self.splits}, " if self.split_k else "")
+                + ("C stored transposed (swap-AB), " if self.transposed_store else "") +
                 f"{self.in_dtype}->{self.out_dtype}, A {self.a_major}-major, B {self.b_major}-major"
                 + (", DEBUG waits" if self.debug else "") + (", traced" if self.trace else ""))
 
@@ -425,9 +478,12 @@ class GemmConfig:
     @property
     def tag(self) -> str:
         """The tile choice in a few characters: 'pp128x128', 'coop256x128c2' (cluster_m 2), 'coop128x256cn2'
-        (cluster_n 2), 'pp128x192g16rns5' (group 16, raster n, 5 stages). Dtypes, layouts, debug and trace are not
-        part of it (the operands decide those)."""
+        (cluster_n 2), 'pp128x192g16rns5' (group 16, raster n, 5 stages), 'pp64x128k4' (split-K 4), 'pp128x16t'
+        (transposed store: swap-AB). Dtypes, layouts, debug and trace are not part of it (the operands decide
+        those)."""
         t = f"{TAG_SCHEDULE[self.schedule]}{self.block_m}x{self.block_n}"
+        if self.transposed_store:
+            t += "t"
         if self.cluster_m > 1:
             t += f"c{self.cluster_m}"
         if self.cluster_n > 1:
@@ -436,21 +492,32 @@ class GemmConfig:
             t += f"g{self.group_m}"
         if self.raster != GemmConfig.raster:
             t += f"r{RASTER_TAGS[self.raster]}"
+        if self.split_k:
+            t += f"k{self.splits}"
         if self.stages is not None:
             t += f"s{self.stages}"
         return t
+
+    @property
+    def tile_tag(self) -> str:
+        """The tag without the split count: what the cost model's per-tile tables are keyed by."""
+        return dataclasses.replace(self, splits=1).tag if self.split_k else self.tag
 
     @classmethod
     def from_tag(cls, tag: str, **fields) -> "GemmConfig":
         """The config a tag names, with `fields` (dtypes, majors, ...) added; ConfigError on a malformed tag."""
         import re
 
-        m = re.fullmatch(r"(pp|coop)(\d+)x(\d+)(?:c(\d+))?(?:cn(\d+))?(?:g(\d+))?(?:r([mnh]))?(?:s(\d+))?",
-                         tag.strip())
+        m = re.fullmatch(r"(pp|coop)(\d+)x(\d+)(t)?(?:c(\d+))?(?:cn(\d+))?(?:g(\d+))?(?:r([mnh]))?(?:k(\d+))?"
+                         r"(?:s(\d+))?", tag.strip())
         if m is None:
-            raise ConfigError(f"config tag: {tag!r} is not <pp|coop><block_m>x<block_n>[c<cluster_m>][cn<cluster_n>]"
-                              f"[g<group_m>][r<m|n|h>][s<stages>], e.g. pp128x128, coop256x128c2 or coop128x256cn2")
+            raise ConfigError(f"config tag: {tag!r} is not <pp|coop><block_m>x<block_n>[t][c<cluster_m>][cn<cluster_n>]"
+                              f"[g<group_m>][r<m|n|h>][k<splits>][s<stages>], e.g. pp128x128, coop256x128c2, "
+                              f"pp64x128k4 or pp128x16tk4")
         kw = {"schedule": {v: k for k, v in TAG_SCHEDULE.items()}[m[1]], "block_m": int(m[2]), "block_n": int(m[3])}
+        if m[4]:
+            kw["c_major"] = "m"
+        m = [None, *m.groups()[:3], *m.groups()[4:]]   # the fields below keep their numbers
         if m[4]:
             kw["cluster_m"] = int(m[4])
         if m[5]:
@@ -460,7 +527,9 @@ class GemmConfig:
         if m[7]:
             kw["raster"] = {v: k for k, v in RASTER_TAGS.items()}[m[7]]
         if m[8]:
-            kw["stages"] = int(m[8])
+            kw["splits"] = int(m[8])
+        if m[9]:
+            kw["stages"] = int(m[9])
         return cls(**{**kw, **fields})
 
     def report_extras(self) -> dict:

@@ -23,7 +23,10 @@ from .config import GemmConfig
 from .errors import ConfigError, CudaError
 from .interop import as_device_array, stream_handle
 
-LOAD_L2_PROMOTION = "256B"
+# L2 promotion of the operand loads. 128B measured as fast as 256B or faster everywhere on the H100 and up to 10%
+# faster where lines are not 128-byte multiples (3000x5000x2048 with B row-major, 1000^3): a 256-byte promotion of a
+# line that straddles two 128-byte lines fetches sectors nobody asked for (docs/perf-notes.md, issue 11)
+LOAD_L2_PROMOTION = "128B"
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -167,6 +170,16 @@ def _tile_order(rows: int, cols: int):
         return _tile_orders[(rows, cols)]
 
 
+def _layout(a, b, out, transposed_store: bool) -> operands.MatmulPlan:
+    return operands.plan_matmul(a.shape, a.strides, a.ptr, b.shape, b.strides, b.ptr, a.dtype.itemsize,
+                                out.dtype.itemsize, out.shape, out.strides, out.ptr, transposed_store)
+
+
+def _majors(lay: operands.MatmulPlan) -> tuple[str, str]:
+    """(a_major, b_major) of the kernel's operands as the layout placed them."""
+    return ("k" if lay.a.place.inner == "cols" else "mn"), ("mn" if lay.b.place.inner == "cols" else "k")
+
+
 def _copy_launches(copies) -> list:
     """operands.Copy's as prepared relayout launches (a source address 0 means zeros)."""
     from . import relayout
@@ -216,23 +229,26 @@ class GemmPlan:
         if config is not None and not isinstance(config, GemmConfig):
             raise ConfigError(f"config: must be a ptxgemm.GemmConfig or None (select_config picks), got "
                               f"{type(config).__name__}")
-        self.layout = lay = operands.plan_matmul(a.shape, a.strides, a.ptr, b.shape, b.strides, b.ptr,
-                                                 a.dtype.itemsize, out.dtype.itemsize, out.shape, out.strides,
-                                                 out.ptr)
+        transposed = config is not None and config.transposed_store
+        self.layout = lay = _layout(a, b, out, transposed)
         self.a, self.b, self.out = a, b, out
         self.m, self.n, self.k, self.batches = lay.m, lay.n, lay.k, lay.batches
         self.config = self.kernel = self.schedule = self._launch = None
         self.buffers = {}
-        self.records = self.trace_buffer = None
+        self.records = self.trace_buffer = self.workspace = self.flags = None
+        self._stream = stream
         self._steps: list = []  # what launch() enqueues, in order, each a driver.PreparedLaunch
         if lay.a is None:  # nothing to multiply: an empty result, or zeros (K = 0)
             self._steps = _copy_launches(lay.fill)
             return
         info = driver.require_sm90("running the GEMM")  # before loading: a clear error on a non-Hopper GPU
-        a_major = "k" if lay.a.place.inner == "cols" else "mn"
-        b_major = "mn" if lay.b.place.inner == "cols" else "k"
-        self.config = cfg = _resolve_config(config, in_dtype, out_dtype, a_major, b_major, (lay.m, lay.n, lay.k),
-                                            device=info, ctas=ctas, batches=lay.batches)
+        cfg = _resolve_config(config, in_dtype, out_dtype, *_majors(lay), (lay.m, lay.n, lay.k), device=info,
+                              ctas=ctas, batches=lay.batches)
+        if cfg.transposed_store != transposed:  # the selection chose the transposed store (swap-AB): plan for it
+            self.layout = lay = _layout(a, b, out, True)
+            cfg = dataclasses.replace(cfg, **dict(zip(("a_major", "b_major"), _majors(lay))))
+            self.m, self.n, self.k, self.batches = lay.m, lay.n, lay.k, lay.batches
+        self.config = cfg
         check_ctas(ctas, cfg.cluster_size)
         if kernel is not None and kernel.config != cfg:
             raise ConfigError(f"kernel: built for {kernel.config.describe()}, but these operands need "
@@ -254,8 +270,9 @@ class GemmPlan:
         self.tmap_b = _operand_map(lay.b, cfg.b_major == "k", cfg.b_rows_per_cta, cfg.block_k, in_dt)
         c = lay.c
         c_dims, c_strides = c.place.map_dims(c.view), (c.place.lead, c.place.batch)
-        # one store box per panel of one consumer's rows (the whole tile in pingpong, a half in cooperative)
-        self.tmap_c = tensormap.encode_tiled(c.view.ptr, c_dims, c_strides, (cfg.epi_panel_cols, cfg.consumer_m, 1),
+        # one store box per panel: of one consumer's rows (the whole tile in pingpong, a half in cooperative), or,
+        # transposed, of the tile's block_n columns (C's inner axis is then M)
+        self.tmap_c = tensormap.encode_tiled(c.view.ptr, c_dims, c_strides, (cfg.epi_panel_cols, cfg.epi_box_rows, 1),
                                              dtype=out_dt, l2_promotion="none")
         # a tile's last panel when block_n is not a whole number of panels: a box only that wide, staged unswizzled
         self.tmap_c_tail = (tensormap.encode_tiled(c.view.ptr, c_dims, c_strides,
@@ -276,16 +293,28 @@ class GemmPlan:
                 ctypes.c_uint32(lay.m), ctypes.c_uint32(lay.n),
                 ctypes.c_uint32(sched.cluster_rows), ctypes.c_uint32(sched.cluster_cols), ctypes.c_uint32(self.k_tiles),
                 ctypes.c_uint32(lay.batches), ctypes.c_uint32(int(lay.a.view.count > 1)),
-                ctypes.c_uint32(int(lay.b.view.count > 1)),
-                ctypes.c_uint64(debug_ptr)]
-        if cfg.raster == "hilbert":  # its parameter comes right before debug_records_param
+                ctypes.c_uint32(int(lay.b.view.count > 1))]
+        if cfg.raster == "hilbert":
             self.tile_order = _tile_order(sched.cluster_rows, sched.cluster_cols)
-            args.insert(-1, ctypes.c_uint64(self.tile_order.ptr))
+            args.append(ctypes.c_uint64(self.tile_order.ptr))
+        if cfg.split_k:
+            args += self._split_arguments(cfg, sched)
+        args.append(ctypes.c_uint64(debug_ptr))
         if cfg.trace:
             args += self._trace_arguments()
         self._launch = driver.PreparedLaunch(self.kernel.function, (self.grid,), (cfg.threads,), args,
                                              smem_bytes=cfg.smem_bytes,
                                              cluster=(cfg.cluster_size, 1, 1) if cfg.cluster_size > 1 else None)
+
+    def _split_arguments(self, cfg: GemmConfig, sched) -> list:
+        """Split-K's workspace (the partial tiles: splits - 1 per output tile and consumer half) and its flags (one
+        u32 each), both the plan's own; the flags are zeroed once here, and every launch leaves them zero."""
+        halves = sched.work_tiles * cfg.consumers_per_tile
+        self.workspace = driver.DeviceArray.empty((max(halves * (sched.splits - 1) * cfg.partial_bytes, 16),),
+                                                  np.uint8, stream=self._stream)
+        self.flags = driver.DeviceArray.empty((halves,), np.uint32, stream=self._stream)
+        self.flags.fill_bytes(0, 4)
+        return [ctypes.c_uint32(sched.splits), ctypes.c_uint64(self.workspace.ptr), ctypes.c_uint64(self.flags.ptr)]
 
     def _trace_arguments(self) -> list:
         """Allocate the trace buffer (ptxgemm.trace's format) with room for every event this plan's schedule makes:

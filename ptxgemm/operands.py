@@ -278,10 +278,12 @@ def _operand(name: str, view: View, walk, inners: tuple[str, ...]) -> Operand:
 
 
 def plan_matmul(a_shape, a_strides, a_ptr: int, b_shape, b_strides, b_ptr: int, in_itemsize: int,
-                out_itemsize: int, out_shape=None, out_strides=None, out_ptr: int = 0) -> MatmulPlan:
+                out_itemsize: int, out_shape=None, out_strides=None, out_ptr: int = 0,
+                transposed_store: bool = False) -> MatmulPlan:
     """The launch plan of numpy's `a @ b` on strided device memory (byte strides). Without an output (out_shape
     None) only the problem is returned (a is None): the caller allocates a C-order output of `out_shape` and asks
-    again with it."""
+    again with it. `transposed_store`: the kernel stores columns of its C (GemmConfig.c_major "m"), so a row-major
+    output is computed as C^T = B^T A^T (swap-AB) and a column-major one directly."""
     a_shape, b_shape = tuple(int(s) for s in a_shape), tuple(int(s) for s in b_shape)
     for name, shape in (("a", a_shape), ("b", b_shape)):
         if len(shape) == 0:
@@ -329,10 +331,12 @@ def plan_matmul(a_shape, a_strides, a_ptr: int, b_shape, b_strides, b_ptr: int, 
     a_view, a_walk = _view(a_ptr, in_itemsize, batch_shape, ab, a_r, a_c, a_sr, a_sc)
     b_view, b_walk = _view(b_ptr, in_itemsize, batch_shape, bb, b_r, b_c, b_sr, b_sc)
 
-    # The kernel stores rows of C. A column-major output is a row-major C^T = B^T A^T: swap, and every operand
-    # stays where it is (a GEMV's column output becomes one row)
+    # The kernel stores rows of C (or, transposed_store, columns). An output it cannot store in that order but whose
+    # transpose it can is computed as C^T = B^T A^T: swap, and every operand stays where it is (a GEMV's column
+    # output becomes one row; with the transposed store, a row-major output is swap-AB)
+    c_inner = "rows" if transposed_store else "cols"
     swapped = False
-    if c_walk is None and placement(c_view, ("cols",)) is None and placement(c_view.transposed(), ("cols",)):
+    if c_walk is None and placement(c_view, (c_inner,)) is None and placement(c_view.transposed(), (c_inner,)):
         a_view, b_view, c_view = b_view.transposed(), a_view.transposed(), c_view.transposed()
         a_walk, b_walk = b_walk, a_walk
         m, n = n, m
@@ -340,7 +344,7 @@ def plan_matmul(a_shape, a_strides, a_ptr: int, b_shape, b_strides, b_ptr: int, 
 
     a = _operand("a", a_view, a_walk, ("cols", "rows"))   # K-major first: numpy's C order
     b = _operand("b", b_view, b_walk, ("cols", "rows"))   # N-major first: numpy's C order
-    c = _operand("c", c_view, c_walk, ("cols",))          # the kernel writes rows
+    c = _operand("c", c_view, c_walk, (c_inner,))         # the kernel writes rows (columns: transposed_store)
     return _fold(MatmulPlan(result, batch_shape, m, n, k, batches, a, b, c, swapped=swapped))
 
 

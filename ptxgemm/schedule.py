@@ -29,6 +29,12 @@ class Schedule:
     schedule: str = "pingpong"
     cluster_n: int = 1    # CTAs per cluster along N (adjacent tile columns)
     batches: int = 1      # problems in the batch: units are numbered problem by problem
+    splits: int = 1       # split-K: units per output tile, each over k_tiles k-tiles of its own range
+
+    @property
+    def work_tiles(self) -> int:
+        """Output tiles (of clusters) of the whole launch, every problem's."""
+        return self.batch_units * self.batches
 
     @property
     def cluster_rows(self) -> int:
@@ -47,8 +53,9 @@ class Schedule:
 
     @property
     def units(self) -> int:
-        """Scheduler steps of the whole launch: every problem's units, problem after problem."""
-        return self.batch_units * self.batches
+        """Scheduler steps of the whole launch: every problem's units, problem after problem; with split-K each
+        output tile is `splits` consecutive units."""
+        return self.batch_units * self.batches * self.splits
 
     @property
     def grid(self) -> int:
@@ -83,6 +90,7 @@ class Schedule:
 
     def describe(self) -> dict:
         return {"tiles_m": self.tiles_m, "tiles_n": self.tiles_n, "k_tiles": self.k_tiles, "batches": self.batches,
+                "splits": self.splits,
                 "grid": self.grid,
                 "clusters": self.clusters, "waves": round(self.waves, 3),
                 "tiles_per_consumer": [self.min_tiles_per_consumer, self.max_tiles_per_consumer]}
@@ -91,18 +99,29 @@ class Schedule:
 def plan_for(config, m: int, n: int, k: int, sm_count: int, ctas: int | None = None, batches: int = 1) -> Schedule:
     """plan_schedule with every field taken from a GemmConfig."""
     return plan_schedule(m, n, k, config.block_m, config.block_n, config.block_k, config.cluster_m, sm_count, ctas,
-                         config.schedule, config.cluster_n, batches)
+                         config.schedule, config.cluster_n, batches, config.splits)
+
+
+def effective_splits(k_tiles: int, splits: int) -> tuple[int, int]:
+    """(splits, k-tiles per split) a launch runs: every split gets the same count, ceil(k_tiles / splits), so the
+    ring positions of the roles stay in step; the splits are then as many as that count needs (never one that would
+    start past K). The last split's range may run past K by less than one split: TMA fills those k-tiles with
+    zeros, which add nothing."""
+    per = max(1, math.ceil(k_tiles / max(splits, 1)))
+    return max(1, math.ceil(k_tiles / per)), per
 
 
 def plan_schedule(m: int, n: int, k: int, block_m: int, block_n: int, block_k: int, cluster_m: int,
                   sm_count: int, ctas: int | None = None, schedule: str = "pingpong",
-                  cluster_n: int = 1, batches: int = 1) -> Schedule:
-    """The grid GemmPlan launches: one CTA per SM (or at most `ctas`), never more clusters than scheduler steps."""
+                  cluster_n: int = 1, batches: int = 1, splits: int = 1) -> Schedule:
+    """The grid GemmPlan launches: one CTA per SM (or at most `ctas`), never more clusters than scheduler steps.
+    With split-K, k_tiles is each split's count (effective_splits)."""
     tiles_m, tiles_n, k_tiles = math.ceil(m / block_m), math.ceil(n / block_n), math.ceil(k / block_k)
-    units = math.ceil(tiles_m / cluster_m) * math.ceil(tiles_n / cluster_n) * batches
+    splits, k_tiles = effective_splits(k_tiles, splits)
+    units = math.ceil(tiles_m / cluster_m) * math.ceil(tiles_n / cluster_n) * batches * splits
     limit = sm_count if ctas is None else ctas
     clusters = max(1, min(limit // (cluster_m * cluster_n), units))
-    return Schedule(tiles_m, tiles_n, k_tiles, cluster_m, clusters, schedule, cluster_n, batches)
+    return Schedule(tiles_m, tiles_n, k_tiles, cluster_m, clusters, schedule, cluster_n, batches, splits)
 
 
 # --------------------------------------------------------------------------------------------------------------

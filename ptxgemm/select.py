@@ -45,11 +45,14 @@ from .problem import Problem
 KTILE_NS = {
     "coop128x256": 657, "coop128x256c2": 653, "coop256x128": 671, "coop256x128c2": 677, "coop256x192": 962,
     "pp128x128": 457, "pp128x128c2": 438, "pp128x192": 565, "pp64x256": 424, "pp64x256c2": 473,
-    "pp64x128": 280}   # pp64x128: not measured on the H100; the H200's ratio to pp128x128 (0.61) applied
+    "pp64x128": 280,   # pp64x128: not measured on the H100; the H200's ratio to pp128x128 (0.61) applied
+    # transposed tiles (swap-AB): fitted with MEMORY's constants (below)
+    "pp128x16t": 290, "pp128x32t": 311, "pp128x64t": 327, "pp64x16t": 161}
 EPILOGUE_NS = {
     "coop128x256": 2260, "coop128x256c2": 2360, "coop256x128": 2340, "coop256x128c2": 2280, "coop256x192": 3800,
     "pp128x128": 1730, "pp128x128c2": 1930, "pp128x192": 2760, "pp64x256": 1870, "pp64x256c2": 1670,
-    "pp64x128": 860}   # (the H200's 0.5 ratio to pp128x128's)
+    "pp64x128": 860,   # (the H200's 0.5 ratio to pp128x128's)
+    "pp128x16t": 4980, "pp128x32t": 4980, "pp128x64t": 3260, "pp64x16t": 2590}
 
 # The same fitted to the H200 (docs/results/bench_h200_issue9_fit.json: the suite's 14 shapes with 10 candidates
 # side by side). GPU_TABLES maps a substring of the device name to its tables; other GPUs use the H100's.
@@ -61,6 +64,18 @@ EPILOGUE_NS_H200 = {
     "pp128x128": 1330, "pp128x192": 2020, "pp64x128": 660, "pp64x256": 1290}
 GPU_TABLES = {"H200": (KTILE_NS_H200, EPILOGUE_NS_H200)}
 
+# The memory model's constants (memory_ns, fixup_ns), per GPU name substring.
+# H100: fitted (Powell, least squares of the log error; RMS 12%) to docs/results/bench_h100_issue11_explore.json, the
+# small-M suite with 23 variants side by side (split-K, transposed and narrow tiles), together with the transposed
+# tiles' KTILE_NS / EPILOGUE_NS below. latency_ns absorbs a launch's fixed costs (ramp-up, the first loads' latency,
+# the last tile's epilogue); l2_sm_bytes_per_ns is split-K's partial traffic as one SM sees it.
+MEMORY = {
+    "H100": {"dram_bytes_per_ns": 2496, "sm_bytes_per_ns": 102, "l2_sm_bytes_per_ns": 16.2, "latency_ns": 10000,
+             "overlap_p": 7.8},
+    "H200": {"dram_bytes_per_ns": 4300, "sm_bytes_per_ns": 120, "l2_sm_bytes_per_ns": 120, "latency_ns": 3000,
+             "overlap_p": 4.0},
+}
+
 # What select_config chooses among, strongest first (measured in bench_h100_issue9_fit.json: the cooperative 128x256
 # tile came within 3% of the best of the 10 candidates on 13 of the suite's 14 shapes; on the 14th, M = 128, it
 # ran at 0.71x the best, where the 128x128 pingpong, with twice the tiles to spread over the SMs, was the best; on
@@ -69,10 +84,13 @@ GPU_TABLES = {"H200": (KTILE_NS_H200, EPILOGUE_NS_H200)}
 # wins only by more than TIE_FRACTION; within it, the earlier one here is taken. `tune` tries every candidate
 # (CANDIDATE_TILES x CLUSTER_SHAPES), including those the model leaves out because they measured weaker
 # (pp128x192, pp64x256, and 2-CTA clusters of pingpong tiles).
-SELECTABLE = ("coop128x256", "coop128x256c2", "coop256x128", "coop256x128c2", "coop256x192", "pp128x128", "pp64x128")
+SELECTABLE = ("coop128x256", "coop128x256c2", "coop256x128", "coop256x128c2", "coop256x192", "pp128x128", "pp64x128",
+              "pp128x16t", "pp128x32t", "pp128x64t", "pp64x128c2")
 TIE_FRACTION = 0.03
 
-# (schedule, block_m, block_n), each with every cluster shape in CLUSTER_SHAPES: what `tune` tries.
+# (schedule, block_m, block_n), each with every cluster shape in CLUSTER_SHAPES: what `tune` tries. Single-CTA
+# tiles are also tried with every split-K count in SPLITS, and TRANSPOSED_TILES (the transposed store: swap-AB,
+# C^T = B^T A^T with N filling the tile's rows and M its narrow columns) with every one.
 CANDIDATE_TILES = (
     ("pingpong", 128, 128), ("pingpong", 128, 192), ("pingpong", 64, 256), ("pingpong", 64, 128),
     ("cooperative", 256, 128), ("cooperative", 128, 256), ("cooperative", 256, 192), ("cooperative", 128, 128),
@@ -80,6 +98,11 @@ CANDIDATE_TILES = (
     ("pingpong", 128, 160), ("cooperative", 128, 208), ("cooperative", 256, 160),
 )
 CLUSTER_SHAPES = ((1, 1), (2, 1), (1, 2))   # (cluster_m, cluster_n): single CTAs, pairs sharing B, pairs sharing A
+SPLITS = (1, 2, 3, 4, 6, 8)
+SPLIT_TILES = (("pingpong", 128, 128), ("pingpong", 64, 128), ("pingpong", 64, 256), ("cooperative", 128, 256),
+               ("cooperative", 256, 128))
+TRANSPOSED_TILES = (("pingpong", 128, 16), ("pingpong", 128, 32), ("pingpong", 128, 64), ("pingpong", 64, 16),
+                    ("pingpong", 64, 32), ("pingpong", 64, 64))
 
 # Candidates a table has no measurement for (pairs along N, most pingpong pairs, tiles one GPU was not run with) are
 # costed as their tile without a cluster, or else as the 128x128 pingpong scaled by tile area. None of these is
@@ -101,8 +124,18 @@ def _fill_unmeasured(ktile_ns: dict, epilogue_ns: dict) -> None:
             epilogue_ns.setdefault(tag, epilogue_ns[base])
 
 
+def _fill_transposed(ktile_ns: dict, epilogue_ns: dict) -> None:
+    """Transposed tiles not measured: the 128x128 pingpong scaled by tile area (the memory model decides them)."""
+    for sched, block_m, block_n in TRANSPOSED_TILES:
+        tag = f"{TAG_SCHEDULE[sched]}{block_m}x{block_n}t"
+        area = block_m * block_n / (128 * 128)
+        ktile_ns.setdefault(tag, ktile_ns["pp128x128"] * area)
+        epilogue_ns.setdefault(tag, epilogue_ns["pp128x128"] * area)
+
+
 for _tables in ((KTILE_NS, EPILOGUE_NS), (KTILE_NS_H200, EPILOGUE_NS_H200)):
     _fill_unmeasured(*_tables)
+    _fill_transposed(*_tables)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,20 +170,28 @@ def candidates(m: int, n: int, k: int, in_dtype: str = "bfloat16", out_dtype: st
 
 
 def _candidates(problem: Problem) -> list[GemmConfig]:
-    return list(_candidates_for(CANDIDATE_TILES, CLUSTER_SHAPES, *problem.config_fields().values()))
+    return list(_candidates_for(CANDIDATE_TILES, CLUSTER_SHAPES, SPLIT_TILES, TRANSPOSED_TILES, SPLITS,
+                                *problem.config_fields().values()))
 
 
 @functools.lru_cache(maxsize=64)  # select_config runs for every GemmPlan; the configs depend on dtypes and layouts
-def _candidates_for(tiles, clusters, in_dtype, out_dtype, a_major, b_major) -> tuple[GemmConfig, ...]:
+def _candidates_for(tiles, clusters, split_tiles, transposed_tiles, splits, in_dtype, out_dtype, a_major,
+                    b_major) -> tuple[GemmConfig, ...]:
+    """Every accepted config: the tiles x cluster shapes, the split tiles x splits > 1, and the transposed tiles x
+    splits. A transposed config runs the swapped problem, so its operands' majors trade places (A' = B^T is
+    MN-major exactly when B is; B' = A^T is K-major exactly when A is)."""
+    shapes = [(sched, bm, bn, cm, cn, 1, "n") for sched, bm, bn in tiles for cm, cn in clusters]
+    shapes += [(sched, bm, bn, 1, 1, sp, "n") for sched, bm, bn in split_tiles for sp in splits if sp > 1]
+    shapes += [(sched, bm, bn, 1, 1, sp, "m") for sched, bm, bn in transposed_tiles for sp in splits]
     found = []
-    for sched, block_m, block_n in tiles:
-        for cluster_m, cluster_n in clusters:
-            try:
-                found.append(GemmConfig(schedule=sched, block_m=block_m, block_n=block_n, cluster_m=cluster_m,
-                                        cluster_n=cluster_n, in_dtype=in_dtype, out_dtype=out_dtype, a_major=a_major,
-                                        b_major=b_major))
-            except ConfigError:
-                continue  # e.g. 128x256 pingpong (too many accumulators), cluster 2 with block_n 192, fp32 smem
+    for sched, block_m, block_n, cluster_m, cluster_n, sp, c_major in shapes:
+        majors = (a_major, b_major) if c_major == "n" else (b_major, a_major)
+        try:
+            found.append(GemmConfig(schedule=sched, block_m=block_m, block_n=block_n, cluster_m=cluster_m,
+                                    cluster_n=cluster_n, in_dtype=in_dtype, out_dtype=out_dtype, a_major=majors[0],
+                                    b_major=majors[1], splits=sp, c_major=c_major))
+        except ConfigError:
+            continue  # e.g. 128x256 pingpong (too many accumulators), cluster 2 with block_n 192, fp32 smem
     return tuple(found)
 
 
@@ -164,6 +205,8 @@ class Prediction:
     mainloop_ns: float     # one tile's k-loop
     epilogue_ns: float     # one tile's store
     total_ns: float
+    memory_bound: bool = False   # the memory model's time exceeds the compute model's
+    padded_area: int = 0         # output elements the tiles compute, padding included (every problem's)
 
     def row(self) -> dict:
         return {"tag": self.tag, "tiles": f"{self.tiles_m}x{self.tiles_n}", "k_tiles": self.k_tiles,
@@ -178,17 +221,84 @@ def tables(gpu_name: str = "") -> tuple[dict, dict]:
 def predict(config: GemmConfig, m: int, n: int, k: int, sm_count: int, gpu_name: str = "",
             batches: int = 1) -> Prediction:
     """The model's time for `config` on `batches` (m, n, k) problems in one launch and `sm_count` SMs of GPU
-    `gpu_name` (see the module docstring)."""
-    tag = config.tag
+    `gpu_name` (see the module docstring): the longer of the compute model and the memory model."""
+    tile = config.tile_tag
     ktile_ns, epilogue_ns = tables(gpu_name)
-    if tag not in ktile_ns or tag not in epilogue_ns:
-        raise ConfigError(f"config: no measured cost for {tag!r} in ptxgemm.select's tables; the model "
+    if tile not in ktile_ns or tile not in epilogue_ns:
+        raise ConfigError(f"config: no measured cost for {tile!r} in ptxgemm.select's tables; the model "
                           f"knows {sorted(ktile_ns)}")
+    if config.transposed_store:   # the kernel runs C^T = B^T A^T
+        m, n = n, m
     sched = schedule.plan_for(config, m, n, k, sm_count, batches=batches)
     steps = steps_per_cta(sched)
-    total = model_ns(config.cooperative, steps, sched.k_tiles, ktile_ns[tag], epilogue_ns[tag])
-    return Prediction(tag, sched.tiles_m, sched.tiles_n, sched.k_tiles, steps, sched.k_tiles * ktile_ns[tag],
-                      epilogue_ns[tag], float(total))
+    ktile = ktile_ns[tile] * misaligned_factor(config, m, n, k)   # m, n already the kernel's
+    compute = model_ns(config.cooperative, steps, sched.k_tiles, ktile, epilogue_ns[tile])
+    if sched.splits > 1:
+        compute += steps * fixup_ns(config, sched.splits, gpu_name)
+    memory = memory_ns(config, sched, steps, m, n, k, batches, gpu_name)
+    total = combine(compute, memory, gpu_name)
+    area = batches * sched.tiles_m * config.block_m * sched.tiles_n * config.block_n
+    return Prediction(config.tag, sched.tiles_m, sched.tiles_n, sched.k_tiles, steps, sched.k_tiles * ktile_ns[tile],
+                      epilogue_ns[tile], float(total), bool(memory > compute), area)
+
+
+# A dense operand whose lines are not whole 128-byte L2 lines (K or M/N not a multiple of 64 bf16 elements) makes
+# every 128-byte TMA row straddle two L2 lines. Measured on the H100 (docs/results/probe_h100_issue11_*.json): B
+# row-major at N = 5000 slowed coop128x256 by 1.29x against the same B in 128-byte-padded lines, B's bytes being
+# 2/3 of a stage; with a cluster pair multicasting B (each CTA loads half), nothing was lost. So a k-tile costs
+# 1 + MISALIGNED_COST x (the share of the stage's bytes this CTA loads itself from misaligned lines).
+MISALIGNED_COST = 0.43
+LINE_BYTES = 128
+
+
+def _kernel_mn(config: GemmConfig, problem: Problem) -> tuple[int, int, int]:
+    """(m, n, k) of the problem the kernel runs: swapped for the transposed store."""
+    return (problem.n, problem.m, problem.k) if config.transposed_store else (problem.m, problem.n, problem.k)
+
+
+def misaligned_factor(config: GemmConfig, m: int, n: int, k: int) -> float:
+    """The k-tile cost multiplier for operands with lines not 128-byte aligned (the kernel's problem: m, n after any
+    swap), assuming dense operands: a K-major line holds K elements, an MN-major one M (A) or N (B)."""
+    item = config.in_itemsize
+    a_line = (k if config.a_major == "k" else m) * item
+    b_line = (k if config.b_major == "k" else n) * item
+    share = 0.0
+    if a_line % LINE_BYTES:
+        share += config.a_stage_bytes / config.cluster_n / config.stage_bytes
+    if b_line % LINE_BYTES:
+        share += config.b_stage_bytes / config.cluster_m / config.stage_bytes
+    return 1.0 + MISALIGNED_COST * share
+
+
+def combine(compute_ns, memory_ns_, gpu_name: str = ""):
+    """The two models' times as one: a smooth maximum, (compute^p + memory^p)^(1/p). The larger one dominates, but
+    a candidate's compute still counts where the memory model ties many of them (small M, where every tile streams
+    the same B)."""
+    p = bandwidths(gpu_name)["overlap_p"]
+    return (compute_ns ** p + memory_ns_ ** p) ** (1.0 / p)
+
+
+def bandwidths(gpu_name: str = "") -> dict:
+    """The memory model's constants for a GPU (MEMORY's entry whose key its name contains, else the H100's)."""
+    return next((v for key, v in MEMORY.items() if key in gpu_name), MEMORY["H100"])
+
+
+def memory_ns(config: GemmConfig, sched, steps: int, m: int, n: int, k: int, batches: int, gpu_name: str = ""):
+    """The memory model: a launch streams its operands once from DRAM at dram_bytes_per_ns, and no CTA loads faster
+    than sm_bytes_per_ns (a few SMs cannot draw the whole bandwidth). A CTA loads, per k-tile, the rows of its A
+    and B boxes that lie inside the matrix (TMA fills the rest with zeros without reading memory)."""
+    bw = bandwidths(gpu_name)
+    dram = batches * ((m * k + k * n) * config.in_itemsize + m * n * config.out_itemsize)
+    rows = min(config.block_m, m) + min(config.block_n, n)
+    cta = steps * sched.k_tiles * rows * config.block_k * config.in_itemsize
+    return bw["latency_ns"] + max(dram / bw["dram_bytes_per_ns"], cta / bw["sm_bytes_per_ns"])
+
+
+def fixup_ns(config: GemmConfig, splits: int, gpu_name: str = ""):
+    """Split-K's cost per unit: a partial tile written, and (spread over the splits) the final's reads of the
+    others, through L2 at l2_sm_bytes_per_ns per SM."""
+    bw = bandwidths(gpu_name)
+    return config.consumers_per_tile * config.partial_bytes * 2 / bw["l2_sm_bytes_per_ns"]
 
 
 def steps_per_cta(sched) -> int:
@@ -224,15 +334,19 @@ def _ranked(problem: Problem, sm_count: int, gpu_name: str = "",
     except that a candidate within TIE_FRACTION of the fastest yields to an earlier one in SELECTABLE."""
     pairs = [(predict(c, problem.m, problem.n, problem.k, sm_count, gpu_name, batches), c)
              for c in _candidates(problem)
-             if c.tag in SELECTABLE and c.cluster_size <= sm_count and _cluster_fills(c, problem.m)]
+             if c.tile_tag in SELECTABLE and c.cluster_size <= sm_count and _cluster_fills(c, problem.m)]
     if not pairs:
         raise ConfigError(f"in_dtype/out_dtype: no candidate config fits {problem.describe()}")
     fastest = min(p.total_ns for p, _ in pairs)
 
     def rank(pair):
         p, c = pair
-        tied = p.total_ns <= fastest * (1 + TIE_FRACTION)
-        return (0, SELECTABLE.index(c.tag)) if tied else (1, p.total_ns)
+        if p.total_ns > fastest * (1 + TIE_FRACTION):
+            return (1, p.total_ns, 0, 0, 0)
+        if p.memory_bound:   # tied on streaming the same bytes: the least padded work, the fewest splits, the fewest
+            # straddled L2 lines
+            return (0, p.padded_area, c.splits, misaligned_factor(c, *_kernel_mn(c, problem)), SELECTABLE.index(c.tile_tag))
+        return (0, 0, SELECTABLE.index(c.tile_tag), c.splits, 0)
 
     return sorted(pairs, key=rank)
 

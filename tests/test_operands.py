@@ -57,8 +57,9 @@ def _tma_matrix(op, problem, dtype, rows, cols):
     return _at(v.ptr + z * p.batch, (rows, cols), (item, p.lead), dtype)
 
 
-def execute(plan, a, b, out, in_dtype, out_dtype):
-    """Run `plan` on host memory: staging buffers, copies in, the kernel per problem, copies out."""
+def execute(plan, a, b, out, in_dtype, out_dtype, transposed_store=False):
+    """Run `plan` on host memory: staging buffers, copies in, the kernel per problem, copies out. The kernel stores
+    rows of its C, or columns with `transposed_store` (GemmConfig.c_major "m")."""
     keep = []
     buffers = {}
     for op in plan.operands:
@@ -79,19 +80,20 @@ def execute(plan, a, b, out, in_dtype, out_dtype):
     for problem in range(bound.batches):
         am = _tma_matrix(bound.a, problem, in_dtype, m, k).astype(np.float64)
         bm = _tma_matrix(bound.b, problem, in_dtype, k, n).astype(np.float64)
-        assert bound.c.place.inner == "cols"  # the kernel stores rows of C, nothing else
+        assert bound.c.place.inner == ("rows" if transposed_store else "cols")  # the only order the kernel stores
         c = _tma_matrix(bound.c, problem, out_dtype, m, n)
         c[...] = (am @ bm).astype(DTYPES[out_dtype])
     _run_copies(outs, out_dtype)
 
 
-def _plan(a, b, out):
+def _plan(a, b, out, transposed_store=False):
     return operands.plan_matmul(a.shape, a.strides, a.ctypes.data, b.shape, b.strides, b.ctypes.data,
-                                a.itemsize, out.itemsize, out.shape, out.strides, out.ctypes.data)
+                                a.itemsize, out.itemsize, out.shape, out.strides, out.ctypes.data, transposed_store)
 
 
+@pytest.mark.parametrize("transposed_store", (False, True), ids=("rows", "transposed"))
 @pytest.mark.parametrize("seed", range(10))
-def test_random_plans_compute_numpy_matmul(seed):
+def test_random_plans_compute_numpy_matmul(seed, transposed_store):
     rng = np.random.default_rng(seed)
     kinds = {"staged": 0, "swapped": 0, "folded": 0, "batched": 0, "empty": 0, "zeros": 0}
     for _ in range(100):
@@ -99,8 +101,8 @@ def test_random_plans_compute_numpy_matmul(seed):
         a, b = case.a, case.b
         expect = (a.astype(np.float64) @ b.astype(np.float64)).astype(DTYPES[case.out_dtype])
         out = cases.make_out(rng, expect.shape, case.out_dtype, case.out_layout)
-        plan = _plan(a, b, out)
-        execute(plan, a, b, out, a.dtype.name, case.out_dtype)
+        plan = _plan(a, b, out, transposed_store)
+        execute(plan, a, b, out, a.dtype.name, case.out_dtype, transposed_store)
         np.testing.assert_array_equal(out, expect, err_msg=f"{case.note}: {plan.describe()}")
         kinds["staged"] += any(op.staged for op in plan.operands)
         kinds["swapped"] += plan.swapped
@@ -108,6 +110,8 @@ def test_random_plans_compute_numpy_matmul(seed):
         kinds["batched"] += plan.batches > 1
         kinds["empty"] += plan.a is None and not plan.fill
         kinds["zeros"] += bool(plan.fill)
+    if transposed_store:  # a fold stacks rows of C: it needs the row store
+        assert kinds.pop("folded") == 0
     assert all(v > 0 for v in kinds.values()), kinds  # the generator reaches every path
 
 
@@ -177,3 +181,16 @@ def test_collapse_batch():
     assert operands.collapse_batch((2, 3), (16, 0)) is None
     assert operands.collapse_batch((2, 3), (16, 48)) is None
     assert operands.collapse_batch((1, 3, 1), (999, 16, 5)) == (3, 16)
+
+
+def test_transposed_store_swaps_a_row_major_out_and_keeps_a_column_major_one():
+    """swap-AB: with the kernel storing columns, a row-major C (M x N) is computed as C^T = B^T A^T in place (the
+    wide N becomes the kernel's M); a column-major C is stored directly, unswapped."""
+    a, b = _c((16, 512)), _c((512, 4096))
+    plan = _plan(a, b, _c((16, 4096)), transposed_store=True)
+    assert plan.swapped and (plan.m, plan.n, plan.k) == (4096, 16, 512)
+    assert not any(op.staged for op in plan.operands)
+    assert (plan.a.place.inner, plan.b.place.inner, plan.c.place.inner) == ("rows", "rows", "rows")
+    f = np.asfortranarray(_c((16, 4096)))
+    plan = _plan(a, b, f, transposed_store=True)
+    assert not plan.swapped and (plan.m, plan.n) == (16, 4096) and plan.c.place.inner == "rows"

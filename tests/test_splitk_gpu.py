@@ -1,0 +1,219 @@
+"""Split-K, the transposed store (swap-AB) and narrow tiles on the GPU, and the proof that the cases exercise them.
+
+Checks as in tests/test_gemm_gpu.py: random inputs, a NaN-poisoned output, every element against ptxgemm.accuracy's
+bound from a float64 reference. What each fixed case must exercise (asserted on the CPU from the schedule, and again
+on the GPU from the plan):
+- split-K: several units per consumer of every CTA (so partials and finals of one tile land on different CTAs and on
+  the same CTA's two consumers), each split's k-loop wrapping the stage ring twice, partial edge tiles; one more
+  case per family whose K leaves the last split short (its trailing k-tiles lie past K and load as zeros);
+- the transposed store: a row-major output computed as C^T = B^T A^T (the plan reports the swap), partial tiles in
+  both directions, several tiles per consumer;
+- determinism: the same split-K plan launched repeatedly, on the full grid (where the units' timing varies) and on a
+  small one, gives bitwise the same output; the flags are back at zero after every launch.
+"""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import zlib
+
+import numpy as np
+import pytest
+
+from gemm_reference import DTYPES, check_result, random_matrix
+
+from ptxgemm.config import GemmConfig
+from ptxgemm.schedule import plan_for
+
+gpu = pytest.mark.gpu
+SM_COUNT_ASSUMED = 132
+CTAS = 3                        # a small grid: every consumer runs several units
+MIN_UNITS = 3                   # per consumer of every CTA
+MIN_RING_WRAPS = 2              # k-tiles per split >= 2 x stages
+LAYOUTS = (("k", "mn"), ("k", "k"), ("mn", "mn"), ("mn", "k"))
+DTYPE_SLOTS = (("bfloat16", "bfloat16"), ("float16", "float32"), ("float16", "float16"), ("bfloat16", "float32"))
+
+SPLIT_FAMILIES = ({"block_m": 64, "block_n": 128, "splits": 3}, {"block_m": 128, "block_n": 128, "splits": 2},
+                  {"block_m": 64, "block_n": 256, "splits": 4},
+                  {"schedule": "cooperative", "block_m": 128, "block_n": 256, "splits": 2},
+                  {"schedule": "cooperative", "block_m": 256, "block_n": 128, "splits": 3})
+TRANSPOSED_FAMILIES = ({"block_m": 128, "block_n": 16, "c_major": "m"},
+                       {"block_m": 128, "block_n": 32, "c_major": "m", "splits": 3},
+                       {"block_m": 128, "block_n": 64, "c_major": "m", "splits": 2},
+                       {"block_m": 64, "block_n": 16, "c_major": "m", "splits": 4},
+                       {"block_m": 64, "block_n": 64, "c_major": "m"})
+NARROW_FAMILIES = ({"block_m": 64, "block_n": 32}, {"block_m": 128, "block_n": 16, "splits": 2},
+                   {"block_m": 128, "block_n": 48})
+FAMILIES = SPLIT_FAMILIES + TRANSPOSED_FAMILIES + NARROW_FAMILIES
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    m: int
+    n: int
+    k: int
+    in_dtype: str
+    out_dtype: str
+    a_major: str                 # of the caller's A (C order: "k") and B (C order: "mn"), as numpy gives them
+    b_major: str
+    cfg: tuple = ()
+    ctas: int | None = CTAS
+    short_last_split: bool = False
+
+    @property
+    def fam(self) -> dict:
+        return dict(self.cfg)
+
+    @property
+    def config(self) -> GemmConfig:
+        """The config as the kernel runs it: a transposed one multiplies B^T A^T, whose majors trade places."""
+        majors = (self.a_major, self.b_major) if self.fam.get("c_major", "n") == "n" else (self.b_major, self.a_major)
+        return GemmConfig(in_dtype=self.in_dtype, out_dtype=self.out_dtype, a_major=majors[0], b_major=majors[1],
+                          **self.fam)
+
+    @property
+    def kernel_mn(self) -> tuple[int, int]:
+        return (self.n, self.m) if self.config.transposed_store else (self.m, self.n)
+
+    def schedule(self, sm_count: int):
+        return plan_for(self.config, *self.kernel_mn, self.k, sm_count, self.ctas)
+
+    def __str__(self):
+        return (f"{self.m}x{self.n}x{self.k}-{self.in_dtype}-{self.out_dtype}-A{self.a_major}-B{self.b_major}-"
+                f"{self.config.tag}" + ("-short" if self.short_last_split else "")
+                + (f"-ctas{self.ctas}" if self.ctas else ""))
+
+
+def _case(fam: dict, j: int, f: int, short: bool = False) -> Case:
+    """CTAS CTAs x 2 consumers x MIN_UNITS units each, partial edges, each split's k-loop wrapping the ring twice."""
+    a_major, b_major = LAYOUTS[j]
+    in_dtype, out_dtype = DTYPE_SLOTS[(j + f) % len(DTYPE_SLOTS)]
+    cfg = GemmConfig(**fam)
+    splits = cfg.splits
+    units = CTAS * 2 * MIN_UNITS
+    tiles_n = 3
+    tiles_m = -(-units // (splits * tiles_n))
+    km, kn = tiles_m * cfg.block_m - 8, tiles_n * cfg.block_n - 8      # the kernel's M and N, both partial
+    per = MIN_RING_WRAPS * cfg.num_stages + 1
+    k_tiles = splits * per - (1 if short else 0)                       # short: the last split ends past K
+    k = k_tiles * cfg.block_k - 8
+    m, n = (kn, km) if cfg.transposed_store else (km, kn)
+    return Case(m, n, k, in_dtype, out_dtype, a_major, b_major, tuple(sorted(fam.items())), short_last_split=short)
+
+
+FIXED = [_case(fam, j, f) for f, fam in enumerate(FAMILIES) for j in range(len(LAYOUTS))]
+SHORT = [_case(fam, f % len(LAYOUTS), f, short=True) for f, fam in enumerate(FAMILIES) if fam.get("splits", 1) > 1]
+
+
+def _operands(case: Case):
+    rng = np.random.default_rng(zlib.crc32(str(case).encode()))
+    a = random_matrix(rng, case.m, case.k, case.in_dtype, order="C" if case.a_major == "k" else "F")
+    b = random_matrix(rng, case.k, case.n, case.in_dtype, order="C" if case.b_major == "mn" else "F")
+    return a, b
+
+
+def _plan(case: Case, a, b, ctas=None):
+    import ptxgemm
+    from ptxgemm import DeviceArray
+
+    out = DeviceArray.empty((case.m, case.n), DTYPES[case.out_dtype])
+    out.poison()
+    plan = ptxgemm.GemmPlan(ptxgemm.to_device(a), ptxgemm.to_device(b), out, case.config, ctas=ctas)
+    return plan, out
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Coverage, provable without a GPU
+# ---------------------------------------------------------------------------------------------------------------
+
+def test_fixed_cases_cover_every_family_layout_and_dtype():
+    for fam in FAMILIES:
+        mine = [c for c in FIXED if c.fam == fam]
+        assert {(c.a_major, c.b_major) for c in mine} == set(LAYOUTS), fam
+        assert {c.out_dtype for c in mine} == {"bfloat16", "float16", "float32"}, fam
+    assert len(SHORT) == sum(fam.get("splits", 1) > 1 for fam in FAMILIES)
+
+
+@pytest.mark.parametrize("case", FIXED + SHORT, ids=str)
+def test_case_exercises_what_it_claims(case):
+    s, cfg = case.schedule(SM_COUNT_ASSUMED), case.config
+    assert s.min_tiles_per_consumer >= MIN_UNITS, s.describe()
+    assert s.splits == cfg.splits and s.k_tiles >= MIN_RING_WRAPS * cfg.num_stages, (s.splits, s.k_tiles)
+    km, kn = case.kernel_mn
+    assert km % cfg.block_m and kn % cfg.block_n and case.k % cfg.block_k
+    if cfg.split_k:
+        k_tiles = -(-case.k // cfg.block_k)
+        assert (s.splits * s.k_tiles > k_tiles) == case.short_last_split
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# On the GPU
+# ---------------------------------------------------------------------------------------------------------------
+
+@gpu
+@pytest.mark.parametrize("case", FIXED + SHORT, ids=str)
+def test_fixed_case(case):
+    from ptxgemm import driver
+
+    a, b = _operands(case)
+    plan, out = _plan(case, a, b, case.ctas)
+    assert plan.config == case.config, (plan.config.describe(), case.config.describe())
+    assert plan.schedule == case.schedule(driver.device_info().sm_count)
+    assert plan.layout.swapped == case.config.transposed_store   # a row-major C: the transposed store is swap-AB
+    plan.launch()
+    verdict = check_result(out.to_numpy(), a, b)
+    assert verdict.ok, str(verdict)
+    if plan.flags is not None:
+        assert not plan.flags.to_numpy().any(), "split-K flags must be back at zero after a launch"
+
+
+DETERMINISM = [_case(fam, 0, 0) for fam in FAMILIES if fam.get("splits", 1) > 1]
+
+
+@gpu
+@pytest.mark.parametrize("ctas", (None, CTAS), ids=("full-grid", f"ctas{CTAS}"))
+@pytest.mark.parametrize("case", DETERMINISM, ids=str)
+def test_split_k_is_bitwise_deterministic(case, ctas):
+    """Every split configuration: ten launches of one plan give bitwise one output (the fix-up adds the partials in
+    split order whatever order the units finish in), and it is correct."""
+    a, b = _operands(case)
+    plan, out = _plan(case, a, b, ctas)
+    assert plan.schedule.splits > 1
+    first = None
+    for _ in range(10):
+        out.poison()
+        plan.launch()
+        got = out.to_numpy()
+        if first is None:
+            first = got
+            assert check_result(got, a, b).ok
+        else:
+            assert np.array_equal(got.view(np.uint8), first.view(np.uint8))
+    assert not plan.flags.to_numpy().any()
+
+
+SMALL_M = tuple(itertools.product((1, 16, 64, 128, 256, 512), ((4096, 4096), (2048, 6144))))
+
+
+@gpu
+@pytest.mark.parametrize("m, nk", SMALL_M, ids=lambda v: str(v))
+def test_small_m_with_the_default_selection(m, nk):
+    """What run() picks for the small-M suite's shapes (split-K, swap-AB, narrow tiles) is correct and
+    deterministic."""
+    import ptxgemm
+    from ptxgemm import DeviceArray
+
+    n, k = nk
+    rng = np.random.default_rng(m * 7 + n)
+    a = random_matrix(rng, m, k, "bfloat16")
+    b = random_matrix(rng, k, n, "bfloat16")
+    da, db = ptxgemm.to_device(a), ptxgemm.to_device(b)
+    out = DeviceArray.empty((m, n), a.dtype)
+    plan = ptxgemm.GemmPlan(da, db, out)
+    outs = []
+    for _ in range(3):
+        out.poison()
+        plan.launch()
+        outs.append(out.to_numpy())
+    assert check_result(outs[0], a, b).ok, plan.config.describe()
+    assert all(np.array_equal(o.view(np.uint16), outs[0].view(np.uint16)) for o in outs[1:])
