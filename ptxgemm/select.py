@@ -58,10 +58,13 @@ EPILOGUE_NS = {
 # side by side). GPU_TABLES maps a substring of the device name to its tables; other GPUs use the H100's.
 KTILE_NS_H200 = {
     "coop128x128": 362, "coop128x256": 685, "coop128x256c2": 681, "coop256x128": 695, "coop256x128c2": 712, "coop256x192": 1000,
-    "pp128x128": 397, "pp128x192": 572, "pp64x128": 243, "pp64x256": 420}
+    "pp128x128": 397, "pp128x192": 572, "pp64x128": 243, "pp64x256": 420,
+    # transposed tiles: not measured on the H200; the H100's fits scaled by pp128x128's ratio (397 / 457)
+    "pp128x16t": 252, "pp128x32t": 270, "pp128x64t": 284, "pp64x16t": 140}
 EPILOGUE_NS_H200 = {
     "coop128x128": 770, "coop128x256": 1600, "coop128x256c2": 1630, "coop256x128": 1680, "coop256x128c2": 1620, "coop256x192": 2750,
-    "pp128x128": 1330, "pp128x192": 2020, "pp64x128": 660, "pp64x256": 1290}
+    "pp128x128": 1330, "pp128x192": 2020, "pp64x128": 660, "pp64x256": 1290,
+    "pp128x16t": 3830, "pp128x32t": 3830, "pp128x64t": 2510, "pp64x16t": 1990}   # (scaled by 1330 / 1730)
 GPU_TABLES = {"H200": (KTILE_NS_H200, EPILOGUE_NS_H200)}
 
 # The memory model's constants (memory_ns, fixup_ns), per GPU name substring.
@@ -72,8 +75,9 @@ GPU_TABLES = {"H200": (KTILE_NS_H200, EPILOGUE_NS_H200)}
 MEMORY = {
     "H100": {"dram_bytes_per_ns": 2496, "sm_bytes_per_ns": 102, "l2_sm_bytes_per_ns": 16.2, "latency_ns": 10000,
              "overlap_p": 7.8},
-    "H200": {"dram_bytes_per_ns": 4300, "sm_bytes_per_ns": 120, "l2_sm_bytes_per_ns": 120, "latency_ns": 3000,
-             "overlap_p": 4.0},
+    # H200: not fitted; the H100's with DRAM scaled by the two GPUs' peak bandwidths (4.8 / 3.35 TB/s)
+    "H200": {"dram_bytes_per_ns": 3576, "sm_bytes_per_ns": 102, "l2_sm_bytes_per_ns": 16.2, "latency_ns": 10000,
+             "overlap_p": 7.8},
 }
 
 # What select_config chooses among, strongest first (measured in bench_h100_issue9_fit.json: the cooperative 128x256
