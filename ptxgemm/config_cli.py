@@ -28,7 +28,7 @@ def add_config_arguments(group) -> None:
     group.add_argument("--block-m", type=int, default=None,
                        help=f"tile rows: pingpong 64 or 128, cooperative 128 or 256 (default {d.block_m})")
     group.add_argument("--block-n", type=int, default=None,
-                       help=f"tile columns, a multiple of 16 in 64..256 (default {d.block_n})")
+                       help=f"tile columns, a multiple of 16 in 16..256 (default {d.block_n})")
     group.add_argument("--stages", type=int, default=None,
                        help="load pipeline stages, 2..8 (default: as many as fit in shared memory)")
     group.add_argument("--group-m", type=int, default=None,

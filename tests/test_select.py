@@ -24,7 +24,9 @@ BF16_TAGS = {"pp128x128", "pp128x128c2", "pp128x192", "pp64x256", "pp64x256c2", 
              "coop128x256", "coop128x256c2", "coop256x192", "pp128x128cn2", "pp128x192cn2", "coop256x128cn2",
              "coop128x256cn2", "coop256x192cn2", "pp64x128", "pp64x128c2", "coop128x128", "coop128x128c2",
              "coop128x128cn2", "pp128x160", "pp128x160cn2", "coop128x208", "coop128x208cn2", "coop256x160",
-             "coop256x160cn2"}
+             "coop256x160cn2",
+             # transposed tiles (swap-AB); split-K variants of any tile share its tile tag
+             "pp128x16t", "pp128x32t", "pp128x64t", "pp64x16t", "pp64x32t", "pp64x64t"}
 
 
 def FakeDevice(name: str = "Fake H100", sm_count=132, driver_version_str: str = "13.0") -> S.DeviceModel:
@@ -53,26 +55,32 @@ def test_every_candidate_is_valid_and_known_to_the_model(in_dtype, out_dtype, a_
     assert len(set(tags)) == len(tags)
     for c in found:
         assert isinstance(c, GemmConfig)
-        assert (c.in_dtype, c.out_dtype, c.a_major, c.b_major) == (in_dtype, out_dtype or in_dtype, a_major, b_major)
-        assert c.tag in S.KTILE_NS and c.tag in S.EPILOGUE_NS, f"{c.tag}: no cost in the model's tables"
-        assert GemmConfig.from_tag(c.tag, in_dtype=c.in_dtype, out_dtype=c.out_dtype, a_major=a_major,
-                                   b_major=b_major) == c
+        # a transposed config runs C^T = B^T A^T: its operands' majors trade places
+        majors = (a_major, b_major) if not c.transposed_store else (b_major, a_major)
+        assert (c.in_dtype, c.out_dtype, c.a_major, c.b_major) == (in_dtype, out_dtype or in_dtype, *majors)
+        assert c.tile_tag in S.KTILE_NS and c.tile_tag in S.EPILOGUE_NS, f"{c.tag}: no cost in the model's tables"
+        assert GemmConfig.from_tag(c.tag, in_dtype=c.in_dtype, out_dtype=c.out_dtype, a_major=c.a_major,
+                                   b_major=c.b_major) == c
 
 
 @pytest.mark.parametrize("out_dtype", ["bfloat16", "float32"])
 def test_candidates_are_every_accepted_tile_and_cluster(out_dtype):
-    """Exactly the CANDIDATE_TILES x CLUSTER_SHAPES configs GemmConfig accepts; never 128x256 pingpong (256
-    accumulators per thread) or a cluster of 2 with block_n 192 (B's panels split unevenly)."""
+    """Exactly the CANDIDATE_TILES x CLUSTER_SHAPES configs GemmConfig accepts, the SPLIT_TILES with every split
+    count and the TRANSPOSED_TILES with every one (1 included); never 128x256 pingpong (256 accumulators per thread)
+    or a cluster of 2 with block_n 192 (B's panels split unevenly)."""
     accepted = set()
-    for (sched, bm, bn), (cm, cn) in itertools.product(S.CANDIDATE_TILES, S.CLUSTER_SHAPES):
+    shapes = [(t, c, 1, "n") for t, c in itertools.product(S.CANDIDATE_TILES, S.CLUSTER_SHAPES)]
+    shapes += [(t, (1, 1), sp, "n") for t in S.SPLIT_TILES for sp in S.SPLITS if sp > 1]
+    shapes += [(t, (1, 1), sp, "m") for t in S.TRANSPOSED_TILES for sp in S.SPLITS]
+    for (sched, bm, bn), (cm, cn), sp, c_major in shapes:
         try:
             accepted.add(GemmConfig(schedule=sched, block_m=bm, block_n=bn, cluster_m=cm, cluster_n=cn,
-                                    out_dtype=out_dtype).tag)
+                                    out_dtype=out_dtype, splits=sp, c_major=c_major).tag)
         except ConfigError:
             pass
     tags = {c.tag for c in S.candidates(4096, 4096, 4096, out_dtype=out_dtype)}
     assert tags == accepted
-    assert tags <= BF16_TAGS and {"pp128x128", "coop256x128", "pp128x128c2"} <= tags
+    assert {GemmConfig.from_tag(t).tile_tag for t in tags} <= BF16_TAGS and {"pp128x128", "coop256x128", "pp128x128c2", "pp64x128k4", "pp128x16tk2"} <= tags
 
 
 def test_model_tables_are_positive_and_keyed_alike():
@@ -82,7 +90,14 @@ def test_model_tables_are_positive_and_keyed_alike():
 
 # ---- the cost model
 
-def test_pingpong_prediction_hides_all_but_the_last_epilogue():
+@pytest.fixture
+def compute_only(monkeypatch):
+    """The memory model out of the way (no latency, unbounded bandwidth): predictions are the compute model's."""
+    for key, value in (("latency_ns", 0.0), ("dram_bytes_per_ns", 1e15), ("sm_bytes_per_ns", 1e15)):
+        monkeypatch.setitem(S.MEMORY["H100"], key, value)
+
+
+def test_pingpong_prediction_hides_all_but_the_last_epilogue(compute_only):
     cfg = GemmConfig()  # pp128x128
     p = S.predict(cfg, 8448, 9216, 512, 132)
     assert (p.tiles_m, p.tiles_n, p.k_tiles, p.steps) == (66, 72, 8, 36)
@@ -90,14 +105,14 @@ def test_pingpong_prediction_hides_all_but_the_last_epilogue():
     assert p.total_ns == pytest.approx(36 * 8 * kt + epi)
 
 
-def test_pingpong_step_costs_the_epilogue_when_it_is_longer(monkeypatch):
+def test_pingpong_step_costs_the_epilogue_when_it_is_longer(monkeypatch, compute_only):
     """An epilogue longer than the peer's mainloop cannot hide: the step takes the epilogue's time."""
     monkeypatch.setitem(S.EPILOGUE_NS, "pp128x128", 10_000.0)
     p = S.predict(GemmConfig(), 8448, 9216, 64, 132)
     assert p.total_ns == pytest.approx(36 * 10_000.0 + 10_000.0)
 
 
-def test_cooperative_prediction_pays_every_epilogue():
+def test_cooperative_prediction_pays_every_epilogue(compute_only):
     cfg = GemmConfig(schedule="cooperative", block_m=256, block_n=128)
     p = S.predict(cfg, 8448, 9216, 512, 132)
     assert (p.tiles_m, p.tiles_n, p.steps) == (33, 72, 18)
@@ -120,7 +135,11 @@ def test_unknown_tag_is_a_config_error():
 
 
 def test_the_tables_drive_the_choice(monkeypatch):
-    """Refitting a table changes the selection: the model has no other opinion."""
+    """Refitting a table changes the selection: the model has no other opinion (with the memory model out of the
+    way: a compute table cannot make a launch faster than its memory traffic)."""
+    monkeypatch.setitem(S.MEMORY["H100"], "latency_ns", 0.0)
+    monkeypatch.setitem(S.MEMORY["H100"], "dram_bytes_per_ns", 1e12)
+    monkeypatch.setitem(S.MEMORY["H100"], "sm_bytes_per_ns", 1e12)
     shape = (4096, 4096, 4096)
     monkeypatch.setitem(S.KTILE_NS, "coop256x192", 1.0)
     assert select_config(*shape, device=H100).tag == "coop256x192"
@@ -129,11 +148,11 @@ def test_the_tables_drive_the_choice(monkeypatch):
     assert select_config(*shape, device=H100).tag == "coop128x256c2"
 
 
-def test_ties_go_to_the_earlier_candidate(monkeypatch):
+def test_ties_go_to_the_earlier_candidate(monkeypatch, compute_only):
     for tag in S.KTILE_NS:
         monkeypatch.setitem(S.KTILE_NS, tag, 100.0)
         monkeypatch.setitem(S.EPILOGUE_NS, tag, 0.0)
-    # M = 1, N = 64: every candidate runs one 1-k-tile step
+    # M = 1, N = 64: every candidate runs one 1-k-tile step (compute-bound: the memory model is out of the way)
     assert select_config(1, 64, 64, device=H100).tag == S.SELECTABLE[0]
 
 
@@ -169,7 +188,7 @@ def test_only_selectable_configs_are_chosen_and_near_ties_go_to_the_earlier(monk
 
 def test_explain_is_sorted_and_matches_the_selection():
     rows = S.explain(8448, 9216, 1024, device=H100)
-    assert {r["tag"] for r in rows} == BF16_TAGS & set(S.SELECTABLE)
+    assert {GemmConfig.from_tag(r["tag"]).tile_tag for r in rows} == BF16_TAGS & set(S.SELECTABLE)
     assert set(rows[0]) == {"tag", "tiles", "k_tiles", "steps_per_cta", "predicted_us"}
     assert select_config(8448, 9216, 1024, device=H100).tag == rows[0]["tag"]
     table = S.format_table(rows, chosen=rows[0]["tag"])
@@ -300,3 +319,41 @@ def test_importing_select_and_tune_imports_no_torch():
             "bad = [m for m in ('torch', 'cupy') if m in sys.modules]; assert not bad, bad; "
             "assert callable(ptxgemm.tune)")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO_ROOT)
+
+
+# ---- issue 11: the memory model, split-K, the transposed store, misaligned lines
+
+def test_small_m_streams_b_through_narrow_transposed_tiles():
+    """M = 16 is memory-bound: every candidate streams the same B, and among the tied ones the least padded work
+    wins: the transposed 128x16 tile (swap-AB), split so that enough SMs stream (N = 4096: 32 tiles)."""
+    cfg = select_config(16, 4096, 4096, device=H100)
+    assert cfg.transposed_store and cfg.block_n == 16 and cfg.splits > 1
+    assert (cfg.a_major, cfg.b_major) == ("mn", "k")   # A' = B^T (B row-major), B' = A^T (A row-major)
+    p = S.predict(cfg, 16, 4096, 4096, 132, H100.name)
+    assert p.memory_bound
+
+
+def test_large_shapes_keep_the_compute_model():
+    for shape in ((8192, 8192, 8192), (4096, 4096, 4096), (8448, 9216, 1024)):
+        cfg = select_config(*shape, device=H100)
+        assert not cfg.split_k and not cfg.transposed_store, (shape, cfg.tag)
+        assert not S.predict(cfg, *shape, 132, H100.name).memory_bound
+
+
+def test_split_k_counts_units_and_fixup():
+    base, split = GemmConfig(block_m=64), GemmConfig(block_m=64, splits=4)
+    p1, p4 = S.predict(base, 64, 4096, 4096, 132), S.predict(split, 64, 4096, 4096, 132)
+    assert (p1.steps, p1.k_tiles) == (1, 64) and (p4.steps, p4.k_tiles) == (1, 16)
+    assert p4.total_ns < p1.total_ns
+    assert S.fixup_ns(split, 4) > 0
+
+
+def test_misaligned_lines_cost_unless_multicast():
+    """B row-major at N = 5000 (10000-byte lines) costs its share of a stage; a cluster pair multicasting B loads
+    half of it per CTA."""
+    one = GemmConfig(schedule="cooperative", block_m=128, block_n=256)
+    pair = GemmConfig(schedule="cooperative", block_m=128, block_n=256, cluster_m=2)
+    assert S.misaligned_factor(one, 3000, 5056, 2048) == 1.0
+    f1, f2 = S.misaligned_factor(one, 3000, 5000, 2048), S.misaligned_factor(pair, 3000, 5000, 2048)
+    assert f1 == pytest.approx(1 + S.MISALIGNED_COST * 2 / 3) and f2 == pytest.approx(1 + S.MISALIGNED_COST / 3)
+    assert select_config(3000, 5000, 2048, device=H100).cluster_m == 2
