@@ -232,11 +232,9 @@ class GemmPlan:
         transposed = config is not None and config.transposed_store
         self.layout = lay = _layout(a, b, out, transposed)
         self.a, self.b, self.out = a, b, out
-        self.m, self.n, self.k, self.batches = lay.m, lay.n, lay.k, lay.batches
         self.config = self.kernel = self.schedule = self._launch = None
         self.buffers = {}
         self.records = self.trace_buffer = self.workspace = self.flags = None
-        self._stream = stream
         self._steps: list = []  # what launch() enqueues, in order, each a driver.PreparedLaunch
         if lay.a is None:  # nothing to multiply: an empty result, or zeros (K = 0)
             self._steps = _copy_launches(lay.fill)
@@ -247,7 +245,6 @@ class GemmPlan:
         if cfg.transposed_store != transposed:  # the selection chose the transposed store (swap-AB): plan for it
             self.layout = lay = _layout(a, b, out, True)
             cfg = dataclasses.replace(cfg, **dict(zip(("a_major", "b_major"), _majors(lay))))
-            self.m, self.n, self.k, self.batches = lay.m, lay.n, lay.k, lay.batches
         self.config = cfg
         check_ctas(ctas, cfg.cluster_size)
         if kernel is not None and kernel.config != cfg:
@@ -258,10 +255,16 @@ class GemmPlan:
             if op.staged:
                 self.buffers[op.name] = driver.DeviceArray.empty((op.staging.nbytes,), np.uint8, stream=stream)
         bound, copies_in, copies_out = operands.bind(lay, {k: v.ptr for k, v in self.buffers.items()})
-        self._encode(bound, cfg, info, ctas)
+        self._encode(bound, cfg, info, ctas, stream)
         self._steps = _copy_launches(copies_in) + [self._launch] + _copy_launches(copies_out)
 
-    def _encode(self, lay: operands.MatmulPlan, cfg: GemmConfig, info, ctas) -> None:
+    # the problem the kernel runs (after any swap or fold): the layout's
+    m = property(lambda self: self.layout.m)
+    n = property(lambda self: self.layout.n)
+    k = property(lambda self: self.layout.k)
+    batches = property(lambda self: self.layout.batches)
+
+    def _encode(self, lay: operands.MatmulPlan, cfg: GemmConfig, info, ctas, stream) -> None:
         """Tensor maps, schedule and packed arguments of the GEMM launch."""
         from . import tensormap
 
@@ -298,7 +301,7 @@ class GemmPlan:
             self.tile_order = _tile_order(sched.cluster_rows, sched.cluster_cols)
             args.append(ctypes.c_uint64(self.tile_order.ptr))
         if cfg.split_k:
-            args += self._split_arguments(cfg, sched)
+            args += self._split_arguments(cfg, sched, stream)
         args.append(ctypes.c_uint64(debug_ptr))
         if cfg.trace:
             args += self._trace_arguments()
@@ -306,13 +309,13 @@ class GemmPlan:
                                              smem_bytes=cfg.smem_bytes,
                                              cluster=(cfg.cluster_size, 1, 1) if cfg.cluster_size > 1 else None)
 
-    def _split_arguments(self, cfg: GemmConfig, sched) -> list:
+    def _split_arguments(self, cfg: GemmConfig, sched, stream) -> list:
         """Split-K's workspace (the partial tiles: splits - 1 per output tile and consumer half) and its flags (one
         u32 each), both the plan's own; the flags are zeroed once here, and every launch leaves them zero."""
         halves = sched.work_tiles * cfg.consumers_per_tile
         self.workspace = driver.DeviceArray.empty((max(halves * (sched.splits - 1) * cfg.partial_bytes, 16),),
-                                                  np.uint8, stream=self._stream)
-        self.flags = driver.DeviceArray.empty((halves,), np.uint32, stream=self._stream)
+                                                  np.uint8, stream=stream)
+        self.flags = driver.DeviceArray.empty((halves,), np.uint32, stream=stream)
         self.flags.fill_bytes(0, 4)
         return [ctypes.c_uint32(sched.splits), ctypes.c_uint64(self.workspace.ptr), ctypes.c_uint64(self.flags.ptr)]
 

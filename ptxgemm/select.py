@@ -68,7 +68,8 @@ EPILOGUE_NS_H200 = {
 GPU_TABLES = {"H200": (KTILE_NS_H200, EPILOGUE_NS_H200)}
 
 # The memory model's constants (memory_ns, fixup_ns), per GPU name substring.
-# H100: fitted (Powell, least squares of the log error; RMS 12%) to docs/results/bench_h100_issue11_explore.json, the
+# H100: fitted by tools/fit_memory.py (Powell, least squares of the log error; RMS 12%) to
+# docs/results/bench_h100_issue11_explore.json, the
 # small-M suite with 23 variants side by side (split-K, transposed and narrow tiles), together with the transposed
 # tiles' KTILE_NS / EPILOGUE_NS below. latency_ns absorbs a launch's fixed costs (ramp-up, the first loads' latency,
 # the last tile's epilogue); l2_sm_bytes_per_ns is split-K's partial traffic as one SM sees it.
@@ -231,8 +232,7 @@ def predict(config: GemmConfig, m: int, n: int, k: int, sm_count: int, gpu_name:
     if tile not in ktile_ns or tile not in epilogue_ns:
         raise ConfigError(f"config: no measured cost for {tile!r} in ptxgemm.select's tables; the model "
                           f"knows {sorted(ktile_ns)}")
-    if config.transposed_store:   # the kernel runs C^T = B^T A^T
-        m, n = n, m
+    m, n, k = _kernel_mnk(config, m, n, k)
     sched = schedule.plan_for(config, m, n, k, sm_count, batches=batches)
     steps = steps_per_cta(sched)
     ktile = ktile_ns[tile] * misaligned_factor(config, m, n, k)   # m, n already the kernel's
@@ -255,9 +255,9 @@ MISALIGNED_COST = 0.43
 LINE_BYTES = 128
 
 
-def _kernel_mn(config: GemmConfig, problem: Problem) -> tuple[int, int, int]:
-    """(m, n, k) of the problem the kernel runs: swapped for the transposed store."""
-    return (problem.n, problem.m, problem.k) if config.transposed_store else (problem.m, problem.n, problem.k)
+def _kernel_mnk(config: GemmConfig, m: int, n: int, k: int) -> tuple[int, int, int]:
+    """(m, n, k) of the problem the kernel runs: the transposed store runs C^T = B^T A^T."""
+    return (n, m, k) if config.transposed_store else (m, n, k)
 
 
 def misaligned_factor(config: GemmConfig, m: int, n: int, k: int) -> float:
@@ -349,7 +349,7 @@ def _ranked(problem: Problem, sm_count: int, gpu_name: str = "",
             return (1, p.total_ns, 0, 0, 0)
         if p.memory_bound:   # tied on streaming the same bytes: the least padded work, the fewest splits, the fewest
             # straddled L2 lines
-            return (0, p.padded_area, c.splits, misaligned_factor(c, *_kernel_mn(c, problem)), SELECTABLE.index(c.tile_tag))
+            return (0, p.padded_area, c.splits, misaligned_factor(c, *_kernel_mnk(c, problem.m, problem.n, problem.k)), SELECTABLE.index(c.tile_tag))
         return (0, 0, SELECTABLE.index(c.tile_tag), c.splits, 0)
 
     return sorted(pairs, key=rank)

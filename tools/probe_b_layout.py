@@ -17,7 +17,7 @@ import ml_dtypes
 import numpy as np
 
 import ptxgemm
-from ptxgemm import bench, driver
+from ptxgemm import bench, driver, gemm
 from ptxgemm.config import GemmConfig
 from ptxgemm.timing import time_interleaved
 
@@ -48,8 +48,6 @@ def main() -> int:
     launchers, configs, keep = {}, {}, []
     da = ptxgemm.to_device(a)
     ta = bench.torch_bf16(torch, a)
-    from ptxgemm import gemm
-
     wanted = args.layouts.split(",")
     for name, bl in ((n_, v) for n_, v in layouts(b).items() if n_ in wanted):
         db = ptxgemm.to_device(bl)   # the span of memory it occupies, strides kept
