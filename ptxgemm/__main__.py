@@ -175,7 +175,9 @@ def cmd_dump(args) -> int:
 MUTANT_PRESETS = {"default": {}, "cluster": {"cluster_m": 2},
                   "cooperative": {"schedule": "cooperative", "block_m": 256},
                   "cooperative-cluster": {"schedule": "cooperative", "block_m": 256, "cluster_m": 2},
-                  "cooperative-cluster-n": {"schedule": "cooperative", "block_m": 128, "block_n": 256, "cluster_n": 2}}
+                  "cooperative-cluster-n": {"schedule": "cooperative", "block_m": 128, "block_n": 256, "cluster_n": 2},
+                  "split": {"splits": 3},
+                  "cooperative-split": {"schedule": "cooperative", "block_m": 128, "block_n": 256, "splits": 3}}
 
 
 def _add_mutants_parser(sub) -> None:
@@ -188,7 +190,8 @@ def _add_mutants_parser(sub) -> None:
                    help="a named config to mutate (repeatable; default: the config options below, i.e. the default "
                         "kernel); 'cluster' is the default kernel with cluster_m=2, 'cooperative' the "
                         "cooperative 256x128 one, 'cooperative-cluster' that with cluster_m=2, "
-                        "'cooperative-cluster-n' the cooperative 128x256 with cluster_n=2 (A multicast)")
+                        "'cooperative-cluster-n' the cooperative 128x256 with cluster_n=2 (A multicast), 'split' the "
+                        "default kernel with split-K 3, 'cooperative-split' the cooperative 128x256 with split-K 3")
     p.add_argument("--list", action="store_true",
                    help="enumerate the mutants without a GPU and without running them (default off: run them)")
     p.add_argument("--build", action="store_true", help="with --list: also assemble every mutant (kills the ones "
@@ -196,6 +199,9 @@ def _add_mutants_parser(sub) -> None:
     p.add_argument("--kind", action="append", default=None,
                    help="only mutants of this instruction kind, one of "
                         f"{', '.join(sorted(k.name for k in mutants.SYNC_KINDS))} (repeatable; default: all)")
+    p.add_argument("--template", default=None,
+                   help="only mutants of lines a template wrote, itself or through its macros, e.g. splitk.ptx.j2 "
+                        "(default: all)")
     p.add_argument("--json", default=None, help="write the results as JSON to this path (default: none)")
     p.add_argument("--timeout", type=float, default=mutants.DEFAULT_TIMEOUT_S,
                    help=f"seconds a mutant may run before it counts as hung (default {mutants.DEFAULT_TIMEOUT_S:.0f})")
@@ -229,6 +235,8 @@ def cmd_mutants(args) -> int:
         ptx, found = mutants.enumerate_mutants(config)
         if args.kind:
             found = [m for m in found if m.kind in args.kind]
+        if args.template:
+            found = [m for m in found if mutants.in_template(m, args.template)]
         extra = {}
         if args.build or not args.list:
             texts = mutants.build(ptx, found, progress=lambda s: print(s, file=sys.stderr, flush=True))

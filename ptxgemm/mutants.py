@@ -103,6 +103,18 @@ def _read_only(m):
     return None if ".read" in m["op"] else _replace_args(m, m["args"], op=m["op"] + ".read")
 
 
+def _relaxed(m):
+    """The ordering dropped: red.release / ld.acquire become .relaxed (the same scope and access)."""
+    op = re.sub(r"\.(release|acquire)\.", ".relaxed.", m["op"], count=1)
+    return None if op == m["op"] else _replace_args(m, m["args"], op=op)
+
+
+def _load_passes(m):
+    """A polled load that reads the value the wait wants at once (all ones: at least any target)."""
+    dest = m["args"].split(",")[0].strip()
+    return f"{m['indent']}mov.u32 {dest}, 0xffffffff;   // MUTANT: the poll sees its target at once"
+
+
 @dataclasses.dataclass(frozen=True)
 class SyncKind:
     name: str                 # what the table calls it
@@ -128,6 +140,10 @@ SYNC_KINDS = (
     SyncKind("cp.async.bulk.wait_group", "cp.async.bulk.wait_group",
              (("N+1", _group_plus_one), (".read added", _read_only), DELETE)),
     SyncKind("setmaxnreg", "setmaxnreg", (DELETE,)),
+    # split-K's fix-up (splitk.ptx.j2): a partial's publish, the final's poll of the flag, the flag's reset
+    SyncKind("red.release", "red.release", (DELETE, ("relaxed", _relaxed))),
+    SyncKind("ld.acquire", "ld.acquire", (("skipped", _load_passes), ("relaxed", _relaxed))),
+    SyncKind("st.relaxed", "st.relaxed", (DELETE,)),
 )
 
 
@@ -155,6 +171,11 @@ class Mutant:
     @property
     def template(self) -> str:
         return self.call_site[0]
+
+    @property
+    def source_line(self) -> str:
+        """The text of the template line that wrote the instruction (inside a macro: the macro's line)."""
+        return _template_lines(self.origin.template)[self.origin.line - 1].strip() if self.origin else ""
 
     @property
     def template_line(self) -> int:
@@ -197,6 +218,12 @@ def enumerate_mutants(config: GemmConfig) -> tuple[str, list[Mutant]]:
     return ptx, mutants
 
 
+def in_template(mutant: Mutant, name: str) -> bool:
+    """Whether the mutated line comes from template `name`: written there, or by a macro called from there."""
+    o = mutant.origin
+    return o is not None and (o.template == name or any(t == name for t, _ in o.calls))
+
+
 @functools.lru_cache(maxsize=None)
 def _template_lines(name: str) -> tuple[str, ...]:
     return tuple((codegen._template_dir() / name).read_text().splitlines())
@@ -222,7 +249,20 @@ def apply(ptx: str, mutant: Mutant) -> str:
 _UNSEEN = "not observed on the H100 (docs/results/mutants_h100.json): "
 #: (kind, mutations, text found in the call-site template line) -> why the mutant survives. Written from device runs;
 #: a survivor not listed here is "unexplained", and the command exits 1 (the GPU test fails on it).
+_UNSEEN_SPLIT = "not observed on the H100 (docs/results/mutants_split_h100.json): "
 SURVIVOR_REASONS = (
+    ("bar.sync", ("deleted",), "every partial store is issued before the release",
+     _UNSEEN_SPLIT + "(split-K) a consumer's four warps run the same store sequence and reach the publish together, "
+     "and the final, on another SM, sees the flag through L2 and only then loads; only this barrier promises that "
+     "every warp's partial stores come before the leader's release"),
+    ("red.release", ("relaxed",), "red.release",
+     _UNSEEN_SPLIT + "(split-K) the partials are written with st.global and read with ld.global.cg, both served by "
+     "L2, the GPU's point of coherence, and the relaxed flag update still leaves the SM after the stores the "
+     "barrier ordered before it; the memory model promises the final sees them only through this release"),
+    ("ld.acquire", ("relaxed",), "ld.acquire",
+     _UNSEEN_SPLIT + "(split-K) the partials are read with ld.global.cg (L2, bypassing L1), issued only after the "
+     "poll's value decided the branch and the barrier that follows; the memory model promises they see the "
+     "partials only through this acquire"),
     ("fence.mbarrier_init", ("deleted",), "mbar.fence_init()",
      _UNSEEN + "the barrier inits reach the TMA unit long before the first complete_tx (microseconds later, after "
      "the CTA barrier and setmaxnreg); kept because the memory model promises init visibility to the async proxy "
@@ -254,7 +294,7 @@ SURVIVOR_REASONS = (
      _UNSEEN + "(cooperative) the four warps of a consumer leave the slot-free barrier together and run the same "
      "stmatrix sequence, so all have written the panel before the leader's TMA store reads it; a latent race the "
      "warps' lockstep hides"),
-    ("bar.sync", ("deleted",), "%epi_sync_bar",
+    ("bar.sync", ("deleted",), "the staging buffer is complete",
      _UNSEEN + "the four warps of a consumer leave the epilogue-order barrier together and run the same stmatrix "
      "sequence, so all have written the staging buffer before the leader's TMA store reads it; a latent race the "
      "warps' lockstep hides"),
@@ -269,8 +309,11 @@ SURVIVOR_REASONS = (
 
 
 def explain(mutant: Mutant) -> str:
+    """The reason of the first SURVIVOR_REASONS entry whose kind and mutation match and whose text is in the
+    call-site line or in the line that wrote the instruction; "" when none does."""
     for kind, mutations, needle, reason in SURVIVOR_REASONS:
-        if mutant.kind == kind and mutant.mutation in mutations and needle in mutant.site:
+        if (mutant.kind == kind and mutant.mutation in mutations
+                and (needle in mutant.site or needle in mutant.source_line)):
             return reason
     return ""
 
@@ -394,6 +437,8 @@ def _run_one(config: GemmConfig, ptx: str, jobs: list[dict], loaded: list, repea
             plan = ptxgemm.GemmPlan(da, db, out, config, ctas=w["ctas"], kernel=kernel)
             for _ in range(repeats):
                 out.poison()
+                if plan.workspace is not None:   # split-K: stale partials (equal to this launch's) must not pass
+                    plan.workspace.poison()
                 plan.launch()     # debug build: synchronizes, and a stall becomes BarrierStall
                 verdict = accuracy.check_bound(out.to_numpy(), ref, bound)
                 if not verdict.ok:

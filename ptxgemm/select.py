@@ -92,6 +92,15 @@ MEMORY = {
 SELECTABLE = ("coop128x256", "coop128x256c2", "coop256x128", "coop256x128c2", "coop256x192", "pp128x128", "pp64x128",
               "pp128x16t", "pp128x32t", "pp128x64t", "pp64x128c2")
 TIE_FRACTION = 0.03
+# Tiles the model's constants do not rank reliably against SELECTABLE (pp128x192 measured weaker on the seed sweep's
+# full waves, where the model would pick it), offered only where they fill the grid better: when one is predicted
+# within TIE_FRACTION of SELECTABLE's fastest and its steps are fuller than every tied SELECTABLE candidate's by more
+# than WAVE_FILL_MARGIN (fill = units / (steps x clusters); a heavy last wave leaves SMs idle while the busiest
+# finish), it is chosen. Measured on the H100 at 3000x5000x2048 with B K-major (probe_h100_issue11_*3000x5000x2048,
+# probe3_h100_issue11_3000x5000x2048.json): coop128x256 fills 480 / (4 x 132) = 91% and ran 93.5 and 95.4 us;
+# pp128x192 fills 648 / (5 x 132) = 98% and ran 90.8 and 92.2 us; the model ties them (93.1 against 93.2 us).
+WAVE_FILL_TILES = ("pp128x192",)
+WAVE_FILL_MARGIN = 0.05
 
 # (schedule, block_m, block_n), each with every cluster shape in CLUSTER_SHAPES: what `tune` tries. Single-CTA
 # tiles are also tried with every split-K count in SPLITS, and TRANSPOSED_TILES (the transposed store: swap-AB,
@@ -212,6 +221,7 @@ class Prediction:
     total_ns: float
     memory_bound: bool = False   # the memory model's time exceeds the compute model's
     padded_area: int = 0         # output elements the tiles compute, padding included (every problem's)
+    wave_fill: float = 1.0       # units / (steps x clusters): how full the busiest CTA's steps keep the grid
 
     def row(self) -> dict:
         return {"tag": self.tag, "tiles": f"{self.tiles_m}x{self.tiles_n}", "k_tiles": self.k_tiles,
@@ -243,7 +253,8 @@ def predict(config: GemmConfig, m: int, n: int, k: int, sm_count: int, gpu_name:
     total = combine(compute, memory, gpu_name)
     area = batches * sched.tiles_m * config.block_m * sched.tiles_n * config.block_n
     return Prediction(config.tag, sched.tiles_m, sched.tiles_n, sched.k_tiles, steps, sched.k_tiles * ktile_ns[tile],
-                      epilogue_ns[tile], float(total), bool(memory > compute), area)
+                      epilogue_ns[tile], float(total), bool(memory > compute), area,
+                      sched.units / (steps * sched.clusters))
 
 
 # A dense operand whose lines are not whole 128-byte L2 lines (K or M/N not a multiple of 64 bf16 elements) makes
@@ -335,16 +346,28 @@ def _cluster_fills(config: GemmConfig, m: int) -> bool:
 def _ranked(problem: Problem, sm_count: int, gpu_name: str = "",
             batches: int = 1) -> list[tuple[Prediction, GemmConfig]]:
     """The selectable candidates with their predictions, in the order select_config prefers them: predicted time,
-    except that a candidate within TIE_FRACTION of the fastest yields to an earlier one in SELECTABLE."""
-    pairs = [(predict(c, problem.m, problem.n, problem.k, sm_count, gpu_name, batches), c)
-             for c in _candidates(problem)
-             if c.tile_tag in SELECTABLE and c.cluster_size <= sm_count and _cluster_fills(c, problem.m)]
+    except that a candidate within TIE_FRACTION of the fastest yields to an earlier one in SELECTABLE, and a
+    WAVE_FILL_TILES candidate tied with them that fills the grid better than all of them goes first. The other
+    WAVE_FILL_TILES candidates come last."""
+    pairs, fillers = [], []
+    for c in _candidates(problem):
+        if c.cluster_size > sm_count or not _cluster_fills(c, problem.m):
+            continue
+        if c.tile_tag in SELECTABLE:
+            pairs.append((predict(c, problem.m, problem.n, problem.k, sm_count, gpu_name, batches), c))
+        elif c.tile_tag in WAVE_FILL_TILES:
+            fillers.append((predict(c, problem.m, problem.n, problem.k, sm_count, gpu_name, batches), c))
     if not pairs:
         raise ConfigError(f"in_dtype/out_dtype: no candidate config fits {problem.describe()}")
     fastest = min(p.total_ns for p, _ in pairs)
+    tied_fill = max(p.wave_fill for p, _ in pairs if p.total_ns <= fastest * (1 + TIE_FRACTION))
 
     def rank(pair):
         p, c = pair
+        if c.tile_tag in WAVE_FILL_TILES:
+            if p.total_ns <= fastest * (1 + TIE_FRACTION) and p.wave_fill > tied_fill + WAVE_FILL_MARGIN:
+                return (-1, p.total_ns, 0, 0, 0)     # ties SELECTABLE's best and fills the grid better
+            return (2, p.total_ns, 0, 0, 0)
         if p.total_ns > fastest * (1 + TIE_FRACTION):
             return (1, p.total_ns, 0, 0, 0)
         if p.memory_bound:   # tied on streaming the same bytes: the least padded work, the fewest splits, the fewest
@@ -352,6 +375,7 @@ def _ranked(problem: Problem, sm_count: int, gpu_name: str = "",
             return (0, p.padded_area, c.splits, misaligned_factor(c, *_kernel_mnk(c, problem.m, problem.n, problem.k)), SELECTABLE.index(c.tile_tag))
         return (0, 0, SELECTABLE.index(c.tile_tag), c.splits, 0)
 
+    pairs += fillers
     return sorted(pairs, key=rank)
 
 

@@ -89,3 +89,21 @@ def test_cli_rejects_unknown_kind():
     proc = subprocess.run([sys.executable, "-m", "ptxgemm", "mutants", "--list", "--kind", "bar.wait"],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "--kind: must be one of" in proc.stderr
+
+
+def test_split_k_synchronization_is_found_and_its_weakened_forms_assemble():
+    """Split-K's fix-up adds a publish (red.release), a poll (ld.acquire) and a reset (st.relaxed), each mutated;
+    --template keeps the mutants of splitk.ptx.j2's lines (its two bar.syncs among them) and no others."""
+    ptx, found = mutants.enumerate_mutants(GemmConfig(splits=3))
+    split = [m for m in found if mutants.in_template(m, "splitk.ptx.j2")]
+    assert {(m.kind, m.mutation) for m in split} == {
+        ("bar.sync", "deleted"), ("bar.sync", "count weakened"), ("red.release", "deleted"),
+        ("red.release", "relaxed"), ("ld.acquire", "skipped"), ("ld.acquire", "relaxed"), ("st.relaxed", "deleted")}
+    assert sum(m.kind == "bar.sync" and m.mutation == "deleted" for m in split) == 2
+    assert not any(m.kind in ("red.release", "ld.acquire", "st.relaxed") for m in mutants.enumerate_mutants(GemmConfig())[1])
+    for m in split:
+        if m.mutation in ("relaxed", "skipped"):
+            assert "MUTANT" in mutants.apply(ptx, m).split("\n")[m.ptx_line - 1]
+            compiler.compile_ptx(mutants.apply(ptx, m))
+    pre_publish = min((m for m in split if m.kind == "bar.sync" and m.mutation == "deleted"), key=lambda m: m.ptx_line)
+    assert "(split-K)" in mutants.explain(pre_publish) and "before the leader's release" in mutants.explain(pre_publish)

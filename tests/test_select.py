@@ -167,10 +167,10 @@ def test_sm_count_matters():
 
 
 def test_only_selectable_configs_are_chosen_and_near_ties_go_to_the_earlier(monkeypatch):
-    """A config outside SELECTABLE is never chosen however cheap the model thinks it; a selectable one predicted
-    within TIE_FRACTION of the fastest yields to an earlier one in SELECTABLE."""
+    """A config outside SELECTABLE (and WAVE_FILL_TILES) is never chosen however cheap the model thinks it; a
+    selectable one predicted within TIE_FRACTION of the fastest yields to an earlier one in SELECTABLE."""
     shape = (4096, 4096, 4096)
-    monkeypatch.setitem(S.KTILE_NS, "pp128x192", 1.0)
+    monkeypatch.setitem(S.KTILE_NS, "pp64x256", 1.0)
     assert select_config(*shape, device=H100).tag in S.SELECTABLE
     def per_flop(tag, scale=1.0):  # the same cost per flop for every tile
         cfg = GemmConfig.from_tag(tag)
@@ -188,7 +188,7 @@ def test_only_selectable_configs_are_chosen_and_near_ties_go_to_the_earlier(monk
 
 def test_explain_is_sorted_and_matches_the_selection():
     rows = S.explain(8448, 9216, 1024, device=H100)
-    assert {GemmConfig.from_tag(r["tag"]).tile_tag for r in rows} == BF16_TAGS & set(S.SELECTABLE)
+    assert {GemmConfig.from_tag(r["tag"]).tile_tag for r in rows} == BF16_TAGS & set(S.SELECTABLE + S.WAVE_FILL_TILES)
     assert set(rows[0]) == {"tag", "tiles", "k_tiles", "steps_per_cta", "predicted_us"}
     assert select_config(8448, 9216, 1024, device=H100).tag == rows[0]["tag"]
     table = S.format_table(rows, chosen=rows[0]["tag"])
@@ -338,6 +338,19 @@ def test_large_shapes_keep_the_compute_model():
         cfg = select_config(*shape, device=H100)
         assert not cfg.split_k and not cfg.transposed_store, (shape, cfg.tag)
         assert not S.predict(cfg, *shape, 132, H100.name).memory_bound
+
+
+def test_a_heavy_last_wave_yields_to_a_fuller_tied_tile():
+    """3000x5000x2048 with B K-major: coop128x256 runs 480 tiles in 4 steps of 132 SMs (91% full); pp128x192, tied in
+    the model, 648 in 5 (98%) and measured 3% faster on the H100. Full-wave shapes keep SELECTABLE's choice."""
+    for device in (H100, S.DeviceModel("NVIDIA H200", 132)):
+        cfg = select_config(3000, 5000, 2048, b_major="k", device=device)
+        assert cfg.tag == "pp128x192", cfg.tag
+        rows = S.explain(3000, 5000, 2048, b_major="k", device=device)
+        assert rows[0]["tag"] == "pp128x192" and rows[1]["tag"] == "coop128x256"
+    for shape in ((8448, 9216, 512), (8448, 9216, 1024), (8192, 8192, 8192)):   # pp128x192 alone would win these
+        assert select_config(*shape, device=H100).tile_tag in S.SELECTABLE
+    assert select_config(3000, 5000, 2048, device=H100).tag == "coop128x256c2"   # B row-major: the misaligned pair
 
 
 def test_split_k_counts_units_and_fixup():

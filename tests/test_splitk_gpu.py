@@ -217,3 +217,32 @@ def test_small_m_with_the_default_selection(m, nk):
         outs.append(out.to_numpy())
     assert check_result(outs[0], a, b).ok, plan.config.describe()
     assert all(np.array_equal(o.view(np.uint16), outs[0].view(np.uint16)) for o in outs[1:])
+
+
+@gpu
+def test_mutants_of_the_split_k_fix_up_are_killed(tmp_path):
+    """Every synchronization instruction split-K adds (splitk.ptx.j2), in the pingpong and the cooperative kernel,
+    broken: the publish (red.release) deleted, the final's poll (ld.acquire) passing at once, the sync that passes
+    the poll on to the 128 threads deleted, the flag's reset deleted, each caught on the mutation tester's workloads
+    (ptxgemm.mutants: 2 launches each with the workspace poisoned in between, so a flag left set lets the second
+    launch's final read NaN partials). The sync before the publish is caught, or survives with the reason written
+    in ptxgemm.mutants (a latent race); the weakened forms likewise (the command's exit status checks that)."""
+    import json
+    import subprocess
+    import sys
+
+    out = tmp_path / "mutants.json"
+    proc = subprocess.run([sys.executable, "-m", "ptxgemm", "mutants", "--preset", "split", "--preset",
+                           "cooperative-split", "--template", "splitk.ptx.j2", "--json", str(out)],
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    for config in json.loads(out.read_text())["configs"]:
+        records = config["mutants"]
+        must = {(kind, mutation): [r for r in records if r["id"].split(":")[1] == kind and r["mutation"] == mutation]
+                for kind, mutation in (("red.release", "deleted"), ("ld.acquire", "skipped"),
+                                       ("st.relaxed", "deleted"), ("bar.sync", "deleted"))}
+        assert all(len(v) == (2 if k[0] == "bar.sync" else 1) for k, v in must.items()), must
+        bar_syncs = sorted(must.pop(("bar.sync", "deleted")), key=lambda r: r["ptx_line"])
+        must["sync after the poll"] = bar_syncs[1:]      # the one after the poll, later in the PTX than the publish's
+        for name, rows in must.items():
+            assert all(r["status"] == "killed" for r in rows), (name, rows)

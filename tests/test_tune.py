@@ -329,7 +329,7 @@ def test_cli_select_prints_a_tag_and_the_table():
     assert "cost model" in proc.stdout.splitlines()[0] and "<- chosen" in proc.stdout
     listed = set(proc.stdout.split())
     for c in S.candidates(4096, 4096, 4096):
-        assert (c.tag in listed) == (c.tile_tag in S.SELECTABLE)
+        assert (c.tag in listed) == (c.tile_tag in S.SELECTABLE + S.WAVE_FILL_TILES)
 
 
 def test_cli_select_json_and_sm_count():
