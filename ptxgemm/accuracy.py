@@ -28,7 +28,13 @@ import dataclasses
 import ml_dtypes
 import numpy as np
 
-DTYPES = {"bfloat16": ml_dtypes.bfloat16, "float16": np.float16, "float32": np.float32}
+DTYPES = {"bfloat16": ml_dtypes.bfloat16, "float16": np.float16, "float32": np.float32,
+          "float8_e4m3fn": ml_dtypes.float8_e4m3fn, "float8_e5m2": ml_dtypes.float8_e5m2}
+#: fp8 inputs (provisional, issue 12): Hopper's fp8 wgmma is reported to keep about 14 significant bits while it
+#: adds products inside the tensor core (DeepSeek-V3's report; DeepGEMM promotes to fp32 registers for that reason),
+#: so the accumulation term is this unit times sum|ab|, linear in K: a worst case, not a random walk. To be replaced
+#: by a bound derived from a simulation of that accumulator, as C_ACC was for fp32.
+FP8_ACCUMULATION_UNIT = 2.0 ** -12
 #: precision p (significant bits) of each output dtype; u_out = 2^-p is its round-to-nearest unit roundoff
 OUTPUT_PRECISION_BITS = {"bfloat16": 8, "float16": 11}
 FP32_TRUNCATION_UNIT = 2.0 ** -23      # one truncating fp32 add loses less than this fraction of the sum
@@ -54,14 +60,19 @@ def reference(a: np.ndarray, b: np.ndarray, matmul64=_matmul64) -> tuple[np.ndar
     return matmul64(a, b), matmul64(np.abs(a.astype(np.float32)), np.abs(b.astype(np.float32)))
 
 
-def error_bound(ref: np.ndarray, abs_product: np.ndarray, k: int, out_dtype: str) -> np.ndarray:
-    """The elementwise bound of the module docstring, as a float64 array shaped like `ref`."""
+def error_bound(ref: np.ndarray, abs_product: np.ndarray, k: int, out_dtype: str,
+                in_dtype: str = "bfloat16") -> np.ndarray:
+    """The elementwise bound of the module docstring, as a float64 array shaped like `ref` (fp8 inputs: the
+    accumulation term is FP8_ACCUMULATION_UNIT x sum|ab|)."""
     out_dtype = np.dtype(DTYPES.get(out_dtype, out_dtype)).name
     bits = OUTPUT_PRECISION_BITS.get(out_dtype)
     u_out = 0.0 if bits is None else 2.0 ** -bits
     info = ml_dtypes.finfo(DTYPES[out_dtype])
     tiny_out = float(info.smallest_subnormal) / 2
-    accumulation = C_ACC * FP32_TRUNCATION_UNIT * np.sqrt(max(k, 1)) * abs_product
+    if in_dtype in ("float8_e4m3fn", "float8_e5m2"):
+        accumulation = FP8_ACCUMULATION_UNIT * abs_product
+    else:
+        accumulation = C_ACC * FP32_TRUNCATION_UNIT * np.sqrt(max(k, 1)) * abs_product
     return u_out * np.abs(ref) + (1.0 + u_out) * accumulation + tiny_out
 
 
@@ -87,10 +98,11 @@ class Verdict:
                 f"{want:.6g}, bound {bound:.3g}")
 
 
-def check(out: np.ndarray, ref: np.ndarray, abs_product: np.ndarray, k: int, out_dtype: str | None = None) -> Verdict:
+def check(out: np.ndarray, ref: np.ndarray, abs_product: np.ndarray, k: int, out_dtype: str | None = None,
+          in_dtype: str = "bfloat16") -> Verdict:
     """Every element of `out` against its bound (see the module docstring). `out_dtype` defaults to out's dtype."""
     out_dtype = np.dtype(out.dtype if out_dtype is None else DTYPES.get(out_dtype, out_dtype)).name
-    return check_bound(out, ref, error_bound(ref, abs_product, k, out_dtype))
+    return check_bound(out, ref, error_bound(ref, abs_product, k, out_dtype, in_dtype))
 
 
 def check_bound(out: np.ndarray, ref: np.ndarray, bound: np.ndarray) -> Verdict:

@@ -26,14 +26,24 @@ WARPGROUP_THREADS = 128
 SWIZZLE_BYTES = 128                # every operand and the epilogue use TMA's 128-byte swizzle
 SWIZZLE_PERIOD = 1024              # 8 lines x 128 B: swizzled buffers start on this boundary
 WGMMA_M = 64                       # rows of one wgmma instruction
-WGMMA_K_BYTES = 32                 # one wgmma consumes k = 16 of a 16-bit type
+WGMMA_K_BYTES = 32                 # one wgmma consumes 32 bytes of K: k16 of a 16-bit type, k32 of an 8-bit one
 MBARRIER_BYTES = 8
 DESC_ADDRESS_MASK = 0x3FFFF        # a GMMA descriptor encodes bits 4..17 of the shared-memory address
 MAX_STAGES = 8
 WARPS_PER_WARPGROUP = 4           # a stage is released by lane 0 of every consumer warp that read it
 CONSUMERS = 2                      # consumer warpgroups per CTA (warpgroups 1 and 2; the producer is 0)
 
-INPUT_DTYPES = ("bfloat16", "float16")
+INPUT_DTYPES = ("bfloat16", "float16", "float8_e4m3fn", "float8_e5m2")
+# wgmma's name for each input type. The 8-bit ones read both operands K-major only: wgmma has no transpose for them
+# (PTX ISA, wgmma.mma_async: imm-trans-a/b exist for .f16/.bf16 alone).
+WGMMA_TYPES = {"bfloat16": "bf16", "float16": "f16", "float8_e4m3fn": "e4m3", "float8_e5m2": "e5m2"}
+FP8_DTYPES = ("float8_e4m3fn", "float8_e5m2")
+
+
+def default_out_dtype(in_dtype: str) -> str:
+    """The output dtype when none is asked for: the input's own for 16-bit inputs, bfloat16 for fp8 (the kernel
+    writes no 8-bit output; bfloat16 keeps fp8's range)."""
+    return "bfloat16" if in_dtype in FP8_DTYPES else in_dtype
 OUTPUT_DTYPES = ("bfloat16", "float16", "float32")
 MAJORS = ("k", "mn")
 # The kernel's output layout: "n" stores each tile as rows of a row-major C (N contiguous); "m" stores it transposed,
@@ -88,7 +98,8 @@ class GemmConfig:
 
     block_m: int = 128            # CTA tile rows; pingpong: one consumer's, cooperative: both consumers' halves
     block_n: int = 128            # tile columns (the wgmma N)
-    block_k: int = 64             # K per pipeline stage: one 128-byte swizzle row of a 16-bit type
+    block_k: int | None = None    # K per pipeline stage: one 128-byte swizzle row (64 of a 16-bit type, 128 of fp8);
+                                  # None: derived from in_dtype
     stages: int | None = None     # None: as many as fit in shared memory (up to MAX_STAGES); see num_stages
     in_dtype: str = "bfloat16"
     out_dtype: str = "bfloat16"
@@ -108,6 +119,8 @@ class GemmConfig:
     def __post_init__(self):
         object.__setattr__(self, "in_dtype", _dtype_name(self.in_dtype))
         object.__setattr__(self, "out_dtype", _dtype_name(self.out_dtype))
+        if self.block_k is None and self.in_dtype in INPUT_DTYPES:
+            object.__setattr__(self, "block_k", SWIZZLE_BYTES // self.in_itemsize)
         self._validate()
         if self.stages is not None and self.stages > self._max_stages():
             raise ConfigError(f"stages: {self.stages} stages of {self.stage_bytes} B plus the {self.epilogue_bytes} B "
@@ -122,6 +135,9 @@ class GemmConfig:
             raise ConfigError(f"out_dtype: must be one of {OUTPUT_DTYPES}, got {self.out_dtype}")
         if self.a_major not in MAJORS or self.b_major not in MAJORS:
             raise ConfigError(f"a_major/b_major: must be one of {MAJORS}, got {self.a_major!r}/{self.b_major!r}")
+        if self.fp8 and (self.a_major, self.b_major) != ("k", "k"):
+            raise ConfigError(f"a_major/b_major: {self.in_dtype} operands must both be K-major (wgmma reads 8-bit "
+                              f"types only K-major), got A {self.a_major}-major, B {self.b_major}-major")
         if self.schedule not in SCHEDULES:
             raise ConfigError(f"schedule: must be one of {SCHEDULES}, got {self.schedule!r}")
         allowed_m = (64, 128) if self.schedule == "pingpong" else (128, 256)
@@ -203,8 +219,17 @@ class GemmConfig:
 
     @property
     def k_steps(self) -> int:
-        """wgmma instructions along K per stage (k16 each)."""
+        """wgmma instructions along K per stage (WGMMA_K_BYTES each)."""
         return self.block_k * self.in_itemsize // WGMMA_K_BYTES
+
+    @property
+    def mma_k(self) -> int:
+        """K of one wgmma instruction: 16 for 16-bit inputs, 32 for fp8."""
+        return WGMMA_K_BYTES // self.in_itemsize
+
+    @property
+    def fp8(self) -> bool:
+        return self.in_dtype in FP8_DTYPES
 
     @property
     def acc_registers(self) -> int:
@@ -443,7 +468,7 @@ class GemmConfig:
             "desc_b_consts": self.descriptor_consts(self.b_major),
             "trans_a": int(self.a_major == "mn"),
             "trans_b": int(self.b_major == "mn"),
-            "ab_type": {"bfloat16": "bf16", "float16": "f16"}[self.in_dtype],
+            "ab_type": WGMMA_TYPES[self.in_dtype],
             "debug": self.debug,
             "stall_codes": STALL_CODES,
             "debug_timeout_ns": self.debug_timeout_ns,

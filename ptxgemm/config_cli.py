@@ -5,7 +5,7 @@ tell a choice the user made from a default: `dump` selects the config itself whe
 """
 from __future__ import annotations
 
-from .config import INPUT_DTYPES, MAJORS, OUTPUT_DTYPES, RASTERS, SCHEDULES, GemmConfig
+from .config import INPUT_DTYPES, MAJORS, OUTPUT_DTYPES, RASTERS, SCHEDULES, GemmConfig, default_out_dtype
 
 #: options that choose the tile and its walk: what a config tag (GemmConfig.from_tag) names
 TILE_OPTIONS = ("schedule", "block_m", "block_n", "stages", "group_m", "cluster_m", "cluster_n", "raster")
@@ -66,7 +66,7 @@ def operand_fields(args) -> dict:
     ptxgemm.run's output does."""
     d = GemmConfig()
     in_dtype = args.in_dtype or d.in_dtype
-    return {"in_dtype": in_dtype, "out_dtype": args.out_dtype or in_dtype, "a_major": args.a_major or d.a_major,
+    return {"in_dtype": in_dtype, "out_dtype": args.out_dtype or default_out_dtype(in_dtype), "a_major": args.a_major or d.a_major,
             "b_major": args.b_major or d.b_major}
 
 

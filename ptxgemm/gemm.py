@@ -19,7 +19,7 @@ import ml_dtypes  # noqa: F401 - registers numpy's 'bfloat16' dtype name
 import numpy as np
 
 from . import codegen, compiler, driver, operands, schedule
-from .config import GemmConfig
+from .config import FP8_DTYPES, INPUT_DTYPES, GemmConfig, default_out_dtype
 from .errors import ConfigError, CudaError
 from .interop import as_device_array, stream_handle
 
@@ -78,17 +78,17 @@ def _dtype_name(dtype) -> str:
 
 def check_dtype(name: str, dtype) -> str:
     d = _dtype_name(dtype)
-    if d in ("bfloat16", "float16"):
+    if d in INPUT_DTYPES:
         return d
     if d in ("float32", "float64"):
-        raise ConfigError(f"{name}: dtype {d} is not supported; ptxgemm multiplies bfloat16 or float16 with fp32 "
-                          f"accumulation. Convert explicitly: {name}.astype(ml_dtypes.bfloat16) or "
-                          f"{name}.astype(numpy.float16)")
-    raise ConfigError(f"{name}: dtype {d} is not supported (bfloat16 or float16 inputs)")
+        raise ConfigError(f"{name}: dtype {d} is not supported; ptxgemm multiplies bfloat16, float16 or fp8 "
+                          f"(float8_e4m3fn, float8_e5m2) with fp32 accumulation. Convert explicitly: "
+                          f"{name}.astype(ml_dtypes.bfloat16) or {name}.astype(numpy.float16)")
+    raise ConfigError(f"{name}: dtype {d} is not supported (inputs: {', '.join(INPUT_DTYPES)})")
 
 
 def check_dtypes(a, b) -> str:
-    """The input dtype of two arrays (numpy or device); ConfigError unless both are the same 16-bit float."""
+    """The input dtype of two arrays (numpy or device); ConfigError unless both have the same INPUT_DTYPES type."""
     in_dtype = check_dtype("a", a.dtype)
     if _dtype_name(b.dtype) != in_dtype:
         raise ConfigError(f"b: dtype {_dtype_name(b.dtype)} differs from a's {in_dtype}; both operands must have "
@@ -136,7 +136,9 @@ def _resolve_config(config: GemmConfig | None, in_dtype: str, out_dtype: str, a_
             base = dataclasses.replace(base, cluster_m=1, cluster_n=1)
     else:
         base = config  # GemmPlan checked that it is a GemmConfig before asking for the GPU
-    return dataclasses.replace(base, in_dtype=in_dtype, out_dtype=out_dtype, a_major=a_major, b_major=b_major)
+    # block_k follows the input type (one 128-byte swizzle row of K), so a 16-bit config serves fp8 arrays too
+    return dataclasses.replace(base, in_dtype=in_dtype, out_dtype=out_dtype, a_major=a_major, b_major=b_major,
+                               block_k=None)
 
 
 MN_PANEL = 64  # elements of an MN-major operand per 128-byte swizzle row: one TMA box (and smem panel) each
@@ -178,6 +180,22 @@ def _layout(a, b, out, transposed_store: bool) -> operands.MatmulPlan:
 def _majors(lay: operands.MatmulPlan) -> tuple[str, str]:
     """(a_major, b_major) of the kernel's operands as the layout placed them."""
     return ("k" if lay.a.place.inner == "cols" else "mn"), ("mn" if lay.b.place.inner == "cols" else "k")
+
+
+_ANY_ALIGNED = 1 << 32   # a stand-in device address for planning a layout before the upload (fresh allocations align)
+
+
+def check_fp8_majors(in_dtype: str, lay: operands.MatmulPlan) -> None:
+    """ConfigError unless fp8 operands reach the kernel K-major (wgmma reads 8-bit types only that way)."""
+    if lay.a is None or in_dtype not in FP8_DTYPES:
+        return
+    a_major, b_major = _majors(lay)
+    for name, major, how in (("a", a_major, "A (m x k) row-major, e.g. numpy.ascontiguousarray(a)"),
+                             ("b", b_major, "B (k x n) column-major, e.g. numpy.asfortranarray(b), or w.T of a "
+                                            "row-major (n x k) weight w")):
+        if major != "k":
+            raise ConfigError(f"{name}: {in_dtype} operands must be K-major (wgmma reads 8-bit types only K-major): "
+                              f"{how}; ptxgemm does not transpose fp8 operands on the device yet")
 
 
 def _copy_launches(copies) -> list:
@@ -231,6 +249,7 @@ class GemmPlan:
                               f"{type(config).__name__}")
         transposed = config is not None and config.transposed_store
         self.layout = lay = _layout(a, b, out, transposed)
+        check_fp8_majors(in_dtype, lay)
         self.a, self.b, self.out = a, b, out
         self.config = self.kernel = self.schedule = self._launch = None
         self.buffers = {}
@@ -411,7 +430,7 @@ def matmul(a, b, out=None, *, out_dtype=None, config: GemmConfig | None = None, 
     a, b = as_device_array(a, "a", stream), as_device_array(b, "b", stream)
     if out is None:
         in_dtype = check_dtypes(a, b)
-        od = check_out_dtype(out_dtype if out_dtype is not None else in_dtype)
+        od = check_out_dtype(out_dtype if out_dtype is not None else default_out_dtype(in_dtype))
         out = driver.DeviceArray.empty(result_shape(a, b), np.dtype(od), stream=stream)
     else:
         out = as_device_array(out, "out", stream)
@@ -422,18 +441,24 @@ def matmul(a, b, out=None, *, out_dtype=None, config: GemmConfig | None = None, 
 
 
 def run(a, b, out_dtype=None, config: GemmConfig | None = None) -> np.ndarray:
-    """numpy's `a @ b` for bfloat16/float16 numpy arrays, on the GPU; returns a new C-order numpy array.
+    """numpy's `a @ b` for bfloat16/float16/fp8 (float8_e4m3fn, float8_e5m2) numpy arrays, on the GPU; returns a
+    new C-order numpy array. fp8 operands must be K-major (A row-major, B column-major).
 
     Any shapes numpy's matmul takes and any layout: each operand is uploaded as the one span of memory its
     elements occupy, strides kept (no host copy), and the device reads it in place or stages it (see GemmPlan).
-    `out_dtype` (bfloat16, float16 or float32) defaults to the inputs' dtype.
+    `out_dtype` (bfloat16, float16 or float32) defaults to the inputs' dtype (bfloat16 for fp8 inputs).
     """
     for name, x in (("a", a), ("b", b)):
         if not isinstance(x, np.ndarray):
             raise ConfigError(f"{name}: run takes numpy arrays, got {type(x).__name__}")
     in_dtype = check_dtypes(a, b)  # everything before the upload
-    od = check_out_dtype(out_dtype if out_dtype is not None else in_dtype)
+    od = check_out_dtype(out_dtype if out_dtype is not None else default_out_dtype(in_dtype))
     shape = result_shape(a, b)
+    if in_dtype in FP8_DTYPES:   # the layout rule before any upload
+        out_strides = tuple(int(np.prod(shape[i + 1:])) * np.dtype(od).itemsize for i in range(len(shape)))
+        check_fp8_majors(in_dtype, operands.plan_matmul(a.shape, a.strides, _ANY_ALIGNED, b.shape, b.strides,
+                                                        _ANY_ALIGNED, a.dtype.itemsize, np.dtype(od).itemsize, shape,
+                                                        out_strides, _ANY_ALIGNED))
     driver.require_sm90("running the GEMM")
     da, db = driver.DeviceArray.from_numpy(a), driver.DeviceArray.from_numpy(b)
     out = driver.DeviceArray.empty(shape, np.dtype(od))

@@ -11,7 +11,7 @@ import operator
 
 import numpy as np
 
-from .config import INPUT_DTYPES, MAJORS, OUTPUT_DTYPES
+from .config import INPUT_DTYPES, MAJORS, OUTPUT_DTYPES, default_out_dtype
 from .errors import ConfigError
 
 
@@ -63,7 +63,7 @@ class Problem:
             object.__setattr__(self, dim, _size(dim, getattr(self, dim)))
         in_dtype = _dtype("in_dtype", self.in_dtype, INPUT_DTYPES)
         object.__setattr__(self, "in_dtype", in_dtype)
-        out = in_dtype if self.out_dtype is None else self.out_dtype
+        out = default_out_dtype(in_dtype) if self.out_dtype is None else self.out_dtype
         object.__setattr__(self, "out_dtype", _dtype("out_dtype", out, OUTPUT_DTYPES))
         object.__setattr__(self, "a_major", _major("a_major", self.a_major))
         object.__setattr__(self, "b_major", _major("b_major", self.b_major))

@@ -29,4 +29,4 @@ def reference(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def check_result(out: np.ndarray, a: np.ndarray, b: np.ndarray) -> accuracy.Verdict:
     """Every element of `out` against ptxgemm.accuracy's bound for these operands."""
     ref, abs_product = reference(a, b)
-    return accuracy.check(out, ref, abs_product, a.shape[1])
+    return accuracy.check(out, ref, abs_product, a.shape[1], in_dtype=np.dtype(a.dtype).name)

@@ -1,0 +1,68 @@
+"""FP8 inputs (float8_e4m3fn, float8_e5m2) on the GPU: the k32 wgmma mainloop, both operands K-major.
+
+Checks as in tests/test_gemm_gpu.py: random inputs (standard normal rounded to the fp8 type, never zero), a
+NaN-poisoned output, every element against ptxgemm.accuracy's bound from a float64 reference of the exact fp8
+values (fp8 inputs: the provisional FP8_ACCUMULATION_UNIT term). Each case runs on 3 CTAs, so every consumer runs
+several tiles and every tile's k-loop wraps the stage ring (asserted from the schedule)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gemm_reference import check_result, random_matrix
+
+from ptxgemm.config import GemmConfig
+from ptxgemm.schedule import plan_for
+
+gpu = pytest.mark.gpu
+CTAS = 3
+FP8 = ("float8_e4m3fn", "float8_e5m2")
+CASES = [(tag, in_dtype, out_dtype, m, n, k)
+         for tag, (m, n, k) in (("pp128x128", (700, 900, 2100)), ("coop128x256", (1000, 1100, 1500)),
+                                ("pp64x128", (333, 520, 2304)), ("coop256x128", (900, 700, 1600)))
+         for in_dtype in FP8 for out_dtype in ("bfloat16", "float32", "float16")]
+
+
+def _config(tag, in_dtype, out_dtype):
+    base = GemmConfig.from_tag(tag)
+    return GemmConfig(schedule=base.schedule, block_m=base.block_m, block_n=base.block_n, in_dtype=in_dtype,
+                      out_dtype=out_dtype, a_major="k", b_major="k")
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(map(str, c)))
+def test_case_exercises_the_pingpong_and_the_ring(case):
+    tag, in_dtype, out_dtype, m, n, k = case
+    cfg = _config(tag, in_dtype, out_dtype)
+    s = plan_for(cfg, m, n, k, 132, CTAS)
+    assert s.min_tiles_per_consumer >= 2 and s.k_tiles >= 2 * cfg.num_stages, s.describe()
+
+
+@gpu
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(map(str, c)))
+def test_fp8_case(case):
+    import ptxgemm
+
+    tag, in_dtype, out_dtype, m, n, k = case
+    rng = np.random.default_rng(hash(case) % 2**32)
+    a = random_matrix(rng, m, k, in_dtype)                      # row-major: K-major
+    b = random_matrix(rng, k, n, in_dtype, order="F")           # column-major: K-major
+    da, db = ptxgemm.to_device(a), ptxgemm.to_device(b)
+    out = ptxgemm.DeviceArray.empty((m, n), np.dtype(ptxgemm.accuracy.DTYPES[out_dtype]))
+    out.poison()
+    plan = ptxgemm.GemmPlan(da, db, out, _config(tag, in_dtype, out_dtype), ctas=CTAS)
+    assert plan.config.in_dtype == in_dtype and plan.config.block_k == 128
+    plan.launch()
+    verdict = check_result(out.to_numpy(), a, b)
+    assert verdict.ok, str(verdict)
+
+
+@gpu
+def test_run_takes_fp8_numpy_arrays_with_the_default_selection():
+    import ptxgemm
+
+    rng = np.random.default_rng(3)
+    a = random_matrix(rng, 2000, 3000, "float8_e4m3fn")
+    b = random_matrix(rng, 3000, 1500, "float8_e4m3fn", order="F")
+    out = ptxgemm.run(a, b)
+    assert out.dtype == np.dtype(ptxgemm.accuracy.DTYPES["bfloat16"])
+    assert check_result(out, a, b).ok
