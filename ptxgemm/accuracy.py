@@ -30,11 +30,14 @@ import numpy as np
 
 DTYPES = {"bfloat16": ml_dtypes.bfloat16, "float16": np.float16, "float32": np.float32,
           "float8_e4m3fn": ml_dtypes.float8_e4m3fn, "float8_e5m2": ml_dtypes.float8_e5m2}
-#: fp8 inputs (provisional, issue 12): Hopper's fp8 wgmma is reported to keep about 14 significant bits while it
-#: adds products inside the tensor core (DeepSeek-V3's report; DeepGEMM promotes to fp32 registers for that reason),
-#: so the accumulation term is this unit times sum|ab|, linear in K: a worst case, not a random walk. To be replaced
-#: by a bound derived from a simulation of that accumulator, as C_ACC was for fp32.
-FP8_ACCUMULATION_UNIT = 2.0 ** -12
+#: fp8 inputs (provisional, issue 12): Hopper's fp8 wgmma adds each k32 block of products into the fp32
+#: accumulator with only ~14 significant bits (DeepSeek-V3's report; DeepGEMM promotes to fp32 registers for it), so
+#: the error grows with the running sum, far beyond fp32's. Measured on the H200 (docs/results/fp8_probe_h200_
+#: issue12.json, 64 sampled rows, standard-normal e4m3): max |err| / sum|ab| = 5.5e-4 .. 6.7e-4 at K = 4096 .. 8192
+#: without promotion (cuBLAS's _scaled_mm, which promotes: 2.0e-4 .. 3.8e-4). This unit, 2^-9 = 1.95e-3, is 3x the
+#: worst measured; a missing 128-wide k-tile at K = 2304 (the GPU tests' largest) is ~4x it. To be replaced by a
+#: bound derived from a simulation of that accumulator once the kernel promotes, as C_ACC was for fp32.
+FP8_ACCUMULATION_UNIT = 2.0 ** -9
 #: precision p (significant bits) of each output dtype; u_out = 2^-p is its round-to-nearest unit roundoff
 OUTPUT_PRECISION_BITS = {"bfloat16": 8, "float16": 11}
 FP32_TRUNCATION_UNIT = 2.0 ** -23      # one truncating fp32 add loses less than this fraction of the sum
