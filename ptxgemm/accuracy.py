@@ -28,6 +28,8 @@ import dataclasses
 import ml_dtypes
 import numpy as np
 
+from .config import FP8_DTYPES
+
 DTYPES = {"bfloat16": ml_dtypes.bfloat16, "float16": np.float16, "float32": np.float32,
           "float8_e4m3fn": ml_dtypes.float8_e4m3fn, "float8_e5m2": ml_dtypes.float8_e5m2}
 #: fp8 inputs (provisional, issue 12): Hopper's fp8 wgmma adds each k32 block of products into the fp32
@@ -72,7 +74,7 @@ def error_bound(ref: np.ndarray, abs_product: np.ndarray, k: int, out_dtype: str
     u_out = 0.0 if bits is None else 2.0 ** -bits
     info = ml_dtypes.finfo(DTYPES[out_dtype])
     tiny_out = float(info.smallest_subnormal) / 2
-    if in_dtype in ("float8_e4m3fn", "float8_e5m2"):
+    if in_dtype in FP8_DTYPES:
         accumulation = FP8_ACCUMULATION_UNIT * abs_product
     else:
         accumulation = C_ACC * FP32_TRUNCATION_UNIT * np.sqrt(max(k, 1)) * abs_product

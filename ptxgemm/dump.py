@@ -97,7 +97,7 @@ def summary(report: dict, out: Path) -> str:
     if "consumer_k_loop_sass" in measured:
         loop = measured["consumer_k_loop_sass"]
         lines.append(f"  consumer k-tile loop: {loop['instructions']} SASS instructions per warp, "
-                     f"{loop['hgmma']} of them HGMMA")
+                     f"{loop['hgmma']} of them HGMMA/QGMMA")
     if "predicted" in report:
         pr = report["predicted"]
         regs = pr["registers"]
@@ -204,6 +204,8 @@ def dump_gemm(args) -> dict:
 
 
 _SASS_INSTRUCTION = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(.*?);")
+# wgmma in SASS: HGMMA for 16-bit inputs, QGMMA for fp8 (the report's "hgmma" counts both)
+_GMMA = re.compile(r"\b[HQ]GMMA\.")
 
 
 def consumer_k_loop(sass: str) -> list[str]:
@@ -212,7 +214,7 @@ def consumer_k_loop(sass: str) -> list[str]:
     is the number docs/perf-notes.md tracks per change: everything in it besides the HGMMAs competes with them
     for issue slots and power."""
     lines = _SASS_INSTRUCTION.findall(sass)
-    hgmma = [i for i, line in enumerate(lines) if "HGMMA" in line]
+    hgmma = [i for i, line in enumerate(lines) if _GMMA.search(line)]
     if not hgmma:
         return []
     waits = [i for i in range(hgmma[0]) if "TRYWAIT" in lines[i]]
@@ -224,7 +226,7 @@ def consumer_k_loop(sass: str) -> list[str]:
 
 def k_loop_report(sass: str) -> dict:
     loop = consumer_k_loop(sass)
-    return {"instructions": len(loop), "hgmma": sum("HGMMA" in line for line in loop),
+    return {"instructions": len(loop), "hgmma": sum(bool(_GMMA.search(line)) for line in loop),
             "r2ur": sum("R2UR" in line for line in loop)}
 
 

@@ -455,10 +455,10 @@ def run(a, b, out_dtype=None, config: GemmConfig | None = None) -> np.ndarray:
     od = check_out_dtype(out_dtype if out_dtype is not None else default_out_dtype(in_dtype))
     shape = result_shape(a, b)
     if in_dtype in FP8_DTYPES:   # the layout rule before any upload
-        out_strides = tuple(int(np.prod(shape[i + 1:])) * np.dtype(od).itemsize for i in range(len(shape)))
+        out_item = np.dtype(od).itemsize   # the C-order output run() allocates below
         check_fp8_majors(in_dtype, operands.plan_matmul(a.shape, a.strides, _ANY_ALIGNED, b.shape, b.strides,
-                                                        _ANY_ALIGNED, a.dtype.itemsize, np.dtype(od).itemsize, shape,
-                                                        out_strides, _ANY_ALIGNED))
+                                                        _ANY_ALIGNED, a.dtype.itemsize, out_item, shape,
+                                                        driver._c_strides(shape, out_item), _ANY_ALIGNED))
     driver.require_sm90("running the GEMM")
     da, db = driver.DeviceArray.from_numpy(a), driver.DeviceArray.from_numpy(b)
     out = driver.DeviceArray.empty(shape, np.dtype(od))

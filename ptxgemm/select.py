@@ -254,7 +254,7 @@ def predict(config: GemmConfig, m: int, n: int, k: int, sm_count: int, gpu_name:
     area = batches * sched.tiles_m * config.block_m * sched.tiles_n * config.block_n
     return Prediction(config.tag, sched.tiles_m, sched.tiles_n, sched.k_tiles, steps, sched.k_tiles * ktile_ns[tile],
                       epilogue_ns[tile], float(total), bool(memory > compute), area,
-                      sched.units / (steps * sched.clusters))
+                      sched.waves / steps)
 
 
 # A dense operand whose lines are not whole 128-byte L2 lines (K or M/N not a multiple of 64 bf16 elements) makes
