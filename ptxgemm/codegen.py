@@ -32,7 +32,15 @@ def environment() -> jinja2.Environment:
         autoescape=False,
     )
     env.filters["hex"] = lambda v: f"0x{int(v):x}"
+    env.filters["f32"] = _f32_literal
     return env
+
+
+def _f32_literal(v: float) -> str:
+    """PTX's exact fp32 literal (0fXXXXXXXX) of `v` rounded to fp32."""
+    import struct
+
+    return "0f%08X" % struct.unpack(">I", struct.pack(">f", float(v)))[0]
 
 
 def render(template: str, **params) -> str:

@@ -12,6 +12,7 @@ Operand layouts ("majors"): an operand is K-major when K is its contiguous dimen
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 
@@ -38,6 +39,17 @@ INPUT_DTYPES = ("bfloat16", "float16", "float8_e4m3fn", "float8_e5m2")
 # (PTX ISA, wgmma.mma_async: imm-trans-a/b exist for .f16/.bf16 alone).
 WGMMA_TYPES = {"bfloat16": "bf16", "float16": "f16", "float8_e4m3fn": "e4m3", "float8_e5m2": "e5m2"}
 FP8_DTYPES = ("float8_e4m3fn", "float8_e5m2")
+
+# --- the fused epilogue (ptxgemm/templates/fusion.ptx.j2): D = act(alpha * r[m] * c[n] * acc + beta * S + bias) ---
+ACTIVATIONS = ("relu", "gelu", "silu")      # gelu: the tanh form; None: no activation
+BIAS_AXES = ("row", "col")                  # a vector over the kernel's M (one value per row) or N (per column)
+VECTOR_DTYPES = ("float32", "bfloat16", "float16")   # bias vectors; scale vectors are float32
+GELU_CUBIC = 0.044715                       # the tanh form's cubic coefficient
+# Accumulators plus the fused epilogue's live values (GemmConfig.fused_registers) per consumer thread: measured with
+# ptxas 13 on pp128x192 (192 accumulators), bias + GELU (196) compiles without spills, alpha with rowwise scales
+# (199) spills 20 bytes and a source tile with a row bias (213) 188 bytes; tiles past this are not offered.
+FUSED_REGISTER_BUDGET = 196
+SCALE_BLOCK = 128                           # blockwise scaling: A's scales per 1x128, B's per 128x128 block
 
 
 def default_out_dtype(in_dtype: str) -> str:
@@ -115,10 +127,23 @@ class GemmConfig:
     raster: str = "m"             # RASTERS: grouped down tile-rows ("m"), across tile-columns ("n"), or "hilbert"
     splits: int = 1               # split-K: each output tile's k-loop cut into this many units of the schedule
     c_major: str = "n"            # C_MAJORS: tiles stored as rows ("n") or transposed, as columns ("m"; swap-AB)
+    b_dtype: str | None = None    # B's dtype where it differs from A's (fp8 only: e4m3 x e5m2); None: in_dtype
+    # --- the fused epilogue, in the kernel's frame (rows are its M, after any swap); all off: the plain GEMM ---
+    alpha: bool = False           # multiply by the fp32 kernel parameter alpha (alpha x per-tensor scales)
+    row_scale: bool = False       # multiply row m by an fp32 vector's element m (rowwise scale of A)
+    col_scale: bool = False       # multiply column n by an fp32 vector's element n (rowwise scale of B)
+    block_scale: bool = False     # fp8 blockwise scales: each k-tile's products promoted into the fp32 accumulators
+    source_dtype: str | None = None   # add beta x S, S an M x N matrix of this dtype loaded by TMA (None: no S)
+    bias: str | None = None       # BIAS_AXES: add a vector along rows ("row": one value per row) or columns
+    bias_dtype: str = "float32"   # VECTOR_DTYPES: the bias vector's dtype
+    activation: str | None = None  # ACTIVATIONS, after the bias, before the output cast
 
     def __post_init__(self):
         object.__setattr__(self, "in_dtype", _dtype_name(self.in_dtype))
         object.__setattr__(self, "out_dtype", _dtype_name(self.out_dtype))
+        object.__setattr__(self, "b_dtype", _dtype_name(self.b_dtype))
+        object.__setattr__(self, "source_dtype", _dtype_name(self.source_dtype))
+        object.__setattr__(self, "bias_dtype", _dtype_name(self.bias_dtype))
         if self.block_k is None and self.in_dtype in INPUT_DTYPES:
             object.__setattr__(self, "block_k", SWIZZLE_BYTES // self.in_itemsize)
         self._validate()
@@ -187,8 +212,50 @@ class GemmConfig:
                               "not both")
         if self.raster not in RASTERS:
             raise ConfigError(f"raster: must be one of {RASTERS}, got {self.raster!r}")
+        self._validate_epilogue()
         if self._max_stages() < 2:
-            raise ConfigError(f"block_m x block_n: {self.block_m}x{self.block_n} leaves room for fewer than 2 stages")
+            raise ConfigError(f"block_m x block_n: {self.block_m}x{self.block_n} leaves room for fewer than 2 stages"
+                              + (f" beside the {self.source_bytes} B source tile" if self.source_bytes else ""))
+
+    def _validate_epilogue(self):
+        if self.b_dtype is not None and self.b_dtype != self.in_dtype:
+            if not (self.fp8 and self.b_dtype in FP8_DTYPES):
+                raise ConfigError(f"b_dtype: A and B may differ only as two fp8 types (e4m3 x e5m2), got "
+                                  f"{self.in_dtype} x {self.b_dtype}")
+        if self.activation is not None and self.activation not in ACTIVATIONS:
+            raise ConfigError(f"activation: must be None or one of {ACTIVATIONS}, got {self.activation!r}")
+        if self.bias is not None and self.bias not in BIAS_AXES:
+            raise ConfigError(f"bias: must be None or one of {BIAS_AXES}, got {self.bias!r}")
+        if self.bias_dtype not in VECTOR_DTYPES:
+            raise ConfigError(f"bias_dtype: must be one of {VECTOR_DTYPES}, got {self.bias_dtype}")
+        if self.source_dtype is not None:
+            if self.source_dtype not in OUTPUT_DTYPES:
+                raise ConfigError(f"source_dtype: the added matrix must be one of {OUTPUT_DTYPES}, got "
+                                  f"{self.source_dtype}")
+            if self.transposed_store or self.split_k:
+                raise ConfigError("source_dtype: the source tile is loaded as rows of the output tile, once per "
+                                  "tile: not with the transposed store or split-K")
+            if self.block_n % self.src_panel_cols:
+                raise ConfigError(f"source_dtype: block_n ({self.block_n}) must be a whole number of the source's "
+                                  f"{self.src_panel_cols}-column (128-byte) panels")
+        if self.fused and self.acc_registers + self.fused_registers > FUSED_REGISTER_BUDGET:
+            raise ConfigError(f"block_m x block_n: {self.consumer_m}x{self.block_n} per consumer keeps "
+                              f"{self.acc_registers} accumulators, and this epilogue ({self.epilogue_summary()}) "
+                              f"{self.fused_registers} more live values: over {FUSED_REGISTER_BUDGET}, it would spill")
+        if self.block_scale:
+            if not self.fp8:
+                raise ConfigError(f"block_scale: blockwise scaling is for fp8 inputs (one k-tile is one "
+                                  f"{SCALE_BLOCK}-wide scale block), got {self.in_dtype}")
+            if SCALE_BLOCK % self.block_n or self.split_k or self.transposed_store:
+                raise ConfigError(f"block_scale: block_n must divide {SCALE_BLOCK} (one B scale per tile and "
+                                  f"k-tile), without split-K or the transposed store; got {self.block_n}")
+            if 2 * self.acc_registers > 192:
+                raise ConfigError(f"block_scale: {self.consumer_m}x{self.block_n} per consumer needs "
+                                  f"{2 * self.acc_registers} accumulator registers (the k-tile's products beside "
+                                  f"the promoted sums); at most 192")
+            if self.row_scale or self.col_scale:
+                raise ConfigError("block_scale: rowwise scales do not combine with blockwise ones (fold them into "
+                                  "the block scales)")
 
     # --- sizes -----------------------------------------------------------------------------------------
     @property
@@ -339,7 +406,7 @@ class GemmConfig:
         return self._cooperative_slots(self.num_stages)
 
     def _cooperative_slots(self, stages: int) -> int:
-        room = SMEM_PER_BLOCK_OPTIN - self.barrier_bytes - stages * self.stage_bytes
+        room = SMEM_PER_BLOCK_OPTIN - self.barrier_bytes - self.source_bytes - stages * self.stage_bytes
         fit = room // (CONSUMERS * self.epi_panel_bytes)
         return max((d for d in range(1, self.epi_panels + 1) if self.epi_panels % d == 0 and d <= fit), default=0)
 
@@ -358,7 +425,62 @@ class GemmConfig:
 
     @property
     def barrier_bytes(self) -> int:
-        return 2 * MAX_STAGES * MBARRIER_BYTES  # full[] and empty[], sized for the largest ring
+        # full[] and empty[], sized for the largest ring; the source tile's full and empty
+        return 2 * MAX_STAGES * MBARRIER_BYTES + (2 * MBARRIER_BYTES if self.has_source else 0)
+
+    # --- the fused epilogue -------------------------------------------------------------------------------
+    @property
+    def has_source(self) -> bool:
+        return self.source_dtype is not None
+
+    @property
+    def fused(self) -> bool:
+        """Whether the epilogue does more than cast the accumulators (fusion.ptx.j2's `apply` is emitted)."""
+        return bool(self.alpha or self.row_scale or self.col_scale or self.has_source or self.bias
+                    or self.activation)
+
+    @property
+    def fused_registers(self) -> int:
+        """Values the fused epilogue keeps live beside the accumulators (fusion.ptx.j2): two per row block for each
+        row vector, two for each column vector, the source's eight values, four packed registers and its address,
+        alpha, and the activation's two temporaries."""
+        row_vectors = int(self.row_scale) + int(self.bias == "row")
+        col_vectors = int(self.col_scale) + int(self.bias == "col")
+        return (2 * self.m_halves * row_vectors + 2 * col_vectors + (14 if self.has_source else 0)
+                + int(self.alpha) + (2 if self.activation else 0))
+
+    @property
+    def b_type(self) -> str:
+        return self.b_dtype or self.in_dtype
+
+    @property
+    def src_itemsize(self) -> int:
+        return _itemsize(self.source_dtype) if self.has_source else 0
+
+    @property
+    def src_panel_cols(self) -> int:
+        """Source columns per 128-byte swizzle panel (one TMA box of block_m rows)."""
+        return SWIZZLE_BYTES // self.src_itemsize
+
+    @property
+    def src_panels(self) -> int:
+        return self.block_n // self.src_panel_cols
+
+    @property
+    def src_panel_bytes(self) -> int:
+        """One source panel: the whole tile's block_m rows (both consumers' halves in cooperative) x 128 B."""
+        return self.block_m * SWIZZLE_BYTES
+
+    @property
+    def source_bytes(self) -> int:
+        """The source tile's buffer: one tile, loaded by the producer once the tile's k-tiles are issued."""
+        return self.src_panels * self.src_panel_bytes if self.has_source else 0
+
+    @property
+    def source_readers(self) -> int:
+        """Arrivals that free the source buffer: every thread of the consumers that read it (each after its own
+        shared-memory loads)."""
+        return WARPGROUP_THREADS * self.consumers_per_tile
 
     @property
     def num_stages(self) -> int:
@@ -369,7 +491,7 @@ class GemmConfig:
         # the cooperative epilogue makes do with one panel slot per consumer; stages come first
         least_epilogue = (CONSUMERS * self.epi_panel_bytes if self.cooperative
                           else self.epi_panels * self.epi_panel_bytes)
-        room = SMEM_PER_BLOCK_OPTIN - least_epilogue - self.barrier_bytes
+        room = SMEM_PER_BLOCK_OPTIN - least_epilogue - self.source_bytes - self.barrier_bytes
         return min(MAX_STAGES, room // self.stage_bytes)
 
     # --- split-K -----------------------------------------------------------------------------------------
@@ -402,16 +524,25 @@ class GemmConfig:
         return self.smem_b + self.num_stages * self.b_stage_bytes
 
     @property
-    def smem_full(self) -> int:
+    def smem_source(self) -> int:
         return self.smem_c + self.epilogue_bytes
+
+    @property
+    def smem_full(self) -> int:
+        return self.smem_source + self.source_bytes
 
     @property
     def smem_empty(self) -> int:
         return self.smem_full + self.num_stages * MBARRIER_BYTES
 
     @property
-    def smem_bytes(self) -> int:
+    def smem_src_full(self) -> int:
+        """The source tile's barriers (with a source): full, then empty, after the ring's."""
         return self.smem_empty + self.num_stages * MBARRIER_BYTES
+
+    @property
+    def smem_bytes(self) -> int:
+        return self.smem_src_full + (2 * MBARRIER_BYTES if self.has_source else 0)
 
     # --- registers -------------------------------------------------------------------------------------
     @property
@@ -468,7 +599,8 @@ class GemmConfig:
             "desc_b_consts": self.descriptor_consts(self.b_major),
             "trans_a": int(self.a_major == "mn"),
             "trans_b": int(self.b_major == "mn"),
-            "ab_type": WGMMA_TYPES[self.in_dtype],
+            "a_type": WGMMA_TYPES[self.in_dtype],
+            "b_type": WGMMA_TYPES[self.b_type],
             "debug": self.debug,
             "stall_codes": STALL_CODES,
             "debug_timeout_ns": self.debug_timeout_ns,
@@ -479,6 +611,10 @@ class GemmConfig:
             "mbarrier_bytes": MBARRIER_BYTES,
             "flag_bytes": FLAG_BYTES,
             "quad_stride": WARPGROUP_THREADS * 16,
+            "scale_block": SCALE_BLOCK,
+            "gelu_cubic": GELU_CUBIC,
+            "sqrt_2_over_pi": math.sqrt(2.0 / math.pi),
+            "minus_log2e": -1.0 / math.log(2.0),
             "trace_codes": trace_format.CODES,
             "trace_roles": trace_format.ROLES,
             "trace_record_bytes": trace_format.RECORD_BYTES,
@@ -491,9 +627,22 @@ class GemmConfig:
                 + (f"cluster 1x{self.cluster_n} (A multicast), " if self.cluster_n > 1 else "")
                 + (f"raster {self.raster}, " if self.raster != GemmConfig.raster else "")
                 + (f"split-K {self.splits}, " if self.split_k else "")
-                + ("C stored transposed (swap-AB), " if self.transposed_store else "") +
-                f"{self.in_dtype}->{self.out_dtype}, A {self.a_major}-major, B {self.b_major}-major"
+                + ("C stored transposed (swap-AB), " if self.transposed_store else "")
+                + (f"{self.in_dtype}->{self.out_dtype}" if self.b_type == self.in_dtype else
+                   f"{self.in_dtype} x {self.b_type}->{self.out_dtype}")
+                + f", A {self.a_major}-major, B {self.b_major}-major"
+                + (f", epilogue {self.epilogue_summary()}" if self.fused or self.block_scale else "")
                 + (", DEBUG waits" if self.debug else "") + (", traced" if self.trace else ""))
+
+    def epilogue_summary(self) -> str:
+        """The fused epilogue as a formula, e.g. 'gelu(alpha*acc*r[m]*c[n] + beta*S(bfloat16) + bias[n])'."""
+        v = "acc" + ("[blockwise scaled]" if self.block_scale else "")
+        v = ("alpha*" if self.alpha else "") + v + ("*r[m]" if self.row_scale else "") + ("*c[n]" if self.col_scale else "")
+        if self.has_source:
+            v += f" + beta*S({self.source_dtype})"
+        if self.bias:
+            v += f" + bias[{'m' if self.bias == 'row' else 'n'}]({self.bias_dtype})"
+        return f"{self.activation}({v})" if self.activation else v
 
     @property
     def kernel_name(self) -> str:

@@ -18,7 +18,7 @@ import threading
 import ml_dtypes  # noqa: F401 - registers numpy's 'bfloat16' dtype name
 import numpy as np
 
-from . import codegen, compiler, driver, operands, schedule
+from . import codegen, compiler, driver, epilogue, operands, schedule
 from .config import FP8_DTYPES, INPUT_DTYPES, GemmConfig, default_out_dtype
 from .errors import ConfigError, CudaError
 from .interop import as_device_array, stream_handle
@@ -88,12 +88,20 @@ def check_dtype(name: str, dtype) -> str:
 
 
 def check_dtypes(a, b) -> str:
-    """The input dtype of two arrays (numpy or device); ConfigError unless both have the same INPUT_DTYPES type."""
+    """A's input dtype (numpy or device arrays); ConfigError unless B has the same INPUT_DTYPES type, or both are
+    fp8 (e4m3 x e5m2 mixes: b_dtype_of gives B's)."""
     in_dtype = check_dtype("a", a.dtype)
-    if _dtype_name(b.dtype) != in_dtype:
-        raise ConfigError(f"b: dtype {_dtype_name(b.dtype)} differs from a's {in_dtype}; both operands must have "
-                          f"the same dtype")
+    bd = _dtype_name(b.dtype)
+    if bd != in_dtype and not (in_dtype in FP8_DTYPES and bd in FP8_DTYPES):
+        raise ConfigError(f"b: dtype {bd} differs from a's {in_dtype}; both operands must have the same dtype "
+                          f"(or be two fp8 types: {' x '.join(FP8_DTYPES)})")
     return in_dtype
+
+
+def b_dtype_of(a, b) -> str | None:
+    """B's dtype where it differs from A's (a mixed fp8 pair), else None."""
+    bd = _dtype_name(b.dtype)
+    return None if bd == _dtype_name(a.dtype) else bd
 
 
 def check_out_dtype(out_dtype) -> str:
@@ -123,22 +131,26 @@ def check_ctas(ctas, cluster_size: int) -> None:
 # --------------------------------------------------------------------------------------------------------------
 
 def _resolve_config(config: GemmConfig | None, in_dtype: str, out_dtype: str, a_major: str, b_major: str,
-                    shape: tuple[int, int, int], device=None, ctas: int | None = None, batches: int = 1):
-    """The arrays decide dtypes and layouts; `config` contributes the tile choice (block sizes, stages, ...).
-    Without one, ptxgemm.select_config picks it for this shape and GPU (the tune cache's winner or the cost model's).
-    A picked cluster that the caller's `ctas` cannot hold whole is dropped (a single CTA): `ctas` is a test knob
-    and must not turn a default choice into an error."""
+                    shape: tuple[int, int, int], device=None, ctas: int | None = None, batches: int = 1,
+                    b_dtype: str | None = None, fused: dict | None = None):
+    """The arrays decide dtypes and layouts, the epilogue arguments the `fused` fields (Epilogue.config_fields);
+    `config` contributes the tile choice (block sizes, stages, ...). Without one, ptxgemm.select_config picks it for
+    this shape, GPU and epilogue (the tune cache's winner or the cost model's). A picked cluster that the caller's
+    `ctas` cannot hold whole is dropped (a single CTA): `ctas` is a test knob and must not turn a default choice
+    into an error."""
+    fused = fused or {}
     if config is None:
         from .select import select_config
 
-        base = select_config(*shape, in_dtype, out_dtype, a_major, b_major, device=device, batches=batches)
+        base = select_config(*shape, in_dtype, out_dtype, a_major, b_major, device=device, batches=batches,
+                             epilogue=tuple(sorted(fused.items())))
         if ctas is not None and ctas % base.cluster_size:
             base = dataclasses.replace(base, cluster_m=1, cluster_n=1)
     else:
         base = config  # GemmPlan checked that it is a GemmConfig before asking for the GPU
     # block_k follows the input type (one 128-byte swizzle row of K), so a 16-bit config serves fp8 arrays too
     return dataclasses.replace(base, in_dtype=in_dtype, out_dtype=out_dtype, a_major=a_major, b_major=b_major,
-                               block_k=None)
+                               block_k=None, b_dtype=b_dtype, **fused)
 
 
 MN_PANEL = 64  # elements of an MN-major operand per 128-byte swizzle row: one TMA box (and smem panel) each
@@ -172,9 +184,14 @@ def _tile_order(rows: int, cols: int):
         return _tile_orders[(rows, cols)]
 
 
-def _layout(a, b, out, transposed_store: bool) -> operands.MatmulPlan:
+def _layout(a, b, out, transposed_store: bool, epi: epilogue.Epilogue = epilogue.PLAIN) -> operands.MatmulPlan:
+    """The operands' plan; fp8 operands are read K-major only (one that is not is staged transposed), the epilogue's
+    source goes with the output, and a batch folds into M only when nothing is indexed by row."""
+    s = epi.source
     return operands.plan_matmul(a.shape, a.strides, a.ptr, b.shape, b.strides, b.ptr, a.dtype.itemsize,
-                                out.dtype.itemsize, out.shape, out.strides, out.ptr, transposed_store)
+                                out.dtype.itemsize, out.shape, out.strides, out.ptr, transposed_store,
+                                k_major=_dtype_name(a.dtype) in FP8_DTYPES, fold=not epi.indexes_rows,
+                                source=None if s is None else (s.shape, s.strides, s.ptr, s.dtype.itemsize))
 
 
 def _majors(lay: operands.MatmulPlan) -> tuple[str, str]:
@@ -185,17 +202,16 @@ def _majors(lay: operands.MatmulPlan) -> tuple[str, str]:
 _ANY_ALIGNED = 1 << 32   # a stand-in device address for planning a layout before the upload (fresh allocations align)
 
 
-def check_fp8_majors(in_dtype: str, lay: operands.MatmulPlan) -> None:
-    """ConfigError unless fp8 operands reach the kernel K-major (wgmma reads 8-bit types only that way)."""
-    if lay.a is None or in_dtype not in FP8_DTYPES:
+def check_epilogue_layout(epi: epilogue.Epilogue, lay: operands.MatmulPlan) -> None:
+    """The epilogue's rules that depend on the plan: blockwise scales index A's rows and B's columns as given (no
+    swap); a source has one matrix per problem."""
+    if lay.a is None:
         return
-    a_major, b_major = _majors(lay)
-    for name, major, how in (("a", a_major, "A (m x k) row-major, e.g. numpy.ascontiguousarray(a)"),
-                             ("b", b_major, "B (k x n) column-major, e.g. numpy.asfortranarray(b), or w.T of a "
-                                            "row-major (n x k) weight w")):
-        if major != "k":
-            raise ConfigError(f"{name}: {in_dtype} operands must be K-major (wgmma reads 8-bit types only K-major): "
-                              f"{how}; ptxgemm does not transpose fp8 operands on the device yet")
+    if epi.block_a is not None and lay.swapped:
+        raise ConfigError("out: blockwise scaling computes C = A.B as given, but this output layout (column-major) "
+                          "asks for C^T = B^T A^T; pass a row-major out")
+    if lay.s is not None and lay.s.view.count == 1 and lay.batches > 1:
+        raise ConfigError("c: one matrix broadcast over the batch (stride 0) is not supported; pass one c per problem")
 
 
 def _copy_launches(copies) -> list:
@@ -211,10 +227,12 @@ def _copy_launches(copies) -> list:
     return out
 
 
-def _plan_key(a, b, out, config, stream) -> tuple:
-    """What a cached plan depends on: each array's address, shape, strides and dtype, the config and the stream."""
+def _plan_key(a, b, out, config, stream, fused: epilogue.Epilogue | None = None) -> tuple:
+    """What a cached plan depends on: each array's address, shape, strides and dtype, the config, the stream and
+    the epilogue (its numbers and its arrays, keyed the same way)."""
     return ((a.ptr, a.shape, a.strides, a.dtype), (b.ptr, b.shape, b.strides, b.dtype),
-            (out.ptr, out.shape, out.strides, out.dtype), config, _stream_key(stream))
+            (out.ptr, out.shape, out.strides, out.dtype), config, _stream_key(stream),
+            None if fused is None or fused.plain else fused.key())
 
 
 def _stream_key(stream):
@@ -234,12 +252,15 @@ class GemmPlan:
     read or write in place runs in place; the rest goes through dense buffers (ptxgemm.operands decides; `layout`
     says what it decided)."""
 
-    def __init__(self, a, b, out, config: GemmConfig | None = None, *, ctas: int | None = None,
-                 kernel: GemmKernel | None = None, stream=None):
-        """`ctas` caps the grid (default: one CTA per SM): fewer CTAs give each consumer more tiles, which is how
-        the tests make every consumer run the pingpong several times on small problems. `kernel` replaces the
-        config's compiled kernel (ptxgemm.mutants runs edited PTX this way); its config must be the plan's.
-        `stream`: where staging buffers are allocated (stream-ordered); launch on the same stream."""
+    def __init__(self, a, b, out, config: GemmConfig | None = None, *, c=None, alpha=1.0, beta=0.0, bias=None,
+                 activation=None, scale_a=None, scale_b=None, ctas: int | None = None,
+                 kernel: GemmKernel | None = None, stream=None, fused: epilogue.Epilogue | None = None):
+        """out = act(alpha * (scale_a . a) @ (b . scale_b) + beta * c + bias), cast to out's dtype (ptxgemm.epilogue
+        has the rules of the epilogue arguments; all left out: out = a @ b). `ctas` caps the grid (default: one CTA
+        per SM): fewer CTAs give each consumer more tiles, which is how the tests make every consumer run the
+        pingpong several times on small problems. `kernel` replaces the config's compiled kernel (ptxgemm.mutants
+        runs edited PTX this way); its config must be the plan's. `stream`: where staging buffers are allocated
+        (stream-ordered); launch on the same stream. `fused`: the epilogue arguments already parsed (matmul)."""
         # any framework's device arrays, read in place (DLPack or __cuda_array_interface__); never a copy
         a, b, out = (as_device_array(x, name, stream) for x, name in ((a, "a"), (b, "b"), (out, "out")))
         in_dtype = check_dtypes(a, b)
@@ -247,9 +268,13 @@ class GemmPlan:
         if config is not None and not isinstance(config, GemmConfig):
             raise ConfigError(f"config: must be a ptxgemm.GemmConfig or None (select_config picks), got "
                               f"{type(config).__name__}")
+        if fused is None:
+            fused = _parse_epilogue(a, b, lambda x, name: as_device_array(x, name, stream), c=c, alpha=alpha,
+                                    beta=beta, bias=bias, activation=activation, scale_a=scale_a, scale_b=scale_b)
+        self.epilogue = epi = fused
         transposed = config is not None and config.transposed_store
-        self.layout = lay = _layout(a, b, out, transposed)
-        check_fp8_majors(in_dtype, lay)
+        self.layout = lay = _layout(a, b, out, transposed, epi)
+        check_epilogue_layout(epi, lay)
         self.a, self.b, self.out = a, b, out
         self.config = self.kernel = self.schedule = self._launch = None
         self.buffers = {}
@@ -260,10 +285,13 @@ class GemmPlan:
             return
         info = driver.require_sm90("running the GEMM")  # before loading: a clear error on a non-Hopper GPU
         cfg = _resolve_config(config, in_dtype, out_dtype, *_majors(lay), (lay.m, lay.n, lay.k), device=info,
-                              ctas=ctas, batches=lay.batches)
+                              ctas=ctas, batches=lay.batches, b_dtype=b_dtype_of(a, b),
+                              fused=epi.config_fields(lay.swapped))
         if cfg.transposed_store != transposed:  # the selection chose the transposed store (swap-AB): plan for it
-            self.layout = lay = _layout(a, b, out, True)
-            cfg = dataclasses.replace(cfg, **dict(zip(("a_major", "b_major"), _majors(lay))))
+            self.layout = lay = _layout(a, b, out, True, epi)
+            check_epilogue_layout(epi, lay)
+            cfg = dataclasses.replace(cfg, **dict(zip(("a_major", "b_major"), _majors(lay))),
+                                      **epi.config_fields(lay.swapped))
         self.config = cfg
         check_ctas(ctas, cfg.cluster_size)
         if kernel is not None and kernel.config != cfg:
@@ -302,6 +330,13 @@ class GemmPlan:
                                                    swizzle="none", l2_promotion="none")
                             if cfg.epi_tail_cols else None)
 
+        self.tmap_source = None
+        if cfg.has_source:  # the epilogue's S: one box per 128-byte panel of the whole tile's rows, 128B-swizzled
+            s = lay.s
+            self.tmap_source = tensormap.encode_tiled(s.view.ptr, s.place.map_dims(s.view), (s.place.lead, s.place.batch),
+                                                      (cfg.src_panel_cols, cfg.block_m, 1),
+                                                      dtype=np.dtype(cfg.source_dtype), l2_promotion=LOAD_L2_PROMOTION)
+
         self.schedule = sched = schedule.plan_for(cfg, lay.m, lay.n, lay.k, info.sm_count, ctas, lay.batches)
         self.tiles_m, self.tiles_n, self.k_tiles = sched.tiles_m, sched.tiles_n, sched.k_tiles
         self.clusters, self.grid = sched.clusters, sched.grid
@@ -312,6 +347,8 @@ class GemmPlan:
             self.records = StallRecords(self.grid, cfg.threads)
             debug_ptr = self.records.device_pointer
         args = [self.tmap_a, self.tmap_b, self.tmap_c, *([self.tmap_c_tail] if self.tmap_c_tail else []),
+                *([self.tmap_source] if self.tmap_source else []),
+                *self.epilogue.kernel_args(lay.swapped, lay.k, lay.n),
                 ctypes.c_uint32(lay.m), ctypes.c_uint32(lay.n),
                 ctypes.c_uint32(sched.cluster_rows), ctypes.c_uint32(sched.cluster_cols), ctypes.c_uint32(self.k_tiles),
                 ctypes.c_uint32(lay.batches), ctypes.c_uint32(int(lay.a.view.count > 1)),
@@ -393,17 +430,17 @@ _plans: dict[tuple, GemmPlan] = {}
 _plans_lock = threading.Lock()
 
 
-def _cached_plan(a, b, out, config, stream) -> GemmPlan:
+def _cached_plan(a, b, out, config, stream, fused: epilogue.Epilogue | None = None) -> GemmPlan:
     """The plan for these operands, made once. Keyed by everything a plan encodes (addresses, shapes, strides,
     dtypes, config, stream: staging buffers belong to one stream), so a new array at an old address with the old
     layout reuses it correctly. Cached plans keep no reference to the arrays (the caller's arrays must be free to
     go); past PLAN_CACHE_SIZE the oldest plan is dropped (its staging buffers go back to the pool)."""
-    key = _plan_key(a, b, out, config, stream)
+    key = _plan_key(a, b, out, config, stream, fused)
     plan = _plans.get(key)  # one dictionary read, atomic: no lock on the hit path
     if plan is not None:
         return plan
-    plan = GemmPlan(a, b, out, config, stream=stream)
-    plan.a = plan.b = plan.out = None
+    plan = GemmPlan(a, b, out, config, stream=stream, fused=fused)
+    plan.a = plan.b = plan.out = plan.epilogue = None
     with _plans_lock:
         _plans[key] = plan
         while len(_plans) > PLAN_CACHE_SIZE:
@@ -416,18 +453,26 @@ def clear_plan_cache() -> None:
         _plans.clear()
 
 
-def matmul(a, b, out=None, *, out_dtype=None, config: GemmConfig | None = None, stream=None):
+def matmul(a, b, out=None, *, c=None, alpha=1.0, beta=0.0, bias=None, activation=None, scale_a=None, scale_b=None,
+           out_dtype=None, config: GemmConfig | None = None, stream=None):
     """numpy's `a @ b` on device arrays (asynchronous on `stream`): ptxgemm.DeviceArray, or any object with
     __dlpack__ or __cuda_array_interface__ (torch, CuPy, JAX, ...), read in place. Any shapes numpy's matmul takes
-    and any strides (see GemmPlan). Allocates `out` (a C-order DeviceArray, stream-ordered, exporting both
-    protocols) when not given. `stream`: None, a raw CUstream handle or an object with __cuda_stream__.
-    Plans are cached by (addresses, shapes, strides, dtypes, config, stream): a repeated call only launches."""
-    if type(a) is type(b) is type(out) is driver.DeviceArray and out_dtype is None:  # the repeated call: one lookup
+    and any strides (see GemmPlan). With the epilogue arguments, act(alpha * (scale_a . a) @ (b . scale_b) +
+    beta * c + bias) in one kernel (ptxgemm.epilogue; `c` may be `out` itself). Allocates `out` (a C-order
+    DeviceArray, stream-ordered, exporting both protocols) when not given. `stream`: None, a raw CUstream handle or
+    an object with __cuda_stream__. Plans are cached by (addresses, shapes, strides, dtypes, config, stream,
+    epilogue): a repeated call only launches."""
+    plain = (c is None and bias is None and activation is None and scale_a is None and scale_b is None
+             and alpha == 1.0 and beta == 0.0)
+    if plain and type(a) is type(b) is type(out) is driver.DeviceArray and out_dtype is None:  # the repeated call
         plan = _plans.get(_plan_key(a, b, out, config, stream))
         if plan is not None:
             plan.launch(stream)
             return out
     a, b = as_device_array(a, "a", stream), as_device_array(b, "b", stream)
+    fused = None if plain else _parse_epilogue(a, b, lambda x, name: as_device_array(x, name, stream), c=c,
+                                               alpha=alpha, beta=beta, bias=bias, activation=activation,
+                                               scale_a=scale_a, scale_b=scale_b)
     if out is None:
         in_dtype = check_dtypes(a, b)
         od = check_out_dtype(out_dtype if out_dtype is not None else default_out_dtype(in_dtype))
@@ -436,17 +481,46 @@ def matmul(a, b, out=None, *, out_dtype=None, config: GemmConfig | None = None, 
         out = as_device_array(out, "out", stream)
         if out_dtype is not None and _dtype_name(out_dtype) != _dtype_name(out.dtype):
             raise ConfigError(f"out_dtype: {_dtype_name(out_dtype)} contradicts out.dtype {_dtype_name(out.dtype)}")
-    _cached_plan(a, b, out, config, stream).launch(stream)
+    _cached_plan(a, b, out, config, stream, fused).launch(stream)
     return out
 
 
-def run(a, b, out_dtype=None, config: GemmConfig | None = None) -> np.ndarray:
-    """numpy's `a @ b` for bfloat16/float16/fp8 (float8_e4m3fn, float8_e5m2) numpy arrays, on the GPU; returns a
-    new C-order numpy array. fp8 operands must be K-major (A row-major, B column-major).
+def _parse_epilogue(a, b, convert, **args) -> epilogue.Epilogue:
+    """The epilogue arguments checked against the problem of a @ b (the caller's M, N, K)."""
+    problem = operands.plan_matmul(a.shape, a.strides, 0, b.shape, b.strides, 0, a.dtype.itemsize, 4)
+    return epilogue.parse(**args, m=problem.m, n=problem.n, k=problem.k, in_dtype=_dtype_name(a.dtype),
+                          batched=bool(problem.batch_shape), convert=convert)
+
+
+@dataclasses.dataclass(frozen=True)
+class _HostStandIn:
+    """A numpy array as the planner sees a device array, at an aligned stand-in address (run checks every rule
+    before uploading anything)."""
+
+    shape: tuple
+    strides: tuple
+    dtype: np.dtype
+    ptr: int = _ANY_ALIGNED
+
+
+def _stand_in(x, name: str) -> _HostStandIn:
+    if not isinstance(x, np.ndarray):
+        raise ConfigError(f"{name}: run takes numpy arrays (or numbers for alpha, beta and per-tensor scales), got "
+                          f"{type(x).__name__}; use ptxgemm.matmul for device arrays")
+    return _HostStandIn(x.shape, x.strides, x.dtype)
+
+
+def run(a, b, c=None, *, alpha=1.0, beta=0.0, bias=None, activation=None, scale_a=None, scale_b=None,
+        out_dtype=None, config: GemmConfig | None = None) -> np.ndarray:
+    """numpy's `a @ b` for bfloat16/float16/fp8 (float8_e4m3fn, float8_e5m2, or one of each) numpy arrays, on the
+    GPU; returns a new C-order numpy array. With the epilogue arguments, act(alpha * (scale_a . a) @ (b . scale_b)
+    + beta * c + bias), fused into the GEMM (ptxgemm.epilogue has the rules: scalings per tensor, per row/column or
+    per 128-block; a bias per row or column; activation "relu", "gelu" (tanh form) or "silu").
 
     Any shapes numpy's matmul takes and any layout: each operand is uploaded as the one span of memory its
-    elements occupy, strides kept (no host copy), and the device reads it in place or stages it (see GemmPlan).
-    `out_dtype` (bfloat16, float16 or float32) defaults to the inputs' dtype (bfloat16 for fp8 inputs).
+    elements occupy, strides kept (no host copy), and the device reads it in place or stages it (see GemmPlan; an
+    fp8 operand that is not K-major is staged transposed). `out_dtype` (bfloat16, float16 or float32) defaults to
+    the inputs' dtype (bfloat16 for fp8 inputs).
     """
     for name, x in (("a", a), ("b", b)):
         if not isinstance(x, np.ndarray):
@@ -454,13 +528,18 @@ def run(a, b, out_dtype=None, config: GemmConfig | None = None) -> np.ndarray:
     in_dtype = check_dtypes(a, b)  # everything before the upload
     od = check_out_dtype(out_dtype if out_dtype is not None else default_out_dtype(in_dtype))
     shape = result_shape(a, b)
-    if in_dtype in FP8_DTYPES:   # the layout rule before any upload
-        out_item = np.dtype(od).itemsize   # the C-order output run() allocates below
-        check_fp8_majors(in_dtype, operands.plan_matmul(a.shape, a.strides, _ANY_ALIGNED, b.shape, b.strides,
-                                                        _ANY_ALIGNED, a.dtype.itemsize, out_item, shape,
-                                                        driver._c_strides(shape, out_item), _ANY_ALIGNED))
+    args = dict(c=c, alpha=alpha, beta=beta, bias=bias, activation=activation, scale_a=scale_a, scale_b=scale_b)
+    fused = _parse_epilogue(a, b, _stand_in, **args)
+    out_item = np.dtype(od).itemsize   # the C-order output run() allocates below
+    check_epilogue_layout(fused, _layout(_stand_in(a, "a"), _stand_in(b, "b"),
+                                         _HostStandIn(shape, driver._c_strides(shape, out_item), np.dtype(od)),
+                                         False, fused))
     driver.require_sm90("running the GEMM")
     da, db = driver.DeviceArray.from_numpy(a), driver.DeviceArray.from_numpy(b)
+    for name in ("c", "bias", "scale_a", "scale_b"):   # numbers (and 1-element scales) stay on the host
+        x = args[name]
+        if isinstance(x, np.ndarray) and not (name.startswith("scale") and x.size == 1):
+            args[name] = driver.DeviceArray.from_numpy(x)
     out = driver.DeviceArray.empty(shape, np.dtype(od))
-    GemmPlan(da, db, out, config).launch()
+    GemmPlan(da, db, out, config, **args).launch()
     return out.to_numpy()

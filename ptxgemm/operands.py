@@ -206,13 +206,14 @@ class MatmulPlan:
     a: Operand | None = None      # None when there is nothing to multiply (empty output, or K = 0)
     b: Operand | None = None
     c: Operand | None = None
+    s: Operand | None = None      # the fused epilogue's source matrix S (read like C: rows of the kernel's tile)
     swapped: bool = False         # computing C^T = B^T A^T
     folded: bool = False          # the batch folded into M
     fill: tuple[Copy, ...] = ()   # K = 0: zeros written over the output (copies from a zero source)
 
     @property
     def operands(self) -> tuple[Operand, ...]:
-        return tuple(op for op in (self.a, self.b, self.c) if op is not None)
+        return tuple(op for op in (self.a, self.b, self.c, self.s) if op is not None)
 
     def describe(self) -> str:
         if self.a is None:
@@ -279,11 +280,16 @@ def _operand(name: str, view: View, walk, inners: tuple[str, ...]) -> Operand:
 
 def plan_matmul(a_shape, a_strides, a_ptr: int, b_shape, b_strides, b_ptr: int, in_itemsize: int,
                 out_itemsize: int, out_shape=None, out_strides=None, out_ptr: int = 0,
-                transposed_store: bool = False) -> MatmulPlan:
+                transposed_store: bool = False, *, k_major: bool = False, fold: bool = True,
+                source=None) -> MatmulPlan:
     """The launch plan of numpy's `a @ b` on strided device memory (byte strides). Without an output (out_shape
     None) only the problem is returned (a is None): the caller allocates a C-order output of `out_shape` and asks
     again with it. `transposed_store`: the kernel stores columns of its C (GemmConfig.c_major "m"), so a row-major
-    output is computed as C^T = B^T A^T (swap-AB) and a column-major one directly."""
+    output is computed as C^T = B^T A^T (swap-AB) and a column-major one directly.
+    `k_major`: the kernel reads both operands only K-major (fp8): an operand that is not is staged K-major (the
+    copy transposes it). `fold`: whether a batch may fold into M (not when the epilogue indexes rows).
+    `source`: (shape, byte strides, ptr, itemsize) of the fused epilogue's S, numpy's result shape, read as the
+    output is written (swapped and folded with it; staged when TMA cannot read it in place)."""
     a_shape, b_shape = tuple(int(s) for s in a_shape), tuple(int(s) for s in b_shape)
     for name, shape in (("a", a_shape), ("b", b_shape)):
         if len(shape) == 0:
@@ -323,6 +329,17 @@ def plan_matmul(a_shape, a_strides, a_ptr: int, b_shape, b_strides, b_ptr: int, 
     if b_vec:
         o.append(0)
     c_view, c_walk = _view(out_ptr, out_itemsize, batch_shape, tuple(o[:-2]), m, n, o[-2], o[-1])
+    s_view = s_walk = None
+    if source is not None:
+        s_shape, s_strides, s_ptr, s_item = source
+        if tuple(s_shape) != result:
+            raise ConfigError(f"c: shape must be {result} (numpy's a @ b, which c is added to), got {tuple(s_shape)}")
+        so = list(int(x) for x in s_strides)
+        if a_vec:
+            so.insert(len(batch_shape), 0)
+        if b_vec:
+            so.append(0)
+        s_view, s_walk = _view(s_ptr, s_item, batch_shape, tuple(so[:-2]), m, n, so[-2], so[-1])
     if k == 0:
         return MatmulPlan(result, batch_shape, m, n, k, batches, fill=tuple(_copies(c_view, c_walk, None)))
 
@@ -339,24 +356,30 @@ def plan_matmul(a_shape, a_strides, a_ptr: int, b_shape, b_strides, b_ptr: int, 
     if c_walk is None and placement(c_view, (c_inner,)) is None and placement(c_view.transposed(), (c_inner,)):
         a_view, b_view, c_view = b_view.transposed(), a_view.transposed(), c_view.transposed()
         a_walk, b_walk = b_walk, a_walk
+        if s_view is not None:
+            s_view = s_view.transposed()
         m, n = n, m
         swapped = True
 
-    a = _operand("a", a_view, a_walk, ("cols", "rows"))   # K-major first: numpy's C order
-    b = _operand("b", b_view, b_walk, ("cols", "rows"))   # N-major first: numpy's C order
+    # K-major first for A: numpy's C order; N-major first for B. fp8 (k_major): K-major only, else staged K-major
+    a = _operand("a", a_view, a_walk, ("cols",) if k_major else ("cols", "rows"))
+    b = _operand("b", b_view, b_walk, ("rows",) if k_major else ("cols", "rows"))
     c = _operand("c", c_view, c_walk, (c_inner,))         # the kernel writes rows (columns: transposed_store)
-    return _fold(MatmulPlan(result, batch_shape, m, n, k, batches, a, b, c, swapped=swapped))
+    s = _operand("s", s_view, s_walk, ("cols",)) if s_view is not None else None   # read as rows of the tile
+    plan = MatmulPlan(result, batch_shape, m, n, k, batches, a, b, c, s, swapped=swapped)
+    return _fold(plan) if fold else plan
 
 
 def _fold(plan: MatmulPlan) -> MatmulPlan:
     """(L, M, K) @ (K, N) with one shared B as one (L·M, K) @ (K, N) problem, when A (K-major) and C are stacked row
     blocks: L·M rows at one line stride. Staged operands qualify by construction (dense buffers)."""
-    a, b, c = plan.a, plan.b, plan.c
+    a, b, c, s = plan.a, plan.b, plan.c, plan.s
     if plan.batches == 1 or b.view.count != 1 or a.view.count == 1:
         return plan
-    if a.place.inner != "cols" or c.place.inner != "cols":
+    if s is not None and s.view.count == 1:   # one S broadcast over the batch: its rows do not stack
         return plan
-    if a.place.batch != a.place.lead * plan.m or c.place.batch != c.place.lead * plan.m:
+    stacked = [op for op in (a, c, s) if op is not None]
+    if any(op.place.inner != "cols" or op.place.batch != op.place.lead * plan.m for op in stacked):
         return plan
     rows = plan.batches * plan.m
 
@@ -366,7 +389,8 @@ def _fold(plan: MatmulPlan) -> MatmulPlan:
                                                                        v.itemsize), v.itemsize),
                                    place=Placement("cols", op.place.lead, op.place.lead * rows))
 
-    return dataclasses.replace(plan, m=rows, batches=1, a=folded(a), c=folded(c), folded=True)
+    return dataclasses.replace(plan, m=rows, batches=1, a=folded(a), c=folded(c),
+                               s=folded(s) if s is not None else None, folded=True)
 
 
 def _copies(view: View, walk, dense: View | None, into_view: bool = True) -> list[Copy]:
@@ -403,4 +427,4 @@ def bind(plan: MatmulPlan, buffers: dict[str, int]) -> tuple[MatmulPlan, list[Co
             outs += _copies(op.source, op.walk, dense, into_view=True)
         else:
             ins += _copies(op.source, op.walk, dense, into_view=False)
-    return dataclasses.replace(plan, a=ops["a"], b=ops["b"], c=ops["c"]), ins, outs
+    return dataclasses.replace(plan, a=ops["a"], b=ops["b"], c=ops["c"], s=ops.get("s")), ins, outs

@@ -343,20 +343,34 @@ def _cluster_fills(config: GemmConfig, m: int) -> bool:
     return True
 
 
-def _ranked(problem: Problem, sm_count: int, gpu_name: str = "",
-            batches: int = 1) -> list[tuple[Prediction, GemmConfig]]:
+def with_epilogue(config: GemmConfig, epilogue: tuple) -> GemmConfig | None:
+    """`config` carrying the fused epilogue `epilogue` (GemmConfig's epilogue fields as sorted (name, value) pairs),
+    or None where it cannot (a source tile leaving fewer than 2 stages, blockwise scaling on a tile without room for
+    two sets of accumulators, ...)."""
+    if not epilogue:
+        return config
+    try:
+        return dataclasses.replace(config, **dict(epilogue))
+    except ConfigError:
+        return None
+
+
+def _ranked(problem: Problem, sm_count: int, gpu_name: str = "", batches: int = 1,
+            epilogue: tuple = ()) -> list[tuple[Prediction, GemmConfig]]:
     """The selectable candidates with their predictions, in the order select_config prefers them: predicted time,
     except that a candidate within TIE_FRACTION of the fastest yields to an earlier one in SELECTABLE, and a
     WAVE_FILL_TILES candidate tied with them that fills the grid better than all of them goes first. The other
-    WAVE_FILL_TILES candidates come last."""
-    pairs, fillers = [], []
+    WAVE_FILL_TILES candidates come last. With a fused `epilogue`, only candidates that can carry it; when no
+    SELECTABLE one can (blockwise scaling's two sets of accumulators), every candidate that can."""
+    pairs, fillers, others = [], [], []
     for c in _candidates(problem):
-        if c.cluster_size > sm_count or not _cluster_fills(c, problem.m):
+        c = with_epilogue(c, epilogue)
+        if c is None or c.cluster_size > sm_count or not _cluster_fills(c, problem.m):
             continue
-        if c.tile_tag in SELECTABLE:
-            pairs.append((predict(c, problem.m, problem.n, problem.k, sm_count, gpu_name, batches), c))
-        elif c.tile_tag in WAVE_FILL_TILES:
-            fillers.append((predict(c, problem.m, problem.n, problem.k, sm_count, gpu_name, batches), c))
+        pred = (predict(c, problem.m, problem.n, problem.k, sm_count, gpu_name, batches), c)
+        (pairs if c.tile_tag in SELECTABLE else fillers if c.tile_tag in WAVE_FILL_TILES else others).append(pred)
+    if not pairs:
+        pairs, fillers = others, []
     if not pairs:
         raise ConfigError(f"in_dtype/out_dtype: no candidate config fits {problem.describe()}")
     fastest = min(p.total_ns for p, _ in pairs)
@@ -370,35 +384,39 @@ def _ranked(problem: Problem, sm_count: int, gpu_name: str = "",
             return (2, p.total_ns, 0, 0, 0)
         if p.total_ns > fastest * (1 + TIE_FRACTION):
             return (1, p.total_ns, 0, 0, 0)
+        order = SELECTABLE.index(c.tile_tag) if c.tile_tag in SELECTABLE else len(SELECTABLE)
         if p.memory_bound:   # tied on streaming the same bytes: the least padded work, the fewest splits, the fewest
             # straddled L2 lines
-            return (0, p.padded_area, c.splits, misaligned_factor(c, *_kernel_mnk(c, problem.m, problem.n, problem.k)), SELECTABLE.index(c.tile_tag))
-        return (0, 0, SELECTABLE.index(c.tile_tag), c.splits, 0)
+            return (0, p.padded_area, c.splits, misaligned_factor(c, *_kernel_mnk(c, problem.m, problem.n, problem.k)), order)
+        return (0, 0, order, c.splits, 0)
 
     pairs += fillers
     return sorted(pairs, key=rank)
 
 
 def choose(m: int, n: int, k: int, in_dtype: str = "bfloat16", out_dtype: str | None = None, a_major: str = "k",
-           b_major: str = "mn", device=None, batches: int = 1) -> tuple[GemmConfig, str]:
+           b_major: str = "mn", device=None, batches: int = 1, epilogue: tuple = ()) -> tuple[GemmConfig, str]:
     """(config, where it came from: 'tune cache' or 'cost model'); select_config without the second part. The tune
-    cache holds single problems: a batch asks the cost model, which counts every problem's tiles."""
+    cache holds single problems: a batch asks the cost model, which counts every problem's tiles. The tune cache's
+    winner is used with a fused epilogue when it can carry it (the epilogue runs under the peer's mainloop)."""
     problem = Problem(m, n, k, in_dtype, out_dtype, a_major, b_major)
     device = resolve_device(device)
     cached = tune_cache.lookup(problem, device) if batches == 1 else None
-    if cached is not None:
-        return cached, "tune cache"
-    return _ranked(problem, device.sm_count, str(device.name), batches)[0][1], "cost model"
+    if cached is not None and with_epilogue(cached, epilogue) is not None:
+        return with_epilogue(cached, epilogue), "tune cache"
+    return _ranked(problem, device.sm_count, str(device.name), batches, epilogue)[0][1], "cost model"
 
 
 def select_config(m: int, n: int, k: int, in_dtype: str = "bfloat16", out_dtype: str | None = None,
-                  a_major: str = "k", b_major: str = "mn", device=None, batches: int = 1) -> GemmConfig:
+                  a_major: str = "k", b_major: str = "mn", device=None, batches: int = 1,
+                  epilogue: tuple = ()) -> GemmConfig:
     """The config to run C (m x n) = A (m x k) . B (k x n) with: the tune cache's winner, else the cost model's.
 
     out_dtype None means in_dtype. device: an object with .name and .sm_count (driver.device_info() gives one);
     None: the current GPU, or DEFAULT_DEVICE (132 SMs) without one. `batches`: problems of that shape in one launch.
+    `epilogue`: the fused epilogue's GemmConfig fields as sorted (name, value) pairs; the config carries them.
     ConfigError names a bad argument."""
-    return choose(m, n, k, in_dtype, out_dtype, a_major, b_major, device, batches)[0]
+    return choose(m, n, k, in_dtype, out_dtype, a_major, b_major, device, batches, epilogue)[0]
 
 
 def explain(m: int, n: int, k: int, in_dtype: str = "bfloat16", out_dtype: str | None = None, a_major: str = "k",
