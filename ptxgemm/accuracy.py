@@ -74,11 +74,55 @@ def error_bound(ref: np.ndarray, abs_product: np.ndarray, k: int, out_dtype: str
     u_out = 0.0 if bits is None else 2.0 ** -bits
     info = ml_dtypes.finfo(DTYPES[out_dtype])
     tiny_out = float(info.smallest_subnormal) / 2
-    if in_dtype in FP8_DTYPES:
-        accumulation = FP8_ACCUMULATION_UNIT * abs_product
-    else:
-        accumulation = C_ACC * FP32_TRUNCATION_UNIT * np.sqrt(max(k, 1)) * abs_product
+    accumulation = accumulation_error(abs_product, k, in_dtype)
     return u_out * np.abs(ref) + (1.0 + u_out) * accumulation + tiny_out
+
+
+# --- the fused epilogue: D = act(p), p = alpha * r[m] * c[n] * acc + beta * S + bias ------------------------------
+#: max |act'(v)|: relu 1, silu 1.0998, gelu (tanh form) 1.1289. An error e in p moves act(p) by at most this times e.
+ACTIVATION_SLOPE = 1.13
+#: the kernel's approximations, relative to |p|: gelu's tanh.approx.f32 (max relative error 2^-10.987, scaled by
+#: p / 2), silu's ex2.approx and rcp.approx (2^-22 and 2^-23 relative)
+ACTIVATION_APPROX = {None: 0.0, "relu": 0.0, "gelu": 2.0 ** -11, "silu": 2.0 ** -20}
+#: the epilogue's fp32 operations (up to three multiplies, an fma and an add), each rounding to nearest
+EPILOGUE_ROUNDINGS = 5
+FP32_UNIT = 2.0 ** -24
+
+
+def activation64(name: str | None, v: np.ndarray) -> np.ndarray:
+    """The activation in float64, as the kernel defines it (gelu: the tanh form)."""
+    if name is None:
+        return v
+    if name == "relu":
+        return np.maximum(v, 0.0)
+    if name == "gelu":
+        return 0.5 * v * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (v + 0.044715 * v ** 3)))
+    if name == "silu":
+        return v / (1.0 + np.exp(-v))
+    raise ValueError(f"activation: {name!r}")
+
+
+def fused_bound(pre: np.ndarray, gemm_error: np.ndarray, addends: np.ndarray, activation: str | None,
+                out_dtype: str) -> tuple[np.ndarray, np.ndarray]:
+    """(reference, bound) of a fused epilogue's output: `pre` is p in float64 from the exact inputs, `gemm_error` the
+    bound on the scaled accumulator's error (|alpha r c| times accumulation_error), `addends` the sum of |each term
+    of p| (for the fp32 roundings of the epilogue itself)."""
+    out_dtype = np.dtype(DTYPES.get(out_dtype, out_dtype)).name
+    bits = OUTPUT_PRECISION_BITS.get(out_dtype)
+    u_out = 0.0 if bits is None else 2.0 ** -bits
+    tiny_out = float(ml_dtypes.finfo(DTYPES[out_dtype]).smallest_subnormal) / 2
+    ref = activation64(activation, pre)
+    pre_error = gemm_error + EPILOGUE_ROUNDINGS * FP32_UNIT * addends
+    bound = (u_out * np.abs(ref) + (1.0 + u_out) * (ACTIVATION_SLOPE * pre_error
+                                                    + ACTIVATION_APPROX[activation] * np.abs(pre)) + tiny_out)
+    return ref, bound
+
+
+def accumulation_error(abs_product: np.ndarray, k: int, in_dtype: str) -> np.ndarray:
+    """error_bound's accumulation term alone (before the output cast)."""
+    if in_dtype in FP8_DTYPES:
+        return FP8_ACCUMULATION_UNIT * abs_product
+    return C_ACC * FP32_TRUNCATION_UNIT * np.sqrt(max(k, 1)) * abs_product
 
 
 @dataclasses.dataclass

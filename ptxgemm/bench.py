@@ -60,10 +60,10 @@ def default_shapes():
     return [(SEED_M, SEED_N, k) for k in K_SWEEP] + list(SQUARE_LLM_SHAPES) + list(SMALL_M_SHAPES)
 
 
-def group_of(m: int, n: int, k: int) -> str:
-    """The geomean group of a shape: unaligned rows (K or N not a whole number of 16-byte lines), the seed K sweep
-    (M, N = 8448, 9216), small-M (M <= 512), else square/LLM."""
-    if k % LINE_ALIGN_ELEMENTS or n % LINE_ALIGN_ELEMENTS:
+def group_of(m: int, n: int, k: int, line_elements: int = LINE_ALIGN_ELEMENTS) -> str:
+    """The geomean group of a shape: unaligned rows (K or N not a whole number of 16-byte lines of `line_elements`
+    elements: 8 for bf16, 16 for fp8), the seed K sweep (M, N = 8448, 9216), small-M (M <= 512), else square/LLM."""
+    if k % line_elements or n % line_elements:
         return "unaligned"
     if (m, n) == (SEED_M, SEED_N):
         return "seed_sweep"
@@ -95,9 +95,14 @@ def geomean(values):
     return math.exp(statistics.fmean(math.log(v) for v in values)) if values else None
 
 
+def row_group(row: dict) -> str:
+    """A row's geomean group: the one it recorded (an fp8 row's lines hold 16 elements), else its shape's."""
+    return row.get("group") or group_of(row["M"], row["N"], row["K"])
+
+
 def geomeans(rows) -> dict:
     """Geomean of the rows' ratios per group and over all rows (None where a group has no row with a ratio)."""
-    out = {g: geomean([r.get("ratio") for r in rows if group_of(r["M"], r["N"], r["K"]) == g]) for g in GROUPS}
+    out = {g: geomean([r.get("ratio") for r in rows if row_group(r) == g]) for g in GROUPS}
     out["all"] = geomean([r.get("ratio") for r in rows])
     return out
 

@@ -13,7 +13,10 @@ DEFAULT_OUT = "bench_out"
 # the GPU-time bench's own options, which mean nothing to --host (dest, flag); compared with their defaults below
 GPU_BENCH_OPTIONS = (("quick", "--quick"), ("rounds", "--rounds"), ("shapes", "--shapes"), ("name", "--name"),
                      ("config", "--config"), ("variants", "--variants"), ("summarize", "--summarize"),
-                     ("summarize_out", "--summarize-out"))
+                     ("summarize_out", "--summarize-out"), ("b_major", "--b-major"), ("in_dtype", "--in-dtype"),
+                     ("scaling", "--scaling"), ("epilogue", "--epilogue"))
+# what the benchmark compares; --summarize reads it from each file instead
+MODE_OPTIONS = (("in_dtype", "--in-dtype"), ("scaling", "--scaling"), ("epilogue", "--epilogue"))
 # --host's options, which mean nothing without it; all default to None so that "given" is visible
 HOST_OPTIONS = (("shape", "--shape"), ("run_shape", "--run-shape"), ("calls", "--calls"), ("repeats", "--repeats"),
                 ("json", "--json"))
@@ -22,28 +25,47 @@ HOST_OPTIONS = (("shape", "--shape"), ("run_shape", "--run-shape"), ("calls", "-
 def add_parser(sub) -> None:
     from . import host_cost
     from .bench import QUICK_SHAPES, SEED_M, SEED_N, SMALL_M_MAX, default_shapes
+    from .bench_modes import EPILOGUES, FP8_QUICK_SHAPES, FP8_SHAPES, IN_DTYPES, SCALINGS
 
     p = sub.add_parser("bench", help="time ptxgemm against cuBLAS side by side (--summarize: summarize runs, no GPU)",
                        description="Time ptxgemm and cuBLAS (torch.matmul, else CuPy) on the same shapes in one "
                                    "process with one method: L2 flushed before each launch, CUDA events around the "
                                    "launch, interleaved rounds, median. ptxgemm runs the config it selects itself, "
                                    "with the tune cache off unless --use-tune-cache. Writes bench_<gpu>[_<name>].json "
-                                   "and .png. --host measures host microseconds per call instead. Needs an sm_90 "
-                                   "GPU, except --summarize.")
+                                   "and .png. --in-dtype float8_* compares fp8 with torch._scaled_mm (--scaling tensor "
+                                   "or row) or with ptxgemm bf16 (--scaling block); --epilogue bias-<act> compares the "
+                                   "fused epilogue with the plain GEMM and with the plain GEMM plus a separate torch "
+                                   "pass; those write bench_<gpu>_<mode>[_<name>].json. --host measures host "
+                                   "microseconds per call instead. Needs an sm_90 GPU, except --summarize.")
     p.add_argument("--quick", action="store_true",
-                   help=f"{len(QUICK_SHAPES)} shapes and 7 rounds, about a minute (default off: the full suite of "
-                        f"{len(default_shapes())} shapes, 25 rounds)")
+                   help=f"{len(QUICK_SHAPES)} shapes ({len(FP8_QUICK_SHAPES)} for fp8: 8192^3, 4096^3, "
+                        f"4096x14336x4096) and 7 rounds, about a minute (default off: the full suite of "
+                        f"{len(default_shapes())} shapes ({len(FP8_SHAPES)} square/LLM for fp8), 25 rounds)")
     p.add_argument("--rounds", type=int, default=None, help="interleaved rounds, >= 1 (default 25, 7 with --quick)")
     p.add_argument("--shapes", default=None, metavar="MxNxK,...",
-                   help="MxNxK,MxNxK,... instead of the suite (default: the suite: seed K sweep, square/LLM, small-M); "
+                   help="MxNxK,MxNxK,... instead of the suite (default: the suite: seed K sweep, square/LLM, small-M; "
+                        "fp8: 8192^3 and the square/LLM shapes); "
                         f"grouped for geomeans as seed_sweep (M,N = {SEED_M},{SEED_N}), small_m (M <= {SMALL_M_MAX}) "
                         "or square_llm")
     p.add_argument("--small-m", action="store_true",
                    help="the small-M suite: M in {1, 16, 64, 128, 256, 512} x (N, K) in {(4096, 4096), (8192, 8192), "
                         "(14336, 4096), (4096, 14336)} (default off)")
-    p.add_argument("--b-major", choices=("mn", "k"), default="mn",
+    p.add_argument("--b-major", choices=("mn", "k"), default=None,
                    help="B's layout for every implementation: row-major (K, N) as numpy's C order ('mn', default) or "
-                        "column-major ('k', K contiguous)")
+                        "column-major ('k', K contiguous); fp8 inputs: k only (the default there)")
+    p.add_argument("--in-dtype", choices=IN_DTYPES, default=None,
+                   help="A and B's dtype: bfloat16 (default), float8_e4m3fn or float8_e5m2. fp8: random normal values "
+                        "cast to it, A row-major, B column-major, bf16 output; the peer is torch._scaled_mm (cuBLAS; "
+                        "for e5m2 it runs A e4m3 x B e5m2 when torch refuses e5m2 x e5m2, and says so per row)")
+    p.add_argument("--scaling", choices=SCALINGS, default=None,
+                   help="fp8 only: tensor (one fp32 scale per operand, a device scalar both read; the default with an "
+                        "fp8 --in-dtype), row (scale_a (M,1), scale_b (1,N)) or block (128-wide blocks; the peer is "
+                        "then ptxgemm bf16 on the same values: the ratio is speed vs bf16)")
+    p.add_argument("--epilogue", choices=EPILOGUES, default=None,
+                   help="none (default), bias-gelu, bias-relu or bias-silu: time ptxgemm with a float32 (N,) bias and "
+                        "the activation fused, the plain GEMM, and the plain GEMM plus a separate torch pass "
+                        "act(out + bias); the row's ratio is separate ms / fused ms. Any --in-dtype; not with "
+                        "--scaling block")
     p.add_argument("--out", default=DEFAULT_OUT,
                    help="directory for bench_<gpu>[_<name>].json and .png (default bench_out)")
     p.add_argument("--name", default=None,
@@ -100,7 +122,7 @@ def cmd_bench(args) -> int:
     # First of all: every selection in this process reads it (on every plan), and the bench decides it for its own
     # process so that it measures the untuned heuristic unless told otherwise.
     os.environ["PTXGEMM_TUNE_CACHE"] = tune_cache = "on" if args.use_tune_cache else "off"
-    from . import bench, bench_summary
+    from . import bench, bench_modes, bench_summary
 
     if args.host:
         return cmd_bench_host(args)
@@ -110,6 +132,10 @@ def cmd_bench(args) -> int:
     if args.summarize_out and not args.summarize:
         raise ConfigError("--summarize-out: only with --summarize")
     if args.summarize:
+        for dest, flag in MODE_OPTIONS:
+            if getattr(args, dest) is not None:
+                raise ConfigError(f"{flag}: not with --summarize (each file records its own mode; runs of different "
+                                  f"modes are summarized apart)")
         summary = bench_summary.summarize(bench_summary.read_runs(args.summarize))
         print(bench_summary.format_summary(summary))
         if args.summarize_out:
@@ -122,13 +148,34 @@ def cmd_bench(args) -> int:
         raise ConfigError(f"--name: letters, digits, '.', '_' or '-' only, got {args.name!r}")
     if args.small_m and (args.shapes or args.quick):
         raise ConfigError("--small-m: a suite of its own; not with --shapes or --quick")
+    mode = _mode(args)
     shapes = (bench.parse_shapes(args.shapes) if args.shapes else list(bench.SMALL_M_SUITE) if args.small_m else
-              list(bench.QUICK_SHAPES) if args.quick else bench.default_shapes())
+              bench_modes.default_shapes(mode, args.quick, bench.default_shapes))
     config = _tags("--config", [args.config])[0] if args.config else None
     variants = _tags("--variants", filter(None, args.variants.split(",")))
     rounds = args.rounds or (7 if args.quick else 25)
-    return bench.run_bench(shapes, rounds, config, variants, out=args.out, name=args.name, tune_cache=tune_cache,
-                           b_major=args.b_major)
+    if mode.is_default:
+        return bench.run_bench(shapes, rounds, config, variants, out=args.out, name=args.name, tune_cache=tune_cache,
+                               b_major=args.b_major or "mn")
+    return bench_modes.run_mode_bench(shapes, rounds, mode, config, out=args.out, name=args.name,
+                                      tune_cache=tune_cache, b_major=args.b_major or "mn")
+
+
+def _mode(args):
+    """The comparison --in-dtype, --scaling and --epilogue ask for, and what does not combine with it (all checked
+    before the GPU)."""
+    from . import bench_modes
+
+    mode = bench_modes.mode_from_options(args.in_dtype, args.scaling, args.epilogue)
+    if mode.is_default:
+        return mode
+    if args.variants:
+        raise ConfigError(f"--variants: only with the bf16 bench without --epilogue (this run: {mode.describe()}); "
+                          f"use --config TAG to time one fixed config")
+    if mode.fp8 and args.b_major not in (None, "k"):
+        raise ConfigError(f"--b-major: {args.b_major} with --in-dtype {mode.in_dtype}: fp8 operands are K-major only "
+                          f"(B column-major, as torch._scaled_mm takes it); leave --b-major out")
+    return mode
 
 
 def cmd_bench_host(args) -> int:

@@ -141,7 +141,8 @@ class GemmConfig:
     def __post_init__(self):
         object.__setattr__(self, "in_dtype", _dtype_name(self.in_dtype))
         object.__setattr__(self, "out_dtype", _dtype_name(self.out_dtype))
-        object.__setattr__(self, "b_dtype", _dtype_name(self.b_dtype))
+        b_dtype = _dtype_name(self.b_dtype)
+        object.__setattr__(self, "b_dtype", None if b_dtype == self.in_dtype else b_dtype)   # one spelling of "same"
         object.__setattr__(self, "source_dtype", _dtype_name(self.source_dtype))
         object.__setattr__(self, "bias_dtype", _dtype_name(self.bias_dtype))
         if self.block_k is None and self.in_dtype in INPUT_DTYPES:
@@ -442,11 +443,11 @@ class GemmConfig:
     @property
     def fused_registers(self) -> int:
         """Values the fused epilogue keeps live beside the accumulators (fusion.ptx.j2): two per row block for each
-        row vector, two for each column vector, the source's eight values, four packed registers and its address,
-        alpha, and the activation's two temporaries."""
+        row vector, two for each column vector, the source's eight values per row block (16 columns of each), four
+        packed registers and its address, alpha, and the activation's two temporaries."""
         row_vectors = int(self.row_scale) + int(self.bias == "row")
         col_vectors = int(self.col_scale) + int(self.bias == "col")
-        return (2 * self.m_halves * row_vectors + 2 * col_vectors + (14 if self.has_source else 0)
+        return (2 * self.m_halves * row_vectors + 2 * col_vectors + (8 * self.m_halves + 6 if self.has_source else 0)
                 + int(self.alpha) + (2 if self.activation else 0))
 
     @property

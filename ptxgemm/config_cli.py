@@ -5,7 +5,8 @@ tell a choice the user made from a default: `dump` selects the config itself whe
 """
 from __future__ import annotations
 
-from .config import INPUT_DTYPES, MAJORS, OUTPUT_DTYPES, RASTERS, SCHEDULES, GemmConfig, default_out_dtype
+from .config import FP8_DTYPES, INPUT_DTYPES, MAJORS, OUTPUT_DTYPES, RASTERS, SCHEDULES, GemmConfig, default_out_dtype
+from .errors import ConfigError
 
 #: options that choose the tile and its walk: what a config tag (GemmConfig.from_tag) names
 TILE_OPTIONS = ("schedule", "block_m", "block_n", "stages", "group_m", "cluster_m", "cluster_n", "raster")
@@ -46,9 +47,11 @@ def add_config_arguments(group) -> None:
     group.add_argument("--out-dtype", default=None, choices=OUTPUT_DTYPES,
                        help=f"C's dtype: {', '.join(OUTPUT_DTYPES)} (default: the same as --in-dtype)")
     group.add_argument("--a-major", default=None, choices=MAJORS,
-                       help=f"A's contiguous dimension: k (row-major (M, K)) or mn (default {d.a_major})")
+                       help=f"A's contiguous dimension: k (row-major (M, K)) or mn (default {d.a_major}; fp8 "
+                            f"--in-dtype: k only)")
     group.add_argument("--b-major", default=None, choices=MAJORS,
-                       help=f"B's contiguous dimension: mn (row-major (K, N)) or k (default {d.b_major})")
+                       help=f"B's contiguous dimension: mn (row-major (K, N)) or k (default {d.b_major}; k for an "
+                            f"fp8 --in-dtype, which reads both operands K-major only)")
     group.add_argument("--debug", action="store_true",
                        help="bounded barrier waits that report which barrier stalled (default off)")
     group.add_argument("--trace", action="store_true",
@@ -63,11 +66,19 @@ def given(args, dests) -> list[str]:
 
 def operand_fields(args) -> dict:
     """in_dtype, out_dtype, a_major and b_major as GemmConfig takes them; an unset out_dtype follows in_dtype, as
-    ptxgemm.run's output does."""
+    ptxgemm.run's output does. fp8 inputs default both majors to k (wgmma reads 8-bit types only K-major, so
+    GemmConfig's default B mn-major could never build); asking for mn with them is a ConfigError naming the option."""
     d = GemmConfig()
     in_dtype = args.in_dtype or d.in_dtype
-    return {"in_dtype": in_dtype, "out_dtype": args.out_dtype or default_out_dtype(in_dtype), "a_major": args.a_major or d.a_major,
-            "b_major": args.b_major or d.b_major}
+    a_major, b_major = args.a_major or d.a_major, args.b_major or d.b_major
+    if in_dtype in FP8_DTYPES:
+        for option, major in (("--a-major", args.a_major), ("--b-major", args.b_major)):
+            if major not in (None, "k"):
+                raise ConfigError(f"{option}: {major} with --in-dtype {in_dtype}: fp8 operands are K-major only "
+                                  f"(wgmma has no transpose for 8-bit types); leave {option} out (k) or give k")
+        a_major = b_major = "k"
+    return {"in_dtype": in_dtype, "out_dtype": args.out_dtype or default_out_dtype(in_dtype), "a_major": a_major,
+            "b_major": b_major}
 
 
 def build_fields(args) -> dict:
