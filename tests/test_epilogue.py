@@ -1,0 +1,144 @@
+"""The fused epilogue's rules on the CPU: argument checks (before the GPU), the kernel-frame mapping, the config's
+constraints, and the PTX it emits (assembled without spills or warnings)."""
+from __future__ import annotations
+
+import dataclasses
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import ptxgemm
+from ptxgemm import epilogue
+from ptxgemm.config import GemmConfig
+from ptxgemm.errors import ConfigError
+
+M, N, K = 300, 520, 1000
+
+
+@dataclasses.dataclass(frozen=True)
+class Dev:
+    """A stand-in for a device array: what epilogue.parse reads of one."""
+
+    shape: tuple
+    dtype: np.dtype = np.dtype(np.float32)
+    strides: tuple | None = None
+    ptr: int = 1 << 32
+
+    def __post_init__(self):
+        if self.strides is None:
+            st, acc = [], np.dtype(self.dtype).itemsize
+            for e in reversed(self.shape):
+                st.append(acc)
+                acc *= e
+            object.__setattr__(self, "strides", tuple(reversed(st)))
+
+
+def parse(in_dtype="bfloat16", **kw):
+    return epilogue.parse(**kw, m=M, n=N, k=K, in_dtype=in_dtype, batched=False, convert=lambda x, name: x)
+
+
+def test_no_arguments_is_the_plain_gemm():
+    assert parse().plain and parse().config_fields(False)["alpha"] is False
+
+
+def test_numbers_fold_into_alpha_and_device_scalars_stay_on_the_device():
+    e = parse(alpha=2.0, scale_a=0.5, scale_b=3.0)
+    assert e.alpha == 3.0 and e.row_scale is None and e.col_scale is None
+    e = parse(scale_a=Dev((1,)), scale_b=Dev(()))
+    assert e.row_scale.step == 0 and e.col_scale.step == 0 and e.alpha == 1.0
+
+
+def test_rowwise_scales_and_bias_trade_places_when_swapped():
+    e = parse(scale_a=Dev((M, 1)), scale_b=Dev((N,)), bias=Dev((M, 1)))
+    f = e.config_fields(False)
+    assert f["row_scale"] and f["col_scale"] and f["bias"] == "row"
+    assert e.config_fields(True)["bias"] == "col"
+    assert parse(scale_a=Dev((M,))).config_fields(True) == {**parse(scale_b=Dev((N,))).config_fields(False)}
+
+
+def test_blockwise_needs_both_tables_and_fp8():
+    kb, nb = -(-K // 128), -(-N // 128)
+    e = parse("float8_e4m3fn", scale_a=Dev((M, kb)), scale_b=Dev((kb, nb)))
+    assert e.config_fields(False)["block_scale"]
+    with pytest.raises(ConfigError, match="blockwise scaling needs both tables"):
+        parse("float8_e4m3fn", scale_a=Dev((M, kb)), scale_b=1.0)
+    with pytest.raises(ConfigError, match="blockwise scaling is for fp8 inputs"):
+        parse("bfloat16", scale_a=Dev((M, kb)), scale_b=Dev((kb, nb)))
+
+
+@pytest.mark.parametrize("kw, rule", [
+    ({"activation": "tanh"}, "activation: must be None or one of"),
+    ({"beta": 1.0}, "beta: 1.0 scales c, but no c was given"),
+    ({"c": Dev((M, N))}, "c: given, but beta is 0"),
+    ({"c": Dev((M, N), np.dtype(np.float64)), "beta": 1.0}, "c: dtype must be one of"),
+    ({"bias": Dev((M,))}, r"bias: shape must be \(520,\)"),
+    ({"bias": Dev((N,), np.dtype(np.int32))}, "bias: dtype must be one of"),
+    ({"bias": Dev((N,), strides=(8,))}, "bias: the vector's elements must be adjacent"),
+    ({"scale_a": Dev((M,), np.dtype(ml_dtypes.bfloat16))}, "scale_a: scales must be float32"),
+    ({"scale_b": Dev((N, 2))}, r"scale_b: shape \(520, 2\) is none of the scalings"),
+    ({"alpha": "2"}, "alpha: must be a real number"),
+    ({"alpha": True}, "alpha: must be a real number"),
+])
+def test_bad_arguments_name_the_argument_and_the_rule(kw, rule):
+    with pytest.raises(ConfigError, match=rule):
+        parse(**kw)
+
+
+def test_run_checks_the_epilogue_before_the_gpu():
+    a = np.ones((M, K), ml_dtypes.bfloat16)
+    b = np.ones((K, N), ml_dtypes.bfloat16)
+    with pytest.raises(ConfigError, match="bias: shape must be"):
+        ptxgemm.run(a, b, bias=np.ones((7,), np.float32))
+    with pytest.raises(ConfigError, match="c: run takes numpy arrays"):
+        ptxgemm.run(a, b, c=[[1.0]], beta=1.0)
+
+
+@pytest.mark.parametrize("fields, rule", [
+    ({"source_dtype": "float32", "splits": 2}, "source_dtype: the source tile is loaded as rows"),
+    ({"block_scale": True}, "block_scale: blockwise scaling is for fp8 inputs"),
+    ({"bias": "diag"}, "bias: must be None or one of"),
+])
+def test_config_rejects_what_the_kernel_cannot_carry(fields, rule):
+    with pytest.raises(ConfigError, match=rule):
+        GemmConfig(**fields)
+
+
+def test_a_float32_source_leaves_a_big_tile_too_few_stages_and_selection_avoids_it():
+    with pytest.raises(ConfigError, match="fewer than 2 stages"):
+        GemmConfig.from_tag("coop128x256", source_dtype="float32")
+    from ptxgemm.select import select_config
+
+    cfg = select_config(8192, 8192, 8192, "bfloat16", "bfloat16", "k", "mn",
+                        epilogue=(("source_dtype", "float32"),))
+    assert cfg.source_dtype == "float32" and cfg.num_stages >= 2
+
+
+def test_blockwise_selection_picks_a_tile_with_room_for_two_accumulator_sets():
+    from ptxgemm.select import select_config
+
+    cfg = select_config(4096, 4096, 4096, "float8_e4m3fn", "bfloat16", "k", "k", epilogue=(("block_scale", True),))
+    assert cfg.block_scale and 2 * cfg.acc_registers <= 192 and 128 % cfg.block_n == 0
+
+
+def test_the_plain_gemm_ptx_has_no_epilogue_code():
+    from ptxgemm.gemm import render_gemm
+
+    ptx = render_gemm(GemmConfig())
+    assert "param_alpha" not in ptx and "tmap_source" not in ptx and "%ep_" not in ptx
+
+
+@pytest.mark.parametrize("tag, fields", [
+    ("coop128x256", {"bias": "col", "activation": "gelu"}),
+    ("pp128x192", {"bias": "col", "activation": "gelu"}),
+    ("pp128x128", {"alpha": True, "source_dtype": "bfloat16", "bias": "row", "activation": "silu"}),
+    ("pp64x128", {"block_scale": True}),
+])
+def test_fused_kernels_assemble_without_spills(tag, fields):
+    from ptxgemm.gemm import compile_gemm
+
+    in_dtype = "float8_e4m3fn" if fields.get("block_scale") else "bfloat16"
+    cfg = GemmConfig.from_tag(tag, in_dtype=in_dtype, a_major="k", b_major="k", **fields)
+    report = compile_gemm(cfg).report
+    fn = report.functions[cfg.kernel_name]
+    assert fn.spill_store_bytes == 0 and not report.warnings, report.raw
