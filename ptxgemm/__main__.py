@@ -9,6 +9,8 @@
     python -m ptxgemm tune --m M --n N --k K [--in-dtype D --out-dtype D --a-major X --b-major X]
                            [--candidates TAG,TAG,...] [--rounds R] [--no-store] [--json PATH]
     python -m ptxgemm bench [--quick] [--shapes MxNxK,...] [--variants TAG,...] [--out DIR --name RUN]
+    python -m ptxgemm bench --in-dtype float8_e4m3fn|float8_e5m2 [--scaling tensor|row|block] [--quick] [...]
+    python -m ptxgemm bench --epilogue bias-gelu|bias-relu|bias-silu [--in-dtype D [--scaling tensor|row]] [...]
     python -m ptxgemm bench --summarize FILE... [--summarize-out F.json]
     python -m ptxgemm bench --host [--shape MxNxK] [--run-shape MxNxK] [--calls N] [--repeats R] [--json PATH]
     python -m ptxgemm trace --m M --n N --k K [GEMM config options] --out DIR
@@ -23,7 +25,7 @@ toolchain, the cubin cache directory and the GPU, if there is one), `bench --sum
 stores the winner in the tune cache, where select finds it. Each command's --help gives every option's default.
 Errors are one line on stderr (ptxas failures add ptxas's own log) and exit status 2. bench, swizzle-probe and
 bank-conflicts bring their own subparsers (bench_cli, swizzle_cli, bank_cli); the work of every command lives in a
-module of its own (dump, bench, bench_summary, host_cost, probes, banks, mutants, tracing, tuning, ...).
+module of its own (dump, bench, bench_modes, bench_summary, host_cost, probes, banks, mutants, tracing, tuning, ...).
 """
 from __future__ import annotations
 

@@ -16,8 +16,12 @@ product of 16384x16384x8192 would take the CPU minutes).
     python -m ptxgemm bench --out docs/results --name issue9_run1   # docs/results/bench_h100_issue9_run1.json
     python -m ptxgemm bench --variants pp128x192,coop256x128c2  # fixed configs timed beside the selected one
     python -m ptxgemm bench --summarize docs/results/bench_h100_*.json   # min/median/max over runs; no GPU needed
+    python -m ptxgemm bench --in-dtype float8_e4m3fn [--scaling tensor|row|block]   # bench_<gpu>_fp8_<scaling>.json
+    python -m ptxgemm bench --epilogue bias-gelu [--in-dtype D]    # fused vs plain vs plain + torch pass
 
-The command line is ptxgemm/bench_cli.py; --summarize is ptxgemm/bench_summary.py.
+The command line is ptxgemm/bench_cli.py; --summarize is ptxgemm/bench_summary.py; the fp8 and epilogue modes
+(--in-dtype, --scaling, --epilogue) are ptxgemm/bench_modes.py, which reuses this module's shapes, groups, sampled
+rows and float64 reference.
 """
 from __future__ import annotations
 

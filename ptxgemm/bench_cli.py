@@ -67,14 +67,17 @@ def add_parser(sub) -> None:
                         "act(out + bias); the row's ratio is separate ms / fused ms. Any --in-dtype; not with "
                         "--scaling block")
     p.add_argument("--out", default=DEFAULT_OUT,
-                   help="directory for bench_<gpu>[_<name>].json and .png (default bench_out)")
+                   help="directory for bench_<gpu>[_<name>].json and .png, bench_<gpu>_<mode>[_<name>].* with "
+                        "--in-dtype fp8 or --epilogue (mode e.g. fp8_tensor, fp8e5m2_row, bf16_bias-gelu) "
+                        "(default bench_out)")
     p.add_argument("--name", default=None,
                    help="run name in the file names, letters, digits, '.', '_' or '-' (default: none, "
                         "bench_<gpu>.json)")
     p.add_argument("--config", default=None, metavar="TAG",
                    help="run this fixed ptxgemm config instead of the library's selection, as a GemmConfig tag "
                         "<pp|coop><block_m>x<block_n>[c2], e.g. pp128x128 or coop256x128c2 (a bare 128x192 means "
-                        "pingpong) (default: none, i.e. GemmPlan's own selection)")
+                        "pingpong); with --epilogue both the fused and the plain GEMM run it, with --scaling block "
+                        "the bf16 peer keeps its selection (default: none, i.e. GemmPlan's own selection)")
     p.add_argument("--variants", default="", metavar="TAG,...",
                    help="extra fixed ptxgemm configs timed in the same rounds, as tags, e.g. pp128x192,coop256x128c2 "
                         "(reported per row under 'variants'; default: none)")

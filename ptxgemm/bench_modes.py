@@ -34,6 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .accuracy import activation64   # the kernel's activation in float64 (gelu: the tanh form)
 from .bench import (QUICK_SHAPES, SAMPLE_ROWS, SAMPLE_SEED, SQUARE_LLM_SHAPES, float64_reference, geomean, geomeans,
                     gpu_slug, group_of, read_clocks, rel_err, sample_rows)
 from .errors import ConfigError
@@ -153,17 +154,6 @@ def torch_rows(torch, t, rows: np.ndarray) -> np.ndarray:
 
     picked = t[torch.from_numpy(rows).cuda()]
     return picked.cpu().view(torch.uint16).numpy().view(ml_dtypes.bfloat16)
-
-
-def activation64(name: str | None, v: np.ndarray) -> np.ndarray:
-    """The kernel's activation in float64 (gelu: the tanh form), for the reference."""
-    if name is None:
-        return v
-    if name == "relu":
-        return np.maximum(v, 0.0)
-    if name == "gelu":
-        return 0.5 * v * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (v + 0.044715 * v ** 3)))
-    return v / (1.0 + np.exp(-v))   # silu
 
 
 def _expand(scales: np.ndarray, rows: int, cols: int, block_rows: int, block_cols: int) -> np.ndarray:
@@ -333,7 +323,8 @@ class ScaledMmImpl:
                 self.out = torch._scaled_mm(ta, tb, scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16)
                 torch.cuda.synchronize()
             except (RuntimeError, NotImplementedError, TypeError, ValueError) as e:
-                refusals.append(f"{a_dtype} x {b_dtype}: {str(e).strip().splitlines()[0] if str(e).strip() else e!r}")
+                first_line = (str(e).strip().splitlines() or [repr(e)])[0]   # torch appends C++ frames below it
+                refusals.append(f"{a_dtype} x {b_dtype}: {first_line}")
                 continue
             self.dtypes = (a_dtype, b_dtype)
             self.a_values = None if a is p.a else a
@@ -468,7 +459,8 @@ def epilogue_row(p: Problem, impls, times: dict, errs: dict, refused: dict) -> d
 
 
 def _fmt(x, spec: str) -> str:
-    return format(x if x is not None else float("nan"), spec)
+    """x formatted by spec, or '-' in the same width where there is no value (no peer, no separate pass)."""
+    return format(x, spec) if x is not None else format("-", spec.split(".")[0].replace("+", ""))
 
 
 def _header(mode: Mode, peer: str | None) -> tuple[str, str]:
@@ -491,7 +483,7 @@ def _line(mode: Mode, r: dict) -> str:
     text = head + (f"{r['ptxgemm_ms']:>10.4f} {r['ptxgemm_tflops']:>8.1f} | {_fmt(r['peer_ms'], '>10.4f')} "
                    f"{_fmt(r['peer_tflops'], '>8.1f')} | {_fmt(r['ratio'], '>6.3f')} | {r['rel_err']:>9.2e} "
                    f"{_fmt(r['peer_rel_err'], '>9.2e')}")
-    if r.get("peer_dtypes") and r["peer_dtypes"] != f"{mode.in_dtype} x {mode.in_dtype}":
+    if r.get("peer") == SCALED_MM_PEER and r.get("peer_dtypes") not in (None, f"{mode.in_dtype} x {mode.in_dtype}"):
         text += f" | peer ran {r['peer_dtypes']}"
     if r.get("peer_error"):
         text += f" | peer refused: {r['peer_error']}"
@@ -595,7 +587,7 @@ def _series(mode: Mode, rows) -> list[tuple[str, str]]:
         return [("ptxgemm fused", "fused_tflops"), ("ptxgemm plain", "plain_tflops"),
                 ("plain + torch pass", "separate_tflops")]
     peer = next((r["peer"] for r in rows if r.get("peer")), None)
-    return [(f"ptxgemm {mode.in_dtype}", "ptxgemm_tflops")] + ([(peer, "peer_tflops")] if peer else [])
+    return [(f"ptxgemm {mode.in_dtype}", "ptxgemm_tflops"), (peer, "peer_tflops")]
 
 
 def plot(rows, mode: Mode, path: Path, gpu: str):
@@ -610,7 +602,7 @@ def plot(rows, mode: Mode, path: Path, gpu: str):
 
         print("matplotlib not installed: no plot", file=sys.stderr)
         return
-    series = _series(mode, rows)
+    series = [(label, key) for label, key in _series(mode, rows) if any(r.get(key) for r in rows)]  # ran at all
     fig, ax = plt.subplots(figsize=(max(6.0, 1.3 * len(rows) + 2), 4.5))
     x = np.arange(len(rows))
     width = 0.8 / len(series)

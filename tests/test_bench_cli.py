@@ -3,6 +3,7 @@ come before the GPU. Run as a subprocess from a temporary directory (the install
 checkout), and once through tools/bench.py, the old path."""
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -135,3 +136,380 @@ def test_no_gpu_exits_2(tmp_path):
     proc = bench("--quick", "--out", str(tmp_path), cwd=tmp_path)
     assert proc.returncode == 2 and "bench runs the kernels, so it needs an sm_90 GPU" in proc.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+# --- the fp8 and epilogue modes (ptxgemm.bench_modes) ------------------------------------------------------------
+
+@pytest.mark.parametrize("args,pattern", [
+    (("--scaling", "row"), "--scaling: only with an fp8 --in-dtype"),
+    (("--in-dtype", "bfloat16", "--scaling", "tensor"), "--scaling: only with an fp8 --in-dtype"),
+    (("--in-dtype", "float8_e4m3fn", "--scaling", "block", "--epilogue", "bias-gelu"),
+     "--scaling block: not with --epilogue bias-gelu"),
+    (("--in-dtype", "float8_e4m3fn", "--variants", "pp128x128"), "--variants: only with the bf16 bench"),
+    (("--epilogue", "bias-relu", "--variants", "pp128x128"), "--variants: only with the bf16 bench"),
+    (("--in-dtype", "float8_e5m2", "--b-major", "mn"), "--b-major: mn with --in-dtype float8_e5m2"),
+    (("--in-dtype", "float16"), "argument --in-dtype: invalid choice"),
+    (("--epilogue", "bias-tanh"), "argument --epilogue: invalid choice"),
+    (("--scaling", "channel"), "argument --scaling: invalid choice"),
+    (("--host", "--in-dtype", "float8_e4m3fn"), "--in-dtype: not with --host"),
+    (("--host", "--epilogue", "bias-gelu"), "--epilogue: not with --host"),
+    (("--host", "--b-major", "k"), "--b-major: not with --host"),
+    (("--in-dtype", "float8_e4m3fn", "--shapes", "4096x4096"), "--shapes"),
+])
+def test_bad_mode_arguments_exit_2(args, pattern, tmp_path):
+    proc = bench(*args, cwd=tmp_path)
+    assert proc.returncode == 2 and pattern in proc.stderr, proc.stderr
+    assert proc.stderr.startswith("python -m ptxgemm bench: error: ") and proc.stderr.count("\n") == 1
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_summarize_refuses_mode_options(runs, tmp_path):
+    proc = bench("--summarize", str(runs[0]), "--in-dtype", "float8_e4m3fn", cwd=tmp_path)
+    assert proc.returncode == 2 and "--in-dtype: not with --summarize" in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("mode", [("--in-dtype", "float8_e4m3fn"), ("--in-dtype", "float8_e5m2", "--scaling", "block"),
+                                  ("--epilogue", "bias-gelu"),
+                                  ("--in-dtype", "float8_e4m3fn", "--scaling", "row", "--epilogue", "bias-silu")])
+def test_modes_without_a_gpu_exit_2(mode, tmp_path):
+    proc = bench(*mode, "--quick", "--out", str(tmp_path), cwd=tmp_path)
+    assert proc.returncode == 2 and "bench runs the kernels, so it needs an sm_90 GPU" in proc.stderr, proc.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_mode_names_and_default_shapes():
+    from ptxgemm import bench
+    from ptxgemm.bench_modes import FP8_QUICK_SHAPES, FP8_SHAPES, Mode, default_shapes, mode_from_options
+
+    assert mode_from_options(None, None, None) == Mode() and Mode().is_default
+    fp8 = mode_from_options("float8_e4m3fn", None, None)
+    assert (fp8.scaling, fp8.slug) == ("tensor", "fp8_tensor") and not fp8.is_default
+    assert mode_from_options("float8_e5m2", "row", "bias-silu").slug == "fp8e5m2_row_bias-silu"
+    bf16_epi = mode_from_options(None, None, "bias-gelu")
+    assert (bf16_epi.slug, bf16_epi.activation, bf16_epi.scaling) == ("bf16_bias-gelu", "gelu", None)
+    # fp8: 8192^3 once, first, then the rest of the square/LLM shapes; bf16 keeps its suites
+    assert FP8_SHAPES[0] == (8192, 8192, 8192) and set(FP8_SHAPES) == set(bench.SQUARE_LLM_SHAPES)
+    assert len(FP8_SHAPES) == len(bench.SQUARE_LLM_SHAPES)
+    assert default_shapes(fp8, False, bench.default_shapes) == list(FP8_SHAPES)
+    assert default_shapes(fp8, True, bench.default_shapes) == list(FP8_QUICK_SHAPES) == \
+        [(8192, 8192, 8192), (4096, 4096, 4096), (4096, 14336, 4096)]
+    assert default_shapes(bf16_epi, False, bench.default_shapes) == bench.default_shapes()
+    assert default_shapes(bf16_epi, True, bench.default_shapes) == list(bench.QUICK_SHAPES)
+    # fp8's 16-byte line holds 16 elements: N = 4104 is a whole number of bf16 lines, not of fp8 ones
+    assert bench.group_of(4096, 4104, 4096) == "square_llm" and bench.group_of(4096, 4104, 4096, 16) == "unaligned"
+
+
+def test_scaled_reference_dequantizes_each_scaling():
+    """The float64 reference of each scaling against the product of explicitly dequantized matrices."""
+    import ml_dtypes
+    import numpy as np
+
+    from ptxgemm.bench_modes import scaled_reference
+
+    rng = np.random.default_rng(5)
+    m, n, k = 5, 300, 260          # K and N past two 128-blocks, neither a multiple of 128
+    a = rng.standard_normal((m, k), dtype=np.float32).astype(ml_dtypes.float8_e4m3fn)
+    b = np.asfortranarray(rng.standard_normal((k, n), dtype=np.float32).astype(ml_dtypes.float8_e4m3fn))
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    assert np.allclose(scaled_reference(a, b, None), a64 @ b64, rtol=1e-12)
+    sa, sb = np.float32(1.5).reshape(()), np.float32(0.75).reshape(())
+    assert np.allclose(scaled_reference(a, b, "tensor", sa, sb), 1.5 * 0.75 * (a64 @ b64), rtol=1e-12)
+    ra, rb = rng.uniform(0.5, 2, (m, 1)).astype(np.float32), rng.uniform(0.5, 2, (1, n)).astype(np.float32)
+    assert np.allclose(scaled_reference(a, b, "row", ra, rb), (ra * a64) @ (b64 * rb), rtol=1e-12)
+    ba, bb = rng.uniform(0.5, 2, (m, 3)).astype(np.float32), rng.uniform(0.5, 2, (3, 3)).astype(np.float32)
+    deq_a = np.array([[a64[i, j] * ba[i, j // 128] for j in range(k)] for i in range(m)])
+    deq_b = np.array([[b64[i, j] * bb[i // 128, j // 128] for j in range(n)] for i in range(k)])
+    assert np.allclose(scaled_reference(a, b, "block", ba, bb), deq_a @ deq_b, rtol=1e-12)
+
+
+def test_summarize_keeps_modes_apart(tmp_path):
+    """fp8 and epilogue runs (their own fields) next to a bf16 run of the same GPU: three summaries, each with its
+    own ratio; the epilogue's overhead and saving per shape; an fp8 row's recorded group wins over its shape's."""
+    fp8 = {"in_dtype": "float8_e4m3fn", "scaling": "tensor", "epilogue": "none",
+           "ratio_means": "torch._scaled_mm (cuBLAS) ms / ptxgemm ms: above 1, ptxgemm is faster"}
+    epi = {"in_dtype": "bfloat16", "scaling": None, "epilogue": "bias-gelu",
+           "ratio_means": "separate ms / fused ms (the GEMM plus a separate torch pass over the fused kernel): "
+                          "above 1, fusing is faster"}
+
+    def fp8_row(m, n, k, ratio, group="square_llm"):
+        return {"M": m, "N": n, "K": k, "group": group, "ptxgemm_ms": 1.0, "peer_ms": ratio, "ratio": ratio,
+                "config": "pp128x256", "peer_dtypes": "float8_e4m3fn x float8_e4m3fn"}
+
+    def epi_row(m, n, k, fused, plain, separate):
+        return {"M": m, "N": n, "K": k, "group": "square_llm", "config": "pp128x192", "fused_ms": fused,
+                "plain_ms": plain, "separate_ms": separate, "ratio": separate / fused,
+                "overhead_vs_plain": fused / plain - 1, "saved_vs_separate": 1 - fused / separate}
+
+    files = [
+        run_file(tmp_path, "bf16.json", H100, [row(4096, 4096, 4096, 0.95)]),
+        run_file(tmp_path, "fp8a.json", H100, [fp8_row(8192, 8192, 8192, 1.05), fp8_row(4096, 4104, 4096, 0.5,
+                                                                                        "unaligned")], **fp8),
+        run_file(tmp_path, "fp8b.json", H100, [fp8_row(8192, 8192, 8192, 1.15)], **fp8),
+        run_file(tmp_path, "epi.json", H100, [epi_row(4096, 4096, 4096, 1.02, 1.0, 1.5)], **epi),
+    ]
+    out = tmp_path / "s.json"
+    proc = bench("--summarize", *map(str, files), "--summarize-out", str(out), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(out.read_text())
+    fp8_key, epi_key = f"{H100} [float8_e4m3fn, tensor scaling]", f"{H100} [bfloat16, epilogue bias-gelu]"
+    assert set(summary) == {H100, fp8_key, epi_key}
+    assert "mode" not in summary[H100] and summary[H100]["geomeans"]["square_llm"]["median"] == pytest.approx(0.95)
+    f = summary[fp8_key]
+    assert f["mode"] == "float8_e4m3fn, tensor scaling" and f["ratio_means"] == fp8["ratio_means"]
+    shapes = {(s["M"], s["N"], s["K"]): s for s in f["shapes"]}
+    assert shapes[8192, 8192, 8192]["ratio"]["n"] == 2 and shapes[4096, 4104, 4096]["group"] == "unaligned"
+    # the square_llm geomean leaves out the fp8-unaligned row; "all" takes it
+    assert (f["geomeans"]["square_llm"]["min"], f["geomeans"]["square_llm"]["max"]) == pytest.approx((1.05, 1.15))
+    assert f["geomeans"]["all"]["min"] == pytest.approx(geo(1.05, 0.5))
+    e = summary[epi_key]["shapes"][0]
+    assert e["ratio"]["median"] == pytest.approx(1.5 / 1.02)
+    assert e["overhead_vs_plain"]["median"] == pytest.approx(0.02)
+    assert e["saved_vs_separate"]["median"] == pytest.approx(1 - 1.02 / 1.5)
+    for text in (f"== {fp8_key}: 2 run(s)", f"== {epi_key}: 1 run(s)", "overhead_vs_plain median +2.0%",
+                 "(ratio = torch._scaled_mm (cuBLAS) ms / ptxgemm ms: above 1, ptxgemm is faster; min/median/max",
+                 "(ratio = cuBLAS ms / ptxgemm ms: above 1, ptxgemm is faster; min/median/max across runs)"):
+        assert text in proc.stdout, text
+
+
+class _FakeDeviceArray:
+    """A host array standing in for ptxgemm.DeviceArray (the faked-GPU run below)."""
+
+    def __init__(self, arr):
+        self.arr, self.shape, self.dtype = arr, arr.shape, arr.dtype
+
+    @classmethod
+    def from_numpy(cls, arr, stream=None):
+        return cls(arr.copy(order="K"))
+
+    @classmethod
+    def empty(cls, shape, dtype, order="C", stream=None):
+        import numpy as np
+
+        return cls(np.empty(shape, dtype))
+
+    def poison(self, stream=None):
+        self.arr[...] = float("nan")
+
+    def to_numpy(self):
+        return self.arr.copy()
+
+
+class _FakePlan:
+    """GemmPlan's arithmetic in float64 on the host, written apart from bench_modes' reference (blockwise: one
+    k-block at a time)."""
+
+    def __init__(self, a, b, out, config=None, *, scale_a=None, scale_b=None, bias=None, activation=None):
+        import types
+
+        self.a, self.b, self.out, self.sa, self.sb = a.arr, b.arr, out, scale_a, scale_b
+        self.bias, self.activation = bias, activation
+        self.config = types.SimpleNamespace(tag="pp128x128" if bias is None else "pp128x192")
+
+    def launch(self, stream=None):
+        import numpy as np
+
+        a, b = self.a.astype(np.float64), self.b.astype(np.float64)
+        if self.sa is None:
+            p = a @ b
+        elif self.sa.arr.size == 1:
+            p = (a @ b) * float(self.sa.arr.reshape(-1)[0]) * float(self.sb.arr.reshape(-1)[0])
+        elif self.sa.arr.shape[1] == 1:
+            p = (a @ b) * self.sa.arr * self.sb.arr
+        else:
+            p = np.zeros((a.shape[0], b.shape[1]))
+            for kb in range(self.sa.arr.shape[1]):
+                ks = slice(128 * kb, 128 * (kb + 1))
+                cols = np.repeat(self.sb.arr[kb], 128)[:b.shape[1]]
+                p += (a[:, ks] @ b[ks]) * self.sa.arr[:, kb:kb + 1] * cols
+        if self.bias is not None:
+            p = p + self.bias.arr
+            p = {"relu": lambda v: np.maximum(v, 0), "silu": lambda v: v / (1 + np.exp(-v)),
+                 "gelu": lambda v: 0.5 * v * (1 + np.tanh(np.sqrt(2 / np.pi) * (v + 0.044715 * v ** 3)))}[
+                self.activation](p)
+        self.out.arr[...] = p.astype(self.out.dtype)
+
+
+@pytest.mark.parametrize("options, stem, peer, ratio", [
+    (("float8_e4m3fn", "tensor", "none"), "bench_h100_fp8_tensor_t", None, None),
+    (("float8_e5m2", "block", "none"), "bench_h100_fp8e5m2_block_t", "ptxgemm bf16", 1.1),
+    (("bfloat16", None, "bias-gelu"), "bench_h100_bf16_bias-gelu_t", None, None),
+    (("float8_e4m3fn", "row", "bias-silu"), "bench_h100_fp8_row_bias-silu_t", None, None),
+])
+def test_mode_bench_with_the_gpu_faked(monkeypatch, tmp_path, options, stem, peer, ratio):
+    """run_mode_bench end to end on the host, without torch (so no torch peer, no separate pass): ptxgemm's plans
+    and device arrays faked by host arithmetic, the timing by fixed numbers. Checks the rows, the JSON, the file
+    name and that every rel_err is the bf16 output's rounding alone (the references dequantize as the kernel)."""
+    import types
+
+    from ptxgemm import bench_modes, bench_summary, driver, gemm, timing
+
+    fake_ms = {"ptxgemm bf16": 1.1, "ptxgemm fused": 1.05}
+    monkeypatch.setattr(driver, "no_device_reason", lambda: None)
+    monkeypatch.setattr(driver, "device_info",
+                        lambda: types.SimpleNamespace(name=H100, sm_count=132, driver_version_str="13.0"))
+    monkeypatch.setattr(driver, "DeviceArray", _FakeDeviceArray)
+    monkeypatch.setattr(gemm, "GemmPlan", _FakePlan)
+    monkeypatch.setattr(timing, "time_interleaved",
+                        lambda launchers, rounds, warmup=3: {n: (f(), fake_ms.get(n, 1.0))[1]
+                                                             for n, f in launchers.items()})
+    monkeypatch.setattr(bench_modes, "_torch", lambda: None)
+    monkeypatch.setattr(bench_modes, "read_clocks", lambda: {})
+    mode = bench_modes.mode_from_options(*options)
+    shapes = [(96, 384, 300), (130, 256, 512)]
+    assert bench_modes.run_mode_bench(shapes, 3, mode, out=tmp_path, name="t") == 0
+    result = json.loads((tmp_path / f"{stem}.json").read_text())
+    assert (result["in_dtype"], result["scaling"], result["epilogue"]) == (mode.in_dtype, mode.scaling, mode.epilogue)
+    assert result["gpu"] == H100 and result["peer"] == peer and result["mode"] == mode.slug
+    assert result["ratio_means"] == bench_modes.ratio_means(mode)
+    rows = result["rows"]
+    assert [(r["M"], r["N"], r["K"]) for r in rows] == shapes
+    for r in rows:
+        assert r["rel_err"] < 4e-3 and r["rel_err_rows"] == min(64, r["M"]) and r["config"]
+        assert r["ratio"] == (pytest.approx(ratio) if ratio else None)
+        if mode.fused:
+            assert r["config"] == "pp128x192" and r["plain_config"] == "pp128x128"
+            assert r["overhead_vs_plain"] == pytest.approx(0.05) and r["plain_rel_err"] < 4e-3
+            assert r["separate_ms"] is None and r["saved_vs_separate"] is None
+        else:
+            assert r["ptxgemm"] == f"ptxgemm {mode.in_dtype}" and r["ptxgemm_ms"] == 1.0
+        if peer == "ptxgemm bf16":
+            assert r["peer_rel_err"] < 4e-3 and r["peer_dtypes"] == "bfloat16 x bfloat16"
+    if importlib.util.find_spec("matplotlib"):
+        assert (tmp_path / f"{stem}.png").stat().st_size > 0
+    # --summarize reads it, under the GPU and the mode
+    proc = bench("--summarize", str(tmp_path / f"{stem}.json"), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert f"== {H100} [{bench_summary.run_mode(result)}]: 1 run(s)" in proc.stdout
+
+
+class _FakeTensor:
+    """The few torch.Tensor operations bench_modes uses, on a host numpy array (the faked-torch run below)."""
+
+    def __init__(self, a):
+        self.a = a
+
+    arr = property(lambda self: self.a)   # what _FakePlan reads of a scale
+    shape = property(lambda self: self.a.shape)
+    dtype = property(lambda self: self.a.dtype)
+
+    def cuda(self):
+        return self
+
+    def cpu(self):
+        return self
+
+    def numpy(self):
+        return self.a
+
+    def view(self, dtype):
+        return _FakeTensor(self.a.view(dtype))
+
+    def t(self):
+        return _FakeTensor(self.a.T)
+
+    def to(self, dtype):
+        return _FakeTensor(self.a.astype(dtype))
+
+    def __getitem__(self, index):
+        return _FakeTensor(self.a[index.a])
+
+    def __add__(self, other):
+        import numpy as np
+
+        return _FakeTensor((self.a.astype(np.float32) + other.a.astype(np.float32)).astype(self.a.dtype))
+
+
+def _fake_torch():
+    """A module-like namespace: from_numpy, from_dlpack (of _FakeDeviceArray, sharing its memory), _scaled_mm (which
+    refuses e5m2 x e5m2 as cuBLAS does and checks B's column-major layout), cuda, nn.functional, the dtypes."""
+    import types
+
+    import ml_dtypes
+    import numpy as np
+
+    def scaled_mm(ta, tb, scale_a, scale_b, out_dtype):
+        if ta.dtype == tb.dtype == np.dtype(ml_dtypes.float8_e5m2):
+            raise RuntimeError("Multiplication of two Float8_e5m2 matrices is not supported\nmore text")
+        assert ta.a.flags.c_contiguous and tb.a.flags.f_contiguous, "_scaled_mm: A row-major, B column-major"
+        assert scale_a.dtype == scale_b.dtype == np.float32 and scale_a.a.ndim in (0, 2)
+        p = (ta.a.astype(np.float64) @ tb.a.astype(np.float64)) * scale_a.a * scale_b.a
+        return _FakeTensor(p.astype(out_dtype))
+
+    def act(f):
+        return lambda x, approximate=None: _FakeTensor(f(x.a.astype(np.float64)).astype(x.dtype))
+
+    F = types.SimpleNamespace(relu=act(lambda v: np.maximum(v, 0)), silu=act(lambda v: v / (1 + np.exp(-v))),
+                              gelu=act(lambda v: 0.5 * v * (1 + np.tanh(np.sqrt(2 / np.pi) * (v + 0.044715 * v ** 3)))))
+    return types.SimpleNamespace(
+        __version__="fake", from_numpy=_FakeTensor, from_dlpack=lambda x: _FakeTensor(x.arr), _scaled_mm=scaled_mm,
+        cuda=types.SimpleNamespace(synchronize=lambda: None, is_available=lambda: True), nn=types.SimpleNamespace(
+            functional=F), bfloat16=np.dtype(ml_dtypes.bfloat16), uint16=np.dtype(np.uint16),
+        float8_e4m3fn=np.dtype(ml_dtypes.float8_e4m3fn), float8_e5m2=np.dtype(ml_dtypes.float8_e5m2))
+
+
+@pytest.mark.parametrize("options, peer, peer_dtypes, ratio", [
+    (("float8_e4m3fn", "tensor", "none"), "torch._scaled_mm (cuBLAS)", "float8_e4m3fn x float8_e4m3fn", 1.2),
+    (("float8_e5m2", "row", "none"), "torch._scaled_mm (cuBLAS)", "float8_e4m3fn x float8_e5m2", 1.2),
+    (("bfloat16", None, "bias-gelu"), "ptxgemm plain GEMM + separate torch elementwise pass", None, 1.4 / 1.05),
+    (("float8_e4m3fn", "row", "bias-relu"), "ptxgemm plain GEMM + separate torch elementwise pass", None, 1.4 / 1.05),
+])
+def test_mode_bench_with_torch_faked(monkeypatch, tmp_path, options, peer, peer_dtypes, ratio):
+    """As above, with a fake torch: the _scaled_mm peer (e5m2 x e5m2 refused, so A e4m3 x B e5m2, recorded), the
+    scale tensors shared with ptxgemm, and the separate elementwise pass after the plain GEMM."""
+    import types
+
+    from ptxgemm import bench_modes, driver, gemm, timing
+
+    fake_ms = {"torch._scaled_mm (cuBLAS)": 1.2, "ptxgemm fused": 1.05, "ptxgemm plain + torch pass": 1.4}
+    monkeypatch.setattr(driver, "no_device_reason", lambda: None)
+    monkeypatch.setattr(driver, "device_info",
+                        lambda: types.SimpleNamespace(name=H200, sm_count=132, driver_version_str="13.0"))
+    monkeypatch.setattr(driver, "DeviceArray", _FakeDeviceArray)
+    monkeypatch.setattr(gemm, "GemmPlan", _FakePlan)
+    monkeypatch.setattr(timing, "time_interleaved",
+                        lambda launchers, rounds, warmup=3: {n: (f(), fake_ms.get(n, 1.0))[1]
+                                                             for n, f in launchers.items()})
+    monkeypatch.setattr(bench_modes, "_torch", _fake_torch)
+    monkeypatch.setattr(bench_modes, "read_clocks", lambda: {})
+    mode = bench_modes.mode_from_options(*options)
+    assert bench_modes.run_mode_bench([(96, 384, 320)], 3, mode, out=tmp_path) == 0
+    result = json.loads((tmp_path / f"bench_h200_{mode.slug}.json").read_text())
+    assert result["peer"] == peer and result["torch"] == "fake"
+    assert result["peer_dtypes"] == ([peer_dtypes] if peer_dtypes else None)
+    [r] = result["rows"]
+    assert r["ratio"] == pytest.approx(ratio) and r["rel_err"] < 4e-3
+    if mode.fused:
+        assert r["separate_ms"] == 1.4 and r["saved_vs_separate"] == pytest.approx(1 - 1.05 / 1.4)
+        assert r["separate_rel_err"] < 4e-3 and r["separate"] == "ptxgemm plain + torch pass"
+        assert "torch.nn.functional" in result["separate_pass"]
+    else:
+        assert r["peer_dtypes"] == peer_dtypes and r["peer_rel_err"] < 4e-3 and "peer_error" not in r
+        assert result["peer_options"].startswith("out_dtype=torch.bfloat16")
+
+
+def test_a_refused_peer_is_recorded_and_the_run_goes_on(monkeypatch, tmp_path, capsys):
+    import types
+
+    from ptxgemm import bench_modes, driver, gemm, timing
+
+    def refusing_torch():
+        torch = _fake_torch()
+        torch._scaled_mm = lambda *a, **k: (_ for _ in ()).throw(RuntimeError("mat1 rows must be divisible by 16"))
+        return torch
+
+    monkeypatch.setattr(driver, "no_device_reason", lambda: None)
+    monkeypatch.setattr(driver, "device_info",
+                        lambda: types.SimpleNamespace(name=H100, sm_count=132, driver_version_str="13.0"))
+    monkeypatch.setattr(driver, "DeviceArray", _FakeDeviceArray)
+    monkeypatch.setattr(gemm, "GemmPlan", _FakePlan)
+    monkeypatch.setattr(timing, "time_interleaved",
+                        lambda launchers, rounds, warmup=3: {n: (f(), 1.0)[1] for n, f in launchers.items()})
+    monkeypatch.setattr(bench_modes, "_torch", refusing_torch)
+    monkeypatch.setattr(bench_modes, "read_clocks", lambda: {})
+    mode = bench_modes.mode_from_options("float8_e5m2", None, None)
+    assert bench_modes.run_mode_bench([(1, 256, 256)], 1, mode, out=tmp_path) == 0
+    [r] = json.loads((tmp_path / "bench_h100_fp8e5m2_tensor.json").read_text())["rows"]
+    assert r["ratio"] is None and r["peer_ms"] is None and r["rel_err"] < 4e-3 and r["group"] == "small_m"
+    assert r["peer_error"] == ("float8_e5m2 x float8_e5m2: mat1 rows must be divisible by 16; "
+                               "float8_e4m3fn x float8_e5m2: mat1 rows must be divisible by 16")
+    assert "peer refused: float8_e5m2 x float8_e5m2" in capsys.readouterr().out

@@ -401,6 +401,38 @@ def test_dump_gemm_with_a_given_config(tmp_path, options, tag, source):
     assert report["schedule"]["waves"] == round(schedule.plan_for(config, 8192, 8192, 8192, 132).waves, 3)
 
 
+@needs_ptxas
+@needs_nvdisasm
+@pytest.mark.parametrize("in_dtype, wgmma, majors", [
+    ("float8_e4m3fn", "e4m3", []),                                      # the majors default to k for fp8
+    ("float8_e5m2", "e5m2", ["--a-major", "k", "--b-major", "k"]),
+])
+def test_dump_gemm_fp8(tmp_path, in_dtype, wgmma, majors):
+    proc = run_cli("dump", "--in-dtype", in_dtype, *majors, "--m", "256", "--n", "256", "--k", "512",
+                   "--out", str(tmp_path), env=NO_GPU_NO_TUNE_CACHE)
+    assert proc.returncode == 0, proc.stderr
+    assert f"k32.f32.{wgmma}.{wgmma}" in (tmp_path / "gemm.ptx").read_text()
+    sass = (tmp_path / "gemm.sass").read_text()
+    assert "QGMMA.64x" in sass and f".F32.{wgmma.upper()}.{wgmma.upper()}" in sass and "HGMMA" not in sass
+    report = json.loads((tmp_path / "report.json").read_text())
+    fields = report["config"]["fields"]
+    assert (fields["in_dtype"], fields["out_dtype"], fields["a_major"], fields["b_major"]) == \
+        (in_dtype, "bfloat16", "k", "k")
+    assert report["measured"]["consumer_k_loop_sass"]["hgmma"] > 0   # QGMMA counted
+
+
+@pytest.mark.parametrize("option", ["--a-major", "--b-major"])
+def test_dump_gemm_fp8_refuses_mn_major(tmp_path, capsys, option):
+    from ptxgemm.__main__ import main
+
+    assert main(["dump", "--in-dtype", "float8_e4m3fn", option, "mn", "--m", "256", "--n", "256", "--k", "512",
+                 "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"python -m ptxgemm dump: error: {option}: mn with --in-dtype "
+                                               f"float8_e4m3fn: fp8 operands are K-major only"), err
+    assert not (tmp_path / "out").exists()
+
+
 def test_info(tmp_path):
     proc = run_cli("info", env={"PTXGEMM_CACHE_DIR": str(tmp_path)})
     assert proc.returncode == 0, proc.stderr
