@@ -100,6 +100,11 @@ TIE_FRACTION = 0.03
 # probe3_h100_issue11_3000x5000x2048.json): coop128x256 fills 480 / (4 x 132) = 91% and ran 93.5 and 95.4 us;
 # pp128x192 fills 648 / (5 x 132) = 98% and ran 90.8 and 92.2 us; the model ties them (93.1 against 93.2 us).
 WAVE_FILL_TILES = ("pp128x192",)
+# Blockwise fp8 scaling needs two accumulator sets per consumer (64 x 128 each), and a cooperative pair of consumers
+# keeps the tensor cores busy while one promotes: measured on the H200 at 8192^3 and 4096^3
+# (bench_h200_fp8_block_issue12_*.json), coop128x128 ran 1120 and 1031 TFLOP/s against pp64x128's 801 and 743
+# (bf16: 880 and 837). Chosen whenever it can carry the problem; the cost model has no blockwise tables.
+BLOCK_SCALE_TILE = "coop128x128"
 WAVE_FILL_MARGIN = 0.05
 
 # (schedule, block_m, block_n), each with every cluster shape in CLUSTER_SHAPES: what `tune` tries. Single-CTA
@@ -369,6 +374,10 @@ def _ranked(problem: Problem, sm_count: int, gpu_name: str = "", batches: int = 
             continue
         pred = (predict(c, problem.m, problem.n, problem.k, sm_count, gpu_name, batches), c)
         (pairs if c.tile_tag in SELECTABLE else fillers if c.tile_tag in WAVE_FILL_TILES else others).append(pred)
+    if dict(epilogue).get("block_scale"):
+        preferred = [pair for pair in pairs + fillers + others if pair[1].tag == BLOCK_SCALE_TILE]
+        if preferred:
+            return preferred + [pair for pair in pairs + fillers + others if pair[1].tag != BLOCK_SCALE_TILE]
     if not pairs:
         pairs, fillers = others, []
     if not pairs:
