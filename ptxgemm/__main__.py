@@ -179,7 +179,13 @@ MUTANT_PRESETS = {"default": {}, "cluster": {"cluster_m": 2},
                   "cooperative-cluster": {"schedule": "cooperative", "block_m": 256, "cluster_m": 2},
                   "cooperative-cluster-n": {"schedule": "cooperative", "block_m": 128, "block_n": 256, "cluster_n": 2},
                   "split": {"splits": 3},
-                  "cooperative-split": {"schedule": "cooperative", "block_m": 128, "block_n": 256, "splits": 3}}
+                  "cooperative-split": {"schedule": "cooperative", "block_m": 128, "block_n": 256, "splits": 3},
+                  # the fused epilogue's source tile (its full/empty mbarriers), and blockwise fp8 promotion
+                  "epilogue": {"source_dtype": "bfloat16", "bias": "col", "activation": "gelu"},
+                  "cooperative-epilogue": {"schedule": "cooperative", "block_m": 256, "source_dtype": "float16",
+                                           "bias": "row", "activation": "silu"},
+                  "blockwise": {"schedule": "cooperative", "block_m": 128, "block_n": 128,
+                                "in_dtype": "float8_e4m3fn", "b_major": "k", "block_scale": True}}
 
 
 def _add_mutants_parser(sub) -> None:
@@ -193,7 +199,10 @@ def _add_mutants_parser(sub) -> None:
                         "kernel); 'cluster' is the default kernel with cluster_m=2, 'cooperative' the "
                         "cooperative 256x128 one, 'cooperative-cluster' that with cluster_m=2, "
                         "'cooperative-cluster-n' the cooperative 128x256 with cluster_n=2 (A multicast), 'split' the "
-                        "default kernel with split-K 3, 'cooperative-split' the cooperative 128x256 with split-K 3")
+                        "default kernel with split-K 3, 'cooperative-split' the cooperative 128x256 with split-K 3, "
+                        "'epilogue' the default kernel adding a bf16 source tile, a column bias and gelu, "
+                        "'cooperative-epilogue' the cooperative 256x128 with an fp16 source, a row bias and silu, "
+                        "'blockwise' the fp8 cooperative 128x128 with blockwise scales")
     p.add_argument("--list", action="store_true",
                    help="enumerate the mutants without a GPU and without running them (default off: run them)")
     p.add_argument("--build", action="store_true", help="with --list: also assemble every mutant (kills the ones "

@@ -125,6 +125,47 @@ def accumulation_error(abs_product: np.ndarray, k: int, in_dtype: str) -> np.nda
     return C_ACC * FP32_TRUNCATION_UNIT * np.sqrt(max(k, 1)) * abs_product
 
 
+def fused_reference(a: np.ndarray, b: np.ndarray, args: dict, out_dtype: str, block: bool = False,
+                    matmul64=_matmul64) -> tuple[np.ndarray, np.ndarray]:
+    """(reference, bound) of act(alpha * (scale_a . A) @ (B . scale_b) + beta * c + bias) for 2-D operands, from the
+    exact inputs in float64. `args` holds the epilogue arguments as run() takes them (numbers and numpy arrays);
+    `block`: the scales are blockwise tables (1 x block for A, block x block for B)."""
+    from .config import SCALE_BLOCK
+
+    m, k = a.shape
+    n = b.shape[1]
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    alpha = float(args.get("alpha", 1.0))
+    sa, sb = args.get("scale_a"), args.get("scale_b")
+    if block:
+        a64 = a64 * np.repeat(np.asarray(sa, np.float64), SCALE_BLOCK, axis=1)[:, :k]
+        b64 = b64 * np.repeat(np.repeat(np.asarray(sb, np.float64), SCALE_BLOCK, axis=0), SCALE_BLOCK,
+                              axis=1)[:k, :n]
+    else:
+        for s, rows in ((sa, True), (sb, False)):
+            if s is None:
+                continue
+            s64 = np.asarray(s, dtype=np.float64)
+            if s64.size == 1:
+                alpha *= float(s64.reshape(()))
+            elif rows:
+                a64 = a64 * s64.reshape(m, 1)
+            else:
+                b64 = b64 * s64.reshape(1, n)
+    absprod = matmul64(np.abs(a64), np.abs(b64))
+    pre = alpha * matmul64(a64, b64)
+    addends = abs(alpha) * absprod
+    if args.get("c") is not None:
+        term = args["beta"] * np.asarray(args["c"]).astype(np.float64)
+        pre, addends = pre + term, addends + np.abs(term)
+    if args.get("bias") is not None:
+        bias = np.asarray(args["bias"]).astype(np.float64)
+        bias = bias.reshape(m, 1) if bias.shape == (m, 1) else bias.reshape(1, n)
+        pre, addends = pre + bias, addends + np.abs(bias)
+    gemm_error = abs(alpha) * accumulation_error(absprod, k, np.dtype(a.dtype).name)
+    return fused_bound(pre, gemm_error, addends, args.get("activation"), out_dtype)
+
+
 @dataclasses.dataclass
 class Verdict:
     """The outcome of `check`: `ok`, and where it went wrong when it did."""

@@ -392,20 +392,62 @@ def _operands(config: GemmConfig, w: Workload):
     return a, b
 
 
+def _epilogue_args(config: GemmConfig, w: Workload, rng) -> dict:
+    """The fused epilogue's arguments (numbers and numpy arrays, as run() takes them) that make a plan carry the
+    config's epilogue: a source tile, a bias, scales (ptxgemm.epilogue reads the kind from the shapes)."""
+    from .config import SCALE_BLOCK
+
+    args = {}
+    if config.has_source:
+        args["c"], args["beta"] = accuracy.random_matrix(rng, w.m, w.n, config.source_dtype), 0.5
+    if config.bias:
+        shape = (w.n,) if config.bias == "col" else (w.m, 1)
+        args["bias"] = rng.standard_normal(shape).astype(accuracy.DTYPES[config.bias_dtype])
+    if config.activation:
+        args["activation"] = config.activation
+    if config.alpha:
+        args["alpha"] = -0.75
+    positive = (lambda shape: rng.uniform(0.5, 2.0, size=shape).astype(np.float32))
+    if config.row_scale:
+        args["scale_a"] = positive((w.m, 1))
+    if config.col_scale:
+        args["scale_b"] = positive((w.n,))
+    if config.block_scale:
+        kb = -(-w.k // SCALE_BLOCK)
+        args["scale_a"], args["scale_b"] = positive((w.m, kb)), positive((kb, -(-w.n // SCALE_BLOCK)))
+    return args
+
+
+def _raw(arr: np.ndarray) -> np.ndarray:
+    """An array as its raw words: .npy has no bfloat16 or fp8 (they would load back as void)."""
+    return arr.view(np.dtype(f"u{arr.dtype.itemsize}"))
+
+
 def prepare_workloads(config: GemmConfig, directory: Path, workloads=WORKLOADS) -> list[dict]:
-    """Operands, reference and bound of every workload, saved as .npy files the worker maps (computed once)."""
+    """Operands, epilogue arguments, reference and bound of every workload, saved as .npy files the worker maps
+    (computed once)."""
     jobs = []
     for i, w in enumerate(workloads):
         a, b = _operands(config, w)
-        ref, absp = accuracy.reference(a, b)
-        bound = accuracy.error_bound(ref, absp, w.k, config.out_dtype)
+        args = _epilogue_args(config, w, np.random.default_rng(w.seed + 1))
+        if config.fused or config.block_scale:
+            ref, bound = accuracy.fused_reference(a, b, args, config.out_dtype, config.block_scale)
+        else:
+            ref, absp = accuracy.reference(a, b)
+            bound = accuracy.error_bound(ref, absp, w.k, config.out_dtype, config.in_dtype)
         paths = {}
-        # operands as their raw 16-bit words: .npy has no bfloat16 (it would load back as void16)
-        for name, arr in (("a", a.view(np.uint16)), ("b", b.view(np.uint16)), ("ref", ref.astype(np.float32)),
+        for name, arr in (("a", _raw(a)), ("b", _raw(b)), ("ref", ref.astype(np.float32)),
                           ("bound", bound.astype(np.float32))):
             paths[name] = str(directory / f"w{i}_{name}.npy")
             np.save(paths[name], arr)
-        jobs.append({"workload": dataclasses.asdict(w), "paths": paths})
+        arrays, scalars = {}, {}
+        for name, value in args.items():
+            if isinstance(value, np.ndarray):
+                arrays[name] = {"path": str(directory / f"w{i}_{name}.npy"), "dtype": value.dtype.name}
+                np.save(arrays[name]["path"], _raw(value))
+            else:
+                scalars[name] = value
+        jobs.append({"workload": dataclasses.asdict(w), "paths": paths, "arrays": arrays, "scalars": scalars})
     return jobs
 
 
@@ -430,11 +472,11 @@ def _run_one(config: GemmConfig, ptx: str, jobs: list[dict], loaded: list, repea
         kernel = GemmKernel(config, ptx=ptx)
     except CudaError as e:
         return "killed", f"module load failed: {e}"
-    for job, (da, db, ref, bound) in zip(jobs, loaded):
+    for job, (da, db, ref, bound, epi) in zip(jobs, loaded):
         w = job["workload"]
         out = DeviceArray.empty((w["m"], w["n"]), accuracy.DTYPES[config.out_dtype])
         try:
-            plan = ptxgemm.GemmPlan(da, db, out, config, ctas=w["ctas"], kernel=kernel)
+            plan = ptxgemm.GemmPlan(da, db, out, config, ctas=w["ctas"], kernel=kernel, **epi)
             for _ in range(repeats):
                 out.poison()
                 if plan.workspace is not None:   # split-K: stale partials (equal to this launch's) must not pass
@@ -469,11 +511,14 @@ def worker_main() -> int:
     config = GemmConfig(**setup["config"])
     jobs = setup["jobs"]
     loaded = []
-    in_dtype = accuracy.DTYPES[config.in_dtype]
+    in_dtype, b_dtype = accuracy.DTYPES[config.in_dtype], accuracy.DTYPES[config.b_type]
     for job in jobs:
         p = job["paths"]
-        loaded.append((ptxgemm.to_device(np.load(p["a"]).view(in_dtype)), ptxgemm.to_device(np.load(p["b"]).view(in_dtype)),
-                       np.load(p["ref"], mmap_mode="r"), np.load(p["bound"], mmap_mode="r")))
+        epi = dict(job.get("scalars", {}))
+        for name, spec in job.get("arrays", {}).items():
+            epi[name] = ptxgemm.to_device(np.load(spec["path"]).view(accuracy.DTYPES.get(spec["dtype"], spec["dtype"])))
+        loaded.append((ptxgemm.to_device(np.load(p["a"]).view(in_dtype)), ptxgemm.to_device(np.load(p["b"]).view(b_dtype)),
+                       np.load(p["ref"], mmap_mode="r"), np.load(p["bound"], mmap_mode="r"), epi))
     _emit(event="ready")
     for line in sys.stdin:
         task = json.loads(line)

@@ -107,3 +107,13 @@ def test_split_k_synchronization_is_found_and_its_weakened_forms_assemble():
             compiler.compile_ptx(mutants.apply(ptx, m))
     pre_publish = min((m for m in split if m.kind == "bar.sync" and m.mutation == "deleted"), key=lambda m: m.ptx_line)
     assert "(split-K)" in mutants.explain(pre_publish) and "before the leader's release" in mutants.explain(pre_publish)
+
+
+@pytest.mark.parametrize("preset", ["default", "epilogue", "cooperative-epilogue", "blockwise", "split"])
+def test_presets_enumerate_with_every_line_traced_to_its_template(preset):
+    """No GPU: each preset's debug build renders, its source map lines up with the plain render (a Jinja comment on
+    an instruction line once broke that), and every synchronization instruction has mutants."""
+    from ptxgemm.__main__ import MUTANT_PRESETS
+
+    _, found = mutants.enumerate_mutants(GemmConfig(**MUTANT_PRESETS[preset]))
+    assert found and all(m.origin is not None for m in found)
