@@ -37,8 +37,10 @@ DTYPES = {"bfloat16": ml_dtypes.bfloat16, "float16": np.float16, "float32": np.f
 #: the error grows with the running sum, far beyond fp32's. Measured on the H200 (docs/results/fp8_probe_h200_
 #: issue12.json, 64 sampled rows, standard-normal e4m3): max |err| / sum|ab| = 5.5e-4 .. 6.7e-4 at K = 4096 .. 8192
 #: without promotion (cuBLAS's _scaled_mm, which promotes: 2.0e-4 .. 3.8e-4). This unit, 2^-9 = 1.95e-3, is 3x the
-#: worst measured; a missing 128-wide k-tile at K = 2304 (the GPU tests' largest) is ~4x it. To be replaced by a
-#: bound derived from a simulation of that accumulator once the kernel promotes, as C_ACC was for fp32.
+#: worst measured; a missing 128-wide k-tile at K = 2304 (the GPU tests' largest) is ~4x it. It stays empirical: a
+#: simulation of 13-bit truncating adds of k32 block sums gives 2.7e-4 at K = 2200, well under what the hardware
+#: measured, so that model does not describe the adds. Blockwise scaling promotes every k-tile (128 products), which
+#: only lowers the error; the same unit bounds it.
 FP8_ACCUMULATION_UNIT = 2.0 ** -9
 #: precision p (significant bits) of each output dtype; u_out = 2^-p is its round-to-nearest unit roundoff
 OUTPUT_PRECISION_BITS = {"bfloat16": 8, "float16": 11}

@@ -44,6 +44,7 @@ FP8_DTYPES = ("float8_e4m3fn", "float8_e5m2")
 ACTIVATIONS = ("relu", "gelu", "silu")      # gelu: the tanh form; None: no activation
 BIAS_AXES = ("row", "col")                  # a vector over the kernel's M (one value per row) or N (per column)
 VECTOR_DTYPES = ("float32", "bfloat16", "float16")   # bias vectors; scale vectors are float32
+PTX_FLOAT_TYPES = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}   # PTX's names (cvt, loads)
 GELU_CUBIC = 0.044715                       # the tanh form's cubic coefficient
 # Accumulators plus the fused epilogue's live values (GemmConfig.fused_registers) per consumer thread: measured with
 # ptxas 13 on pp128x192 (192 accumulators), bias + GELU (196) compiles without spills, alpha with rowwise scales
@@ -613,6 +614,8 @@ class GemmConfig:
             "flag_bytes": FLAG_BYTES,
             "quad_stride": WARPGROUP_THREADS * 16,
             "scale_block": SCALE_BLOCK,
+            "ptx_float": PTX_FLOAT_TYPES,
+            "float_bytes": {name: _itemsize(name) for name in PTX_FLOAT_TYPES},
             "gelu_cubic": GELU_CUBIC,
             "sqrt_2_over_pi": math.sqrt(2.0 / math.pi),
             "minus_log2e": -1.0 / math.log(2.0),
@@ -713,8 +716,9 @@ class GemmConfig:
             "config": dataclasses.asdict(self),
             "stages": self.num_stages,
             "smem_bytes": self.smem_bytes,
-            "smem_map": {"a": self.smem_a, "b": self.smem_b, "c": self.smem_c, "full_barriers": self.smem_full,
-                         "empty_barriers": self.smem_empty, "end": self.smem_bytes},
+            "smem_map": {"a": self.smem_a, "b": self.smem_b, "c": self.smem_c, "source": self.smem_source,
+                         "full_barriers": self.smem_full, "empty_barriers": self.smem_empty,
+                         "source_barriers": self.smem_src_full, "end": self.smem_bytes},
             "stage_bytes": self.stage_bytes,
             "epilogue_bytes": self.epilogue_bytes,
             "threads": self.threads,

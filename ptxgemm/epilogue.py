@@ -118,13 +118,13 @@ def _number(name: str, x) -> float:
     return float(x)
 
 
-def _host_scalar(x):
+def _host_scalar(name: str, x):
     """`x` as a float when it is a number or a one-element numpy array (host memory), else None."""
     if isinstance(x, numbers.Real) and not isinstance(x, bool):
         return float(x)
     if isinstance(x, np.ndarray) and x.size == 1:
         if x.dtype != np.float32:
-            raise ConfigError(f"scale: a per-tensor scale array must be float32, got {x.dtype}")
+            raise ConfigError(f"{name}: a per-tensor scale array must be float32, got {x.dtype}")
         return float(x.reshape(()))
     return None
 
@@ -149,7 +149,7 @@ def _c_contiguous(arr, name: str) -> None:
 
 def _scale(name: str, x, vector_shapes, block_shape, convert):
     """(kind, value): ("tensor", float), ("device", Vector step 0), ("vector", Vector) or ("block", array)."""
-    v = _host_scalar(x)
+    v = _host_scalar(name, x)
     if v is not None:
         return "tensor", v
     arr = convert(x, name)
