@@ -127,33 +127,36 @@ def accumulation_error(abs_product: np.ndarray, k: int, in_dtype: str) -> np.nda
     return C_ACC * FP32_TRUNCATION_UNIT * np.sqrt(max(k, 1)) * abs_product
 
 
+def dequantize(a: np.ndarray, b: np.ndarray, scale_a=None, scale_b=None, block: bool = False):
+    """(A, B) in float64 with their scales applied elementwise: per tensor (one element), per row of A / column of B,
+    or (`block`) per 1 x SCALE_BLOCK of A and SCALE_BLOCK x SCALE_BLOCK of B. Exact: an fp8/16-bit value times an
+    fp32 scale fits in float64's 53 bits."""
+    from .config import SCALE_BLOCK
+
+    (m, k), n = a.shape, b.shape[1]
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    sa = None if scale_a is None else np.asarray(scale_a, np.float64)
+    sb = None if scale_b is None else np.asarray(scale_b, np.float64)
+    if block:
+        a64 *= np.repeat(sa, SCALE_BLOCK, axis=1)[:, :k]
+        b64 *= np.repeat(np.repeat(sb, SCALE_BLOCK, axis=0), SCALE_BLOCK, axis=1)[:k, :n]
+        return a64, b64
+    if sa is not None:
+        a64 *= sa.reshape(()) if sa.size == 1 else sa.reshape(m, 1)
+    if sb is not None:
+        b64 *= sb.reshape(()) if sb.size == 1 else sb.reshape(1, n)
+    return a64, b64
+
+
 def fused_reference(a: np.ndarray, b: np.ndarray, args: dict, out_dtype: str, block: bool = False,
                     matmul64=_matmul64) -> tuple[np.ndarray, np.ndarray]:
     """(reference, bound) of act(alpha * (scale_a . A) @ (B . scale_b) + beta * c + bias) for 2-D operands, from the
     exact inputs in float64. `args` holds the epilogue arguments as run() takes them (numbers and numpy arrays);
     `block`: the scales are blockwise tables (1 x block for A, block x block for B)."""
-    from .config import SCALE_BLOCK
-
     m, k = a.shape
     n = b.shape[1]
-    a64, b64 = a.astype(np.float64), b.astype(np.float64)
     alpha = float(args.get("alpha", 1.0))
-    sa, sb = args.get("scale_a"), args.get("scale_b")
-    if block:
-        a64 = a64 * np.repeat(np.asarray(sa, np.float64), SCALE_BLOCK, axis=1)[:, :k]
-        b64 = b64 * np.repeat(np.repeat(np.asarray(sb, np.float64), SCALE_BLOCK, axis=0), SCALE_BLOCK,
-                              axis=1)[:k, :n]
-    else:
-        for s, rows in ((sa, True), (sb, False)):
-            if s is None:
-                continue
-            s64 = np.asarray(s, dtype=np.float64)
-            if s64.size == 1:
-                alpha *= float(s64.reshape(()))
-            elif rows:
-                a64 = a64 * s64.reshape(m, 1)
-            else:
-                b64 = b64 * s64.reshape(1, n)
+    a64, b64 = dequantize(a, b, args.get("scale_a"), args.get("scale_b"), block)
     absprod = matmul64(np.abs(a64), np.abs(b64))
     pre = alpha * matmul64(a64, b64)
     addends = abs(alpha) * absprod

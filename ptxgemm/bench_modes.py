@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .accuracy import activation64   # the kernel's activation in float64 (gelu: the tanh form)
+from .accuracy import activation64, dequantize   # the kernel's activation in float64 (gelu: the tanh form)
 from .bench import (QUICK_SHAPES, SAMPLE_ROWS, SAMPLE_SEED, SQUARE_LLM_SHAPES, float64_reference, geomean, geomeans,
                     gpu_slug, group_of, read_clocks, rel_err, sample_rows)
 from .errors import ConfigError
@@ -156,27 +156,14 @@ def torch_rows(torch, t, rows: np.ndarray) -> np.ndarray:
     return picked.cpu().view(torch.uint16).numpy().view(ml_dtypes.bfloat16)
 
 
-def _expand(scales: np.ndarray, rows: int, cols: int, block_rows: int, block_cols: int) -> np.ndarray:
-    """A blockwise scale table repeated over its blocks and cut to (rows, cols), in float64."""
-    full = np.repeat(np.repeat(scales.astype(np.float64), block_rows, axis=0), block_cols, axis=1)
-    return full[:rows, :cols]
-
-
 def scaled_reference(a_rows: np.ndarray, b: np.ndarray, scaling: str | None, sa_rows=None, sb=None) -> np.ndarray:
-    """(sa . A_rows) @ (B . sb) in float64 from the exact input values: `scaling` None (no scales), "tensor" (0-d
-    scales), "row" (sa_rows (rows, 1), sb (1, N)) or "block" (sa_rows (rows, ceil(K/128)), sb (ceil(K/128),
-    ceil(N/128)): every element times its block's scale before the product, as the kernel promotes per k-tile)."""
-    from .config import SCALE_BLOCK
-
-    if scaling == "block":
-        k, n = b.shape
-        a64 = a_rows.astype(np.float64) * _expand(sa_rows, len(a_rows), k, 1, SCALE_BLOCK)
-        b64 = b.astype(np.float64) * _expand(sb, k, n, SCALE_BLOCK, SCALE_BLOCK)
-        return float64_reference(a64, b64)
-    ref = float64_reference(a_rows, b)
+    """(sa . A_rows) @ (B . sb) in float64 from the exact input values (ptxgemm.accuracy.dequantize): `scaling` None
+    (no scales), "tensor" (0-d scales), "row" (sa_rows (rows, 1), sb (1, N)) or "block" (sa_rows (rows,
+    ceil(K/128)), sb (ceil(K/128), ceil(N/128)): every element times its block's scale, as the kernel promotes
+    per k-tile)."""
     if scaling is None:
-        return ref
-    return ref * sa_rows.astype(np.float64) * sb.astype(np.float64)   # 0-d, or (rows, 1) and (1, N): broadcasting
+        return float64_reference(a_rows, b)
+    return float64_reference(*dequantize(a_rows, b, sa_rows, sb, block=scaling == "block"))
 
 
 class Problem:
