@@ -38,8 +38,8 @@ DTYPES = {"bfloat16": ml_dtypes.bfloat16, "float16": np.float16, "float32": np.f
 #: issue12.json, 64 sampled rows, standard-normal e4m3): max |err| / sum|ab| = 5.5e-4 .. 6.7e-4 at K = 4096 .. 8192
 #: without promotion (cuBLAS's _scaled_mm, which promotes: 2.0e-4 .. 3.8e-4). This unit, 2^-9 = 1.95e-3, is 3x the
 #: worst measured; a missing 128-wide k-tile at K = 2304 (the GPU tests' largest) is ~4x it. It stays empirical: a
-#: simulation of 13-bit truncating adds of k32 block sums gives 2.7e-4 at K = 2200, well under what the hardware
-#: measured, so that model does not describe the adds. Blockwise scaling promotes every k-tile (128 products), which
+#: simulation of 13-bit truncating adds of k32 block sums (4000 sums per K) gives at most 3.2e-4 and 4.2e-4 at
+#: K = 4096 and 8192, under the 5.5-6.7e-4 the hardware showed on far fewer sums, so that model does not bound it. Blockwise scaling promotes every k-tile (128 products), which
 #: only lowers the error; the same unit bounds it.
 FP8_ACCUMULATION_UNIT = 2.0 ** -9
 #: precision p (significant bits) of each output dtype; u_out = 2^-p is its round-to-nearest unit roundoff
