@@ -142,6 +142,14 @@ def torch_bf16(torch, x: np.ndarray):
     return torch.from_numpy(x.view(np.uint16)).view(torch.bfloat16).cuda()
 
 
+def torch_rows(torch, t, rows: np.ndarray) -> np.ndarray:
+    """Rows of a CUDA bf16 torch tensor as numpy bfloat16 (only those rows come to the host)."""
+    import ml_dtypes
+
+    picked = t[torch.from_numpy(rows).cuda()]
+    return picked.cpu().view(torch.uint16).numpy().view(ml_dtypes.bfloat16)
+
+
 class TorchImpl:
     name = "cublas (torch.matmul)"
 
@@ -158,10 +166,7 @@ class TorchImpl:
         return lambda: torch.matmul(ta, tb, out=out)
 
     def result(self, rows):
-        import ml_dtypes
-
-        picked = self.out[self.torch.from_numpy(rows).cuda()]  # only the sampled rows come to the host
-        return picked.cpu().view(self.torch.uint16).numpy().view(ml_dtypes.bfloat16)
+        return torch_rows(self.torch, self.out, rows)
 
 
 class CupyImpl:

@@ -35,8 +35,8 @@ from pathlib import Path
 import numpy as np
 
 from .accuracy import activation64, dequantize   # the kernel's activation in float64 (gelu: the tanh form)
-from .bench import (QUICK_SHAPES, SAMPLE_ROWS, SAMPLE_SEED, SQUARE_LLM_SHAPES, float64_reference, geomean, geomeans,
-                    gpu_slug, group_of, read_clocks, rel_err, sample_rows)
+from .bench import (QUICK_SHAPES, SAMPLE_ROWS, SAMPLE_SEED, SQUARE_LLM_SHAPES, PtxgemmImpl, float64_reference, geomean,
+                    geomeans, gpu_slug, group_of, read_clocks, rel_err, sample_rows, torch_rows)
 from .errors import ConfigError
 
 IN_DTYPES = ("bfloat16", "float8_e4m3fn", "float8_e5m2")
@@ -148,14 +148,6 @@ def torch_fp8(torch, x: np.ndarray, dtype: str):
     return torch.from_numpy(np.ascontiguousarray(x).view(np.uint8)).cuda().view(getattr(torch, dtype))
 
 
-def torch_rows(torch, t, rows: np.ndarray) -> np.ndarray:
-    """Rows of a CUDA bf16 torch tensor as numpy bfloat16 (only those rows come to the host)."""
-    import ml_dtypes
-
-    picked = t[torch.from_numpy(rows).cuda()]
-    return picked.cpu().view(torch.uint16).numpy().view(ml_dtypes.bfloat16)
-
-
 def scaled_reference(a_rows: np.ndarray, b: np.ndarray, scaling: str | None, sa_rows=None, sb=None) -> np.ndarray:
     """(sa . A_rows) @ (B . sb) in float64 from the exact input values (ptxgemm.accuracy.dequantize): `scaling` None
     (no scales), "tensor" (0-d scales), "row" (sa_rows (rows, 1), sb (1, N)) or "block" (sa_rows (rows,
@@ -239,12 +231,14 @@ class Problem:
 # reference(problem, rows) -> what that output should be
 # --------------------------------------------------------------------------------------------------------------
 
-class PlanImpl:
+class PlanImpl(PtxgemmImpl):
     """A ptxgemm GemmPlan on the problem's device arrays: scaled as the mode says (`scaled`), with the bias and the
-    activation fused (`fused`), or on the bf16 copies of the operands, unscaled (`bf16`: the blockwise peer)."""
+    activation fused (`fused`), or on the bf16 copies of the operands, unscaled (`bf16`: the blockwise peer).
+    The bf16 bench's PtxgemmImpl gives `tag` and `result`."""
 
     def __init__(self, name: str, config, scaled: bool = True, fused: bool = False, bf16: bool = False):
-        self.name, self.config, self.scaled, self.fused, self.bf16 = name, config, scaled and not bf16, fused, bf16
+        super().__init__(config, name)
+        self.scaled, self.fused, self.bf16 = scaled and not bf16, fused, bf16
         self.plan = self.out = None
 
     def prepare(self, p: Problem):
@@ -263,13 +257,6 @@ class PlanImpl:
             kwargs.update(bias=p.dbias, activation=p.mode.activation)
         self.plan = GemmPlan(a, b, self.out, self.config, **kwargs)
         return self.plan.launch
-
-    @property
-    def tag(self) -> str:
-        return self.plan.config.tag   # what the plan actually runs
-
-    def result(self, rows):
-        return self.out.to_numpy()[rows]
 
     def reference(self, p: Problem, rows):
         return p.reference(rows, scaled=self.scaled, fused=self.fused)

@@ -328,6 +328,25 @@ class _FakePlan:
                 self.activation](p)
         self.out.arr[...] = p.astype(self.out.dtype)
 
+def _fake_gpu(monkeypatch, gpu: str, fake_ms: dict, torch) -> None:
+    """A GPU faked for the mode bench: the device checks, device arrays and plans by host arithmetic, the timing by
+    fixed numbers (`fake_ms` per implementation, 1.0 otherwise), torch by `torch` (a factory, or None's)."""
+    import types
+
+    from ptxgemm import bench_modes, driver, gemm, timing
+
+    monkeypatch.setattr(driver, "no_device_reason", lambda: None)
+    monkeypatch.setattr(driver, "device_info",
+                        lambda: types.SimpleNamespace(name=gpu, sm_count=132, driver_version_str="13.0"))
+    monkeypatch.setattr(driver, "DeviceArray", _FakeDeviceArray)
+    monkeypatch.setattr(gemm, "GemmPlan", _FakePlan)
+    monkeypatch.setattr(timing, "time_interleaved",
+                        lambda launchers, rounds, warmup=3: {n: (f(), fake_ms.get(n, 1.0))[1]
+                                                             for n, f in launchers.items()})
+    monkeypatch.setattr(bench_modes, "_torch", torch)
+    monkeypatch.setattr(bench_modes, "read_clocks", lambda: {})
+
+
 
 @pytest.mark.parametrize("options, stem, peer, ratio", [
     (("float8_e4m3fn", "tensor", "none"), "bench_h100_fp8_tensor_t", None, None),
@@ -339,21 +358,11 @@ def test_mode_bench_with_the_gpu_faked(monkeypatch, tmp_path, options, stem, pee
     """run_mode_bench end to end on the host, without torch (so no torch peer, no separate pass): ptxgemm's plans
     and device arrays faked by host arithmetic, the timing by fixed numbers. Checks the rows, the JSON, the file
     name and that every rel_err is the bf16 output's rounding alone (the references dequantize as the kernel)."""
-    import types
 
-    from ptxgemm import bench_modes, bench_summary, driver, gemm, timing
+    from ptxgemm import bench_modes, bench_summary
 
     fake_ms = {"ptxgemm bf16": 1.1, "ptxgemm fused": 1.05}
-    monkeypatch.setattr(driver, "no_device_reason", lambda: None)
-    monkeypatch.setattr(driver, "device_info",
-                        lambda: types.SimpleNamespace(name=H100, sm_count=132, driver_version_str="13.0"))
-    monkeypatch.setattr(driver, "DeviceArray", _FakeDeviceArray)
-    monkeypatch.setattr(gemm, "GemmPlan", _FakePlan)
-    monkeypatch.setattr(timing, "time_interleaved",
-                        lambda launchers, rounds, warmup=3: {n: (f(), fake_ms.get(n, 1.0))[1]
-                                                             for n, f in launchers.items()})
-    monkeypatch.setattr(bench_modes, "_torch", lambda: None)
-    monkeypatch.setattr(bench_modes, "read_clocks", lambda: {})
+    _fake_gpu(monkeypatch, H100, fake_ms, lambda: None)
     mode = bench_modes.mode_from_options(*options)
     shapes = [(96, 384, 300), (130, 256, 512)]
     assert bench_modes.run_mode_bench(shapes, 3, mode, out=tmp_path, name="t") == 0
@@ -456,21 +465,11 @@ def _fake_torch():
 def test_mode_bench_with_torch_faked(monkeypatch, tmp_path, options, peer, peer_dtypes, ratio):
     """As above, with a fake torch: the _scaled_mm peer (e5m2 x e5m2 refused, so A e4m3 x B e5m2, recorded), the
     scale tensors shared with ptxgemm, and the separate elementwise pass after the plain GEMM."""
-    import types
 
-    from ptxgemm import bench_modes, driver, gemm, timing
+    from ptxgemm import bench_modes
 
     fake_ms = {"torch._scaled_mm (cuBLAS)": 1.2, "ptxgemm fused": 1.05, "ptxgemm plain + torch pass": 1.4}
-    monkeypatch.setattr(driver, "no_device_reason", lambda: None)
-    monkeypatch.setattr(driver, "device_info",
-                        lambda: types.SimpleNamespace(name=H200, sm_count=132, driver_version_str="13.0"))
-    monkeypatch.setattr(driver, "DeviceArray", _FakeDeviceArray)
-    monkeypatch.setattr(gemm, "GemmPlan", _FakePlan)
-    monkeypatch.setattr(timing, "time_interleaved",
-                        lambda launchers, rounds, warmup=3: {n: (f(), fake_ms.get(n, 1.0))[1]
-                                                             for n, f in launchers.items()})
-    monkeypatch.setattr(bench_modes, "_torch", _fake_torch)
-    monkeypatch.setattr(bench_modes, "read_clocks", lambda: {})
+    _fake_gpu(monkeypatch, H200, fake_ms, _fake_torch)
     mode = bench_modes.mode_from_options(*options)
     assert bench_modes.run_mode_bench([(96, 384, 320)], 3, mode, out=tmp_path) == 0
     result = json.loads((tmp_path / f"bench_h200_{mode.slug}.json").read_text())
@@ -488,24 +487,15 @@ def test_mode_bench_with_torch_faked(monkeypatch, tmp_path, options, peer, peer_
 
 
 def test_a_refused_peer_is_recorded_and_the_run_goes_on(monkeypatch, tmp_path, capsys):
-    import types
 
-    from ptxgemm import bench_modes, driver, gemm, timing
+    from ptxgemm import bench_modes
 
     def refusing_torch():
         torch = _fake_torch()
         torch._scaled_mm = lambda *a, **k: (_ for _ in ()).throw(RuntimeError("mat1 rows must be divisible by 16"))
         return torch
 
-    monkeypatch.setattr(driver, "no_device_reason", lambda: None)
-    monkeypatch.setattr(driver, "device_info",
-                        lambda: types.SimpleNamespace(name=H100, sm_count=132, driver_version_str="13.0"))
-    monkeypatch.setattr(driver, "DeviceArray", _FakeDeviceArray)
-    monkeypatch.setattr(gemm, "GemmPlan", _FakePlan)
-    monkeypatch.setattr(timing, "time_interleaved",
-                        lambda launchers, rounds, warmup=3: {n: (f(), 1.0)[1] for n, f in launchers.items()})
-    monkeypatch.setattr(bench_modes, "_torch", refusing_torch)
-    monkeypatch.setattr(bench_modes, "read_clocks", lambda: {})
+    _fake_gpu(monkeypatch, H100, {}, refusing_torch)
     mode = bench_modes.mode_from_options("float8_e5m2", None, None)
     assert bench_modes.run_mode_bench([(1, 256, 256)], 1, mode, out=tmp_path) == 0
     [r] = json.loads((tmp_path / "bench_h100_fp8e5m2_tensor.json").read_text())["rows"]
