@@ -46,7 +46,8 @@ def test_numbers_fold_into_alpha_and_device_scalars_stay_on_the_device():
     e = parse(alpha=2.0, scale_a=0.5, scale_b=3.0)
     assert e.alpha == 3.0 and e.row_scale is None and e.col_scale is None
     e = parse(scale_a=Dev((1,)), scale_b=Dev(()))
-    assert e.row_scale.step == 0 and e.col_scale.step == 0 and e.alpha == 1.0
+    assert e.row_scale is None and e.col_scale is None and e.alpha == 1.0
+    assert e.config_fields(False)["device_scales"] and not e.config_fields(False)["alpha"]
 
 
 def test_rowwise_scales_and_bias_trade_places_when_swapped():
@@ -133,6 +134,7 @@ def test_the_plain_gemm_ptx_has_no_epilogue_code():
     ("pp128x192", {"bias": "col", "activation": "gelu"}),
     ("pp128x128", {"alpha": True, "source_dtype": "bfloat16", "bias": "row", "activation": "silu"}),
     ("pp64x128", {"block_scale": True}),
+    ("coop128x256", {"device_scales": True, "bias": "col", "activation": "gelu"}),   # the fp8 bench's epilogue
 ])
 def test_fused_kernels_assemble_without_spills(tag, fields):
     from ptxgemm.gemm import compile_gemm
