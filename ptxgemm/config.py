@@ -131,6 +131,7 @@ class GemmConfig:
     b_dtype: str | None = None    # B's dtype where it differs from A's (fp8 only: e4m3 x e5m2); None: in_dtype
     # --- the fused epilogue, in the kernel's frame (rows are its M, after any swap); all off: the plain GEMM ---
     alpha: bool = False           # multiply by the fp32 kernel parameter alpha (alpha x per-tensor scales)
+    device_scales: bool = False   # ... and by two per-tensor fp32 scales read on the device, once per consumer
     row_scale: bool = False       # multiply row m by an fp32 vector's element m (rowwise scale of A)
     col_scale: bool = False       # multiply column n by an fp32 vector's element n (rowwise scale of B)
     block_scale: bool = False     # fp8 blockwise scales: each k-tile's products promoted into the fp32 accumulators
@@ -438,8 +439,8 @@ class GemmConfig:
     @property
     def fused(self) -> bool:
         """Whether the epilogue does more than cast the accumulators (fusion.ptx.j2's `apply` is emitted)."""
-        return bool(self.alpha or self.row_scale or self.col_scale or self.has_source or self.bias
-                    or self.activation)
+        return bool(self.alpha or self.device_scales or self.row_scale or self.col_scale or self.has_source
+                    or self.bias or self.activation)
 
     @property
     def fused_registers(self) -> int:
@@ -449,7 +450,7 @@ class GemmConfig:
         row_vectors = int(self.row_scale) + int(self.bias == "row")
         col_vectors = int(self.col_scale) + int(self.bias == "col")
         return (2 * self.m_halves * row_vectors + 2 * col_vectors + (8 * self.m_halves + 6 if self.has_source else 0)
-                + int(self.alpha) + (2 if self.activation else 0))
+                + int(self.alpha or self.device_scales) + (2 if self.activation else 0))
 
     @property
     def b_type(self) -> str:
@@ -641,7 +642,7 @@ class GemmConfig:
     def epilogue_summary(self) -> str:
         """The fused epilogue as a formula, e.g. 'gelu(alpha*acc*r[m]*c[n] + beta*S(bfloat16) + bias[n])'."""
         v = "acc" + ("[blockwise scaled]" if self.block_scale else "")
-        v = ("alpha*" if self.alpha else "") + v + ("*r[m]" if self.row_scale else "") + ("*c[n]" if self.col_scale else "")
+        v = ("alpha*" if self.alpha else "") + ("s_a*s_b*" if self.device_scales else "") + v + ("*r[m]" if self.row_scale else "") + ("*c[n]" if self.col_scale else "")
         if self.has_source:
             v += f" + beta*S({self.source_dtype})"
         if self.bias:

@@ -5,7 +5,8 @@ and the rule) and classifies the scalings by shape:
 
   scale_a / scale_b        per-tensor                  rowwise                    blockwise (fp8)
   a Python or numpy number  folded into alpha (host)    -                          -
-  a 1-element array         read on the device          -                          -
+  a 1-element array         read once by each consumer  -                          -
+                            and folded into alpha
   an fp32 array             -                           (M,) or (M, 1) / (N,) or   (M, ceil(K/128)) /
                                                         (1, N): per row of A, per   (ceil(K/128), ceil(N/128))
                                                         column of B
@@ -32,10 +33,9 @@ from .errors import ConfigError
 
 @dataclasses.dataclass(frozen=True)
 class Vector:
-    """An fp32 (scales) or VECTOR_DTYPES (bias) vector on the device; `step` 0 broadcasts its one element."""
+    """An fp32 (scales) or VECTOR_DTYPES (bias) vector on the device."""
 
     array: object
-    step: int = 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,8 +46,10 @@ class Epilogue:
     bias: Vector | None = None
     bias_axis: str | None = None       # "row" (one value per row of the result) or "col"
     activation: str | None = None
-    row_scale: Vector | None = None    # scale_a per row, or a device scalar (step 0)
-    col_scale: Vector | None = None    # scale_b per column, or a device scalar
+    row_scale: Vector | None = None    # scale_a per row
+    col_scale: Vector | None = None    # scale_b per column
+    device_a: object = None            # per-tensor scales kept on the device: 1-element fp32 arrays
+    device_b: object = None
     block_a: object = None             # blockwise: scale_a (M, ceil(K/128)), scale_b (ceil(K/128), ceil(N/128))
     block_b: object = None
 
@@ -66,17 +68,19 @@ class Epilogue:
         def arr(x):
             if x is None:
                 return None
-            x, step = (x.array, x.step) if isinstance(x, Vector) else (x, None)
-            return (x.ptr, tuple(x.shape), tuple(x.strides), np.dtype(x.dtype).name, step)
+            x = x.array if isinstance(x, Vector) else x
+            return (x.ptr, tuple(x.shape), tuple(x.strides), np.dtype(x.dtype).name)
 
         return (self.alpha, self.beta, self.activation, self.bias_axis, arr(self.source), arr(self.bias),
-                arr(self.row_scale), arr(self.col_scale), arr(self.block_a), arr(self.block_b))
+                arr(self.row_scale), arr(self.col_scale), arr(self.device_a), arr(self.device_b), arr(self.block_a),
+                arr(self.block_b))
 
     def config_fields(self, swapped: bool) -> dict:
         """GemmConfig's epilogue fields in the kernel's frame (rows are its M: the caller's N when swapped)."""
         rows, cols = (self.col_scale, self.row_scale) if swapped else (self.row_scale, self.col_scale)
         bias = None if self.bias is None else _flip(self.bias_axis) if swapped else self.bias_axis
         return {"alpha": self.alpha != 1.0, "row_scale": rows is not None, "col_scale": cols is not None,
+                "device_scales": self.device_a is not None or self.device_b is not None,
                 "block_scale": self.block_a is not None,
                 "source_dtype": None if self.source is None else np.dtype(self.source.dtype).name,
                 "bias": bias, "bias_dtype": np.dtype(self.bias.array.dtype).name if self.bias else "float32",
@@ -88,11 +92,13 @@ class Epilogue:
         args = []
         if self.alpha != 1.0:
             args.append(ctypes.c_float(self.alpha))
+        if self.device_a is not None or self.device_b is not None:   # a null pointer reads as 1
+            args += [ctypes.c_uint64(0 if x is None else x.ptr) for x in (self.device_a, self.device_b)]
         if self.source is not None:
             args.append(ctypes.c_float(self.beta))
         for v in (rows, cols):
             if v is not None:
-                args += [ctypes.c_uint64(v.array.ptr), ctypes.c_uint32(v.step)]
+                args.append(ctypes.c_uint64(v.array.ptr))
         if self.bias is not None:
             args.append(ctypes.c_uint64(self.bias.array.ptr))
         if self.block_a is not None:
@@ -148,7 +154,7 @@ def _c_contiguous(arr, name: str) -> None:
 
 
 def _scale(name: str, x, vector_shapes, block_shape, convert):
-    """(kind, value): ("tensor", float), ("device", Vector step 0), ("vector", Vector) or ("block", array)."""
+    """(kind, value): ("tensor", float), ("device", array), ("vector", Vector) or ("block", array)."""
     v = _host_scalar(name, x)
     if v is not None:
         return "tensor", v
@@ -158,10 +164,10 @@ def _scale(name: str, x, vector_shapes, block_shape, convert):
         raise ConfigError(f"{name}: scales must be float32, got {dt} (convert explicitly: astype(numpy.float32))")
     shape = tuple(arr.shape)
     if math.prod(shape) == 1 and len(shape) <= 2:
-        return "device", Vector(arr, 0)
+        return "device", arr
     if shape in vector_shapes:
         _unit_along(arr, 1 if shape == vector_shapes[1] and name == "scale_b" else 0, name)   # (1, N): along axis 1
-        return "vector", Vector(arr, 1)
+        return "vector", Vector(arr)
     if shape == block_shape:
         _c_contiguous(arr, name)
         return "block", arr
@@ -203,7 +209,7 @@ def parse(*, c=None, alpha=1.0, beta=0.0, bias=None, activation=None, scale_a=No
             raise ConfigError(f"bias: shape must be ({n},) or (1, {n}) (one value per column) or ({m}, 1) (one per "
                               f"row), shared by every problem of a batch; got {shape}")
         _unit_along(arr, 0 if axis == "row" else len(shape) - 1, "bias")
-        vec = Vector(arr, 1)
+        vec = Vector(arr)
     kb = _blocks(k)
     kinda = kindb = None
     a = b = None
@@ -216,7 +222,7 @@ def parse(*, c=None, alpha=1.0, beta=0.0, bias=None, activation=None, scale_a=No
         kindb, b = "block", b.array
     if kindb == "block" and kinda == "vector" and tuple(a.array.shape) == (m, kb):
         kinda, a = "block", a.array
-    row = col = block_a = block_b = None
+    row = col = block_a = block_b = device_a = device_b = None
     if "block" in (kinda, kindb):
         if (kinda, kindb) != ("block", "block"):
             raise ConfigError(f"scale_a, scale_b: blockwise scaling needs both tables, (M, ceil(K/{SCALE_BLOCK})) = "
@@ -230,10 +236,13 @@ def parse(*, c=None, alpha=1.0, beta=0.0, bias=None, activation=None, scale_a=No
         for kind, val, name in ((kinda, a, "a"), (kindb, b, "b")):
             if kind == "tensor":
                 alpha *= val
+            elif kind == "device":
+                device_a, device_b = (val, device_b) if name == "a" else (device_a, val)
             elif kind is not None:
                 if name == "a":
                     row = val
                 else:
                     col = val
     return Epilogue(alpha=alpha, beta=beta, source=source, bias=vec, bias_axis=axis, activation=activation,
-                    row_scale=row, col_scale=col, block_a=block_a, block_b=block_b)
+                    row_scale=row, col_scale=col, device_a=device_a, device_b=device_b, block_a=block_a,
+                    block_b=block_b)

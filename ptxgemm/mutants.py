@@ -408,6 +408,8 @@ def _epilogue_args(config: GemmConfig, w: Workload, rng) -> dict:
     if config.alpha:
         args["alpha"] = -0.75
     positive = (lambda shape: rng.uniform(0.5, 2.0, size=shape).astype(np.float32))
+    if config.device_scales:
+        args["scale_a"], args["scale_b"] = positive((1,)), positive((1,))   # the worker uploads them: device scalars
     if config.row_scale:
         args["scale_a"] = positive((w.m, 1))
     if config.col_scale:
