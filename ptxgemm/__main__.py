@@ -181,7 +181,8 @@ MUTANT_PRESETS = {"default": {}, "cluster": {"cluster_m": 2},
                   "split": {"splits": 3},
                   "cooperative-split": {"schedule": "cooperative", "block_m": 128, "block_n": 256, "splits": 3},
                   # the fused epilogue's source tile (its full/empty mbarriers), and blockwise fp8 promotion
-                  "epilogue": {"source_dtype": "bfloat16", "bias": "col", "activation": "gelu"},
+                  # (col_pairs: the workloads' N are even and their bias a fresh allocation, so plans read it in pairs)
+                  "epilogue": {"source_dtype": "bfloat16", "bias": "col", "activation": "gelu", "col_pairs": True},
                   "cooperative-epilogue": {"schedule": "cooperative", "block_m": 256, "source_dtype": "float16",
                                            "bias": "row", "activation": "silu"},
                   "blockwise": {"schedule": "cooperative", "block_m": 128, "block_n": 128,

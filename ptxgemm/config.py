@@ -139,6 +139,8 @@ class GemmConfig:
     bias: str | None = None       # BIAS_AXES: add a vector along rows ("row": one value per row) or columns
     bias_dtype: str = "float32"   # VECTOR_DTYPES: the bias vector's dtype
     activation: str | None = None  # ACTIVATIONS, after the bias, before the output cast
+    col_pairs: bool = False       # column vectors read two adjacent values per load: the host saw each aligned to two
+    #                               elements and N even (Epilogue.config_fields); off for a config without one
 
     def __post_init__(self):
         object.__setattr__(self, "in_dtype", _dtype_name(self.in_dtype))
@@ -147,6 +149,8 @@ class GemmConfig:
         object.__setattr__(self, "b_dtype", None if b_dtype == self.in_dtype else b_dtype)   # one spelling of "same"
         object.__setattr__(self, "source_dtype", _dtype_name(self.source_dtype))
         object.__setattr__(self, "bias_dtype", _dtype_name(self.bias_dtype))
+        # one spelling of "no column vector to pair" (the plain GEMM's PTX stays byte-identical)
+        object.__setattr__(self, "col_pairs", bool(self.col_pairs and (self.col_scale or self.bias == "col")))
         if self.block_k is None and self.in_dtype in INPUT_DTYPES:
             object.__setattr__(self, "block_k", SWIZZLE_BYTES // self.in_itemsize)
         self._validate()
@@ -647,7 +651,8 @@ class GemmConfig:
             v += f" + beta*S({self.source_dtype})"
         if self.bias:
             v += f" + bias[{'m' if self.bias == 'row' else 'n'}]({self.bias_dtype})"
-        return f"{self.activation}({v})" if self.activation else v
+        v = f"{self.activation}({v})" if self.activation else v
+        return v + (", column vectors read in pairs" if self.col_pairs else "")
 
     @property
     def kernel_name(self) -> str:

@@ -75,16 +75,21 @@ class Epilogue:
                 arr(self.row_scale), arr(self.col_scale), arr(self.device_a), arr(self.device_b), arr(self.block_a),
                 arr(self.block_b))
 
-    def config_fields(self, swapped: bool) -> dict:
-        """GemmConfig's epilogue fields in the kernel's frame (rows are its M: the caller's N when swapped)."""
+    def config_fields(self, swapped: bool, n: int) -> dict:
+        """GemmConfig's epilogue fields in the kernel's frame (rows are its M: the caller's N when swapped; `n` is
+        the kernel's N). The column vectors are read in pairs (`col_pairs`) when N is even and each starts on a
+        two-element boundary, so that no pair straddles N and every pair load is aligned."""
         rows, cols = (self.col_scale, self.row_scale) if swapped else (self.row_scale, self.col_scale)
         bias = None if self.bias is None else _flip(self.bias_axis) if swapped else self.bias_axis
+        col_vectors = [v.array for v in (cols, self.bias if bias == "col" else None) if v is not None]
+        pairs = bool(col_vectors) and n % 2 == 0 and all(
+            v.ptr % (2 * np.dtype(v.dtype).itemsize) == 0 for v in col_vectors)
         return {"alpha": self.alpha != 1.0, "row_scale": rows is not None, "col_scale": cols is not None,
                 "device_scales": self.device_a is not None or self.device_b is not None,
                 "block_scale": self.block_a is not None,
                 "source_dtype": None if self.source is None else np.dtype(self.source.dtype).name,
                 "bias": bias, "bias_dtype": np.dtype(self.bias.array.dtype).name if self.bias else "float32",
-                "activation": self.activation}
+                "activation": self.activation, "col_pairs": pairs}
 
     def kernel_args(self, swapped: bool, k: int, n: int) -> list:
         """The kernel parameters after tmap_source, in fusion.ptx.j2's `params` order."""

@@ -286,12 +286,12 @@ class GemmPlan:
         info = driver.require_sm90("running the GEMM")  # before loading: a clear error on a non-Hopper GPU
         cfg = _resolve_config(config, in_dtype, out_dtype, *_majors(lay), (lay.m, lay.n, lay.k), device=info,
                               ctas=ctas, batches=lay.batches, b_dtype=b_dtype_of(a, b),
-                              fused=epi.config_fields(lay.swapped))
+                              fused=epi.config_fields(lay.swapped, lay.n))
         if cfg.transposed_store != transposed:  # the selection chose the transposed store (swap-AB): plan for it
             self.layout = lay = _layout(a, b, out, True, epi)
             check_epilogue_layout(epi, lay)
             cfg = dataclasses.replace(cfg, **dict(zip(("a_major", "b_major"), _majors(lay))),
-                                      **epi.config_fields(lay.swapped))
+                                      **epi.config_fields(lay.swapped, lay.n))
         self.config = cfg
         check_ctas(ctas, cfg.cluster_size)
         if kernel is not None and kernel.config != cfg:

@@ -87,6 +87,7 @@ class _OnDevice:
     shape: tuple
     strides: tuple
     dtype: np.dtype
+    ptr: int = 1 << 32   # aligned, as a fresh device allocation is
 
 
 def _fields(case: Case) -> dict:
@@ -95,7 +96,7 @@ def _fields(case: Case) -> dict:
     args = {key: _OnDevice(v.shape, v.strides, v.dtype) if isinstance(v, np.ndarray) else v
             for key, v in _arguments(case, np.random.default_rng(0)).items()}
     return epilogue.parse(**args, m=m, n=n, k=k, in_dtype=case.pair[0], batched=False,
-                          convert=lambda x, name: x).config_fields(False)
+                          convert=lambda x, name: x).config_fields(False, n)
 
 
 def _config(case: Case) -> GemmConfig | None:
@@ -218,6 +219,38 @@ def test_c_may_be_out_itself_and_a_column_major_out_swaps_rows_and_columns():
     ref, bound = expected(a, b, {"bias": bias, "scale_a": sa, "scale_b": sb, "activation": "gelu"}, "float32")
     verdict = accuracy.check_bound(fout.to_numpy(), ref, bound)
     assert verdict.ok, str(verdict)
+
+
+@gpu
+@pytest.mark.parametrize("n, offset, paired", [(1100, 0, True), (1101, 0, False), (1100, 1, False)],
+                         ids=["even-aligned", "odd-n", "misaligned"])
+def test_column_vectors_are_read_in_pairs_only_when_every_pair_is_whole_and_aligned(n, offset, paired):
+    """The column bias and scales are read two adjacent values per load when N is even and each vector starts on a
+    two-element boundary; otherwise one at a time. Both paths, the last partial tile included (N % 256 != 0), and
+    vectors `offset` elements into their allocation."""
+    import ptxgemm
+
+    rng = np.random.default_rng(8 + n + offset)
+    m, k = 700, 2100
+    a = random_matrix(rng, m, k, "float8_e4m3fn")
+    b = random_matrix(rng, k, n, "float8_e4m3fn", order="F")
+    bias = rng.standard_normal(n).astype(DTYPES["bfloat16"])
+    sa, sb = _positive(rng, (m, 1)), _positive(rng, (n,))
+
+    def shifted(x):   # x's values `offset` elements into a device allocation
+        host = np.concatenate([np.ones(offset, x.dtype), x])
+        return ptxgemm.to_device(host).view(x.shape, offset=offset * x.itemsize)
+
+    out = ptxgemm.DeviceArray.empty((m, n), np.dtype(DTYPES["bfloat16"]))
+    out.poison()
+    plan = ptxgemm.GemmPlan(ptxgemm.to_device(a), ptxgemm.to_device(b), out, GemmConfig.from_tag("coop128x256"),
+                            ctas=CTAS, bias=shifted(bias), scale_a=ptxgemm.to_device(sa), scale_b=shifted(sb),
+                            activation="gelu")
+    assert plan.config.col_pairs is paired, plan.config.describe()
+    plan.launch()
+    ref, bound = expected(a, b, {"bias": bias, "scale_a": sa, "scale_b": sb, "activation": "gelu"}, "bfloat16")
+    verdict = accuracy.check_bound(out.to_numpy(), ref, bound)
+    assert verdict.ok, f"{plan.config.describe()}: {verdict}"
 
 
 @gpu
