@@ -158,6 +158,22 @@ def test_fused_kernels_assemble_without_spills(tag, fields):
     assert fn.spill_store_bytes == 0 and not report.warnings, report.raw
 
 
+@pytest.mark.parametrize("pairs", [False, True], ids=["scalar", "pairs"])
+def test_the_column_loads_are_independent_so_they_overlap(pairs):
+    """A predicated load whose register kept the previous column's value chained every load behind the previous
+    one (all into one register: 32 round trips per tile, +7-11% at 8192^3). Zeroed first, they land in distinct
+    registers and are in flight together."""
+    import re
+
+    from ptxgemm.gemm import compile_gemm
+
+    cfg = GemmConfig.from_tag("coop128x256", in_dtype="bfloat16", a_major="k", b_major="k", bias="col",
+                              activation="gelu", col_pairs=pairs)
+    loads = re.findall(r"LDG\.E(?:\.64)?\.CONSTANT (R\d+),", compile_gemm(cfg).sass())
+    assert len(loads) == cfg.block_n // (8 if pairs else 4)   # the lane's columns: 2 of every 8
+    assert len(set(loads)) >= len(loads) // 4, sorted(set(loads))
+
+
 HEAVY_TILES = ("coop128x256", "coop256x128", "coop256x192", "pp128x128", "pp128x192")
 HEAVY_EPILOGUES = ({"device_scales": True, "bias": "col", "activation": "gelu"},
                    {"row_scale": True, "col_scale": True, "bias": "row", "activation": "silu"},
