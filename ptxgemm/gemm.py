@@ -139,18 +139,35 @@ def _resolve_config(config: GemmConfig | None, in_dtype: str, out_dtype: str, a_
     `ctas` cannot hold whole is dropped (a single CTA): `ctas` is a test knob and must not turn a default choice
     into an error."""
     fused = fused or {}
-    if config is None:
-        from .select import select_config
 
-        base = select_config(*shape, in_dtype, out_dtype, a_major, b_major, device=device, batches=batches,
-                             epilogue=tuple(sorted(fused.items())))
+    def complete(base):   # block_k follows the input type (one 128-byte swizzle row of K): a 16-bit config serves fp8
+        return dataclasses.replace(base, in_dtype=in_dtype, out_dtype=out_dtype, a_major=a_major, b_major=b_major,
+                                   block_k=None, b_dtype=b_dtype, **fused)
+
+    if config is not None:
+        return complete(config)  # GemmPlan checked that it is a GemmConfig before asking for the GPU
+    from .select import preferences
+
+    first = None
+    for base, _ in preferences(*shape, in_dtype, out_dtype, a_major, b_major, device=device, batches=batches,
+                               epilogue=tuple(sorted(fused.items()))):
         if ctas is not None and ctas % base.cluster_size:
             base = dataclasses.replace(base, cluster_m=1, cluster_n=1)
-    else:
-        base = config  # GemmPlan checked that it is a GemmConfig before asking for the GPU
-    # block_k follows the input type (one 128-byte swizzle row of K), so a 16-bit config serves fp8 arrays too
-    return dataclasses.replace(base, in_dtype=in_dtype, out_dtype=out_dtype, a_major=a_major, b_major=b_major,
-                               block_k=None, b_dtype=b_dtype, **fused)
+        cfg = complete(base)
+        first = cfg if first is None else first
+        if not cfg.fused or not spills(cfg):
+            return cfg
+    return first   # every candidate spills: the preferred one
+
+
+def spills(config: GemmConfig) -> bool:
+    """Whether ptxas spills registers in `config`'s kernel (compiled and cached on disk; it is about to be loaded
+    anyway). GemmConfig.fused_registers estimates the fused epilogue's registers, but ptxas hoists its vector loads
+    as far as it sees room, so the selection asks ptxas (the measured cases: tests/test_epilogue.py's spill check).
+    Without ptxas there is no report, and no spill is assumed."""
+    kernel = compile_gemm(config)
+    fn = kernel.report.functions.get(config.kernel_name) if kernel.report is not None else None
+    return fn is not None and fn.spill_store_bytes > 0
 
 
 MN_PANEL = 64  # elements of an MN-major operand per 128-byte swizzle row: one TMA box (and smem panel) each

@@ -403,17 +403,26 @@ def _ranked(problem: Problem, sm_count: int, gpu_name: str = "", batches: int = 
     return sorted(pairs, key=rank)
 
 
-def choose(m: int, n: int, k: int, in_dtype: str = "bfloat16", out_dtype: str | None = None, a_major: str = "k",
-           b_major: str = "mn", device=None, batches: int = 1, epilogue: tuple = ()) -> tuple[GemmConfig, str]:
-    """(config, where it came from: 'tune cache' or 'cost model'); select_config without the second part. The tune
-    cache holds single problems: a batch asks the cost model, which counts every problem's tiles. The tune cache's
-    winner is used with a fused epilogue when it can carry it (the epilogue runs under the peer's mainloop)."""
+def preferences(m: int, n: int, k: int, in_dtype: str = "bfloat16", out_dtype: str | None = None,
+                a_major: str = "k", b_major: str = "mn", device=None, batches: int = 1, epilogue: tuple = ()):
+    """Every config that can run the problem, most preferred first, each with where it came from ('tune cache' or
+    'cost model'): the tune cache's winner (single problems only: a batch asks the cost model, which counts every
+    problem's tiles), when it can carry the fused epilogue (the epilogue runs under the peer's mainloop), then the
+    cost model's ranking. A generator: the caller takes the first, or walks on past one it rejects (a fused kernel
+    that ptxas spills, see ptxgemm.gemm)."""
     problem = Problem(m, n, k, in_dtype, out_dtype, a_major, b_major)
     device = resolve_device(device)
     cached = tune_cache.lookup(problem, device) if batches == 1 else None
     if cached is not None and with_epilogue(cached, epilogue) is not None:
-        return with_epilogue(cached, epilogue), "tune cache"
-    return _ranked(problem, device.sm_count, str(device.name), batches, epilogue)[0][1], "cost model"
+        yield with_epilogue(cached, epilogue), "tune cache"
+    for _, config in _ranked(problem, device.sm_count, str(device.name), batches, epilogue):
+        yield config, "cost model"
+
+
+def choose(m: int, n: int, k: int, in_dtype: str = "bfloat16", out_dtype: str | None = None, a_major: str = "k",
+           b_major: str = "mn", device=None, batches: int = 1, epilogue: tuple = ()) -> tuple[GemmConfig, str]:
+    """(config, where it came from: 'tune cache' or 'cost model'); select_config without the second part."""
+    return next(preferences(m, n, k, in_dtype, out_dtype, a_major, b_major, device, batches, epilogue))
 
 
 def select_config(m: int, n: int, k: int, in_dtype: str = "bfloat16", out_dtype: str | None = None,
