@@ -6,8 +6,9 @@ by a fixed-seed generator over every feature (input pair, output dtype, scaling,
 activation, tile) so that each value of each feature, and each pair of activation and bias, appears; each runs on 3
 CTAs so every consumer runs several tiles, the k-loop wraps the ring and the one-slot source buffer changes hands
 (asserted on the CPU). Targeted tests add what the matrix cannot: C = out in place, a column-major output (the
-swapped problem: rows and columns of the epilogue trade places), a batch, device per-tensor scales, an fp8 operand
-that is not K-major (staged transposed), and run() on numpy arrays.
+swapped problem: rows and columns of the epilogue trade places), a batch, device per-tensor scales, column vectors
+read in pairs and one value at a time (odd N, a misaligned vector), an fp8 operand that is not K-major (staged
+transposed), and run() on numpy arrays.
 """
 from __future__ import annotations
 
