@@ -253,6 +253,15 @@ def parse_shapes(text: str) -> list[tuple[int, int, int]]:
     return shapes
 
 
+def require_device():
+    """The GPU's info, or a ConfigError saying that bench needs one (every bench mode starts here)."""
+    from . import driver
+
+    reason = driver.no_device_reason()
+    if reason:
+        raise ConfigError(f"bench runs the kernels, so it needs an sm_90 GPU (H100/H200), and there is none here: "
+                          f"{reason.rstrip('.')}. --summarize needs none")
+    return driver.device_info()
 
 def run_bench(shapes, rounds: int, config=None, variant_configs=(), out="bench_out", name: str | None = None,
               tune_cache: str = "off", b_major: str = "mn") -> int:
@@ -262,14 +271,10 @@ def run_bench(shapes, rounds: int, config=None, variant_configs=(), out="bench_o
     implementation. `tune_cache` only labels the run: the caller has set PTXGEMM_TUNE_CACHE before any selection."""
     import ml_dtypes
 
-    from . import driver, select
+    from . import select
     from .timing import time_interleaved
 
-    reason = driver.no_device_reason()
-    if reason:
-        raise ConfigError(f"bench runs the kernels, so it needs an sm_90 GPU (H100/H200), and there is none here: "
-                          f"{reason.rstrip('.')}. --summarize needs none")
-    info = driver.device_info()
+    info = require_device()
     peer = find_peer()
     variants = [PtxgemmImpl(c, f"ptxgemm {c.tag}") for c in variant_configs]
     main_impl = PtxgemmImpl(config)

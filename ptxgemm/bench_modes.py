@@ -36,7 +36,7 @@ import numpy as np
 
 from .accuracy import activation64, dequantize   # the kernel's activation in float64 (gelu: the tanh form)
 from .bench import (QUICK_SHAPES, SAMPLE_ROWS, SAMPLE_SEED, SQUARE_LLM_SHAPES, PtxgemmImpl, float64_reference, geomean,
-                    geomeans, gpu_slug, group_of, read_clocks, rel_err, sample_rows, torch_rows)
+                    geomeans, gpu_slug, group_of, read_clocks, rel_err, require_device, sample_rows, torch_rows)
 from .errors import ConfigError
 
 IN_DTYPES = ("bfloat16", "float8_e4m3fn", "float8_e5m2")
@@ -469,14 +469,9 @@ def run_mode_bench(shapes, rounds: int, mode: Mode, config=None, out="bench_out"
     """Time every shape in `mode` (see the module's docstring) with all its implementations in one set of
     interleaved rounds; print the table and write bench_<gpu>_<mode.slug>[_<name>].json and .png to `out`.
     `b_major` applies to bf16 inputs (fp8's B is always column-major)."""
-    from . import driver
     from .timing import time_interleaved
 
-    reason = driver.no_device_reason()
-    if reason:
-        raise ConfigError(f"bench runs the kernels, so it needs an sm_90 GPU (H100/H200), and there is none here: "
-                          f"{reason.rstrip('.')}. --summarize needs none")
-    info = driver.device_info()
+    info = require_device()
     torch = _torch()
     peer = peer_name(mode, torch)
     b_major = "k" if mode.fp8 else b_major

@@ -32,22 +32,15 @@ from .errors import ConfigError
 
 
 @dataclasses.dataclass(frozen=True)
-class Vector:
-    """An fp32 (scales) or VECTOR_DTYPES (bias) vector on the device."""
-
-    array: object
-
-
-@dataclasses.dataclass(frozen=True)
 class Epilogue:
     alpha: float = 1.0                 # the caller's alpha times every per-tensor scale given as a number
     beta: float = 0.0
     source: object = None              # c, a device array (its layout goes through ptxgemm.operands)
-    bias: Vector | None = None
+    bias: object = None                # a device vector: VECTOR_DTYPES, over rows or columns (bias_axis)
     bias_axis: str | None = None       # "row" (one value per row of the result) or "col"
     activation: str | None = None
-    row_scale: Vector | None = None    # scale_a per row
-    col_scale: Vector | None = None    # scale_b per column
+    row_scale: object = None           # scale_a per row, an fp32 device vector
+    col_scale: object = None           # scale_b per column, an fp32 device vector
     device_a: object = None            # per-tensor scales kept on the device: 1-element fp32 arrays
     device_b: object = None
     block_a: object = None             # blockwise: scale_a (M, ceil(K/128)), scale_b (ceil(K/128), ceil(N/128))
@@ -68,7 +61,6 @@ class Epilogue:
         def arr(x):
             if x is None:
                 return None
-            x = x.array if isinstance(x, Vector) else x
             return (x.ptr, tuple(x.shape), tuple(x.strides), np.dtype(x.dtype).name)
 
         return (self.alpha, self.beta, self.activation, self.bias_axis, arr(self.source), arr(self.bias),
@@ -81,14 +73,14 @@ class Epilogue:
         two-element boundary, so that no pair straddles N and every pair load is aligned."""
         rows, cols = (self.col_scale, self.row_scale) if swapped else (self.row_scale, self.col_scale)
         bias = None if self.bias is None else _flip(self.bias_axis) if swapped else self.bias_axis
-        col_vectors = [v.array for v in (cols, self.bias if bias == "col" else None) if v is not None]
+        col_vectors = [v for v in (cols, self.bias if bias == "col" else None) if v is not None]
         pairs = bool(col_vectors) and n % 2 == 0 and all(
             v.ptr % (2 * np.dtype(v.dtype).itemsize) == 0 for v in col_vectors)
         return {"alpha": self.alpha != 1.0, "row_scale": rows is not None, "col_scale": cols is not None,
                 "device_scales": self.device_a is not None or self.device_b is not None,
                 "block_scale": self.block_a is not None,
                 "source_dtype": None if self.source is None else np.dtype(self.source.dtype).name,
-                "bias": bias, "bias_dtype": np.dtype(self.bias.array.dtype).name if self.bias else "float32",
+                "bias": bias, "bias_dtype": np.dtype(self.bias.dtype).name if self.bias is not None else "float32",
                 "activation": self.activation, "col_pairs": pairs}
 
     def kernel_args(self, swapped: bool, k: int, n: int) -> list:
@@ -103,9 +95,9 @@ class Epilogue:
             args.append(ctypes.c_float(self.beta))
         for v in (rows, cols):
             if v is not None:
-                args.append(ctypes.c_uint64(v.array.ptr))
+                args.append(ctypes.c_uint64(v.ptr))
         if self.bias is not None:
-            args.append(ctypes.c_uint64(self.bias.array.ptr))
+            args.append(ctypes.c_uint64(self.bias.ptr))
         if self.block_a is not None:
             args += [ctypes.c_uint64(self.block_a.ptr), ctypes.c_uint32(_blocks(k)),
                      ctypes.c_uint64(self.block_b.ptr), ctypes.c_uint32(_blocks(n))]
@@ -159,7 +151,7 @@ def _c_contiguous(arr, name: str) -> None:
 
 
 def _scale(name: str, x, vector_shapes, block_shape, convert):
-    """(kind, value): ("tensor", float), ("device", array), ("vector", Vector) or ("block", array)."""
+    """(kind, value): ("tensor", float), or ("device" | "vector" | "block", the device array)."""
     v = _host_scalar(name, x)
     if v is not None:
         return "tensor", v
@@ -172,7 +164,7 @@ def _scale(name: str, x, vector_shapes, block_shape, convert):
         return "device", arr
     if shape in vector_shapes:
         _unit_along(arr, 1 if shape == vector_shapes[1] and name == "scale_b" else 0, name)   # (1, N): along axis 1
-        return "vector", Vector(arr)
+        return "vector", arr
     if shape == block_shape:
         _c_contiguous(arr, name)
         return "block", arr
@@ -214,7 +206,7 @@ def parse(*, c=None, alpha=1.0, beta=0.0, bias=None, activation=None, scale_a=No
             raise ConfigError(f"bias: shape must be ({n},) or (1, {n}) (one value per column) or ({m}, 1) (one per "
                               f"row), shared by every problem of a batch; got {shape}")
         _unit_along(arr, 0 if axis == "row" else len(shape) - 1, "bias")
-        vec = Vector(arr)
+        vec = arr
     kb = _blocks(k)
     kinda = kindb = None
     a = b = None
@@ -223,10 +215,10 @@ def parse(*, c=None, alpha=1.0, beta=0.0, bias=None, activation=None, scale_a=No
     if scale_b is not None:
         kindb, b = _scale("scale_b", scale_b, ((n,), (1, n)), (kb, _blocks(n)), convert)
     # a vector shape that is also the block shape (K <= 128) is blockwise when the other scale is
-    if kinda == "block" and kindb == "vector" and tuple(b.array.shape) == (kb, _blocks(n)):
-        kindb, b = "block", b.array
-    if kindb == "block" and kinda == "vector" and tuple(a.array.shape) == (m, kb):
-        kinda, a = "block", a.array
+    if kinda == "block" and kindb == "vector" and tuple(b.shape) == (kb, _blocks(n)):
+        kindb = "block"
+    if kindb == "block" and kinda == "vector" and tuple(a.shape) == (m, kb):
+        kinda = "block"
     row = col = block_a = block_b = device_a = device_b = None
     if "block" in (kinda, kindb):
         if (kinda, kindb) != ("block", "block"):

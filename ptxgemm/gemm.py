@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import functools
 import threading
 
 import ml_dtypes  # noqa: F401 - registers numpy's 'bfloat16' dtype name
@@ -135,9 +136,9 @@ def _resolve_config(config: GemmConfig | None, in_dtype: str, out_dtype: str, a_
                     b_dtype: str | None = None, fused: dict | None = None):
     """The arrays decide dtypes and layouts, the epilogue arguments the `fused` fields (Epilogue.config_fields);
     `config` contributes the tile choice (block sizes, stages, ...). Without one, ptxgemm.select_config picks it for
-    this shape, GPU and epilogue (the tune cache's winner or the cost model's). A picked cluster that the caller's
-    `ctas` cannot hold whole is dropped (a single CTA): `ctas` is a test knob and must not turn a default choice
-    into an error."""
+    this shape, GPU and epilogue (the tune cache's winner or the cost model's); a fused pick that ptxas spills
+    yields to the next preferred config (`spills`). A picked cluster that the caller's `ctas` cannot hold whole is
+    dropped (a single CTA): `ctas` is a test knob and must not turn a default choice into an error."""
     fused = fused or {}
 
     def complete(base):   # block_k follows the input type (one 128-byte swizzle row of K): a 16-bit config serves fp8
@@ -160,12 +161,15 @@ def _resolve_config(config: GemmConfig | None, in_dtype: str, out_dtype: str, a_
     return first   # every candidate spills: the preferred one
 
 
+@functools.lru_cache(maxsize=None)
 def spills(config: GemmConfig) -> bool:
-    """Whether ptxas spills registers in `config`'s kernel (compiled and cached on disk; it is about to be loaded
-    anyway). GemmConfig.fused_registers estimates the fused epilogue's registers, but ptxas hoists its vector loads
-    as far as it sees room, so the selection asks ptxas (the measured cases: tests/test_epilogue.py's spill check).
-    Without ptxas there is no report, and no spill is assumed."""
-    kernel = compile_gemm(config)
+    """Whether ptxas spills registers in `config`'s kernel: once per config and process (every later plan of the
+    problem asks again), from the loaded kernel's report when there is one, else compiled (cubins are cached on
+    disk; the chosen one is loaded next anyway). GemmConfig.fused_registers estimates the fused epilogue's
+    registers, but ptxas hoists its vector loads as far as it sees room, so the selection asks ptxas (the measured
+    cases: tests/test_epilogue.py's spill check). Without ptxas there is no report, and no spill is assumed."""
+    loaded = _kernels.get(config)
+    kernel = loaded.compiled if loaded is not None else compile_gemm(config)
     fn = kernel.report.functions.get(config.kernel_name) if kernel.report is not None else None
     return fn is not None and fn.spill_store_bytes > 0
 
