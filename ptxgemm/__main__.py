@@ -15,16 +15,17 @@
     python -m ptxgemm bench --host [--shape MxNxK] [--run-shape MxNxK] [--calls N] [--repeats R] [--json PATH]
     python -m ptxgemm trace --m M --n N --k K [GEMM config options] --out DIR
     python -m ptxgemm mutants [--preset default --preset cluster | GEMM config options] [--list] [--json PATH]
+    python -m ptxgemm fuzz [--cases N] [--seed S] [--out DIR] [--emulate] [--max-flops F] [--no-shrink]
     python -m ptxgemm swizzle-probe [--simulate] [--mode 128B|all] [--direction both] [--rows R] [--cols C] [--json]
     python -m ptxgemm bank-conflicts --op OP --addresses A0,A1,... | --pattern stmatrix-tile | --kernel [...]
 
 No GPU needed: `dump` (renders the PTX, assembles it with ptxas, writes PTX, cubin, SASS and report.json, and says
 what M, N and K decide), `select` (the config select_config picks and the cost model's table), `info` (the
 toolchain, the cubin cache directory and the GPU, if there is one), `bench --summarize`, `mutants --list`,
-`swizzle-probe --simulate` and `bank-conflicts`. `tune` runs every candidate on the GPU, checks and times them, and
+`swizzle-probe --simulate`, `fuzz --emulate` and `bank-conflicts`. `tune` runs every candidate on the GPU, checks and times them, and
 stores the winner in the tune cache, where select finds it. Each command's --help gives every option's default.
-Errors are one line on stderr (ptxas failures add ptxas's own log) and exit status 2. bench, swizzle-probe and
-bank-conflicts bring their own subparsers (bench_cli, swizzle_cli, bank_cli); the work of every command lives in a
+Errors are one line on stderr (ptxas failures add ptxas's own log) and exit status 2. bench, fuzz, swizzle-probe
+and bank-conflicts bring their own subparsers (bench_cli, fuzz, swizzle_cli, bank_cli); the work of every command lives in a
 module of its own (dump, bench, bench_modes, bench_summary, host_cost, probes, banks, mutants, tracing, tuning, ...).
 """
 from __future__ import annotations
@@ -494,7 +495,7 @@ class Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import __version__, bank_cli, bench_cli, swizzle_cli
+    from . import __version__, bank_cli, bench_cli, fuzz, swizzle_cli
 
     parser = Parser(prog=PROG, description="ptxgemm: Hopper GEMM from PTX templates. Every command's --help lists "
                                            "its options with their defaults.")
@@ -518,6 +519,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench_cli.add_parser(sub)
     _add_trace_parser(sub)
     _add_mutants_parser(sub)
+    fuzz.add_parser(sub)
     swizzle_cli.add_parser(sub)
     bank_cli.add_parser(sub)
     return parser

@@ -100,7 +100,8 @@ def activation64(name: str | None, v: np.ndarray) -> np.ndarray:
     if name == "gelu":
         return 0.5 * v * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (v + 0.044715 * v ** 3)))
     if name == "silu":
-        return v / (1.0 + np.exp(-v))
+        with np.errstate(over="ignore"):   # exp(-v) overflows for v below -709: v / inf = -0, the right limit
+            return v / (1.0 + np.exp(-v))
     raise ValueError(f"activation: {name!r}")
 
 

@@ -12,7 +12,9 @@ Operand layouts ("majors"): an operand is K-major when K is its contiguous dimen
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
+import numbers
 
 import numpy as np
 
@@ -88,11 +90,34 @@ FLAG_BYTES = 4                     # split-K: one u32 arrival counter per output
 
 
 TAG_SCHEDULE = {"pingpong": "pp", "cooperative": "coop"}
+_DTYPE_FIELDS = ("in_dtype", "out_dtype", "b_dtype", "source_dtype", "bias_dtype")   # names, or numpy/ml_dtypes types
+
+
+@functools.cache
+def _field_types() -> tuple[tuple[str, str, bool], ...]:
+    """(name, kind, optional) of every GemmConfig field, read once from its annotations: kind "dtype" for the
+    dtype fields, else the annotated type ("int", "bool", "str")."""
+    return tuple((f.name, "dtype" if f.name in _DTYPE_FIELDS else f.type.replace(" | None", ""),
+                  f.type.endswith("| None")) for f in dataclasses.fields(GemmConfig))
 
 
 def _dtype_name(d) -> str:
     if d is None:
         return None
+    try:
+        hash(d)
+    except TypeError:   # unhashable: ask numpy each time
+        return _numpy_dtype_name(d)
+    return _cached_dtype_name(d)
+
+
+@functools.lru_cache(maxsize=256)
+def _cached_dtype_name(d) -> str:
+    """np.dtype(d).name once per spelling: the cost model builds a few hundred configs per selection."""
+    return _numpy_dtype_name(d)
+
+
+def _numpy_dtype_name(d) -> str:
     try:
         return np.dtype(d).name
     except TypeError:
@@ -145,12 +170,11 @@ class GemmConfig:
     #                               elements and N even (Epilogue.config_fields); off for a config without one
 
     def __post_init__(self):
-        object.__setattr__(self, "in_dtype", _dtype_name(self.in_dtype))
-        object.__setattr__(self, "out_dtype", _dtype_name(self.out_dtype))
-        b_dtype = _dtype_name(self.b_dtype)
+        self._check_types()
+        for name in _DTYPE_FIELDS:
+            object.__setattr__(self, name, _dtype_name(getattr(self, name)))
+        b_dtype = self.b_dtype
         object.__setattr__(self, "b_dtype", None if b_dtype == self.in_dtype else b_dtype)   # one spelling of "same"
-        object.__setattr__(self, "source_dtype", _dtype_name(self.source_dtype))
-        object.__setattr__(self, "bias_dtype", _dtype_name(self.bias_dtype))
         # one spelling of "no column vector to pair" (the plain GEMM's PTX stays byte-identical)
         object.__setattr__(self, "col_pairs", bool(self.col_pairs and (self.col_scale or self.bias == "col")))
         if self.block_k is None and self.in_dtype in INPUT_DTYPES:
@@ -162,6 +186,33 @@ class GemmConfig:
                               f"(at most {self._max_stages()})")
 
     # --- validation ------------------------------------------------------------------------------------
+    def _check_types(self):
+        """Each field's type, before any rule formats or compares it: whole numbers (not bools), bools, strings,
+        dtypes (anything numpy reads as one), each optional where its default is None (_FIELD_TYPES)."""
+        for name, kind, optional in _field_types():
+            value = getattr(self, name)
+            if value is None and optional:
+                continue
+            if kind == "dtype":
+                try:
+                    _dtype_name(value)
+                    continue
+                except TypeError:
+                    ok = False
+            elif kind == "int":
+                ok = type(value) is int or (isinstance(value, numbers.Integral)
+                                            and not isinstance(value, (bool, np.bool_)))
+            elif kind == "bool":
+                ok = isinstance(value, (bool, np.bool_))
+            else:
+                ok = isinstance(value, str)
+            if not ok:
+                what = {"dtype": "a dtype", "int": "a whole number", "bool": "True or False"}.get(kind, "a string")
+                raise ConfigError(f"{name}: must be {what}{' or None' if optional else ''}, got "
+                                  f"{type(value).__name__} {value!r}")
+            if kind == "int" and type(value) is not int:
+                object.__setattr__(self, name, int(value))
+
     def _validate(self):
         if self.in_dtype not in INPUT_DTYPES:
             raise ConfigError(f"in_dtype: must be one of {INPUT_DTYPES}, got {self.in_dtype}")
@@ -667,6 +718,9 @@ class GemmConfig:
         (cluster_n 2), 'pp128x192g16rns5' (group 16, raster n, 5 stages), 'pp64x128k4' (split-K 4), 'pp128x16t'
         (transposed store: swap-AB). Dtypes, layouts, debug and trace are not part of it (the operands decide
         those)."""
+        return self._tag(with_splits=True)
+
+    def _tag(self, with_splits: bool) -> str:
         t = f"{TAG_SCHEDULE[self.schedule]}{self.block_m}x{self.block_n}"
         if self.transposed_store:
             t += "t"
@@ -678,7 +732,7 @@ class GemmConfig:
             t += f"g{self.group_m}"
         if self.raster != GemmConfig.raster:
             t += f"r{RASTER_TAGS[self.raster]}"
-        if self.split_k:
+        if self.split_k and with_splits:
             t += f"k{self.splits}"
         if self.stages is not None:
             t += f"s{self.stages}"
@@ -687,7 +741,7 @@ class GemmConfig:
     @property
     def tile_tag(self) -> str:
         """The tag without the split count: what the cost model's per-tile tables are keyed by."""
-        return dataclasses.replace(self, splits=1).tag if self.split_k else self.tag
+        return self._tag(with_splits=False)
 
     @classmethod
     def from_tag(cls, tag: str, **fields) -> "GemmConfig":

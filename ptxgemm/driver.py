@@ -332,7 +332,7 @@ class DeviceArray:
         self.shape = tuple(int(s) for s in shape)
         self.dtype = np.dtype(dtype)
         self.strides = (tuple(int(s) for s in strides) if strides is not None
-                        else _c_strides(self.shape, self.dtype.itemsize))
+                        else c_strides(self.shape, self.dtype.itemsize))
         self.nbytes = nbytes if nbytes is not None else math.prod(self.shape) * self.dtype.itemsize
         self._owner = owner
         self.base = base            # the array whose memory this view reads (kept alive); None for an owner
@@ -351,7 +351,7 @@ class DeviceArray:
             raise ConfigError(f"order: must be 'C' (row-major) or 'F' (column-major), got {order!r}")
         itemsize = _itemsize(dtype)
         nbytes = math.prod(shape) * itemsize
-        strides = _c_strides(shape, itemsize) if order == "C" else _f_strides(shape, itemsize)
+        strides = c_strides(shape, itemsize) if order == "C" else _f_strides(shape, itemsize)
         if nbytes == 0:  # nothing to allocate, nothing to free
             return cls(0, shape, dtype, strides, 0)
         pool = memory_pool()
@@ -526,7 +526,7 @@ class DeviceArray:
                 f"ptr=0x{self.ptr:x}{kind})")
 
 
-def _c_strides(shape, itemsize):
+def c_strides(shape, itemsize):
     strides, acc = [], itemsize
     for s in reversed(shape):
         strides.append(acc)

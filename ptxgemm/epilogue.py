@@ -5,8 +5,9 @@ and the rule) and classifies the scalings by shape:
 
   scale_a / scale_b        per-tensor                  rowwise                    blockwise (fp8)
   a Python or numpy number  folded into alpha (host)    -                          -
-  a 1-element array         read once by each consumer  -                          -
-                            and folded into alpha
+  a 0-d or (1,) numpy array folded into alpha (host)    -                          -
+  a 1-element device array, read once by each consumer  -                        a (1, 1) array beside a block
+  or a (1, 1) numpy array   and folded into alpha                                  table for the other operand
   an fp32 array             -                           (M,) or (M, 1) / (N,) or   (M, ceil(K/128)) /
                                                         (1, N): per row of A, per   (ceil(K/128), ceil(N/128))
                                                         column of B
@@ -52,9 +53,25 @@ class Epilogue:
         return self == PLAIN
 
     @property
-    def indexes_rows(self) -> bool:
-        """Whether something is indexed by the row of a problem (so a batch must not fold into M)."""
-        return self.row_scale is not None or self.bias_axis == "row" or self.block_a is not None
+    def indexed(self) -> tuple[bool, bool]:
+        """Whether something is indexed by the (row, column) of a problem's result: a batch must not fold into the
+        kernel's M where its rows are indexed (operands.plan_matmul)."""
+        return (self.row_scale is not None or self.bias_axis == "row" or self.block_a is not None,
+                self.col_scale is not None or self.bias_axis == "col" or self.block_b is not None)
+
+    @property
+    def adds(self) -> bool:
+        """Whether the epilogue adds a term that does not scale the product (c or a bias): with K = 0 only these
+        survive (the activations map 0 to 0)."""
+        return self.source is not None or self.bias is not None
+
+    def at_k(self, k: int) -> "Epilogue":
+        """The epilogue of a problem with K = k: with K = 0 the product is exactly zero whatever the scales and
+        alpha, so the result is act(beta * c + bias), and the scalings (empty blockwise tables among them) go."""
+        if k:
+            return self
+        return Epilogue(beta=self.beta, source=self.source, bias=self.bias, bias_axis=self.bias_axis,
+                        activation=self.activation)
 
     def key(self) -> tuple:
         """What a cached plan depends on: the numbers, and each array's address, shape, strides and dtype."""
@@ -83,25 +100,32 @@ class Epilogue:
                 "bias": bias, "bias_dtype": np.dtype(self.bias.dtype).name if self.bias is not None else "float32",
                 "activation": self.activation, "col_pairs": pairs}
 
-    def kernel_args(self, swapped: bool, k: int, n: int) -> list:
-        """The kernel parameters after tmap_source, in fusion.ptx.j2's `params` order."""
+    def kernel_params(self, swapped: bool, k: int, n: int) -> list[tuple[str, object]]:
+        """(name, ctypes value) of the kernel parameters after tmap_source, named and ordered as fusion.ptx.j2's
+        `params` declares them (tests/test_emulator.py holds the two together; ptxgemm.emulator reads them by
+        name)."""
         rows, cols = (self.col_scale, self.row_scale) if swapped else (self.row_scale, self.col_scale)
-        args = []
+        params = []
         if self.alpha != 1.0:
-            args.append(ctypes.c_float(self.alpha))
+            params.append(("param_alpha", ctypes.c_float(self.alpha)))
         if self.device_a is not None or self.device_b is not None:   # a null pointer reads as 1
-            args += [ctypes.c_uint64(0 if x is None else x.ptr) for x in (self.device_a, self.device_b)]
+            params += [(f"param_scale_{name}_ptr", ctypes.c_uint64(0 if x is None else x.ptr))
+                       for name, x in (("a", self.device_a), ("b", self.device_b))]
         if self.source is not None:
-            args.append(ctypes.c_float(self.beta))
-        for v in (rows, cols):
+            params.append(("param_beta", ctypes.c_float(self.beta)))
+        for name, v in (("param_row_scale", rows), ("param_col_scale", cols)):
             if v is not None:
-                args.append(ctypes.c_uint64(v.ptr))
+                params.append((name, ctypes.c_uint64(v.ptr)))
         if self.bias is not None:
-            args.append(ctypes.c_uint64(self.bias.ptr))
+            params.append(("param_bias", ctypes.c_uint64(self.bias.ptr)))
         if self.block_a is not None:
-            args += [ctypes.c_uint64(self.block_a.ptr), ctypes.c_uint32(_blocks(k)),
-                     ctypes.c_uint64(self.block_b.ptr), ctypes.c_uint32(_blocks(n))]
-        return args
+            params += [("param_scale_a", ctypes.c_uint64(self.block_a.ptr)), ("param_scale_a_ld", ctypes.c_uint32(_blocks(k))),
+                       ("param_scale_b", ctypes.c_uint64(self.block_b.ptr)), ("param_scale_b_ld", ctypes.c_uint32(_blocks(n)))]
+        return params
+
+    def kernel_args(self, swapped: bool, k: int, n: int) -> list:
+        """The values of kernel_params, in order."""
+        return [value for _, value in self.kernel_params(swapped, k, n)]
 
 
 PLAIN = Epilogue()
@@ -122,10 +146,12 @@ def _number(name: str, x) -> float:
 
 
 def _host_scalar(name: str, x):
-    """`x` as a float when it is a number or a one-element numpy array (host memory), else None."""
+    """`x` as a float when it is a number or a 0-d or (1,) numpy array (host memory), else None. A (1, 1) array
+    is also the shape of a one-block table (M = 1 or N <= 128, K <= 128), so it stays an array (run uploads it,
+    see gemm.uploaded)."""
     if isinstance(x, numbers.Real) and not isinstance(x, bool):
         return float(x)
-    if isinstance(x, np.ndarray) and x.size == 1:
+    if isinstance(x, np.ndarray) and x.size == 1 and x.ndim < 2:
         if x.dtype != np.float32:
             raise ConfigError(f"{name}: a per-tensor scale array must be float32, got {x.dtype}")
         return float(x.reshape(()))
@@ -141,6 +167,8 @@ def _unit_along(arr, axis: int, name: str) -> None:
 
 
 def _c_contiguous(arr, name: str) -> None:
+    if math.prod(arr.shape) == 0:   # an empty table's strides are never used (frameworks report anything)
+        return
     item = np.dtype(arr.dtype).itemsize
     expect, acc = [], item
     for e in reversed(arr.shape):
@@ -214,10 +242,11 @@ def parse(*, c=None, alpha=1.0, beta=0.0, bias=None, activation=None, scale_a=No
         kinda, a = _scale("scale_a", scale_a, ((m,), (m, 1)), (m, kb), convert)
     if scale_b is not None:
         kindb, b = _scale("scale_b", scale_b, ((n,), (1, n)), (kb, _blocks(n)), convert)
-    # a vector shape that is also the block shape (K <= 128) is blockwise when the other scale is
-    if kinda == "block" and kindb == "vector" and tuple(b.shape) == (kb, _blocks(n)):
+    # a vector or one-element shape that is also the block shape (K <= 128; M = 1 or N <= 128) is blockwise when
+    # the other scale is (one element alone is a per-tensor scale: the same numbers as a one-block table)
+    if kinda == "block" and kindb in ("vector", "device") and tuple(b.shape) == (kb, _blocks(n)):
         kindb = "block"
-    if kindb == "block" and kinda == "vector" and tuple(a.shape) == (m, kb):
+    if kindb == "block" and kinda in ("vector", "device") and tuple(a.shape) == (m, kb):
         kinda = "block"
     row = col = block_a = block_b = device_a = device_b = None
     if "block" in (kinda, kindb):

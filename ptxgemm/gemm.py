@@ -20,7 +20,7 @@ import ml_dtypes  # noqa: F401 - registers numpy's 'bfloat16' dtype name
 import numpy as np
 
 from . import codegen, compiler, driver, epilogue, operands, schedule
-from .config import FP8_DTYPES, INPUT_DTYPES, GemmConfig, default_out_dtype
+from .config import FP8_DTYPES, INPUT_DTYPES, OUTPUT_DTYPES, GemmConfig, default_out_dtype
 from .errors import ConfigError, CudaError
 from .interop import as_device_array, stream_handle
 
@@ -105,10 +105,14 @@ def b_dtype_of(a, b) -> str | None:
     return None if bd == _dtype_name(a.dtype) else bd
 
 
-def check_out_dtype(out_dtype) -> str:
-    d = _dtype_name(out_dtype)
-    if d not in ("bfloat16", "float16", "float32"):
-        raise ConfigError(f"out_dtype: must be bfloat16, float16 or float32, got {d}")
+def check_out_dtype(out_dtype, name: str = "out_dtype") -> str:
+    try:
+        d = _dtype_name(out_dtype)
+    except TypeError:
+        raise ConfigError(f"{name}: must be bfloat16, float16 or float32, got {out_dtype!r}, which is not a dtype "
+                          f"numpy knows") from None
+    if d not in OUTPUT_DTYPES:
+        raise ConfigError(f"{name}: must be bfloat16, float16 or float32, got {d}")
     return d
 
 
@@ -131,15 +135,16 @@ def check_ctas(ctas, cluster_size: int) -> None:
 # Plans and launches
 # --------------------------------------------------------------------------------------------------------------
 
-def _resolve_config(config: GemmConfig | None, in_dtype: str, out_dtype: str, a_major: str, b_major: str,
-                    shape: tuple[int, int, int], device=None, ctas: int | None = None, batches: int = 1,
-                    b_dtype: str | None = None, fused: dict | None = None):
+def _resolve_config(config: GemmConfig | None, in_dtype: str, b_dtype: str | None, out_dtype: str, a_major: str,
+                    b_major: str, shape: tuple[int, int, int], device=None, ctas: int | None = None,
+                    batches: int = 1, fused: dict | None = None, spill_check=None):
     """The arrays decide dtypes and layouts, the epilogue arguments the `fused` fields (Epilogue.config_fields);
     `config` contributes the tile choice (block sizes, stages, ...). Without one, ptxgemm.select_config picks it for
     this shape, GPU and epilogue (the tune cache's winner or the cost model's); a fused pick that ptxas spills
     yields to the next preferred config (`spills`). A picked cluster that the caller's `ctas` cannot hold whole is
     dropped (a single CTA): `ctas` is a test knob and must not turn a default choice into an error."""
     fused = fused or {}
+    spill_check = spill_check or spills
 
     def complete(base):   # block_k follows the input type (one 128-byte swizzle row of K): a 16-bit config serves fp8
         return dataclasses.replace(base, in_dtype=in_dtype, out_dtype=out_dtype, a_major=a_major, b_major=b_major,
@@ -156,7 +161,7 @@ def _resolve_config(config: GemmConfig | None, in_dtype: str, out_dtype: str, a_
             base = dataclasses.replace(base, cluster_m=1, cluster_n=1)
         cfg = complete(base)
         first = cfg if first is None else first
-        if not cfg.fused or not spills(cfg):
+        if not cfg.fused or not spill_check(cfg):
             return cfg
     return first   # every candidate spills: the preferred one
 
@@ -181,11 +186,32 @@ def _operand_map(op: operands.Operand, k_major: bool, k_major_rows: int, block_k
     """The rank-3 TMA map of an input (innermost first: contiguous axis, the other, batch). K-major: box
     {block_k, k_major_rows, 1}; MN-major: one {64, block_k, 1} box per 64-element panel (M or N innermost), the layout
     wgmma reads with its transpose bit."""
-    from . import tensormap
-
     box = (block_k, k_major_rows, 1) if k_major else (MN_PANEL, block_k, 1)
-    return tensormap.encode_tiled(op.view.ptr, op.place.map_dims(op.view), (op.place.lead, op.place.batch), box,
-                                  dtype=dtype, l2_promotion=LOAD_L2_PROMOTION)
+    return _map_spec(op, box, dtype, l2_promotion=LOAD_L2_PROMOTION)
+
+
+def _map_spec(op: operands.Operand, box, dtype, **options):
+    from .tensormap import TensorMapSpec
+
+    return TensorMapSpec(op.view.ptr, np.dtype(dtype), op.place.map_dims(op.view), (op.place.lead, op.place.batch),
+                         tuple(box), **options)
+
+
+def tensor_map_specs(lay: operands.MatmulPlan, cfg: GemmConfig) -> dict:
+    """The kernel's tensor maps as validated specs (ptxgemm.tensormap checks every driver rule on construction,
+    without a GPU), by kernel parameter name, for a layout bound to memory (operands.bind)."""
+    specs = {"tmap_a": _operand_map(lay.a, cfg.a_major == "k", cfg.a_rows_per_cta, cfg.block_k, cfg.in_dtype),
+             "tmap_b": _operand_map(lay.b, cfg.b_major == "k", cfg.b_rows_per_cta, cfg.block_k, cfg.b_type),
+             # one store box per panel: of one consumer's rows (the whole tile in pingpong, a half in cooperative),
+             # or, transposed, of the tile's block_n columns (C's inner axis is then M)
+             "tmap_c": _map_spec(lay.c, (cfg.epi_panel_cols, cfg.epi_box_rows, 1), cfg.out_dtype, l2_promotion="none")}
+    if cfg.epi_tail_cols:   # a tile's last panel when block_n is not a whole number of panels: that narrow, unswizzled
+        specs["tmap_c_tail"] = _map_spec(lay.c, (cfg.epi_tail_cols, cfg.consumer_m, 1), cfg.out_dtype,
+                                         swizzle="none", l2_promotion="none")
+    if cfg.has_source:  # the epilogue's S: one box per 128-byte panel of the whole tile's rows, 128B-swizzled
+        specs["tmap_source"] = _map_spec(lay.s, (cfg.src_panel_cols, cfg.block_m, 1), cfg.source_dtype,
+                                         l2_promotion=LOAD_L2_PROMOTION)
+    return specs
 
 
 _tile_orders: dict[tuple[int, int], object] = {}
@@ -207,11 +233,14 @@ def _tile_order(rows: int, cols: int):
 
 def _layout(a, b, out, transposed_store: bool, epi: epilogue.Epilogue = epilogue.PLAIN) -> operands.MatmulPlan:
     """The operands' plan; fp8 operands are read K-major only (one that is not is staged transposed), the epilogue's
-    source goes with the output, and a batch folds into M only when nothing is indexed by row."""
+    source goes with the output, a batch folds into M only when nothing indexes the kernel's rows, blockwise scales keep
+    the problem as given (no swap: a column-major output is staged instead), and with K = 0 an epilogue that adds
+    something runs on zero operands (Epilogue.at_k)."""
     s = epi.source
     return operands.plan_matmul(a.shape, a.strides, a.ptr, b.shape, b.strides, b.ptr, a.dtype.itemsize,
                                 out.dtype.itemsize, out.shape, out.strides, out.ptr, transposed_store,
-                                k_major=_dtype_name(a.dtype) in FP8_DTYPES, fold=not epi.indexes_rows,
+                                k_major=_dtype_name(a.dtype) in FP8_DTYPES, indexed=epi.indexed,
+                                swap=epi.block_a is None, zero_k_kernel=epi.adds,
                                 source=None if s is None else (s.shape, s.strides, s.ptr, s.dtype.itemsize))
 
 
@@ -221,18 +250,6 @@ def _majors(lay: operands.MatmulPlan) -> tuple[str, str]:
 
 
 _ANY_ALIGNED = 1 << 32   # a stand-in device address for planning a layout before the upload (fresh allocations align)
-
-
-def check_epilogue_layout(epi: epilogue.Epilogue, lay: operands.MatmulPlan) -> None:
-    """The epilogue's rules that depend on the plan: blockwise scales index A's rows and B's columns as given (no
-    swap); a source has one matrix per problem."""
-    if lay.a is None:
-        return
-    if epi.block_a is not None and lay.swapped:
-        raise ConfigError("out: blockwise scaling computes C = A.B as given, but this output layout (column-major) "
-                          "asks for C^T = B^T A^T; pass a row-major out")
-    if lay.s is not None and lay.s.view.count == 1 and lay.batches > 1:
-        raise ConfigError("c: one matrix broadcast over the batch (stride 0) is not supported; pass one c per problem")
 
 
 def _copy_launches(copies) -> list:
@@ -265,6 +282,63 @@ def _stream_key(stream):
 _OWN_KEY_STREAMS = (int, driver.Stream)
 
 
+@dataclasses.dataclass(frozen=True)
+class CallPlan:
+    """What one call computes, decided on shapes, strides, dtypes and addresses alone (no GPU): the operands' layout,
+    the epilogue as the kernel applies it, and the config in the kernel's frame (after any swap: its in_dtype is the
+    dtype of the operand it reads as A). `config` None: nothing to launch (an empty result, or zeros for K = 0)."""
+
+    layout: operands.MatmulPlan
+    epilogue: epilogue.Epilogue
+    config: GemmConfig | None
+
+
+def check_config(config) -> None:
+    if config is not None and not isinstance(config, GemmConfig):
+        raise ConfigError(f"config: must be a ptxgemm.GemmConfig or None (select_config picks), got "
+                          f"{type(config).__name__} {config!r}")
+
+
+def kernel_dtypes(a, b, swapped: bool) -> tuple[str, str | None]:
+    """(in_dtype, b_dtype) of the kernel's A and B: the caller's a and b, or b and a when the problem is computed
+    as C^T = B^T A^T (a mixed fp8 pair then trades places with its operands)."""
+    ka, kb = (b, a) if swapped else (a, b)
+    return _dtype_name(ka.dtype), b_dtype_of(ka, kb)
+
+
+def plan_call(a, b, out, config: GemmConfig | None, epi: epilogue.Epilogue, *, device, ctas: int | None = None,
+              spill_check=None) -> CallPlan:
+    """The whole plan of `out = epi(a @ b)` from array descriptors (anything with shape, strides, dtype and ptr):
+    every rule checked, no GPU touched. `device` (.name, .sm_count) drives the selection; `spill_check(config)` says
+    whether ptxas spills a fused pick (default: ask ptxas, see `spills`). `device` may be a callable, asked only
+    when a kernel must be picked (an empty problem needs no GPU). GemmPlan binds the result to memory and
+    a kernel; ptxgemm.emulator executes it on host memory."""
+    check_dtypes(a, b)
+    out_dtype = check_out_dtype(out.dtype, "out")
+    check_config(config)
+    epi = epi.at_k(_problem_k(a, b))
+    transposed = config is not None and config.transposed_store
+    lay = _layout(a, b, out, transposed, epi)
+    if lay.a is None:  # nothing to multiply: an empty result, or zeros (K = 0 and nothing added)
+        return CallPlan(lay, epi, None)
+    if callable(device):
+        device = device()
+    cfg = _resolve_config(config, *kernel_dtypes(a, b, lay.swapped), out_dtype, *_majors(lay),
+                          (lay.m, lay.n, lay.k), device=device, ctas=ctas, batches=lay.batches,
+                          fused=epi.config_fields(lay.swapped, lay.n), spill_check=spill_check)
+    if cfg.transposed_store != transposed:  # the selection chose the transposed store (swap-AB): plan for it
+        lay = _layout(a, b, out, True, epi)
+        kin, kb = kernel_dtypes(a, b, lay.swapped)
+        cfg = dataclasses.replace(cfg, in_dtype=kin, b_dtype=kb, **dict(zip(("a_major", "b_major"), _majors(lay))),
+                                  **epi.config_fields(lay.swapped, lay.n))
+    check_ctas(ctas, cfg.cluster_size)
+    return CallPlan(lay, epi, cfg)
+
+
+def _problem_k(a, b) -> int:
+    return int(a.shape[-1]) if len(a.shape) else 0
+
+
 class GemmPlan:
     """numpy's `a @ b` into `out` on device memory, with every tensor map encoded, every argument packed and every
     staging buffer allocated: `launch()` only enqueues (staging copies, the GEMM, the copy-out, on one stream).
@@ -282,43 +356,34 @@ class GemmPlan:
         pingpong several times on small problems. `kernel` replaces the config's compiled kernel (ptxgemm.mutants
         runs edited PTX this way); its config must be the plan's. `stream`: where staging buffers are allocated
         (stream-ordered); launch on the same stream. `fused`: the epilogue arguments already parsed (matmul)."""
+        check_config(config)
         # any framework's device arrays, read in place (DLPack or __cuda_array_interface__); never a copy
         a, b, out = (as_device_array(x, name, stream) for x, name in ((a, "a"), (b, "b"), (out, "out")))
-        in_dtype = check_dtypes(a, b)
-        out_dtype = check_out_dtype(out.dtype)
-        if config is not None and not isinstance(config, GemmConfig):
-            raise ConfigError(f"config: must be a ptxgemm.GemmConfig or None (select_config picks), got "
-                              f"{type(config).__name__}")
+        check_dtypes(a, b)
+        check_out_dtype(out.dtype, "out")
         if fused is None:
             fused = _parse_epilogue(a, b, lambda x, name: as_device_array(x, name, stream), c=c, alpha=alpha,
                                     beta=beta, bias=bias, activation=activation, scale_a=scale_a, scale_b=scale_b)
-        self.epilogue = epi = fused
-        transposed = config is not None and config.transposed_store
-        self.layout = lay = _layout(a, b, out, transposed, epi)
-        check_epilogue_layout(epi, lay)
         self.a, self.b, self.out = a, b, out
         self.config = self.kernel = self.schedule = self._launch = None
         self.buffers = {}
         self.records = self.trace_buffer = self.workspace = self.flags = None
         self._steps: list = []  # what launch() enqueues, in order, each a driver.PreparedLaunch
-        if lay.a is None:  # nothing to multiply: an empty result, or zeros (K = 0)
+        # the GPU is asked for only when there is a kernel to pick: before loading, a clear error on a non-Hopper GPU
+        planned = plan_call(a, b, out, config, fused, device=lambda: driver.require_sm90("running the GEMM"),
+                            ctas=ctas)
+        self.planned = planned
+        self.layout = lay = planned.layout
+        self.epilogue, cfg = planned.epilogue, planned.config
+        if cfg is None:  # nothing to multiply: an empty result, or zeros (K = 0)
             self._steps = _copy_launches(lay.fill)
             return
-        info = driver.require_sm90("running the GEMM")  # before loading: a clear error on a non-Hopper GPU
-        cfg = _resolve_config(config, in_dtype, out_dtype, *_majors(lay), (lay.m, lay.n, lay.k), device=info,
-                              ctas=ctas, batches=lay.batches, b_dtype=b_dtype_of(a, b),
-                              fused=epi.config_fields(lay.swapped, lay.n))
-        if cfg.transposed_store != transposed:  # the selection chose the transposed store (swap-AB): plan for it
-            self.layout = lay = _layout(a, b, out, True, epi)
-            check_epilogue_layout(epi, lay)
-            cfg = dataclasses.replace(cfg, **dict(zip(("a_major", "b_major"), _majors(lay))),
-                                      **epi.config_fields(lay.swapped, lay.n))
         self.config = cfg
-        check_ctas(ctas, cfg.cluster_size)
         if kernel is not None and kernel.config != cfg:
             raise ConfigError(f"kernel: built for {kernel.config.describe()}, but these operands need "
                               f"{cfg.describe()}")
         self.kernel = kernel if kernel is not None else get_kernel(cfg)
+        info = driver.require_sm90("running the GEMM")
         for op in lay.operands:  # staging buffers, allocated in stream order (no synchronization)
             if op.staged:
                 self.buffers[op.name] = driver.DeviceArray.empty((op.staging.nbytes,), np.uint8, stream=stream)
@@ -336,27 +401,9 @@ class GemmPlan:
         """Tensor maps, schedule and packed arguments of the GEMM launch."""
         from . import tensormap
 
-        in_dt, out_dt = np.dtype(cfg.in_dtype), np.dtype(cfg.out_dtype)
-        self.tmap_a = _operand_map(lay.a, cfg.a_major == "k", cfg.a_rows_per_cta, cfg.block_k, in_dt)
-        self.tmap_b = _operand_map(lay.b, cfg.b_major == "k", cfg.b_rows_per_cta, cfg.block_k, in_dt)
-        c = lay.c
-        c_dims, c_strides = c.place.map_dims(c.view), (c.place.lead, c.place.batch)
-        # one store box per panel: of one consumer's rows (the whole tile in pingpong, a half in cooperative), or,
-        # transposed, of the tile's block_n columns (C's inner axis is then M)
-        self.tmap_c = tensormap.encode_tiled(c.view.ptr, c_dims, c_strides, (cfg.epi_panel_cols, cfg.epi_box_rows, 1),
-                                             dtype=out_dt, l2_promotion="none")
-        # a tile's last panel when block_n is not a whole number of panels: a box only that wide, staged unswizzled
-        self.tmap_c_tail = (tensormap.encode_tiled(c.view.ptr, c_dims, c_strides,
-                                                   (cfg.epi_tail_cols, cfg.consumer_m, 1), dtype=out_dt,
-                                                   swizzle="none", l2_promotion="none")
-                            if cfg.epi_tail_cols else None)
-
-        self.tmap_source = None
-        if cfg.has_source:  # the epilogue's S: one box per 128-byte panel of the whole tile's rows, 128B-swizzled
-            s = lay.s
-            self.tmap_source = tensormap.encode_tiled(s.view.ptr, s.place.map_dims(s.view), (s.place.lead, s.place.batch),
-                                                      (cfg.src_panel_cols, cfg.block_m, 1),
-                                                      dtype=np.dtype(cfg.source_dtype), l2_promotion=LOAD_L2_PROMOTION)
+        maps = {name: tensormap.encode(spec) for name, spec in tensor_map_specs(lay, cfg).items()}
+        self.tmap_a, self.tmap_b, self.tmap_c = maps["tmap_a"], maps["tmap_b"], maps["tmap_c"]
+        self.tmap_c_tail, self.tmap_source = maps.get("tmap_c_tail"), maps.get("tmap_source")
 
         self.schedule = sched = schedule.plan_for(cfg, lay.m, lay.n, lay.k, info.sm_count, ctas, lay.batches)
         self.tiles_m, self.tiles_n, self.k_tiles = sched.tiles_m, sched.tiles_n, sched.k_tiles
@@ -490,18 +537,20 @@ def matmul(a, b, out=None, *, c=None, alpha=1.0, beta=0.0, bias=None, activation
         if plan is not None:
             plan.launch(stream)
             return out
+    check_config(config)
     a, b = as_device_array(a, "a", stream), as_device_array(b, "b", stream)
+    in_dtype = check_dtypes(a, b)
+    od = None if out_dtype is None else check_out_dtype(out_dtype)
     fused = None if plain else _parse_epilogue(a, b, lambda x, name: as_device_array(x, name, stream), c=c,
                                                alpha=alpha, beta=beta, bias=bias, activation=activation,
                                                scale_a=scale_a, scale_b=scale_b)
     if out is None:
-        in_dtype = check_dtypes(a, b)
-        od = check_out_dtype(out_dtype if out_dtype is not None else default_out_dtype(in_dtype))
-        out = driver.DeviceArray.empty(result_shape(a, b), np.dtype(od), stream=stream)
+        out = driver.DeviceArray.empty(result_shape(a, b), np.dtype(od or default_out_dtype(in_dtype)),
+                                       stream=stream)
     else:
         out = as_device_array(out, "out", stream)
-        if out_dtype is not None and _dtype_name(out_dtype) != _dtype_name(out.dtype):
-            raise ConfigError(f"out_dtype: {_dtype_name(out_dtype)} contradicts out.dtype {_dtype_name(out.dtype)}")
+        if od is not None and od != _dtype_name(out.dtype):
+            raise ConfigError(f"out_dtype: {od} contradicts out.dtype {_dtype_name(out.dtype)}")
     _cached_plan(a, b, out, config, stream, fused).launch(stream)
     return out
 
@@ -543,24 +592,37 @@ def run(a, b, c=None, *, alpha=1.0, beta=0.0, bias=None, activation=None, scale_
     fp8 operand that is not K-major is staged transposed). `out_dtype` (bfloat16, float16 or float32) defaults to
     the inputs' dtype (bfloat16 for fp8 inputs).
     """
+    args, od, shape = check_run(a, b, c, alpha=alpha, beta=beta, bias=bias, activation=activation,
+                                scale_a=scale_a, scale_b=scale_b, out_dtype=out_dtype, config=config,
+                                device=lambda: driver.require_sm90("running the GEMM"))
+    driver.require_sm90("running the GEMM")
+    da, db = driver.DeviceArray.from_numpy(a), driver.DeviceArray.from_numpy(b)
+    args = {name: driver.DeviceArray.from_numpy(x) if uploaded(name, x) else x for name, x in args.items()}
+    out = driver.DeviceArray.empty(shape, np.dtype(od))
+    GemmPlan(da, db, out, config, **args).launch()
+    return out.to_numpy()
+
+
+def uploaded(name: str, x) -> bool:
+    """Whether run() uploads epilogue argument `name`: arrays do; numbers and 0-d or (1,) scales stay on the host
+    (folded into alpha; epilogue._host_scalar)."""
+    return isinstance(x, np.ndarray) and not (name.startswith("scale") and x.size == 1 and x.ndim < 2)
+
+
+def check_run(a, b, c=None, *, alpha=1.0, beta=0.0, bias=None, activation=None, scale_a=None, scale_b=None,
+              out_dtype=None, config=None, device=None, spill_check=None) -> tuple[dict, str, tuple]:
+    """run()'s checks, all made before anything is uploaded: (the epilogue arguments, the output dtype, the result
+    shape). The whole call is planned on stand-ins for the device arrays; `device` (or a callable giving it) is asked
+    only when a kernel must be picked, after every argument has passed."""
     for name, x in (("a", a), ("b", b)):
         if not isinstance(x, np.ndarray):
             raise ConfigError(f"{name}: run takes numpy arrays, got {type(x).__name__}")
-    in_dtype = check_dtypes(a, b)  # everything before the upload
+    check_config(config)
+    in_dtype = check_dtypes(a, b)
     od = check_out_dtype(out_dtype if out_dtype is not None else default_out_dtype(in_dtype))
     shape = result_shape(a, b)
     args = dict(c=c, alpha=alpha, beta=beta, bias=bias, activation=activation, scale_a=scale_a, scale_b=scale_b)
     fused = _parse_epilogue(a, b, _stand_in, **args)
-    out_item = np.dtype(od).itemsize   # the C-order output run() allocates below
-    check_epilogue_layout(fused, _layout(_stand_in(a, "a"), _stand_in(b, "b"),
-                                         _HostStandIn(shape, driver._c_strides(shape, out_item), np.dtype(od)),
-                                         False, fused))
-    driver.require_sm90("running the GEMM")
-    da, db = driver.DeviceArray.from_numpy(a), driver.DeviceArray.from_numpy(b)
-    for name in ("c", "bias", "scale_a", "scale_b"):   # numbers (and 1-element scales) stay on the host
-        x = args[name]
-        if isinstance(x, np.ndarray) and not (name.startswith("scale") and x.size == 1):
-            args[name] = driver.DeviceArray.from_numpy(x)
-    out = driver.DeviceArray.empty(shape, np.dtype(od))
-    GemmPlan(da, db, out, config, **args).launch()
-    return out.to_numpy()
+    out = _HostStandIn(shape, driver.c_strides(shape, np.dtype(od).itemsize), np.dtype(od))  # run's C-order out
+    plan_call(_stand_in(a, "a"), _stand_in(b, "b"), out, config, fused, device=device, spill_check=spill_check)
+    return args, od, shape

@@ -210,6 +210,7 @@ class MatmulPlan:
     swapped: bool = False         # computing C^T = B^T A^T
     folded: bool = False          # the batch folded into M
     fill: tuple[Copy, ...] = ()   # K = 0: zeros written over the output (copies from a zero source)
+    zero_k: bool = False          # K = 0 run as K = 1 on zero operands (the fused epilogue adds c or a bias)
 
     @property
     def operands(self) -> tuple[Operand, ...]:
@@ -224,6 +225,8 @@ class MatmulPlan:
             parts.append("computed as C^T = B^T A^T")
         if self.folded:
             parts.append("batch folded into M")
+        if self.zero_k:
+            parts.append("K = 0 run on zero operands of K = 1")
         return ", ".join(parts)
 
 
@@ -280,16 +283,23 @@ def _operand(name: str, view: View, walk, inners: tuple[str, ...]) -> Operand:
 
 def plan_matmul(a_shape, a_strides, a_ptr: int, b_shape, b_strides, b_ptr: int, in_itemsize: int,
                 out_itemsize: int, out_shape=None, out_strides=None, out_ptr: int = 0,
-                transposed_store: bool = False, *, k_major: bool = False, fold: bool = True,
-                source=None) -> MatmulPlan:
+                transposed_store: bool = False, *, k_major: bool = False, indexed: tuple[bool, bool] = (False, False),
+                swap: bool = True,
+                zero_k_kernel: bool = False, source=None) -> MatmulPlan:
     """The launch plan of numpy's `a @ b` on strided device memory (byte strides). Without an output (out_shape
     None) only the problem is returned (a is None): the caller allocates a C-order output of `out_shape` and asks
     again with it. `transposed_store`: the kernel stores columns of its C (GemmConfig.c_major "m"), so a row-major
     output is computed as C^T = B^T A^T (swap-AB) and a column-major one directly.
     `k_major`: the kernel reads both operands only K-major (fp8): an operand that is not is staged K-major (the
-    copy transposes it). `fold`: whether a batch may fold into M (not when the epilogue indexes rows).
+    copy transposes it). `indexed`: whether the epilogue indexes (rows, columns) of the caller's result by
+    position (a row or column vector): a batch folds into M only when nothing indexes the kernel's rows, which are
+    the caller's columns in a swapped problem. `swap`:
+    whether C^T = B^T A^T may be computed (not under blockwise scales: an output it would suit is staged instead).
+    `zero_k_kernel`: with K = 0, run the kernel on zero operands of K = 1 (staged from nothing, so the fused
+    epilogue still adds c and the bias) rather than filling zeros.
     `source`: (shape, byte strides, ptr, itemsize) of the fused epilogue's S, numpy's result shape, read as the
-    output is written (swapped and folded with it; staged when TMA cannot read it in place)."""
+    output is written (swapped and folded with it; staged when TMA cannot read it in place, and staged once per
+    problem when one S is broadcast over the batch)."""
     a_shape, b_shape = tuple(int(s) for s in a_shape), tuple(int(s) for s in b_shape)
     for name, shape in (("a", a_shape), ("b", b_shape)):
         if len(shape) == 0:
@@ -340,20 +350,29 @@ def plan_matmul(a_shape, a_strides, a_ptr: int, b_shape, b_strides, b_ptr: int, 
         if b_vec:
             so.append(0)
         s_view, s_walk = _view(s_ptr, s_item, batch_shape, tuple(so[:-2]), m, n, so[-2], so[-1])
-    if k == 0:
+        if s_view.count == 1 and batches > 1:   # one S for every problem: the kernel reads S per problem
+            s_view, s_walk = dataclasses.replace(s_view, count=batches), ((0, 0, batches),)
+    if k == 0 and not zero_k_kernel:
         return MatmulPlan(result, batch_shape, m, n, k, batches, fill=tuple(_copies(c_view, c_walk, None)))
 
-    ab, a_r, a_c, a_sr, a_sc = _operand_strides(a_shape, a_strides, batch_shape, a_vec)
-    bb, b_r, b_c, b_sr, b_sc = _operand_strides(b_shape, b_strides, batch_shape, b_vec)
-    a_view, a_walk = _view(a_ptr, in_itemsize, batch_shape, ab, a_r, a_c, a_sr, a_sc)
-    b_view, b_walk = _view(b_ptr, in_itemsize, batch_shape, bb, b_r, b_c, b_sr, b_sc)
+    zero_k = k == 0
+    if zero_k:   # A (M x 1) and B (1 x N) of zeros, shared by every problem: staged from address 0 (a fill)
+        k = 1
+        a_view, a_walk = View(0, 1, m, k, (0, 0, 0), in_itemsize), None
+        b_view, b_walk = View(0, 1, k, n, (0, 0, 0), in_itemsize), None
+    else:
+        ab, a_r, a_c, a_sr, a_sc = _operand_strides(a_shape, a_strides, batch_shape, a_vec)
+        bb, b_r, b_c, b_sr, b_sc = _operand_strides(b_shape, b_strides, batch_shape, b_vec)
+        a_view, a_walk = _view(a_ptr, in_itemsize, batch_shape, ab, a_r, a_c, a_sr, a_sc)
+        b_view, b_walk = _view(b_ptr, in_itemsize, batch_shape, bb, b_r, b_c, b_sr, b_sc)
 
     # The kernel stores rows of C (or, transposed_store, columns). An output it cannot store in that order but whose
     # transpose it can is computed as C^T = B^T A^T: swap, and every operand stays where it is (a GEMV's column
     # output becomes one row; with the transposed store, a row-major output is swap-AB)
     c_inner = "rows" if transposed_store else "cols"
     swapped = False
-    if c_walk is None and placement(c_view, (c_inner,)) is None and placement(c_view.transposed(), (c_inner,)):
+    if (swap and c_walk is None and placement(c_view, (c_inner,)) is None
+            and placement(c_view.transposed(), (c_inner,))):
         a_view, b_view, c_view = b_view.transposed(), a_view.transposed(), c_view.transposed()
         a_walk, b_walk = b_walk, a_walk
         if s_view is not None:
@@ -366,8 +385,8 @@ def plan_matmul(a_shape, a_strides, a_ptr: int, b_shape, b_strides, b_ptr: int, 
     b = _operand("b", b_view, b_walk, ("rows",) if k_major else ("cols", "rows"))
     c = _operand("c", c_view, c_walk, (c_inner,))         # the kernel writes rows (columns: transposed_store)
     s = _operand("s", s_view, s_walk, ("cols",)) if s_view is not None else None   # read as rows of the tile
-    plan = MatmulPlan(result, batch_shape, m, n, k, batches, a, b, c, s, swapped=swapped)
-    return _fold(plan) if fold else plan
+    plan = MatmulPlan(result, batch_shape, m, n, k, batches, a, b, c, s, swapped=swapped, zero_k=zero_k)
+    return plan if indexed[1 if swapped else 0] else _fold(plan)
 
 
 def _fold(plan: MatmulPlan) -> MatmulPlan:
@@ -375,8 +394,6 @@ def _fold(plan: MatmulPlan) -> MatmulPlan:
     blocks: L·M rows at one line stride. Staged operands qualify by construction (dense buffers)."""
     a, b, c, s = plan.a, plan.b, plan.c, plan.s
     if plan.batches == 1 or b.view.count != 1 or a.view.count == 1:
-        return plan
-    if s is not None and s.view.count == 1:   # one S broadcast over the batch: its rows do not stack
         return plan
     stacked = [op for op in (a, c, s) if op is not None]
     if any(op.place.inner != "cols" or op.place.batch != op.place.lead * plan.m for op in stacked):

@@ -11,7 +11,8 @@ import pytest
 import ptxgemm
 from ptxgemm.__main__ import build_parser, main
 
-COMMANDS = ("demo", "info", "dump", "select", "tune", "bench", "trace", "mutants", "swizzle-probe", "bank-conflicts")
+COMMANDS = ("demo", "info", "dump", "select", "tune", "bench", "trace", "mutants", "fuzz", "swizzle-probe",
+            "bank-conflicts")
 
 
 def subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:

@@ -226,7 +226,7 @@ def test_the_selection_walks_past_a_fused_config_that_spills():
     shape = (8192, 8192, 8192)
     first = select_config(*shape, "float8_e4m3fn", "bfloat16", "k", "k", epilogue=tuple(sorted(fields.items())))
     assert first.tag == "coop128x256" and spills(first)
-    cfg = _resolve_config(None, "float8_e4m3fn", "bfloat16", "k", "k", shape, fused=fields)
+    cfg = _resolve_config(None, "float8_e4m3fn", None, "bfloat16", "k", "k", shape, fused=fields)
     assert cfg.tag != first.tag and cfg.fused and not spills(cfg), cfg.describe()
-    plain = _resolve_config(None, "float8_e4m3fn", "bfloat16", "k", "k", shape)
+    plain = _resolve_config(None, "float8_e4m3fn", None, "bfloat16", "k", "k", shape)
     assert plain.tag == "coop128x256"   # nothing fused: the first choice, not compiled here

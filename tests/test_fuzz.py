@@ -1,0 +1,90 @@
+"""The differential fuzzer on the CPU: 2000 emulated cases from a fresh seed every run (printed, and named in every
+failure, so a red run can be replayed with `python -m ptxgemm fuzz --emulate --seed S --cases 2000`), and the walk
+over the illegal inputs. The GPU's campaign: tests/test_fuzz_gpu.py and docs/results/fuzz_*.json."""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from ptxgemm import fuzz, fuzz_cases
+from ptxgemm.__main__ import main
+
+CI_CASES = 2000
+
+
+def _fresh_seed() -> int:
+    return int(os.environ.get("PTXGEMM_FUZZ_SEED") or int.from_bytes(os.urandom(4), "little"))
+
+
+def test_the_emulated_fuzzer_finds_nothing(capsys):
+    seed = _fresh_seed()
+    with capsys.disabled():
+        print(f"\nemulated fuzz: {CI_CASES} cases, seed {seed} (PTXGEMM_FUZZ_SEED={seed} replays them)")
+    report = fuzz.fuzz(CI_CASES, seed, fuzz.EmulatedBackend(), log=lambda s: None)
+    failures = "\n\n".join(f"case {f['case']}: {f['outcome']}: {f['detail']}\n{f.get('snippet', '')}"
+                           for f in report["failures"][:3])
+    assert (report["wrong"], report["refused"], report["crashed"]) == (0, 0, 0), f"seed {seed}:\n{failures}"
+    assert report["correct"] == CI_CASES
+
+
+def test_every_illegal_input_is_refused_naming_its_argument():
+    """fuzz_cases.bad_specs: each a ConfigError (raised before the GPU is asked for) that starts with the argument
+    it breaks."""
+    results = fuzz.bad_input_checks()
+    assert len(results) >= 25
+    bad = [r for r in results if not r["ok"]]
+    assert not bad, bad
+
+
+def test_a_failure_is_shrunk_and_printed_as_a_snippet(monkeypatch):
+    """A planted bug (the emulated kernel reads B as A's dtype: the mixed-fp8 bug of issue 22) is found, shrunk to
+    a small case of the mixed pair, and printed as a program that compiles."""
+    from ptxgemm import emulator
+
+    real = emulator.kernel
+
+    def buggy(lay, cfg, maps, params, memory):
+        import dataclasses
+        return real(lay, dataclasses.replace(cfg, b_dtype=None), maps, params, memory)
+
+    monkeypatch.setattr(emulator, "kernel", buggy)
+    report = fuzz.fuzz(300, 1, fuzz.EmulatedBackend(), log=lambda s: None)
+    assert report["wrong"] > 0
+    first = report["failures"][0]
+    small = first["shrunk"]
+    case = fuzz_cases.build(small)
+    assert {case.a.dtype.name, case.b.dtype.name} == {"float8_e4m3fn", "float8_e5m2"}
+    compile(first["snippet"], "<snippet>", "exec")
+
+
+def test_the_cli_writes_the_report(tmp_path, capsys):
+    assert main(["fuzz", "--emulate", "--cases", "40", "--seed", "5", "--out", str(tmp_path)]) == 0
+    report = json.loads((tmp_path / "fuzz_emulated_5.json").read_text())
+    assert {"gpu", "seed", "cases", "correct", "wrong", "refused", "crashed"} <= set(report)
+    assert (report["seed"], report["cases"], report["correct"]) == (5, 40, 40)
+    assert "seed 5" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv,rule", [(["--cases", "0"], "--cases: must be >= 1"),
+                                       (["--max-flops", "-1"], "--max-flops: must be > 0")])
+def test_the_cli_names_a_bad_option(argv, rule, capsys):
+    assert main(["fuzz", "--emulate", *argv]) == 2
+    assert rule in capsys.readouterr().err
+
+
+def test_without_a_gpu_the_gpu_fuzzer_says_why(capsys):
+    from ptxgemm import driver
+
+    if driver.no_device_reason() is None:
+        pytest.skip("a GPU is here")
+    assert main(["fuzz", "--cases", "1"]) == 2
+    assert "no" in capsys.readouterr().err.lower()
+
+
+def test_outcomes_compare_failures_by_kind_and_message():
+    a = fuzz.Outcome("refused", "ConfigError: out: shape must be (3, 4), got (4, 3)")
+    b = fuzz.Outcome("refused", "ConfigError: out: shape must be (5, 6), got (6, 5)")
+    c = fuzz.Outcome("refused", "ConfigError: c: dtype must be one of ...")
+    assert a.same_failure(b) and not a.same_failure(c) and not a.same_failure(fuzz.Outcome("crashed", a.detail))
