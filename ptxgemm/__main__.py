@@ -186,6 +186,11 @@ MUTANT_PRESETS = {"default": {}, "cluster": {"cluster_m": 2},
                   "epilogue": {"source_dtype": "bfloat16", "bias": "col", "activation": "gelu", "col_pairs": True},
                   "cooperative-epilogue": {"schedule": "cooperative", "block_m": 256, "source_dtype": "float16",
                                            "bias": "row", "activation": "silu"},
+                  # the shape of the fuzzer's case that showed the source tile's read-then-reload race (issue 22):
+                  # 64-row pingpong tiles, fp32 S and out (the longest S reads), column scales
+                  "epilogue-fp32": {"block_m": 64, "in_dtype": "float16", "out_dtype": "float32",
+                                    "source_dtype": "float32", "alpha": True, "col_scale": True, "activation": "relu",
+                                    "col_pairs": True},
                   "blockwise": {"schedule": "cooperative", "block_m": 128, "block_n": 128,
                                 "in_dtype": "float8_e4m3fn", "b_major": "k", "block_scale": True}}
 
@@ -204,6 +209,8 @@ def _add_mutants_parser(sub) -> None:
                         "default kernel with split-K 3, 'cooperative-split' the cooperative 128x256 with split-K 3, "
                         "'epilogue' the default kernel adding a bf16 source tile, a column bias and gelu, "
                         "'cooperative-epilogue' the cooperative 256x128 with an fp16 source, a row bias and silu, "
+                        "'epilogue-fp32' the pingpong 64x128 fp16 -> fp32 with an fp32 source, column scales and "
+                        "relu, "
                         "'blockwise' the fp8 cooperative 128x128 with blockwise scales")
     p.add_argument("--list", action="store_true",
                    help="enumerate the mutants without a GPU and without running them (default off: run them)")

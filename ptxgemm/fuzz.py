@@ -94,13 +94,14 @@ class GpuBackend:
         """A device array of `kind` with x's values, shape and strides (a span upload, as to_device makes)."""
         from .driver import DeviceArray
         arr = DeviceArray.from_numpy(x)
-        if kind == "torch":
+        if kind == "torch" and min(x.strides, default=0) >= 0:   # torch has no negative strides
             import torch
             return torch.from_dlpack(arr) if arr.size else torch.empty(x.shape, dtype=_torch_dtype(x.dtype),
                                                                         device="cuda")
-        if kind == "cupy" and x.dtype.name in ("float16", "float32"):
+        if kind == "cupy" and x.dtype.name in ("float16", "float32"):   # CuPy has no bfloat16 or fp8
             import cupy
-            return cupy.asarray(arr)
+            # an empty DeviceArray has no address, which CuPy's UnownedMemory refuses
+            return cupy.asarray(arr) if arr.size else cupy.empty(x.shape, x.dtype)
         return arr
 
     def call(self, case) -> np.ndarray:

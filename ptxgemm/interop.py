@@ -1,8 +1,8 @@
 """Device arrays from any framework, read in place, without importing one: DLPack and __cuda_array_interface__.
 
     as_device_array(obj, name)   a DeviceArray view of `obj`'s memory (no copy): obj may be a DeviceArray, anything
-                                 with __dlpack__ (torch, CuPy, JAX; bfloat16 too, as DLPack's bfloat type) or with
-                                 __cuda_array_interface__ (CuPy, Numba, torch for non-bf16 dtypes)
+                                 with __dlpack__ (torch, CuPy, JAX; bfloat16 and fp8 too, as DLPack's bfloat and
+                                 float8 types) or with __cuda_array_interface__ (CuPy, Numba; numpy's own dtypes)
     stream_handle(stream)        a raw CUstream from None, an int handle or an object with __cuda_stream__
 
 DeviceArray exports both protocols (see DeviceArray.__dlpack__ / __cuda_array_interface__ in driver.py, built by
@@ -26,11 +26,16 @@ from .errors import ConfigError
 
 KDL_CPU, KDL_CUDA, KDL_CUDA_HOST, KDL_CUDA_MANAGED = 1, 2, 3, 13
 KDL_INT, KDL_UINT, KDL_FLOAT, KDL_BFLOAT = 0, 1, 2, 4
+KDL_FLOAT8_E4M3FN, KDL_FLOAT8_E5M2 = 10, 12   # DLPack 1.1: torch 2.11 exports fp8 tensors with these
 DEVICE_NAMES = {1: "CPU", 2: "CUDA", 3: "CUDA host (pinned)", 4: "OpenCL", 7: "Vulkan", 8: "Metal", 10: "ROCm",
                 13: "CUDA managed"}
-# (type code, bits) <-> numpy dtype name; bfloat16 is ml_dtypes' numpy type
+# (type code, bits) <-> numpy dtype name; bfloat16 and the fp8 types are ml_dtypes' numpy types
 _DL_TO_NAME = {(KDL_FLOAT, 16): "float16", (KDL_FLOAT, 32): "float32", (KDL_FLOAT, 64): "float64",
-               (KDL_BFLOAT, 16): "bfloat16", (KDL_INT, 8): "int8", (KDL_INT, 32): "int32", (KDL_UINT, 8): "uint8"}
+               (KDL_BFLOAT, 16): "bfloat16", (KDL_INT, 8): "int8", (KDL_INT, 32): "int32", (KDL_UINT, 8): "uint8",
+               (KDL_FLOAT8_E4M3FN, 8): "float8_e4m3fn", (KDL_FLOAT8_E5M2, 8): "float8_e5m2"}
+# numpy's own types, the only ones __cuda_array_interface__'s typestr names unambiguously: ml_dtypes' types print
+# as '<V2' (bfloat16), '<V1' (e4m3fn) or even '<f1' (e5m2), which a consumer would misread
+_CAI_NAMES = frozenset({"float16", "float32", "float64", "int8", "int32", "uint8"})
 _NAME_TO_DL = {v: k for k, v in _DL_TO_NAME.items()}
 
 
@@ -112,11 +117,26 @@ def _from_dlpack(obj, name: str, stream_for_producer):
     shape = tuple(t.shape[i] for i in range(t.ndim))
     if t.strides:
         strides = tuple(t.strides[i] * dtype.itemsize for i in range(t.ndim))  # DLPack counts elements
+        if not _addressable(shape, strides):
+            # CuPy (the device's, 2026) exports a negative stride as an unsigned element count: -4 arrives as
+            # 2**63 - 4. Its __cuda_array_interface__ describes the same memory correctly, so read that instead.
+            if hasattr(obj, "__cuda_array_interface__"):
+                return _from_cuda_array_interface(obj, name)
+            raise ConfigError(f"{name}: the DLPack tensor's strides {tuple(t.strides[i] for i in range(t.ndim))} "
+                              f"(elements) reach past a 64-bit address space for shape {shape}: the producer "
+                              f"exported them wrongly (negative strides?); pass a contiguous copy")
     else:
         strides = None  # compact row-major
     view = DeviceArray(int(t.data or 0) + int(t.byte_offset), shape, dtype, strides, owner=False)
     view._keepalive = (owner, obj)
     return view
+
+
+def _addressable(shape, byte_strides) -> bool:
+    """Whether every element of `shape` with these byte strides lies within 2**63 bytes of the first: what any real
+    tensor satisfies, and a stride exported as an unsigned number breaks."""
+    reach = sum(abs(s) * (n - 1) for n, s in zip(shape, byte_strides) if n > 1)
+    return 0 in shape or reach < 2 ** 63
 
 
 def _from_cuda_array_interface(obj, name: str):
@@ -222,10 +242,10 @@ def export_dlpack(array) -> object:
 
 
 def cuda_array_interface(array) -> dict:
-    """__cuda_array_interface__ (version 3) of a DeviceArray. bfloat16 has no typestr in that protocol: it raises,
-    naming DLPack, rather than exporting bytes a consumer would misread."""
-    if array.dtype.name == "bfloat16":
-        raise AttributeError("__cuda_array_interface__: bfloat16 has no typestr in this protocol; use __dlpack__ "
-                             "(torch.from_dlpack / cupy.from_dlpack)")
+    """__cuda_array_interface__ (version 3) of a DeviceArray. bfloat16 and the fp8 types have no typestr in that
+    protocol: it raises, naming DLPack, rather than exporting bytes a consumer would misread."""
+    if array.dtype.name not in _CAI_NAMES:
+        raise AttributeError(f"__cuda_array_interface__: {array.dtype.name} has no typestr in this protocol; use "
+                             f"__dlpack__ (torch.from_dlpack / cupy.from_dlpack)")
     return {"shape": tuple(array.shape), "typestr": array.dtype.str, "data": (array.ptr, False),
             "strides": tuple(array.strides), "version": 3, "stream": None}

@@ -286,7 +286,7 @@ SURVIVOR_REASONS = (
      _UNSEEN + "a stage released before its wgmmas retired is refilled only after the producer's empty wait, a TMA "
      "issue and the load's latency from L2 (hundreds of ns), longer than the tensor cores need to finish reading it; "
      "a latent race the hardware's latencies hide"),
-    ("fence.proxy.async", ("deleted",), "tma.fence_proxy_async()",
+    ("fence.proxy.async", ("deleted",), "its shared stores become visible to the TMA unit",
      _UNSEEN + "by the time the leader has passed the 128-thread barrier and issued the TMA store, the stmatrix "
      "writes have reached shared memory; the memory model orders generic-proxy writes before an async-proxy read "
      "only through this fence"),

@@ -118,6 +118,8 @@ def fake(monkeypatch):
         cu = FakeDriver(fail)
         monkeypatch.setattr(driver, "cu", cu)
         monkeypatch.setattr(driver, "context", lambda: None)
+        # the legacy stream object is cached once made: an earlier test's real CUstream(0) must not leak in here
+        monkeypatch.setattr(driver, "_LEGACY_STREAM", None)
         monkeypatch.setattr(Graph, "__init__", init)
         return cu
 

@@ -34,7 +34,8 @@ class CAI:
         self.__cuda_array_interface__ = {"version": 3, "data": (ADDRESS, False), "strides": None, **fields}
 
 
-@pytest.mark.parametrize("dtype", [ml_dtypes.bfloat16, np.float16, np.float32])
+@pytest.mark.parametrize("dtype", [ml_dtypes.bfloat16, np.float16, np.float32, ml_dtypes.float8_e4m3fn,
+                                   ml_dtypes.float8_e5m2])
 @pytest.mark.parametrize("order", ["C", "F"])
 def test_dlpack_round_trip_keeps_address_shape_strides_and_dtype(dtype, order):
     itemsize = np.dtype(dtype).itemsize
@@ -96,12 +97,28 @@ def test_cuda_array_interface_is_read_in_place():
         interop.as_device_array(CAI(shape=(2, 2), typestr="<f2", mask=object()), "a")
 
 
-def test_device_array_exports_the_cuda_array_interface_except_for_bfloat16():
+def test_fp8_travels_as_dlpack_float8_codes():
+    # torch 2.11 exports float8_e4m3fn as code 10 and float8_e5m2 as code 12 (DLPack 1.1); reversed strides survive
+    for dtype, code in ((ml_dtypes.float8_e4m3fn, 10), (ml_dtypes.float8_e5m2, 12)):
+        array = DeviceArray(ADDRESS + 14, (3, 5), dtype, (-5, 1), owner=False)
+        capsule = array.__dlpack__()
+        managed = interop.ctypes.cast(interop._api.PyCapsule_GetPointer(capsule, b"dltensor"),
+                                      interop.ctypes.POINTER(interop.DLManagedTensor))
+        tensor = managed.contents.dl_tensor
+        assert (tensor.dtype.code, tensor.dtype.bits, tensor.dtype.lanes) == (code, 8, 1)
+        assert (tensor.strides[0], tensor.strides[1]) == (-5, 1)
+        view = interop.as_device_array(Exported(array), "a")
+        assert (view.ptr, view.strides, view.dtype) == (ADDRESS + 14, (-5, 1), np.dtype(dtype))
+
+
+def test_device_array_exports_the_cuda_array_interface_for_numpys_own_dtypes_only():
     half = DeviceArray(ADDRESS, (3, 5), np.float16, owner=False)
     assert half.__cuda_array_interface__ == {"shape": (3, 5), "typestr": "<f2", "data": (ADDRESS, False),
                                              "strides": (10, 2), "version": 3, "stream": None}
-    with pytest.raises(AttributeError, match="use __dlpack__"):
-        DeviceArray(ADDRESS, (3, 5), ml_dtypes.bfloat16, owner=False).__cuda_array_interface__  # noqa: B018
+    # ml_dtypes' types print as '<V2', '<V1' and '<f1' there: a consumer would misread the bytes
+    for dtype in (ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2):
+        with pytest.raises(AttributeError, match="use __dlpack__"):
+            DeviceArray(ADDRESS, (3, 5), dtype, owner=False).__cuda_array_interface__  # noqa: B018
 
 
 def test_streams_from_handles_and_protocol_objects():
@@ -118,3 +135,31 @@ def test_streams_from_handles_and_protocol_objects():
         interop.stream_handle("default")
     with pytest.raises(ConfigError, match="bool"):
         interop.stream_handle(True)
+
+
+class BrokenNegativeStrides(Exported):
+    """A producer that writes a negative element stride as unsigned (CuPy's DLPack export did: -4 -> 2**63 - 4),
+    with a correct __cuda_array_interface__ beside it, or without one."""
+
+    def __init__(self, array, with_cai: bool):
+        super().__init__(array)
+        if with_cai:
+            self.__cuda_array_interface__ = {"version": 3, "data": (array.ptr, False), "shape": array.shape,
+                                             "typestr": "<f2", "strides": array.strides}
+
+    def __dlpack__(self, stream=None):
+        capsule = self.array.__dlpack__()
+        managed = interop.ctypes.cast(interop._api.PyCapsule_GetPointer(capsule, b"dltensor"),
+                                      interop.ctypes.POINTER(interop.DLManagedTensor))
+        tensor = managed.contents.dl_tensor
+        assert tensor.strides[0] == -4
+        tensor.strides[0] = 2 ** 63 - 4   # (2**64 - 8 bytes) // 2, unsigned
+        return capsule
+
+
+def test_a_negative_stride_exported_as_unsigned_is_read_through_the_array_interface():
+    array = DeviceArray(ADDRESS + 16, (3, 4), np.float16, (-8, 2), owner=False)
+    view = interop.as_device_array(BrokenNegativeStrides(array, with_cai=True), "a")
+    assert (view.ptr, view.shape, view.strides) == (ADDRESS + 16, (3, 4), (-8, 2))
+    with pytest.raises(ConfigError, match=r"^a: the DLPack tensor's strides .* reach past a 64-bit address space"):
+        interop.as_device_array(BrokenNegativeStrides(array, with_cai=False), "a")
