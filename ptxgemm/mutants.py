@@ -290,6 +290,10 @@ SURVIVOR_REASONS = (
      _UNSEEN + "by the time the leader has passed the 128-thread barrier and issued the TMA store, the stmatrix "
      "writes have reached shared memory; the memory model orders generic-proxy writes before an async-proxy read "
      "only through this fence"),
+    ("fence.proxy.async", ("deleted",), "its reads of S are done",
+     "not observed in the debug build, whose bounded waits slow the producer's reload of the source tile; the release "
+     "build shows it (fuzz seed 22001, case 1133: S of the CTA's next tile in warp 0's rows), and "
+     "tests/test_fuzz_gpu.py kills this mutant there"),
     ("bar.sync", ("deleted",), "the panel is complete",
      _UNSEEN + "(cooperative) the four warps of a consumer leave the slot-free barrier together and run the same "
      "stmatrix sequence, so all have written the panel before the leader's TMA store reads it; a latent race the "

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import ptxgemm
-from ptxgemm import fuzz
+from ptxgemm import fuzz, fuzz_cases
 from ptxgemm.accuracy import activation64
 
 gpu = pytest.mark.gpu
@@ -90,6 +90,31 @@ def test_the_source_tile_is_reloaded_only_after_its_reads():
     for run in range(5):
         outcome = fuzz.evaluate(SOURCE_RACE_SPEC, fuzz.GpuBackend())
         assert outcome.kind == "correct", (run, outcome.detail)
+
+
+@gpu
+def test_without_the_source_fence_the_race_shows():
+    """The mutant of that fence, in the release build (the mutation tester's debug build, slower, does not show it):
+    the same case with the fence deleted from the plan's own PTX goes wrong in at least one of eight launches."""
+    from ptxgemm.driver import DeviceArray
+    from ptxgemm.gemm import GemmKernel
+
+    case = fuzz_cases.build(SOURCE_RACE_SPEC)
+    kw = {k: (DeviceArray.from_numpy(v) if isinstance(v, np.ndarray) else v) for k, v in case.kwargs.items()}
+    a, b, out = (DeviceArray.from_numpy(x) for x in (case.a, case.b, case.out))
+    config = ptxgemm.GemmPlan(a, b, out, **kw).config
+    lines = ptxgemm.render_gemm(config).split("\n")
+    fence = [i for i, line in enumerate(lines) if line.strip().startswith("fence.proxy.async") and "reads of S" in line]
+    assert len(fence) == 1, fence
+    lines[fence[0]] = "    // MUTANT: deleted: the source tile's read fence"
+    mutant = GemmKernel(config, ptx="\n".join(lines))
+    plan = ptxgemm.GemmPlan(a, b, out, config, kernel=mutant, **kw)
+    wrong = []
+    for _ in range(8):
+        out.poison()
+        plan.launch()
+        wrong.append(not fuzz_cases.verdict(case, out.to_numpy()).ok)
+    assert any(wrong), "the mutant survived eight launches"
 
 
 @gpu

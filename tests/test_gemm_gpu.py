@@ -480,22 +480,6 @@ def test_mutants_of_the_cooperative_epilogue_are_killed(tmp_path):
     assert slot_free and all(r["status"] == "killed" for r in slot_free), slot_free
 
 
-@gpu
-def test_mutants_of_the_source_tile_release_are_killed(tmp_path):
-    """The fence between the consumers' generic-proxy reads of the source tile and the producer's next TMA load into
-    it (issue 22: the fuzzer found its absence): deleted, the workloads of the 'epilogue-fp32' preset (the fuzz
-    case's tile, dtypes and epilogue) catch it."""
-    import json
-
-    out = tmp_path / "mutants.json"
-    proc = subprocess.run([sys.executable, "-m", "ptxgemm", "mutants", "--preset", "epilogue-fp32", "--kind",
-                           "fence.proxy.async", "--template", "fusion.ptx.j2", "--json", str(out)],
-                          capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    records = json.loads(out.read_text())["configs"][0]["mutants"]
-    assert records and all(r["status"] == "killed" for r in records), records
-
-
 @pytest.mark.parametrize("case", CLUSTER_CASES, ids=str)
 @gpu
 def test_random_cluster_case(case):
