@@ -22,11 +22,11 @@
 No GPU needed: `dump` (renders the PTX, assembles it with ptxas, writes PTX, cubin, SASS and report.json, and says
 what M, N and K decide), `select` (the config select_config picks and the cost model's table), `info` (the
 toolchain, the cubin cache directory and the GPU, if there is one), `bench --summarize`, `mutants --list`,
-`swizzle-probe --simulate`, `fuzz --emulate` and `bank-conflicts`. `tune` runs every candidate on the GPU, checks and times them, and
-stores the winner in the tune cache, where select finds it. Each command's --help gives every option's default.
-Errors are one line on stderr (ptxas failures add ptxas's own log) and exit status 2. bench, fuzz, swizzle-probe
-and bank-conflicts bring their own subparsers (bench_cli, fuzz, swizzle_cli, bank_cli); the work of every command lives in a
-module of its own (dump, bench, bench_modes, bench_summary, host_cost, probes, banks, mutants, tracing, tuning, ...).
+`swizzle-probe --simulate`, `fuzz --emulate` and `bank-conflicts`. `tune` runs every candidate on the GPU, checks
+and times them, and stores the winner in the tune cache, where select finds it. Each command's --help gives every
+option's default. Errors are one line on stderr (ptxas failures add ptxas's own log) and exit status 2. bench,
+fuzz, swizzle-probe and bank-conflicts bring their own subparsers (bench_cli, fuzz, swizzle_cli, bank_cli); the
+work of every command lives in a module of its own (dump, bench, bench_modes, bench_summary, host_cost, probes, banks, mutants, tracing, tuning, ...).
 """
 from __future__ import annotations
 

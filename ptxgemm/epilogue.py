@@ -119,8 +119,10 @@ class Epilogue:
         if self.bias is not None:
             params.append(("param_bias", ctypes.c_uint64(self.bias.ptr)))
         if self.block_a is not None:
-            params += [("param_scale_a", ctypes.c_uint64(self.block_a.ptr)), ("param_scale_a_ld", ctypes.c_uint32(_blocks(k))),
-                       ("param_scale_b", ctypes.c_uint64(self.block_b.ptr)), ("param_scale_b_ld", ctypes.c_uint32(_blocks(n)))]
+            params += [("param_scale_a", ctypes.c_uint64(self.block_a.ptr)),
+                       ("param_scale_a_ld", ctypes.c_uint32(_blocks(k))),
+                       ("param_scale_b", ctypes.c_uint64(self.block_b.ptr)),
+                       ("param_scale_b_ld", ctypes.c_uint32(_blocks(n)))]
         return params
 
     def kernel_args(self, swapped: bool, k: int, n: int) -> list:

@@ -222,8 +222,8 @@ def test_the_epilogue_parameters_are_the_templates_in_name_and_order(name, swapp
     if swapped and epi.block_a is not None:
         pytest.skip("blockwise problems are never swapped")
     fp8 = epi.block_a is not None
-    cfg = GemmConfig(block_n=128, block_m=64 if fp8 else 128, in_dtype="float8_e4m3fn" if fp8 else "bfloat16", a_major="k",
-                     b_major="k" if fp8 else "mn", **epi.config_fields(swapped, 256))
+    cfg = GemmConfig(block_n=128, block_m=64 if fp8 else 128, in_dtype="float8_e4m3fn" if fp8 else "bfloat16",
+                     a_major="k", b_major="k" if fp8 else "mn", **epi.config_fields(swapped, 256))
     ptx = gemm.render_gemm(cfg)
     declared = re.findall(r"\.param \.(?:f32|u32|u64) (param_\w+)", ptx)
     declared = declared[:declared.index("param_m")]
