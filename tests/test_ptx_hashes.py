@@ -1,0 +1,139 @@
+"""Behaviour unchanged through the restructuring of issue 23: the GEMM PTX of every config the selection can pick and
+of every config the test suite renders, hashed after stripping comments and blank lines, recorded before the move.
+
+tests/data/ptx_hashes.json.gz holds, per config, its GemmConfig fields that differ from the defaults (the field
+names of 2026-11-24) and the first 20 hex digits of the SHA-256 of its normalized PTX. A refactor that renames or
+splits GemmConfig's fields translates those dicts in `config_from` below; one that changes the PTX on purpose
+re-records (and shows, on the device, the SASS identical or no regression), saying why in docs/perf-notes.md.
+
+Re-record: `python tests/test_ptx_hashes.py record` (the selection's candidates and epilogue variants, and every
+config the CPU suite renders, found by running it with GemmConfig.template_params watched).
+"""
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import hashlib
+import itertools
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from ptxgemm import select
+from ptxgemm.config import INPUT_DTYPES, OUTPUT_DTYPES, GemmConfig
+from ptxgemm.errors import ConfigError
+from ptxgemm.gemm import render_gemm
+
+DATA = Path(__file__).parent / "data" / "ptx_hashes.json.gz"
+DEFAULTS = {f.name: f.default for f in dataclasses.fields(GemmConfig)}
+
+#: epilogues the selection attaches (GemmConfig's epilogue fields), tried on the candidates of the common layouts
+EPILOGUES = (
+    {"alpha": True},
+    {"row_scale": True, "col_scale": True, "alpha": True},
+    {"source_dtype": "bfloat16", "bias": "col", "activation": "gelu", "col_pairs": True},
+    {"source_dtype": "float16", "bias": "row", "activation": "silu"},
+    {"source_dtype": "float32", "col_scale": True, "alpha": True, "activation": "relu", "col_pairs": True},
+    {"bias": "col", "bias_dtype": "bfloat16", "activation": "relu"},
+    {"device_scales": True},
+    {"block_scale": True},
+)
+
+
+def normalized(ptx: str) -> str:
+    """The PTX without comments, trailing blanks and blank lines: what a reorganized template may change freely."""
+    lines = (line.split("//", 1)[0].rstrip() for line in ptx.splitlines())
+    return "\n".join(line for line in lines if line.strip())
+
+
+def digest(config) -> str:
+    return hashlib.sha256(normalized(render_gemm(config)).encode()).hexdigest()[:20]
+
+
+def fields_of(config: GemmConfig) -> dict:
+    return {k: v for k, v in dataclasses.asdict(config).items() if v != DEFAULTS[k]}
+
+
+def config_from(fields: dict):
+    """The config recorded as `fields` (today: GemmConfig itself; after a split, the translation goes here)."""
+    return GemmConfig(**fields)
+
+
+def selection_configs() -> list[GemmConfig]:
+    """Every candidate of the selection for every dtype pair and layout, and the epilogue variants the selection can
+    attach on the common layouts (A K-major; B either way)."""
+    found = {}
+    for in_dtype, out_dtype, (a_major, b_major) in itertools.product(
+            INPUT_DTYPES, (None,) + OUTPUT_DTYPES, itertools.product(("k", "mn"), repeat=2)):
+        try:
+            base = select.candidates(4096, 4096, 4096, in_dtype, out_dtype, a_major, b_major)
+        except ConfigError:
+            continue
+        for config in base:
+            found[config] = None
+            if a_major != "k":
+                continue
+            for epilogue in EPILOGUES:
+                with_epi = select.with_epilogue(config, tuple(sorted(epilogue.items())))
+                if with_epi is not None:
+                    found[with_epi] = None
+    return list(found)
+
+
+def suite_configs() -> list[GemmConfig]:
+    """Every config the CPU suite renders (this file excepted), by running it with template_params watched."""
+    seen = {}
+    original = GemmConfig.template_params
+
+    def watched(self, *args, **kwargs):
+        seen[self] = None
+        return original(self, *args, **kwargs)
+
+    GemmConfig.template_params = watched
+    try:
+        status = pytest.main(["-q", "-x", "-p", "no:cacheprovider", str(Path(__file__).parent),
+                              f"--ignore={Path(__file__)}"])
+        if status != 0:
+            raise SystemExit(f"the CPU suite failed (pytest status {status}): record from a passing tree")
+    finally:
+        GemmConfig.template_params = original
+    return list(seen)
+
+
+def record() -> None:
+    configs = dict.fromkeys(selection_configs())
+    configs.update(dict.fromkeys(suite_configs()))
+    entries = sorted(([fields_of(c), digest(c)] for c in configs), key=lambda e: json.dumps(e[0], sort_keys=True))
+    DATA.parent.mkdir(exist_ok=True)
+    with gzip.open(DATA, "wt") as f:
+        json.dump({"normalization": "comments after //, trailing blanks and blank lines removed; sha256[:20]",
+                   "configs": entries}, f, separators=(",", ":"))
+    print(f"recorded {len(entries)} configs in {DATA}")
+
+
+def load() -> list:
+    with gzip.open(DATA, "rt") as f:
+        return json.load(f)["configs"]
+
+
+def test_every_recorded_config_renders_the_same_ptx():
+    changed = []
+    for fields, want in load():
+        got = digest(config_from(fields))
+        if got != want:
+            changed.append(fields)
+    assert not changed, f"{len(changed)} configs render different PTX, e.g. {changed[:3]}"
+
+
+def test_the_record_holds_every_selectable_config():
+    recorded = {json.dumps(fields, sort_keys=True) for fields, _ in load()}
+    missing = [fields_of(c) for c in selection_configs() if json.dumps(fields_of(c), sort_keys=True) not in recorded]
+    assert not missing, f"{len(missing)} selectable configs were never recorded, e.g. {missing[:3]}"
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["record"]:
+        sys.exit("usage: python tests/test_ptx_hashes.py record")
+    record()
