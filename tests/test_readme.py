@@ -1,4 +1,5 @@
-"""The README's examples, produced by the code they describe, so the README cannot drift (no GPU needed).
+"""The README's examples (and those of docs/gemm.md and docs/tools.md, where its long sections went), produced by
+the code they describe, so the pages cannot drift (no GPU needed).
 
 Three kinds of example are checked, all inside fenced code blocks:
 - `>>> expression` followed by `ConfigError: message`: the expression, evaluated with the README's own `a` and `b`
@@ -24,7 +25,10 @@ import pytest
 
 import ptxgemm
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+#: the README and the pages its longer sections moved to; their examples are held to the code the same way
+PAGES = (README, ROOT / "docs" / "gemm.md", ROOT / "docs" / "tools.md")
 ERROR_LINE = re.compile(r"^\w*Error: |: error: |^BARRIER_STALL\b")
 
 
@@ -55,7 +59,7 @@ def sessions(lines: list[str], prompt: str) -> list[tuple[str, list[str]]]:
     return out
 
 
-BLOCKS = code_blocks(README.read_text())
+BLOCKS = [block for page in PAGES for block in code_blocks(page.read_text())]
 REPL = [(expr, output) for _, lines in BLOCKS for expr, output in sessions(lines, ">>> ")]
 CONSOLE = [(cmd, output) for _, lines in BLOCKS for cmd, output in sessions(lines, "$ ")]
 STALLS = [lines for _, lines in BLOCKS if lines and lines[0].startswith("BARRIER_STALL while")]
