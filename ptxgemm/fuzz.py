@@ -37,6 +37,14 @@ MAX_FLOPS = {"gpu": 4e10, "emulate": 3e7}
 ARRAY_KINDS = {"gpu": ("device", "torch", "cupy"), "emulate": ("host",)}
 
 
+def array_kinds(backend_name: str) -> tuple[str, ...]:
+    """The backend's array kinds whose framework is installed (torch and CuPy are optional peers: a GPU machine
+    without them fuzzes ptxgemm's own device arrays)."""
+    import importlib.util
+
+    return tuple(k for k in ARRAY_KINDS[backend_name] if k not in ("torch", "cupy") or importlib.util.find_spec(k))
+
+
 @dataclasses.dataclass
 class Outcome:
     kind: str          # one of OUTCOMES
@@ -234,7 +242,7 @@ def fuzz(cases: int, seed: int, backend, *, max_flops: float | None = None, shri
     failures, start = [], time.perf_counter()
     for i in range(cases):
         spec = fuzz_cases.draw_spec(rng, max_flops=max_flops, entries=entries,
-                                    array_kinds=ARRAY_KINDS[backend.name])
+                                    array_kinds=array_kinds(backend.name))
         outcome = evaluate(spec, backend)
         counts[outcome.kind] += 1
         if outcome.failed:
