@@ -147,13 +147,13 @@ def _no_spills(config) -> bool:
 def run(a, b, c=None, *, alpha=1.0, beta=0.0, bias=None, activation=None, scale_a=None, scale_b=None,
         out_dtype=None, config=None, device=DEFAULT_DEVICE) -> np.ndarray:
     """ptxgemm.run, emulated: the same checks, uploads, plan and result."""
-    args, od, shape = gemm.check_run(a, b, c, alpha=alpha, beta=beta, bias=bias, activation=activation,
-                                     scale_a=scale_a, scale_b=scale_b, out_dtype=out_dtype, config=config,
-                                     device=device, spill_check=_no_spills)
+    args, od, shape, planned = gemm.check_run(a, b, c, alpha=alpha, beta=beta, bias=bias, activation=activation,
+                                              scale_a=scale_a, scale_b=scale_b, out_dtype=out_dtype, config=config,
+                                              device=device, spill_check=_no_spills)
     da, db = upload(a), upload(b)
     args = {name: upload(x) if gemm.uploaded(name, x) else x for name, x in args.items()}
     out = HostArray.empty(shape, od)
-    GemmPlan(da, db, out, config, device=device, **args).launch()
+    GemmPlan(da, db, out, planned, device=device, **args).launch()
     return out.numpy().copy()
 
 

@@ -592,14 +592,14 @@ def run(a, b, c=None, *, alpha=1.0, beta=0.0, bias=None, activation=None, scale_
     fp8 operand that is not K-major is staged transposed). `out_dtype` (bfloat16, float16 or float32) defaults to
     the inputs' dtype (bfloat16 for fp8 inputs).
     """
-    args, od, shape = check_run(a, b, c, alpha=alpha, beta=beta, bias=bias, activation=activation,
-                                scale_a=scale_a, scale_b=scale_b, out_dtype=out_dtype, config=config,
-                                device=lambda: driver.require_sm90("running the GEMM"))
+    args, od, shape, planned = check_run(a, b, c, alpha=alpha, beta=beta, bias=bias, activation=activation,
+                                         scale_a=scale_a, scale_b=scale_b, out_dtype=out_dtype, config=config,
+                                         device=lambda: driver.require_sm90("running the GEMM"))
     driver.require_sm90("running the GEMM")
     da, db = driver.DeviceArray.from_numpy(a), driver.DeviceArray.from_numpy(b)
     args = {name: driver.DeviceArray.from_numpy(x) if uploaded(name, x) else x for name, x in args.items()}
     out = driver.DeviceArray.empty(shape, np.dtype(od))
-    GemmPlan(da, db, out, config, **args).launch()
+    GemmPlan(da, db, out, planned, **args).launch()   # the config chosen above: the selection runs once
     return out.to_numpy()
 
 
@@ -610,10 +610,11 @@ def uploaded(name: str, x) -> bool:
 
 
 def check_run(a, b, c=None, *, alpha=1.0, beta=0.0, bias=None, activation=None, scale_a=None, scale_b=None,
-              out_dtype=None, config=None, device=None, spill_check=None) -> tuple[dict, str, tuple]:
+              out_dtype=None, config=None, device=None, spill_check=None) -> tuple[dict, str, tuple, GemmConfig | None]:
     """run()'s checks, all made before anything is uploaded: (the epilogue arguments, the output dtype, the result
-    shape). The whole call is planned on stand-ins for the device arrays; `device` (or a callable giving it) is asked
-    only when a kernel must be picked, after every argument has passed."""
+    shape, the config). The whole call is planned on stand-ins for the device arrays; `device` (or a callable giving
+    it) is asked only when a kernel must be picked, after every argument has passed. The config (None when there is
+    nothing to launch) is the one GemmPlan then runs, so the selection is not made twice."""
     for name, x in (("a", a), ("b", b)):
         if not isinstance(x, np.ndarray):
             raise ConfigError(f"{name}: run takes numpy arrays, got {type(x).__name__}")
@@ -624,5 +625,6 @@ def check_run(a, b, c=None, *, alpha=1.0, beta=0.0, bias=None, activation=None, 
     args = dict(c=c, alpha=alpha, beta=beta, bias=bias, activation=activation, scale_a=scale_a, scale_b=scale_b)
     fused = _parse_epilogue(a, b, _stand_in, **args)
     out = _HostStandIn(shape, driver.c_strides(shape, np.dtype(od).itemsize), np.dtype(od))  # run's C-order out
-    plan_call(_stand_in(a, "a"), _stand_in(b, "b"), out, config, fused, device=device, spill_check=spill_check)
-    return args, od, shape
+    planned = plan_call(_stand_in(a, "a"), _stand_in(b, "b"), out, config, fused, device=device,
+                        spill_check=spill_check)
+    return args, od, shape, planned.config
