@@ -8,7 +8,8 @@
 Importing ptxgemm needs no GPU and never imports torch.
 """
 from .config import GemmConfig
-from .driver import DeviceArray, device_available
+from .arrays import DeviceArray
+from .driver import device_available
 from .errors import ConfigError, CudaError, NoGpuError, PtxgemmError, ToolchainError
 from .gemm import GemmPlan, clear_plan_cache, compile_gemm, matmul, render_gemm, run
 from .graph import Graph

@@ -36,6 +36,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from . import banks
+from . import arrays
 
 #: the directory holding this ptxgemm package: the profiled child process must import the same one
 PACKAGE_PARENT = Path(__file__).resolve().parent.parent
@@ -383,8 +384,8 @@ def run_patterns(patterns: Sequence[Pattern], iterations: int = ITERATIONS) -> d
     for op in ops:
         functions[op] = module.function(kernel_name(op))
         functions[op].set_max_dynamic_smem(smem)
-    addrs = driver.DeviceArray.empty((WARP_THREADS,), np.uint32)
-    out = driver.DeviceArray.empty((WARP_THREADS,), np.uint32)
+    addrs = arrays.DeviceArray.empty((WARP_THREADS,), np.uint32)
+    out = arrays.DeviceArray.empty((WARP_THREADS,), np.uint32)
     for pattern in patterns:
         addrs.copy_from_host(np.asarray(pattern.addresses, dtype=np.uint32))
         driver.launch(functions[pattern.op], (1,), (WARP_THREADS,),

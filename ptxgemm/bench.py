@@ -37,6 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import ConfigError
+from . import arrays
 
 # --- shapes ------------------------------------------------------------------------------------------------------
 K_SWEEP = (64, 128, 256, 512, 1024, 2048)
@@ -121,12 +122,11 @@ class PtxgemmImpl:
         self.name = name
 
     def prepare(self, a, b, out_dtype):
-        from .driver import DeviceArray
         from .gemm import GemmPlan
 
-        self.out = DeviceArray.empty((a.shape[0], b.shape[1]), out_dtype)
+        self.out = arrays.DeviceArray.empty((a.shape[0], b.shape[1]), out_dtype)
         self.out.poison()
-        self.plan = GemmPlan(DeviceArray.from_numpy(a), DeviceArray.from_numpy(b), self.out, self.config)
+        self.plan = GemmPlan(arrays.DeviceArray.from_numpy(a), arrays.DeviceArray.from_numpy(b), self.out, self.config)
         return self.plan.launch
 
     @property

@@ -38,6 +38,7 @@ from .accuracy import activation64, dequantize   # the kernel's activation in fl
 from .bench import (QUICK_SHAPES, SAMPLE_ROWS, SAMPLE_SEED, SQUARE_LLM_SHAPES, PtxgemmImpl, float64_reference, geomean,
                     geomeans, gpu_slug, group_of, read_clocks, rel_err, require_device, sample_rows, torch_rows)
 from .errors import ConfigError
+from . import arrays
 
 IN_DTYPES = ("bfloat16", "float8_e4m3fn", "float8_e5m2")
 FP8 = ("float8_e4m3fn", "float8_e5m2")
@@ -167,14 +168,13 @@ class Problem:
         import ml_dtypes
 
         from .config import SCALE_BLOCK
-        from .driver import DeviceArray
 
         self.m, self.n, self.k, self.mode, self.torch = m, n, k, mode, torch
         dtype = getattr(ml_dtypes, mode.in_dtype)
         self.a = rng.standard_normal((m, k), dtype=np.float32).astype(dtype)
         b = rng.standard_normal((k, n), dtype=np.float32).astype(dtype)
         self.b = np.asfortranarray(b) if mode.fp8 or b_major == "k" else b
-        self.da, self.db = DeviceArray.from_numpy(self.a), DeviceArray.from_numpy(self.b)
+        self.da, self.db = arrays.DeviceArray.from_numpy(self.a), arrays.DeviceArray.from_numpy(self.b)
         lo, hi = SCALE_RANGE
         shapes = {None: None, "tensor": ((), ()), "row": ((m, 1), (1, n)),
                   "block": ((m, -(-k // SCALE_BLOCK)), (-(-k // SCALE_BLOCK), -(-n // SCALE_BLOCK)))}[mode.scaling]
@@ -183,14 +183,14 @@ class Problem:
             self.scale_a, self.scale_b = (rng.uniform(lo, hi, s).astype(np.float32) for s in shapes)
             # tensor and row scales: the very tensors torch._scaled_mm reads, ptxgemm reading them through DLPack
             as_device = (lambda x: torch.from_numpy(x).cuda()) if torch is not None and mode.scaling != "block" \
-                else (lambda x: DeviceArray.from_numpy(x.reshape(1) if x.ndim == 0 else x))
+                else (lambda x: arrays.DeviceArray.from_numpy(x.reshape(1) if x.ndim == 0 else x))
             self.dscale_a, self.dscale_b = as_device(self.scale_a), as_device(self.scale_b)
         self.bias = self.dbias = None
         if mode.fused:
             # bf16 numbers stored as float32: the fused kernel reads float32, the separate torch pass a bf16 copy,
             # and both add exactly the same values
             self.bias = rng.standard_normal(n, dtype=np.float32).astype(ml_dtypes.bfloat16).astype(np.float32)
-            self.dbias = DeviceArray.from_numpy(self.bias)
+            self.dbias = arrays.DeviceArray.from_numpy(self.bias)
         self._bf16 = None
         self._products: dict = {}
 
@@ -203,10 +203,9 @@ class Problem:
         if self._bf16 is None:
             import ml_dtypes
 
-            from .driver import DeviceArray
 
             b16 = self.b.astype(ml_dtypes.bfloat16)   # astype keeps B's order
-            self._bf16 = (DeviceArray.from_numpy(self.a.astype(ml_dtypes.bfloat16)), DeviceArray.from_numpy(b16))
+            self._bf16 = (arrays.DeviceArray.from_numpy(self.a.astype(ml_dtypes.bfloat16)), arrays.DeviceArray.from_numpy(b16))
         return self._bf16
 
     def product(self, rows: np.ndarray, scaled: bool, a: np.ndarray | None = None) -> np.ndarray:
@@ -244,11 +243,10 @@ class PlanImpl(PtxgemmImpl):
     def prepare(self, p: Problem):
         import ml_dtypes
 
-        from .driver import DeviceArray
         from .gemm import GemmPlan
 
         a, b = p.bf16_operands() if self.bf16 else (p.da, p.db)
-        self.out = DeviceArray.empty((p.m, p.n), np.dtype(ml_dtypes.bfloat16))
+        self.out = arrays.DeviceArray.empty((p.m, p.n), np.dtype(ml_dtypes.bfloat16))
         self.out.poison()
         kwargs = {}
         if self.scaled and p.mode.scaling:

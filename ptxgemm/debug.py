@@ -7,8 +7,11 @@ can still read them and raise an exception that names the barrier, the parity, t
 """
 from __future__ import annotations
 
+import ctypes
+
 import numpy as np
 
+from .driver import check, context, cu
 from .errors import CudaError
 
 RECORD_BYTES = 32
@@ -30,6 +33,34 @@ BARRIER_NAMES = {
 }
 
 
+class HostMappedBuffer:
+    """Pinned host memory the GPU can write to directly. Used for debug records: it stays readable from the host
+    even after a kernel `trap` has made the context unusable."""
+
+    def __init__(self, nbytes: int):
+        context()
+        flags = cu.CU_MEMHOSTALLOC_DEVICEMAP if hasattr(cu, "CU_MEMHOSTALLOC_DEVICEMAP") else 2
+        self.host_ptr = int(check(cu.cuMemHostAlloc(nbytes, flags), f"allocating {nbytes} bytes of mapped host memory"))
+        self.dev_ptr = int(check(cu.cuMemHostGetDevicePointer(self.host_ptr, 0), "mapping host memory for the GPU"))
+        self.nbytes = nbytes
+        self.view = np.ctypeslib.as_array((ctypes.c_uint8 * nbytes).from_address(self.host_ptr))
+        self.view[:] = 0
+
+    def as_u32(self) -> np.ndarray:
+        return self.view.view(np.uint32)
+
+    def free(self):
+        if self.host_ptr:
+            ptr, self.host_ptr = self.host_ptr, 0
+            check(cu.cuMemFreeHost(ptr), "freeing mapped host memory")
+
+    def __del__(self):
+        try:
+            self.free()
+        except Exception:  # noqa: BLE001
+            pass
+
+
 class BarrierStall(CudaError):
     """A debug-mode wait gave up: the barrier's phase never completed."""
 
@@ -38,8 +69,6 @@ class StallRecords:
     """Mapped host memory with one record per thread of a launch, passed to a debug kernel as a u64 pointer."""
 
     def __init__(self, n_ctas: int, threads_per_cta: int):
-        from .driver import HostMappedBuffer
-
         self.threads = threads_per_cta
         self.buffer = HostMappedBuffer(max(n_ctas * threads_per_cta, 1) * RECORD_BYTES)
 

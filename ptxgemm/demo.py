@@ -13,6 +13,7 @@ import numpy as np
 from .config import GemmConfig
 from .gemm import compile_gemm
 from .timing import time_interleaved
+from . import arrays
 
 SASS_MARKERS = ("HGMMA", "UTMALDG", "UTMASTG", "STSM", "SYNCS", "USETMAXREG")
 CHECK_ROWS = 256  # rows of the float64 reference (the whole matrix would take the CPU seconds)
@@ -66,8 +67,8 @@ def run_demo(m: int, n: int, k: int, seed: int = 0) -> int:
     print(f"{info.name}: c = ptxgemm.run(a, b) for {m}x{k} @ {k}x{n} bf16; "
           f"relative error vs float64 on {len(rows)} random rows: {err:.2e}")
 
-    plan = GemmPlan(driver.DeviceArray.from_numpy(a), driver.DeviceArray.from_numpy(b),
-                    driver.DeviceArray.empty((m, n), a.dtype), config)
+    plan = GemmPlan(arrays.DeviceArray.from_numpy(a), arrays.DeviceArray.from_numpy(b),
+                    arrays.DeviceArray.empty((m, n), a.dtype), config)
     ms = time_interleaved({"ptxgemm": plan.launch}, TIMED_LAUNCHES)["ptxgemm"]
     print(f"kernel time {ms:.3f} ms = {plan.flops / ms / 1e9:.0f} TFLOP/s (median of {TIMED_LAUNCHES}, "
           f"L2 flushed before each; `python -m ptxgemm bench` compares with cuBLAS)")

@@ -32,7 +32,7 @@ import numpy as np
 from . import gemm, operands, schedule
 from .accuracy import DTYPES, activation64
 from .config import SCALE_BLOCK
-from .driver import byte_span, c_strides
+from .arrays import byte_span, c_strides
 from .errors import ConfigError
 from .select import DEFAULT_DEVICE
 
@@ -127,7 +127,7 @@ def upload(arr: np.ndarray) -> HostArray:
 
 
 def _as_host(x, name: str) -> HostArray:
-    """interop.as_device_array's part here: numpy arrays are the device arrays."""
+    """arrays.as_device_array's part here: numpy arrays are the device arrays."""
     if isinstance(x, HostArray):
         return x
     if isinstance(x, np.ndarray):

@@ -100,7 +100,7 @@ class GpuBackend:
 
     def _device(self, x, kind: str):
         """A device array of `kind` with x's values, shape and strides (a span upload, as to_device makes)."""
-        from .driver import DeviceArray
+        from .arrays import DeviceArray
         arr = DeviceArray.from_numpy(x)
         if kind == "torch" and min(x.strides, default=0) >= 0:   # torch has no negative strides
             import torch
@@ -114,7 +114,7 @@ class GpuBackend:
 
     def call(self, case) -> np.ndarray:
         import ptxgemm
-        from .interop import as_device_array
+        from .arrays import as_device_array
 
         kw = dict(case.kwargs)
         if case.entry == "run":

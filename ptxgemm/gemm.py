@@ -22,7 +22,8 @@ import numpy as np
 from . import codegen, compiler, driver, epilogue, operands, schedule
 from .config import FP8_DTYPES, INPUT_DTYPES, OUTPUT_DTYPES, GemmConfig, default_out_dtype
 from .errors import ConfigError, CudaError
-from .interop import as_device_array, stream_handle
+from .arrays import as_device_array
+from . import arrays
 
 # L2 promotion of the operand loads. 128B measured as fast as 256B or faster everywhere on the H100 and up to 10%
 # faster where lines are not 128-byte multiples (3000x5000x2048 with B row-major, 1000^3): a 256-byte promotion of a
@@ -227,7 +228,7 @@ def _tile_order(rows: int, cols: int):
                 raise ConfigError(f"config.raster: the Hilbert table packs rows and columns in 16 bits each; "
                                   f"{rows} x {cols} units do not fit")
             order = np.array([(r << 16) | c for r, c in schedule.hilbert_order(rows, cols)], dtype=np.uint32)
-            _tile_orders[(rows, cols)] = driver.DeviceArray.from_numpy(order)
+            _tile_orders[(rows, cols)] = arrays.DeviceArray.from_numpy(order)
         return _tile_orders[(rows, cols)]
 
 
@@ -276,7 +277,7 @@ def _plan_key(a, b, out, config, stream, fused: epilogue.Epilogue | None = None)
 def _stream_key(stream):
     """A ptxgemm Stream, None or a raw handle is its own key; other stream objects are keyed by their handle (torch
     makes a new object for the same stream on every current_stream())."""
-    return stream if stream is None or type(stream) in _OWN_KEY_STREAMS else stream_handle(stream)
+    return stream if stream is None or type(stream) in _OWN_KEY_STREAMS else driver.stream_handle(stream)
 
 
 _OWN_KEY_STREAMS = (int, driver.Stream)
@@ -386,7 +387,7 @@ class GemmPlan:
         info = driver.require_sm90("running the GEMM")
         for op in lay.operands:  # staging buffers, allocated in stream order (no synchronization)
             if op.staged:
-                self.buffers[op.name] = driver.DeviceArray.empty((op.staging.nbytes,), np.uint8, stream=stream)
+                self.buffers[op.name] = arrays.DeviceArray.empty((op.staging.nbytes,), np.uint8, stream=stream)
         bound, copies_in, copies_out = operands.bind(lay, {k: v.ptr for k, v in self.buffers.items()})
         self._encode(bound, cfg, info, ctas, stream)
         self._steps = _copy_launches(copies_in) + [self._launch] + _copy_launches(copies_out)
@@ -437,9 +438,9 @@ class GemmPlan:
         """Split-K's workspace (the partial tiles: splits - 1 per output tile and consumer half) and its flags (one
         u32 each), both the plan's own; the flags are zeroed once here, and every launch leaves them zero."""
         halves = sched.work_tiles * cfg.consumers_per_tile
-        self.workspace = driver.DeviceArray.empty((max(halves * (sched.splits - 1) * cfg.partial_bytes, 16),),
+        self.workspace = arrays.DeviceArray.empty((max(halves * (sched.splits - 1) * cfg.partial_bytes, 16),),
                                                   np.uint8, stream=stream)
-        self.flags = driver.DeviceArray.empty((halves,), np.uint32, stream=stream)
+        self.flags = arrays.DeviceArray.empty((halves,), np.uint32, stream=stream)
         self.flags.fill_bytes(0, 4)
         return [ctypes.c_uint32(sched.splits), ctypes.c_uint64(self.workspace.ptr), ctypes.c_uint64(self.flags.ptr)]
 
@@ -455,7 +456,7 @@ class GemmPlan:
             raise ConfigError(f"config.trace: {total} trace records do not fit the kernel's 32-bit record numbers; "
                               f"trace a smaller problem")
         nbytes = trace.buffer_bytes(self.grid, self.trace_capacity)
-        self.trace_buffer = buf = driver.DeviceArray.empty((nbytes,), np.uint8)
+        self.trace_buffer = buf = arrays.DeviceArray.empty((nbytes,), np.uint8)
         buf.fill_bytes(0, 1)
         return [ctypes.c_uint64(buf.ptr), ctypes.c_uint64(buf.ptr + trace.header_bytes(self.grid)),
                 ctypes.c_uint32(self.trace_capacity), ctypes.c_uint32(total)]
@@ -532,7 +533,7 @@ def matmul(a, b, out=None, *, c=None, alpha=1.0, beta=0.0, bias=None, activation
     epilogue): a repeated call only launches."""
     plain = (c is None and bias is None and activation is None and scale_a is None and scale_b is None
              and alpha == 1.0 and beta == 0.0)
-    if plain and type(a) is type(b) is type(out) is driver.DeviceArray and out_dtype is None:  # the repeated call
+    if plain and type(a) is type(b) is type(out) is arrays.DeviceArray and out_dtype is None:  # the repeated call
         plan = _plans.get(_plan_key(a, b, out, config, stream))
         if plan is not None:
             plan.launch(stream)
@@ -545,7 +546,7 @@ def matmul(a, b, out=None, *, c=None, alpha=1.0, beta=0.0, bias=None, activation
                                                alpha=alpha, beta=beta, bias=bias, activation=activation,
                                                scale_a=scale_a, scale_b=scale_b)
     if out is None:
-        out = driver.DeviceArray.empty(result_shape(a, b), np.dtype(od or default_out_dtype(in_dtype)),
+        out = arrays.DeviceArray.empty(result_shape(a, b), np.dtype(od or default_out_dtype(in_dtype)),
                                        stream=stream)
     else:
         out = as_device_array(out, "out", stream)
@@ -596,9 +597,9 @@ def run(a, b, c=None, *, alpha=1.0, beta=0.0, bias=None, activation=None, scale_
                                          scale_a=scale_a, scale_b=scale_b, out_dtype=out_dtype, config=config,
                                          device=lambda: driver.require_sm90("running the GEMM"))
     driver.require_sm90("running the GEMM")
-    da, db = driver.DeviceArray.from_numpy(a), driver.DeviceArray.from_numpy(b)
-    args = {name: driver.DeviceArray.from_numpy(x) if uploaded(name, x) else x for name, x in args.items()}
-    out = driver.DeviceArray.empty(shape, np.dtype(od))
+    da, db = arrays.DeviceArray.from_numpy(a), arrays.DeviceArray.from_numpy(b)
+    args = {name: arrays.DeviceArray.from_numpy(x) if uploaded(name, x) else x for name, x in args.items()}
+    out = arrays.DeviceArray.empty(shape, np.dtype(od))
     GemmPlan(da, db, out, planned, **args).launch()   # the config chosen above: the selection runs once
     return out.to_numpy()
 
@@ -624,7 +625,7 @@ def check_run(a, b, c=None, *, alpha=1.0, beta=0.0, bias=None, activation=None, 
     shape = result_shape(a, b)
     args = dict(c=c, alpha=alpha, beta=beta, bias=bias, activation=activation, scale_a=scale_a, scale_b=scale_b)
     fused = _parse_epilogue(a, b, _stand_in, **args)
-    out = _HostStandIn(shape, driver.c_strides(shape, np.dtype(od).itemsize), np.dtype(od))  # run's C-order out
+    out = _HostStandIn(shape, arrays.c_strides(shape, np.dtype(od).itemsize), np.dtype(od))  # run's C-order out
     planned = plan_call(_stand_in(a, "a"), _stand_in(b, "b"), out, config, fused, device=device,
                         spill_check=spill_check)
     return args, od, shape, planned.config

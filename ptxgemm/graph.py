@@ -21,21 +21,19 @@ from __future__ import annotations
 
 import contextlib
 
+from . import driver
 from .errors import ConfigError
 
 
 def _capture_handle(stream):
     """The raw handle of a stream that can be captured; ConfigError for None / 0 / the legacy default stream, which
     cuStreamBeginCapture refuses (it is implicitly synchronous with every other blocking stream)."""
-    from . import driver
-    from .interop import stream_handle
-
-    raw = None if stream is None else stream_handle(stream)
+    raw = None if stream is None else driver.stream_handle(stream)
     legacy = int(driver.cu.CU_STREAM_LEGACY) if driver.cu is not None else 1
     if raw is None or raw in (0, legacy):
         raise ConfigError(f"stream: graph capture needs a created stream (e.g. ptxgemm.driver.Stream()), got "
                           f"{stream!r}; None, 0 and the legacy default stream cannot be captured")
-    return driver._stream_handle(stream)
+    return driver.cu_stream(stream)
 
 
 class Graph:
@@ -66,11 +64,9 @@ class Graph:
 
     @contextlib.contextmanager
     def _capture(self, handle, keep):
-        from . import driver
-        from .driver import check, cu
 
         driver.context()
-        check(cu.cuStreamBeginCapture(handle, cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
+        driver.check(driver.cu.cuStreamBeginCapture(handle, driver.cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
               "beginning graph capture on a stream (cuStreamBeginCapture)")
         self._capturing = True
         try:
@@ -80,21 +76,21 @@ class Graph:
                 # The stream must leave capture mode whatever happened, or it stays unusable; the block's own error
                 # is the one worth reporting, so a failure to end the capture is not allowed to replace it.
                 try:
-                    partial = check(cu.cuStreamEndCapture(handle), "ending an abandoned graph capture")
+                    partial = driver.check(driver.cu.cuStreamEndCapture(handle), "ending an abandoned graph capture")
                     if partial is not None and int(partial):
-                        cu.cuGraphDestroy(partial)
+                        driver.cu.cuGraphDestroy(partial)
                 except Exception:  # noqa: BLE001 - see above
                     pass
                 raise
-            graph = check(cu.cuStreamEndCapture(handle),
+            graph = driver.check(driver.cu.cuStreamEndCapture(handle),
                           "ending graph capture (cuStreamEndCapture; it fails when a call inside the block was not "
                           "capturable, e.g. a synchronize or an allocation on the capturing thread)")
         finally:
             self._capturing = False
         try:
-            exec_ = check(_instantiate(graph), "instantiating the captured graph (cuGraphInstantiate)")
+            exec_ = driver.check(_instantiate(graph), "instantiating the captured graph (cuGraphInstantiate)")
         except BaseException:
-            cu.cuGraphDestroy(graph)  # unchecked: the instantiation error is the one to report
+            driver.cu.cuGraphDestroy(graph)  # unchecked: the instantiation error is the one to report
             raise
         self.close()  # the previous capture, if any
         self._graph, self._exec, self._keep = graph, exec_, keep
@@ -102,20 +98,18 @@ class Graph:
     @property
     def num_nodes(self) -> int:
         """Nodes in the captured graph (one per captured kernel launch, memset, copy, ...)."""
-        from .driver import check, cu
 
         self._require_captured("num_nodes")
-        _nodes, count = check(cu.cuGraphGetNodes(self._graph, 0), "counting a graph's nodes (cuGraphGetNodes)")
+        _nodes, count = driver.check(driver.cu.cuGraphGetNodes(self._graph, 0), "counting a graph's nodes (cuGraphGetNodes)")
         return int(count)
 
     def replay(self, stream=None):
         """Launch the captured work on `stream` (None: the legacy default stream; asynchronous, like a launch).
         Kept to one driver call: this is the cheap path the graph exists for."""
-        from .driver import _stream_handle, check, cu
 
         if self._exec is None:
             self._require_captured("replay")
-        check(cu.cuGraphLaunch(self._exec, _stream_handle(stream)), "replaying a CUDA graph (cuGraphLaunch)")
+        driver.check(driver.cu.cuGraphLaunch(self._exec, driver.cu_stream(stream)), "replaying a CUDA graph (cuGraphLaunch)")
 
     def _require_captured(self, what: str):
         if self._exec is None:
@@ -124,15 +118,14 @@ class Graph:
     def close(self):
         """Destroy the executable graph and the graph (idempotent). Work already replayed is unaffected: the driver
         defers the release until it finishes."""
-        from .driver import check, cu
 
         exec_, graph = self._exec, self._graph
         self._exec = self._graph = None
         self._keep = ()
         if exec_ is not None:
-            check(cu.cuGraphExecDestroy(exec_), "destroying an executable graph (cuGraphExecDestroy)")
+            driver.check(driver.cu.cuGraphExecDestroy(exec_), "destroying an executable graph (cuGraphExecDestroy)")
         if graph is not None:
-            check(cu.cuGraphDestroy(graph), "destroying a graph (cuGraphDestroy)")
+            driver.check(driver.cu.cuGraphDestroy(graph), "destroying a graph (cuGraphDestroy)")
 
     def __del__(self):
         try:
@@ -147,7 +140,5 @@ class Graph:
 def _instantiate(graph):
     """cuGraphInstantiate with flags 0: cuda.bindings 12 and 13 name the flags-taking entry point
     cuGraphInstantiate(graph, flags); some 12.x releases also (or instead) expose cuGraphInstantiateWithFlags."""
-    from .driver import cu
-
-    fn = getattr(cu, "cuGraphInstantiateWithFlags", None) or cu.cuGraphInstantiate
+    fn = getattr(driver.cu, "cuGraphInstantiateWithFlags", None) or driver.cu.cuGraphInstantiate
     return fn(graph, 0)

@@ -35,6 +35,7 @@ import time
 import numpy as np
 
 from .errors import ConfigError
+from . import arrays
 
 RUN = "run (host arrays)"
 MATMUL_SAME = "matmul (same arrays)"
@@ -200,8 +201,8 @@ def measure(shape=DEFAULT_SHAPE, run_shape=RUN_SHAPE, calls: int = DEFAULT_CALLS
 
     stream = driver.Stream()
     # everything on the one stream the calls use: stream-ordered memory is freed on the stream it came from
-    a, b = driver.DeviceArray.from_numpy(a_np, stream=stream), driver.DeviceArray.from_numpy(b_np, stream=stream)
-    out = driver.DeviceArray.empty((m, n), a_np.dtype, stream=stream)
+    a, b = arrays.DeviceArray.from_numpy(a_np, stream=stream), arrays.DeviceArray.from_numpy(b_np, stream=stream)
+    out = arrays.DeviceArray.empty((m, n), a_np.dtype, stream=stream)
     plan = GemmPlan(a, b, out, stream=stream)
     graph = Graph()
     with graph.capture(stream, keep=(plan,)):

@@ -1,13 +1,15 @@
-"""Device arrays from any framework, read in place, without importing one: DLPack and __cuda_array_interface__.
+"""The two array protocols every framework speaks, read and written without importing one: DLPack and
+__cuda_array_interface__. This module deals in plain descriptions of device memory (`Foreign`: address, shape,
+byte strides, dtype, and what keeps the memory alive); it knows no array class of its own.
 
-    as_device_array(obj, name)   a DeviceArray view of `obj`'s memory (no copy): obj may be a DeviceArray, anything
-                                 with __dlpack__ (torch, CuPy, JAX; bfloat16 and fp8 too, as DLPack's bfloat and
-                                 float8 types) or with __cuda_array_interface__ (CuPy, Numba; numpy's own dtypes)
-    stream_handle(stream)        a raw CUstream from None, an int handle or an object with __cuda_stream__
+    read_foreign(obj, name, stream)   the memory behind anything with __dlpack__ (torch, CuPy, JAX; bfloat16 and
+                                      fp8 too, as DLPack's bfloat and float8 types) or __cuda_array_interface__
+                                      (CuPy, Numba; numpy's own dtypes), never a copy
+    export_dlpack(array)              a 'dltensor' capsule for anything with ptr, shape, strides and dtype
+    cuda_array_interface(array)       its __cuda_array_interface__ dict
 
-DeviceArray exports both protocols (see DeviceArray.__dlpack__ / __cuda_array_interface__ in driver.py, built by
-`export_dlpack` and `cuda_array_interface` here), so torch.from_dlpack(c) or cupy.from_dlpack(c) take a result
-without a copy.
+ptxgemm's DeviceArray (ptxgemm.runtime.arrays) wraps `read_foreign` in `as_device_array` and exports both protocols
+through the other two, so torch.from_dlpack(c) or cupy.from_dlpack(c) take a result without a copy.
 
 DLPack's C structs are read and written with ctypes; the capsule protocol is followed to the letter: a consumed
 "dltensor" capsule is renamed "used_dltensor" and its deleter is called once the view is no longer referenced; an
@@ -16,10 +18,11 @@ exported capsule that nobody consumes calls our deleter when it is garbage-colle
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 
 import numpy as np
 
-from .driver import DeviceArray
+from .driver import check, cu, stream_handle
 from .errors import ConfigError
 
 # --- DLPack (v0.8 ABI, the unversioned "dltensor" capsule every framework still accepts and produces) ----------
@@ -90,7 +93,19 @@ class _ImportedTensor:
             deleter(self.managed)
 
 
-def _from_dlpack(obj, name: str, stream_for_producer):
+@dataclasses.dataclass(frozen=True)
+class Foreign:
+    """Device memory another framework owns: where it is, how it is laid out, and what keeps it alive (the
+    producer's object, and for DLPack the consumed tensor whose deleter runs when this goes)."""
+
+    ptr: int
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    strides: tuple[int, ...] | None   # bytes; None: compact row-major
+    keepalive: object
+
+
+def _from_dlpack(obj, name: str, stream_for_producer) -> Foreign:
     device_type, _ = obj.__dlpack_device__() if hasattr(obj, "__dlpack_device__") else (None, None)
     if device_type is not None and device_type not in (KDL_CUDA, KDL_CUDA_MANAGED):
         raise ConfigError(f"{name}: a {type(obj).__name__} on the {DEVICE_NAMES.get(device_type, device_type)} "
@@ -127,9 +142,7 @@ def _from_dlpack(obj, name: str, stream_for_producer):
                               f"exported them wrongly (negative strides?); pass a contiguous copy")
     else:
         strides = None  # compact row-major
-    view = DeviceArray(int(t.data or 0) + int(t.byte_offset), shape, dtype, strides, owner=False)
-    view._keepalive = (owner, obj)
-    return view
+    return Foreign(int(t.data or 0) + int(t.byte_offset), shape, dtype, strides, (owner, obj))
 
 
 def _addressable(shape, byte_strides) -> bool:
@@ -139,7 +152,7 @@ def _addressable(shape, byte_strides) -> bool:
     return 0 in shape or reach < 2 ** 63
 
 
-def _from_cuda_array_interface(obj, name: str):
+def _from_cuda_array_interface(obj, name: str) -> Foreign:
     cai = obj.__cuda_array_interface__
     if cai.get("mask") is not None:
         raise ConfigError(f"{name}: __cuda_array_interface__ with a mask is not supported")
@@ -158,21 +171,14 @@ def _from_cuda_array_interface(obj, name: str):
     if stream not in (None, 0, 1, 2):
         # v3: the producer's work on `stream` must come first. Waiting for it here is correct for every consumer
         # stream and costs a host wait only when that stream is still busy.
-        from .driver import cu, check
-
         check(cu.cuStreamSynchronize(cu.CUstream(int(stream))), f"waiting for {name}'s producer stream")
-    view = DeviceArray(int(ptr or 0), shape, dtype, strides, owner=False)
-    view._keepalive = obj
-    return view
+    return Foreign(int(ptr or 0), shape, dtype, strides, obj)
 
 
-def as_device_array(obj, name: str, stream=None):
-    """A DeviceArray view of `obj` (DeviceArray, DLPack or CUDA-array-interface object), never a copy."""
-    if isinstance(obj, DeviceArray):  # first: this is on every matmul's path
-        return obj
-    if isinstance(obj, np.ndarray):
-        raise ConfigError(f"{name}: a numpy array lives in host memory; use ptxgemm.run for numpy arrays, or "
-                          f"ptxgemm.to_device to upload it once")
+def read_foreign(obj, name: str, stream=None) -> Foreign | None:
+    """The device memory behind `obj`, read through __dlpack__ or else __cuda_array_interface__ (never a copy);
+    None when `obj` speaks neither protocol. `stream`: where the consumer will use it (the producer orders its
+    work before that stream)."""
     if hasattr(obj, "__dlpack__"):
         # DLPack's stream argument: the stream the consumer will use, 1 meaning the legacy default stream (0 is
         # ambiguous there), which is where ptxgemm launches without a stream
@@ -180,33 +186,10 @@ def as_device_array(obj, name: str, stream=None):
         return _from_dlpack(obj, name, 1 if handle == 0 else handle)
     if hasattr(obj, "__cuda_array_interface__"):
         return _from_cuda_array_interface(obj, name)
-    raise ConfigError(f"{name}: a {type(obj).__name__} is neither a ptxgemm.DeviceArray nor an object with "
-                      f"__dlpack__ or __cuda_array_interface__")
+    return None
 
 
-def stream_handle(stream) -> int:
-    """A raw CUstream handle (0: the legacy default stream) from None, an int, a ptxgemm Stream, or an object with
-    __cuda_stream__ (the CUDA stream protocol: returns (version, handle)) or a .cuda_stream / .ptr attribute."""
-    if stream is None:
-        return 0
-    if isinstance(stream, bool):
-        raise ConfigError("stream: must be None, a raw CUstream handle or a stream object, got a bool")
-    if isinstance(stream, int):
-        return stream
-    if hasattr(stream, "__cuda_stream__"):
-        _version, handle = stream.__cuda_stream__()
-        return int(handle)
-    handle = getattr(stream, "handle", None)
-    if handle is not None:                     # ptxgemm.driver.Stream
-        return int(handle)
-    for attr in ("cuda_stream", "ptr"):        # torch.cuda.Stream, cupy.cuda.Stream
-        if hasattr(stream, attr):
-            return int(getattr(stream, attr))
-    raise ConfigError(f"stream: a {type(stream).__name__} is not a stream (None, an int handle, or an object with "
-                      f"__cuda_stream__)")
-
-
-# --- exporting a DeviceArray ------------------------------------------------------------------------------------
+# --- exporting device memory ------------------------------------------------------------------------------------
 
 _exports: dict[int, tuple] = {}  # managed tensor address -> what must stay alive until its deleter runs
 
@@ -225,7 +208,8 @@ def _capsule_destructor(capsule):
 
 
 def export_dlpack(array) -> object:
-    """A 'dltensor' capsule viewing `array` (a DeviceArray); the array stays alive until the consumer is done."""
+    """A 'dltensor' capsule viewing `array` (anything with ptr, shape, byte strides and dtype: a DeviceArray); the
+    array stays alive until the consumer is done."""
     name = array.dtype.name
     if name not in _NAME_TO_DL:
         raise ConfigError(f"__dlpack__: dtype {name} has no DLPack type here")
@@ -242,7 +226,7 @@ def export_dlpack(array) -> object:
 
 
 def cuda_array_interface(array) -> dict:
-    """__cuda_array_interface__ (version 3) of a DeviceArray. bfloat16 and the fp8 types have no typestr in that
+    """__cuda_array_interface__ (version 3) of a device array (ptr, shape, byte strides, dtype). bfloat16 and the fp8 types have no typestr in that
     protocol: it raises, naming DLPack, rather than exporting bytes a consumer would misread."""
     if array.dtype.name not in _CAI_NAMES:
         raise AttributeError(f"__cuda_array_interface__: {array.dtype.name} has no typestr in this protocol; use "

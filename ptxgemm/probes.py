@@ -13,6 +13,7 @@ from . import codegen
 from .debug import DEFAULT_TIMEOUT_NS, STALL_CODES, StallRecords
 from .errors import ConfigError, CudaError
 from .swizzle import MODES, SPAN_BYTES
+from . import arrays
 
 PTX_VERSION = "8.0"
 PROBE_THREADS = 128
@@ -67,7 +68,7 @@ def run_swizzle_probe(mode: str, direction: str, rows: int, cols: int) -> np.nda
     module = driver.load_module(compiler.compile_ptx(swizzle_probe_ptx(rows, cols)), "swizzle probe module")
     n = rows * cols
     smem = n * ELEM_BYTES + 16
-    glob = driver.DeviceArray.from_numpy(np.arange(n, dtype=np.uint16).reshape(rows, cols))
+    glob = arrays.DeviceArray.from_numpy(np.arange(n, dtype=np.uint16).reshape(rows, cols))
     tmap = tensormap.encode_tiled(glob, dims=(cols, rows), strides=(cols * ELEM_BYTES,), box=(cols, rows),
                                   swizzle=mode, l2_promotion="none")
     if direction == "store":
@@ -77,7 +78,7 @@ def run_swizzle_probe(mode: str, direction: str, rows: int, cols: int) -> np.nda
         driver.launch(fn, (1,), (PROBE_THREADS,), [tmap], smem_bytes=smem)
         driver.synchronize(f"running the swizzle probe (store, {mode})")
         return glob.to_numpy().astype(np.int64)
-    out = driver.DeviceArray.empty((rows, cols), np.uint16)
+    out = arrays.DeviceArray.empty((rows, cols), np.uint16)
     out.fill_bytes(0xFFFF, 2)
     records = StallRecords(1, PROBE_THREADS)
     fn = module.function("swizzle_probe_load")

@@ -19,7 +19,7 @@ import ctypes
 import math
 import threading
 
-from . import codegen
+from . import codegen, compiler, driver
 from .errors import ConfigError
 
 TEMPLATE = "relayout.ptx.j2"
@@ -171,8 +171,6 @@ class RelayoutKernel:
     """The loaded copy kernel for one element size, and the address of its module's zero element."""
 
     def __init__(self, itemsize: int):
-        from . import compiler, driver
-
         driver.require_sm90("running the relayout kernel")
         self.itemsize = itemsize
         self.compiled = compiler.compile_ptx(relayout_ptx(itemsize))
@@ -245,8 +243,6 @@ def launch_parameters(dst_ptr: int, dst_strides, src_ptr: int, src_strides, shap
 
 
 def _prepared(dst_ptr, dst_strides, src_ptr, src_strides, shape, itemsize):
-    from . import driver
-
     if math.prod(shape) == 0:
         return None
     itemsize, grid, args = launch_parameters(dst_ptr, dst_strides, src_ptr, src_strides, shape, itemsize,

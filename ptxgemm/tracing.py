@@ -16,6 +16,7 @@ import numpy as np
 from . import accuracy
 from .config import GemmConfig
 from .errors import ConfigError
+from . import arrays
 
 CHECK_ROWS = 128          # rows of the float64 reference (the whole matrix would take the CPU seconds)
 SPAN_TOLERANCE = 0.05     # the trace's first-to-last event span must be within this of the event-timed launch
@@ -76,9 +77,9 @@ def record(m: int, n: int, k: int, config: GemmConfig | None = None, *, ctas: in
     driver.require_sm90("tracing a GEMM (python -m ptxgemm trace)")
     config = dataclasses.replace(config or GemmConfig(), trace=True)
     rng, a, b = _operands(m, n, k, config, seed)
-    out = driver.DeviceArray.empty((m, n), np.dtype(config.out_dtype))
+    out = arrays.DeviceArray.empty((m, n), np.dtype(config.out_dtype))
     out.poison()
-    plan = GemmPlan(driver.DeviceArray.from_numpy(a), driver.DeviceArray.from_numpy(b), out, config, ctas=ctas)
+    plan = GemmPlan(arrays.DeviceArray.from_numpy(a), arrays.DeviceArray.from_numpy(b), out, config, ctas=ctas)
     plan.launch()                                   # compile, load, first touch
     start, end = driver.Event(), driver.Event()
     out.poison()
@@ -108,10 +109,10 @@ def overhead(m: int, n: int, k: int, config: GemmConfig | None = None, *, rounds
     driver.require_sm90("measuring the tracing overhead")
     config = config or GemmConfig()
     _, a, b = _operands(m, n, k, config, seed)
-    da, db = driver.DeviceArray.from_numpy(a), driver.DeviceArray.from_numpy(b)
+    da, db = arrays.DeviceArray.from_numpy(a), arrays.DeviceArray.from_numpy(b)
     plans = {}
     for name, trace in (("off", False), ("on", True)):
-        out = driver.DeviceArray.empty((m, n), np.dtype(config.out_dtype))
+        out = arrays.DeviceArray.empty((m, n), np.dtype(config.out_dtype))
         plans[name] = GemmPlan(da, db, out, dataclasses.replace(config, trace=trace))
     off, on = [], []
     for _ in range(sets):

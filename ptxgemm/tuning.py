@@ -21,6 +21,7 @@ from . import accuracy, select, tune_cache
 from .config import GemmConfig
 from .errors import ConfigError, PtxgemmError
 from .problem import Problem
+from . import arrays
 
 CHECK_ROWS = 64          # rows of the float64 reference: a wrong 16x16 block shows in any row it spans, and all
                          # candidates share the rows; the whole matrix would take the CPU minutes on large shapes
@@ -56,13 +57,12 @@ class GpuPlans:
         self._host = self._device = None
 
     def __call__(self, a: np.ndarray, b: np.ndarray, config: GemmConfig) -> PlanRunner:
-        from . import driver
         from .gemm import GemmPlan
 
         if self._host is None or self._host[0] is not a or self._host[1] is not b:
             self._host = (a, b)
-            self._device = (driver.DeviceArray.from_numpy(a), driver.DeviceArray.from_numpy(b))
-        out = driver.DeviceArray.empty((a.shape[0], b.shape[1]), np.dtype(config.out_dtype))
+            self._device = (arrays.DeviceArray.from_numpy(a), arrays.DeviceArray.from_numpy(b))
+        out = arrays.DeviceArray.empty((a.shape[0], b.shape[1]), np.dtype(config.out_dtype))
         out.poison()  # an element the kernel never writes stays NaN and fails the check
         return PlanRunner(GemmPlan(*self._device, out, config), out)
 

@@ -333,12 +333,12 @@ def _fake_gpu(monkeypatch, gpu: str, fake_ms: dict, torch) -> None:
     fixed numbers (`fake_ms` per implementation, 1.0 otherwise), torch by `torch` (a factory, or None's)."""
     import types
 
-    from ptxgemm import bench_modes, driver, gemm, timing
+    from ptxgemm import arrays, bench_modes, driver, gemm, timing
 
     monkeypatch.setattr(driver, "no_device_reason", lambda: None)
     monkeypatch.setattr(driver, "device_info",
                         lambda: types.SimpleNamespace(name=gpu, sm_count=132, driver_version_str="13.0"))
-    monkeypatch.setattr(driver, "DeviceArray", _FakeDeviceArray)
+    monkeypatch.setattr(arrays, "DeviceArray", _FakeDeviceArray)
     monkeypatch.setattr(gemm, "GemmPlan", _FakePlan)
     monkeypatch.setattr(timing, "time_interleaved",
                         lambda launchers, rounds, warmup=3: {n: (f(), fake_ms.get(n, 1.0))[1]

@@ -17,6 +17,7 @@ import pytest
 
 from ptxgemm import codegen, compiler, probes, toolchain
 from ptxgemm.swizzle import format_grid, tile_grid
+from ptxgemm import arrays
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -135,7 +136,7 @@ def test_pip_ptxas_cubin_loads_and_runs(probe_module, device_report):
             f"{info.driver_version_str}")
     print(line)
     device_report(line)
-    arr = driver.DeviceArray.from_numpy(np.arange(8 * 64, dtype=np.uint16).reshape(8, 64))
+    arr = arrays.DeviceArray.from_numpy(np.arange(8 * 64, dtype=np.uint16).reshape(8, 64))
     arr.fill_bytes(0xFFFF, 2)
     tmap = tensormap.encode_tiled(arr, dims=(64, 8), strides=(128,), box=(64, 8), swizzle="128B", l2_promotion="none")
     run_store_probe(module, tmap, 8, 64)
@@ -147,11 +148,11 @@ def test_pip_ptxas_cubin_loads_and_runs(probe_module, device_report):
 def test_cuda_bindings_tensormap_storage_is_accepted(probe_module, device_report):
     from cuda.bindings import driver as cu
 
-    from ptxgemm import driver, tensormap
+    from ptxgemm import tensormap
 
     _, module = probe_module
     rows, cols = 16, 32
-    arr = driver.DeviceArray.empty((rows, cols), np.uint16)
+    arr = arrays.DeviceArray.empty((rows, cols), np.uint16)
     arr.fill_bytes(0xFFFF, 2)
     tmap = tensormap.encode_tiled(arr, dims=(cols, rows), strides=(cols * 2,), box=(cols, rows), swizzle="64B",
                                   l2_promotion="128B")
@@ -172,12 +173,11 @@ DTYPES = [np.uint16, np.float16, ml_dtypes.bfloat16, np.float32]
 @pytest.mark.parametrize("order", ["C", "F"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
 def test_device_array_round_trip(dtype, order):
-    from ptxgemm import driver
 
     rng = np.random.default_rng(7)
     host = np.asarray(rng.standard_normal((37, 19)) * 100, order=order)
     host = np.asarray(np.abs(host) if dtype == np.uint16 else host, dtype=dtype, order=order)
-    dev = driver.DeviceArray.from_numpy(host)
+    dev = arrays.DeviceArray.from_numpy(host)
     assert dev.shape == (37, 19) and dev.dtype == np.dtype(dtype)
     assert dev.strides == host.strides
     back = dev.to_numpy()
@@ -190,10 +190,9 @@ def test_device_array_round_trip(dtype, order):
 
 @pytest.mark.gpu
 def test_device_array_takes_strided_views():
-    from ptxgemm import driver
 
     host = np.arange(64, dtype=np.float32).reshape(8, 8)[:, ::2]
-    dev = driver.DeviceArray.from_numpy(host)   # the span of its elements, uploaded as is; numpy's strides kept
+    dev = arrays.DeviceArray.from_numpy(host)   # the span of its elements, uploaded as is; numpy's strides kept
     assert dev.strides == host.strides and dev.base is not None and dev.base.nbytes == 7 * 32 + 3 * 8 + 4
     np.testing.assert_array_equal(dev.to_numpy(), host)   # more layouts: tests/test_memory_gpu.py
 
@@ -201,9 +200,8 @@ def test_device_array_takes_strided_views():
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16, np.float32], ids=lambda d: np.dtype(d).name)
 def test_poison_makes_floats_nan(dtype):
-    from ptxgemm import driver
 
-    dev = driver.DeviceArray.from_numpy(np.ones((33, 7), dtype=dtype))
+    dev = arrays.DeviceArray.from_numpy(np.ones((33, 7), dtype=dtype))
     dev.poison()
     out = dev.to_numpy().astype(np.float32)
     assert out.shape == (33, 7)
@@ -212,9 +210,8 @@ def test_poison_makes_floats_nan(dtype):
 
 @pytest.mark.gpu
 def test_poison_fills_integers_with_ones():
-    from ptxgemm import driver
 
-    dev = driver.DeviceArray.from_numpy(np.zeros((5, 8), dtype=np.uint16))
+    dev = arrays.DeviceArray.from_numpy(np.zeros((5, 8), dtype=np.uint16))
     dev.poison()
     assert (dev.to_numpy() == 0xFFFF).all()
 
@@ -249,7 +246,7 @@ def test_event_timing_is_positive(probe_module):
     from ptxgemm import driver, tensormap
 
     _, module = probe_module
-    arr = driver.DeviceArray.empty((8, 64), np.uint16)
+    arr = arrays.DeviceArray.empty((8, 64), np.uint16)
     tmap = tensormap.encode_tiled(arr, dims=(64, 8), strides=(128,), box=(64, 8), swizzle="128B")
     fn = module.function("swizzle_probe_store")
     smem = 8 * 64 * 2 + 16

@@ -29,7 +29,7 @@ def _check(out, a_np, b_np):
 @gpu
 def test_a_captured_plan_replays_and_reads_current_memory():
     from ptxgemm import driver
-    from ptxgemm.driver import DeviceArray
+    from ptxgemm.arrays import DeviceArray
     from ptxgemm.gemm import GemmPlan
 
     a_np, b_np = _operands(0)
@@ -74,7 +74,8 @@ def test_a_captured_plan_replays_and_reads_current_memory():
 @gpu
 def test_an_error_inside_capture_ends_it_and_is_re_raised():
     from ptxgemm import driver
-    from ptxgemm.driver import DeviceArray, check, cu
+    from ptxgemm.arrays import DeviceArray
+    from ptxgemm.driver import check, cu
     from ptxgemm.gemm import GemmPlan
 
     a_np, b_np = _operands(2)
@@ -100,7 +101,7 @@ def test_an_error_inside_capture_ends_it_and_is_re_raised():
 @gpu
 def test_a_second_capture_replaces_the_first():
     from ptxgemm import driver
-    from ptxgemm.driver import DeviceArray
+    from ptxgemm.arrays import DeviceArray
     from ptxgemm.gemm import GemmPlan
 
     a_np, b_np = _operands(3)

@@ -14,6 +14,7 @@ from ptxgemm.__main__ import build_parser
 from ptxgemm.errors import ConfigError
 from ptxgemm.host_cost import (GRAPH_REPLAY, MATMUL_NEW, MATMUL_SAME, PLAN_LAUNCH, PTXGEMM_NAMES, RUN, TORCH_NAMES,
                                TORCH_NEW, TORCH_OUT)
+from ptxgemm import arrays
 
 gpu = pytest.mark.gpu
 CHECK_MATMUL = "matmul (same arrays) <= 1.5 x plan.launch"
@@ -218,8 +219,8 @@ def test_measure_warms_up_then_times_every_way_in_interleaved(monkeypatch):
     monkeypatch.setattr(host_cost, "_torch", lambda: (None, "not installed"))
     monkeypatch.setattr(driver, "Stream", lambda: "stream")
     monkeypatch.setattr(driver, "synchronize", lambda what="": log.append("sync"))
-    monkeypatch.setattr(driver.DeviceArray, "from_numpy", classmethod(lambda cls, x, stream=None: FakeArray(x.shape, x.dtype)))
-    monkeypatch.setattr(driver.DeviceArray, "empty", classmethod(lambda cls, shape, dtype, stream=None: FakeArray(shape, dtype)))
+    monkeypatch.setattr(arrays.DeviceArray, "from_numpy", classmethod(lambda cls, x, stream=None: FakeArray(x.shape, x.dtype)))
+    monkeypatch.setattr(arrays.DeviceArray, "empty", classmethod(lambda cls, shape, dtype, stream=None: FakeArray(shape, dtype)))
     monkeypatch.setattr(gemm, "GemmPlan", FakePlan)
     monkeypatch.setattr(gemm, "matmul", lambda a, b, out=None, stream=None:
                         log.append("matmul same" if out is not None else "matmul new"))

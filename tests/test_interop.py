@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 
 from ptxgemm import ConfigError, interop
-from ptxgemm.driver import DeviceArray
+from ptxgemm.arrays import DeviceArray
+from ptxgemm import arrays
+from ptxgemm import driver
 
 ADDRESS = 0x7F00_0000_0000   # a device address nobody dereferences here
 
@@ -42,7 +44,7 @@ def test_dlpack_round_trip_keeps_address_shape_strides_and_dtype(dtype, order):
     strides = (5 * itemsize, itemsize) if order == "C" else (itemsize, 3 * itemsize)
     array = DeviceArray(ADDRESS, (3, 5), dtype, strides, owner=False)
     source = Exported(array)
-    view = interop.as_device_array(source, "a")
+    view = arrays.as_device_array(source, "a")
     assert (view.ptr, view.shape, view.strides, view.dtype) == (ADDRESS, (3, 5), strides, np.dtype(dtype))
     assert source.stream == 1   # the consumer's stream, DLPack's name for the legacy default stream
 
@@ -50,7 +52,7 @@ def test_dlpack_round_trip_keeps_address_shape_strides_and_dtype(dtype, order):
 def test_an_imported_tensor_is_released_once_and_an_unconsumed_capsule_frees_itself():
     array = DeviceArray(ADDRESS, (4, 4), np.float16, owner=False)
     before = len(interop._exports)
-    view = interop.as_device_array(Exported(array), "b")
+    view = arrays.as_device_array(Exported(array), "b")
     assert len(interop._exports) == before + 1          # alive while the view is
     del view
     gc.collect()
@@ -65,13 +67,13 @@ def test_an_imported_tensor_is_released_once_and_an_unconsumed_capsule_frees_its
 def test_dlpack_stream_is_the_consumers():
     array = DeviceArray(ADDRESS, (2, 2), np.float16, owner=False)
     source = Exported(array)
-    interop.as_device_array(source, "a", stream=0x1234)
+    arrays.as_device_array(source, "a", stream=0x1234)
     assert source.stream == 0x1234
 
 
 def test_host_memory_is_refused_with_the_way_out():
     with pytest.raises(ConfigError, match=r"a: a numpy array lives in host memory; use ptxgemm.run"):
-        interop.as_device_array(np.ones((2, 2), np.float16), "a")
+        arrays.as_device_array(np.ones((2, 2), np.float16), "a")
 
     class HostTensor:   # a CPU tensor of another framework (numpy's own __dlpack__ says the same)
         def __dlpack__(self, stream=None):
@@ -81,20 +83,20 @@ def test_host_memory_is_refused_with_the_way_out():
             return (interop.KDL_CPU, 0)
 
     with pytest.raises(ConfigError, match=r"b: a HostTensor on the CPU device; ptxgemm reads CUDA device memory"):
-        interop.as_device_array(HostTensor(), "b")
+        arrays.as_device_array(HostTensor(), "b")
     with pytest.raises(ConfigError, match=r"out: a list is neither a ptxgemm.DeviceArray nor an object with"):
-        interop.as_device_array([1, 2], "out")
+        arrays.as_device_array([1, 2], "out")
 
 
 def test_cuda_array_interface_is_read_in_place():
-    view = interop.as_device_array(CAI(shape=(4, 6), typestr="<f2", strides=(2, 8)), "b")
+    view = arrays.as_device_array(CAI(shape=(4, 6), typestr="<f2", strides=(2, 8)), "b")
     assert (view.ptr, view.shape, view.strides, view.dtype) == (ADDRESS, (4, 6), (2, 8), np.dtype(np.float16))
-    dense = interop.as_device_array(CAI(shape=(4, 6), typestr="<f2"), "b")
+    dense = arrays.as_device_array(CAI(shape=(4, 6), typestr="<f2"), "b")
     assert dense.strides == (12, 2) and dense.is_c_contiguous
     with pytest.raises(ConfigError, match="bfloat16 has none there: pass the object through DLPack"):
-        interop.as_device_array(CAI(shape=(2, 2), typestr="<V2"), "a")
+        arrays.as_device_array(CAI(shape=(2, 2), typestr="<V2"), "a")
     with pytest.raises(ConfigError, match="mask"):
-        interop.as_device_array(CAI(shape=(2, 2), typestr="<f2", mask=object()), "a")
+        arrays.as_device_array(CAI(shape=(2, 2), typestr="<f2", mask=object()), "a")
 
 
 def test_fp8_travels_as_dlpack_float8_codes():
@@ -107,7 +109,7 @@ def test_fp8_travels_as_dlpack_float8_codes():
         tensor = managed.contents.dl_tensor
         assert (tensor.dtype.code, tensor.dtype.bits, tensor.dtype.lanes) == (code, 8, 1)
         assert (tensor.strides[0], tensor.strides[1]) == (-5, 1)
-        view = interop.as_device_array(Exported(array), "a")
+        view = arrays.as_device_array(Exported(array), "a")
         assert (view.ptr, view.strides, view.dtype) == (ADDRESS + 14, (-5, 1), np.dtype(dtype))
 
 
@@ -129,12 +131,12 @@ def test_streams_from_handles_and_protocol_objects():
     class TorchLike:
         cuda_stream = 0xDEF
 
-    assert interop.stream_handle(None) == 0 and interop.stream_handle(77) == 77
-    assert interop.stream_handle(ProtocolStream()) == 0xABC and interop.stream_handle(TorchLike()) == 0xDEF
+    assert driver.stream_handle(None) == 0 and driver.stream_handle(77) == 77
+    assert driver.stream_handle(ProtocolStream()) == 0xABC and driver.stream_handle(TorchLike()) == 0xDEF
     with pytest.raises(ConfigError, match="stream: a str is not a stream"):
-        interop.stream_handle("default")
+        driver.stream_handle("default")
     with pytest.raises(ConfigError, match="bool"):
-        interop.stream_handle(True)
+        driver.stream_handle(True)
 
 
 class BrokenNegativeStrides(Exported):
@@ -159,7 +161,7 @@ class BrokenNegativeStrides(Exported):
 
 def test_a_negative_stride_exported_as_unsigned_is_read_through_the_array_interface():
     array = DeviceArray(ADDRESS + 16, (3, 4), np.float16, (-8, 2), owner=False)
-    view = interop.as_device_array(BrokenNegativeStrides(array, with_cai=True), "a")
+    view = arrays.as_device_array(BrokenNegativeStrides(array, with_cai=True), "a")
     assert (view.ptr, view.shape, view.strides) == (ADDRESS + 16, (3, 4), (-8, 2))
     with pytest.raises(ConfigError, match=r"^a: the DLPack tensor's strides .* reach past a 64-bit address space"):
-        interop.as_device_array(BrokenNegativeStrides(array, with_cai=False), "a")
+        arrays.as_device_array(BrokenNegativeStrides(array, with_cai=False), "a")

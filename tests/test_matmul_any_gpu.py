@@ -30,7 +30,7 @@ def _owner(x: np.ndarray) -> np.ndarray:
 
 def _device_view(x: np.ndarray):
     """A DeviceArray with x's shape and strides at x's byte offset inside its uploaded owner array."""
-    from ptxgemm.driver import DeviceArray
+    from ptxgemm.arrays import DeviceArray
 
     owner = _owner(x)
     dev = DeviceArray.from_numpy(np.ascontiguousarray(owner).view(np.uint8).reshape(-1))

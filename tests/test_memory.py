@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from ptxgemm import driver
-from ptxgemm.driver import DeviceArray, byte_span
+from ptxgemm.arrays import DeviceArray, byte_span
 from ptxgemm.errors import ConfigError
 
 try:

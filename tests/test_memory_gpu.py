@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from ptxgemm import codegen, compiler, probes
+from ptxgemm import arrays
 
 gpu = pytest.mark.gpu
 
@@ -61,7 +62,7 @@ def test_allocation_and_free_never_wait_for_the_gpu(spin, on):
     from ptxgemm import driver
 
     stream = None if on == "legacy-default-stream" else driver.Stream()
-    driver.DeviceArray.empty((1,), np.float32, stream=stream).free()   # the pool exists before the clock starts
+    arrays.DeviceArray.empty((1,), np.float32, stream=stream).free()   # the pool exists before the clock starts
     driver.synchronize()
     before = driver.memory_pool_usage()
     done = driver.Event()
@@ -69,7 +70,7 @@ def test_allocation_and_free_never_wait_for_the_gpu(spin, on):
     done.record(stream)
     t0 = time.perf_counter()
     for i in range(ALLOCATIONS):
-        a = driver.DeviceArray.empty((1 << 18,), np.float32, stream=stream)   # 1 MiB
+        a = arrays.DeviceArray.empty((1 << 18,), np.float32, stream=stream)   # 1 MiB
         if i % 2:
             a.free()
         else:
@@ -110,10 +111,10 @@ def test_arrays_allocated_on_a_stream_round_trip(dtype):
     rng = np.random.default_rng(1)
     stream = driver.Stream()
     host = (rng.standard_normal((129, 77)) * 100).astype(dtype)
-    dev = driver.DeviceArray.from_numpy(host, stream=stream)
+    dev = arrays.DeviceArray.from_numpy(host, stream=stream)
     assert dev.stream is stream
     np.testing.assert_array_equal(bits(dev.to_numpy()), bits(host))
-    other = driver.DeviceArray.empty(host.shape, dtype, order="F", stream=stream)
+    other = arrays.DeviceArray.empty(host.shape, dtype, order="F", stream=stream)
     other.copy_from_host(np.asfortranarray(host))        # on the array's own stream
     back = other.to_numpy()
     assert back.flags.f_contiguous
@@ -142,14 +143,13 @@ VIEWS = {
                          ids=lambda d: np.dtype(d).name)
 @pytest.mark.parametrize("name", list(VIEWS))
 def test_numpy_views_round_trip(name, dtype):
-    from ptxgemm import driver
 
     host_base = np.ascontiguousarray(BASE.astype(dtype))
     view = VIEWS[name](host_base)
     assert not (view.flags.c_contiguous or view.flags.f_contiguous)
-    dev = driver.DeviceArray.from_numpy(view)
+    dev = arrays.DeviceArray.from_numpy(view)
     assert dev.shape == view.shape and dev.strides == view.strides and dev.dtype == view.dtype
-    assert dev.base is not None and dev.base.nbytes == driver.byte_span(view.shape, view.strides, view.itemsize)[1]
+    assert dev.base is not None and dev.base.nbytes == arrays.byte_span(view.shape, view.strides, view.itemsize)[1]
     back = dev.to_numpy()
     assert back.flags.c_contiguous
     np.testing.assert_array_equal(bits(back), bits(np.ascontiguousarray(view)))
@@ -157,9 +157,8 @@ def test_numpy_views_round_trip(name, dtype):
 
 @gpu
 def test_copy_from_host_into_a_strided_view():
-    from ptxgemm import driver
 
-    buffer = driver.DeviceArray.empty((8, 16), np.float32)
+    buffer = arrays.DeviceArray.empty((8, 16), np.float32)
     buffer.poison()
     every_other = buffer.view((8, 8), (64, 8))
     host = np.arange(64, dtype=np.float32).reshape(8, 8)
@@ -174,14 +173,13 @@ def test_copy_from_host_into_a_strided_view():
 def test_views_keep_their_memory_alive():
     import gc
 
-    from ptxgemm import driver
 
     host = np.arange(100, dtype=np.float32)
-    dense = driver.DeviceArray.from_numpy(host)
+    dense = arrays.DeviceArray.from_numpy(host)
     view = dense.view((50,), (8,))
     del dense
     gc.collect()
-    big = [driver.DeviceArray.empty((100,), np.float32) for _ in range(8)]   # would reuse freed memory
+    big = [arrays.DeviceArray.empty((100,), np.float32) for _ in range(8)]   # would reuse freed memory
     for b in big:
         b.fill_bytes(0, 4)
     np.testing.assert_array_equal(view.to_numpy(), host[::2])

@@ -11,7 +11,7 @@ import pytest
 
 from ptx_sim import Kernel, Memory, SimError
 from ptxgemm import compiler, relayout, toolchain
-from ptxgemm.driver import DeviceArray
+from ptxgemm.arrays import DeviceArray
 from ptxgemm.errors import ConfigError
 
 ADDRESS = 0x7F00_0000_0000          # made-up device addresses: nothing here touches a GPU

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from ptxgemm import relayout
+from ptxgemm import arrays
 
 gpu = pytest.mark.gpu
 DTYPES = [ml_dtypes.bfloat16, np.float16, np.float32]
@@ -50,14 +51,13 @@ PAD = 5   # elements of padding after each destination row
 
 def destination(kind, shape, dtype):
     """(device buffer, poisoned; device view to write; host buffer of the same poison; host view of it)."""
-    from ptxgemm import driver
 
     itemsize = np.dtype(dtype).itemsize
     if kind == "padded":
         buf_shape = shape[:-1] + (shape[-1] + PAD,)
     else:
         buf_shape = shape
-    buffer = driver.DeviceArray.empty(buf_shape, dtype)
+    buffer = arrays.DeviceArray.empty(buf_shape, dtype)
     buffer.poison()
     host = np.full(buf_shape, POISON_BITS[itemsize], bits_of(dtype)).view(dtype)
     if kind == "c":
@@ -72,9 +72,8 @@ def destination(kind, shape, dtype):
 def upload_view(host_buffer, host_view, dtype):
     """The device twin of a numpy view: the dense buffer uploaded, and a DeviceArray view with the same offset and
     byte strides into it."""
-    from ptxgemm import driver
 
-    dense = driver.DeviceArray.from_numpy(host_buffer)
+    dense = arrays.DeviceArray.from_numpy(host_buffer)
     offset = host_view.ctypes.data - host_buffer.ctypes.data
     return dense.view(host_view.shape, host_view.strides, offset=offset, dtype=dtype)
 
@@ -111,8 +110,8 @@ def test_copy_on_a_stream_between_arrays_allocated_there(dtype):
     rng = np.random.default_rng(11)
     stream = driver.Stream()
     host = random_values((3, 257, 129), dtype, rng)
-    src = driver.DeviceArray.from_numpy(host, stream=stream)
-    dst = driver.DeviceArray.empty((129, 3, 257), dtype, stream=stream)   # (c, l, r): a permuted copy
+    src = arrays.DeviceArray.from_numpy(host, stream=stream)
+    dst = arrays.DeviceArray.empty((129, 3, 257), dtype, stream=stream)   # (c, l, r): a permuted copy
     dst.poison()
     view = src.view((129, 3, 257), (src.strides[2], src.strides[0], src.strides[1]))
     relayout.copy(dst.ptr, dst.strides, view.ptr, view.strides, dst.shape, np.dtype(dtype).itemsize, stream)
@@ -123,13 +122,12 @@ def test_copy_on_a_stream_between_arrays_allocated_there(dtype):
 
 @gpu
 def test_copy_array_merges_five_dimensions():
-    from ptxgemm import driver
 
     rng = np.random.default_rng(5)
     host = random_values((2, 3, 4, 5, 6), np.float32, rng)
     view = host[:, ::-1]                     # five dimensions that merge into three: (2, 3, 4 * 5 * 6)
     src = upload_view(host, view, np.float32)
-    dst = driver.DeviceArray.empty(view.shape, np.float32)
+    dst = arrays.DeviceArray.empty(view.shape, np.float32)
     dst.poison()
     relayout.copy_array(dst, src)
     np.testing.assert_array_equal(dst.to_numpy().view(np.uint32), np.ascontiguousarray(view).view(np.uint32))
@@ -138,10 +136,9 @@ def test_copy_array_merges_five_dimensions():
 @gpu
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
 def test_fill_zero_writes_only_the_view(dtype):
-    from ptxgemm import driver
 
     itemsize = np.dtype(dtype).itemsize
-    buffer = driver.DeviceArray.empty((3, 37, 50), dtype)
+    buffer = arrays.DeviceArray.empty((3, 37, 50), dtype)
     buffer.poison()
     view = buffer.view((3, 37, 25), (37 * 50 * itemsize, 50 * itemsize, 2 * itemsize), offset=itemsize)
     relayout.fill_zero(view.ptr, view.strides, view.shape, itemsize)
@@ -156,7 +153,7 @@ def test_strides_beyond_32_bits():
     from ptxgemm import driver
 
     far = 1 << 33
-    big = driver.DeviceArray.empty((far + 64,), np.uint8)
+    big = arrays.DeviceArray.empty((far + 64,), np.uint8)
     rows = np.arange(8, dtype=np.float32).reshape(2, 4) + 1
     try:
         for r in range(2):
@@ -168,7 +165,7 @@ def test_strides_beyond_32_bits():
             got = big.view((4,), offset=r * far + 32, dtype=np.float32).to_numpy()
             np.testing.assert_array_equal(got, rows[1 - r])
         # and a small dense destination gathering both rows through a 3-D walk (batch stride 2^33 as well)
-        out = driver.DeviceArray.empty((2, 2, 2), np.float32)
+        out = arrays.DeviceArray.empty((2, 2, 2), np.float32)
         relayout.copy(out.ptr, out.strides, big.ptr, (far, 8, 4), (2, 2, 2), 4)
         np.testing.assert_array_equal(out.to_numpy(), rows.reshape(2, 2, 2))
     finally:
@@ -183,8 +180,8 @@ def test_bandwidth_report(layout, device_report):
     from ptxgemm import driver
 
     n = 8192
-    src = driver.DeviceArray.empty((n, n), ml_dtypes.bfloat16)
-    dst = driver.DeviceArray.empty((n, n), ml_dtypes.bfloat16)
+    src = arrays.DeviceArray.empty((n, n), ml_dtypes.bfloat16)
+    dst = arrays.DeviceArray.empty((n, n), ml_dtypes.bfloat16)
     src_strides = src.strides if layout == "contiguous" else src.strides[::-1]
     copy = lambda: relayout.copy(dst.ptr, dst.strides, src.ptr, src_strides, (n, n), 2)  # noqa: E731
     copy()
