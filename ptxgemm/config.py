@@ -18,8 +18,8 @@ import numbers
 
 import numpy as np
 
-from . import trace as trace_format
-from .debug import STALL_CODES
+from . import trace_format
+from .stall_format import STALL_CODES
 from .errors import ConfigError
 
 # --- hardware limits (H100/H200, sm_90a) ------------------------------------------------------------------

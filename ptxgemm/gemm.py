@@ -24,6 +24,7 @@ from .config import FP8_DTYPES, INPUT_DTYPES, OUTPUT_DTYPES, GemmConfig, default
 from .errors import ConfigError, CudaError
 from .arrays import as_device_array
 from . import arrays
+from . import trace_format
 
 # L2 promotion of the operand loads. 128B measured as fast as 256B or faster everywhere on the H100 and up to 10%
 # faster where lines are not 128-byte multiples (3000x5000x2048 with B row-major, 1000^3): a 256-byte promotion of a
@@ -445,20 +446,18 @@ class GemmPlan:
         return [ctypes.c_uint32(sched.splits), ctypes.c_uint64(self.workspace.ptr), ctypes.c_uint64(self.flags.ptr)]
 
     def _trace_arguments(self) -> list:
-        """Allocate the trace buffer (ptxgemm.trace's format) with room for every event this plan's schedule makes:
+        """Allocate the trace buffer (ptxgemm.kernel.trace_format) with room for every event this plan's schedule makes:
         the busiest producer's k-tiles and the busiest consumer's tiles. Zeroed once; each launch rewrites it."""
-        from . import trace
-
         sched = self.schedule
-        self.trace_capacity = trace.capacity_for(sched.max_tiles_per_consumer, sched.ring_passes)
-        total = self.grid * trace.ROLES * self.trace_capacity
+        self.trace_capacity = trace_format.capacity_for(sched.max_tiles_per_consumer, sched.ring_passes)
+        total = self.grid * trace_format.ROLES * self.trace_capacity
         if total >= 2 ** 32:
             raise ConfigError(f"config.trace: {total} trace records do not fit the kernel's 32-bit record numbers; "
                               f"trace a smaller problem")
-        nbytes = trace.buffer_bytes(self.grid, self.trace_capacity)
+        nbytes = trace_format.buffer_bytes(self.grid, self.trace_capacity)
         self.trace_buffer = buf = arrays.DeviceArray.empty((nbytes,), np.uint8)
         buf.fill_bytes(0, 1)
-        return [ctypes.c_uint64(buf.ptr), ctypes.c_uint64(buf.ptr + trace.header_bytes(self.grid)),
+        return [ctypes.c_uint64(buf.ptr), ctypes.c_uint64(buf.ptr + trace_format.header_bytes(self.grid)),
                 ctypes.c_uint32(self.trace_capacity), ctypes.c_uint32(total)]
 
     def read_trace(self, meta: dict | None = None):

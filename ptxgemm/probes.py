@@ -10,7 +10,8 @@ import ctypes
 import numpy as np
 
 from . import codegen
-from .debug import DEFAULT_TIMEOUT_NS, STALL_CODES, StallRecords
+from .debug import StallRecords
+from .stall_format import DEFAULT_TIMEOUT_NS, STALL_CODES
 from .errors import ConfigError, CudaError
 from .swizzle import MODES, SPAN_BYTES
 from . import arrays

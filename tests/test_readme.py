@@ -124,7 +124,8 @@ def test_console_examples(cmd, output, tmp_path):
 
 def test_barrier_stall_example():
     """The debug-mode message, built by StallRecords from a record as the kernel writes it (ptxgemm.debug)."""
-    from ptxgemm.debug import MAGIC, RECORD_BYTES, STALL_CODES, BarrierStall, StallRecords
+    from ptxgemm.debug import BarrierStall, StallRecords
+    from ptxgemm.stall_format import MAGIC, RECORD_BYTES, STALL_CODES
 
     class Buffer:  # the pinned host memory the kernel writes: one record of 8 u32 words per thread
         def __init__(self, threads):

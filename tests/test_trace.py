@@ -10,9 +10,11 @@ import numpy as np
 import pytest
 
 from ptxgemm import trace as T
-from ptxgemm.trace import (CONSUMER0, CONSUMER1, EMPTY_ACQUIRED, EPILOGUE_START, MAINLOOP_START, MMA_ISSUED,
-                           MMA_RETIRED, ORDER_ACQUIRED, PRODUCER, ROLE_END, ROLE_START, STORE_DRAINED, STORE_ISSUED,
-                           TMA_ISSUED, Trace)
+from ptxgemm import trace_format as F
+from ptxgemm.trace import Trace
+from ptxgemm.trace_format import (CONSUMER0, CONSUMER1, EMPTY_ACQUIRED, EPILOGUE_START, MAINLOOP_START, MMA_ISSUED,
+                                  MMA_RETIRED, ORDER_ACQUIRED, PRODUCER, ROLE_END, ROLE_START, STORE_DRAINED,
+                                  STORE_ISSUED, TMA_ISSUED)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 BASE_NS = 5_000  # the hand-built kernel's first event; every expected number below is relative to it
@@ -53,7 +55,7 @@ def hand_trace(events=None, capacity=16, **kw) -> Trace:
 
 def writable_header(buf: bytes, ctas: int) -> tuple[bytearray, np.ndarray]:
     raw = bytearray(buf)
-    return raw, np.frombuffer(raw, T.HEADER_DTYPE, count=ctas * T.ROLES).reshape(ctas, T.ROLES)
+    return raw, np.frombuffer(raw, F.HEADER_DTYPE, count=ctas * F.ROLES).reshape(ctas, F.ROLES)
 
 
 def edited(role: int, record: int, **fields) -> dict:
@@ -68,20 +70,20 @@ def edited(role: int, record: int, **fields) -> dict:
 # ---- format
 
 def test_capacity_and_sizes():
-    assert T.capacity_for(3, 10) == 7 * 3 + 2
-    assert T.capacity_for(3, 20) == 2 * 20 + 2
-    assert T.header_bytes(5) == 5 * 3 * 16 and T.header_bytes(5) % 16 == 0
-    assert T.buffer_bytes(5, 23) == 5 * 3 * 16 + 5 * 3 * 23 * 32
-    assert T.CODES["mma_issued"] == MMA_ISSUED == 18
+    assert F.capacity_for(3, 10) == 7 * 3 + 2
+    assert F.capacity_for(3, 20) == 2 * 20 + 2
+    assert F.header_bytes(5) == 5 * 3 * 16 and F.header_bytes(5) % 16 == 0
+    assert F.buffer_bytes(5, 23) == 5 * 3 * 16 + 5 * 3 * 23 * 32
+    assert F.CODES["mma_issued"] == MMA_ISSUED == 18
 
 
 def test_build_buffer_layout():
     """Header entry cta*3 + role at 16-byte steps, record j of (cta, role) at (cta*3 + role)*capacity + j, 32 bytes:
     u64 timer, u64 clock, u32 code, u32 value (what ptxgemm/templates/trace.ptx.j2 stores)."""
     buf = T.build_buffer(2, 4, {(1, CONSUMER1): [(123, ROLE_START, 0), (456, ROLE_END, 7, 99)]}, smids=[9, 11])
-    words = np.frombuffer(buf[:T.header_bytes(2)], "<u4").reshape(6, 4)
+    words = np.frombuffer(buf[:F.header_bytes(2)], "<u4").reshape(6, 4)
     assert words[1 * 3 + 2].tolist() == [2, 11, 0, 0]
-    record = T.header_bytes(2) + ((1 * 3 + 2) * 4 + 1) * 32
+    record = F.header_bytes(2) + ((1 * 3 + 2) * 4 + 1) * 32
     assert int.from_bytes(buf[record:record + 8], "little") == 456
     assert int.from_bytes(buf[record + 8:record + 16], "little") == 99
     assert int.from_bytes(buf[record + 16:record + 20], "little") == ROLE_END
@@ -93,7 +95,7 @@ def test_build_buffer_layout():
 def test_synthetic_round_trip():
     ctas, per_consumer, k_tiles = 3, 2, 4
     buf, capacity = T.synthetic_buffer(ctas, per_consumer, k_tiles)
-    assert len(buf) == T.buffer_bytes(ctas, capacity)
+    assert len(buf) == F.buffer_bytes(ctas, capacity)
     trace = Trace.from_buffer(buf, ctas, capacity, meta={"shape": (256, 256, 256)})
     assert trace.warnings == []
     assert len(trace.tiles) == ctas * 2 * per_consumer
@@ -106,7 +108,7 @@ def test_synthetic_round_trip():
     assert summary["tiles_per_consumer"] == {"min": per_consumer, "max": per_consumer}
     assert 0.5 < summary["tensor_core_coverage"]["min"] <= summary["tensor_core_coverage"]["max"] < 1
     assert 0.5 < summary["epilogue_hidden_fraction"] < 1  # the last epilogue of a CTA has nothing to hide behind
-    assert summary["end_imbalance"]["spread_ns"] == (ctas - 1) * T.TIMER_TICK_NS
+    assert summary["end_imbalance"]["spread_ns"] == (ctas - 1) * F.TIMER_TICK_NS
     # the same bytes as a numpy array decode the same
     again = Trace.from_buffer(np.frombuffer(buf, np.uint8), ctas, capacity)
     assert np.array_equal(again.spans, trace.spans)
@@ -115,7 +117,7 @@ def test_synthetic_round_trip():
 def test_synthetic_times_are_whole_ticks():
     buf, capacity = T.synthetic_buffer(2, 1, 3)
     trace = Trace.from_buffer(buf, 2, capacity)
-    assert np.all(trace.spans["start"] % T.TIMER_TICK_NS == 0) and np.all(trace.spans["end"] % T.TIMER_TICK_NS == 0)
+    assert np.all(trace.spans["start"] % F.TIMER_TICK_NS == 0) and np.all(trace.spans["end"] % F.TIMER_TICK_NS == 0)
 
 
 # ---- exact numbers on the hand-built CTA
@@ -327,7 +329,7 @@ def test_pngs(tmp_path):
 def test_compare_png_puts_traces_on_one_time_scale(tmp_path):
     pytest.importorskip("matplotlib")
     fast = Trace.from_buffer(*_synthetic(2, 2, 4), meta={"config": "fast"})
-    slow_buf, slow_cap = T.synthetic_buffer(2, 2, 4, k_tile_ns=16 * T.TIMER_TICK_NS)
+    slow_buf, slow_cap = T.synthetic_buffer(2, 2, 4, k_tile_ns=16 * F.TIMER_TICK_NS)
     slow = Trace.from_buffer(slow_buf, 2, slow_cap, meta={"config": "slow"})
     T.plot_compare([fast, slow], tmp_path / "compare.png", labels=["fast", "slow"])
     width, height = png_size(tmp_path / "compare.png")
@@ -343,7 +345,7 @@ def _synthetic(ctas, per_consumer, k_tiles):
 
 def test_anchor_without_timer_is_rejected():
     raw = bytearray(T.build_buffer(1, 16, hand_events(), smids=[SMID]))
-    start = T.header_bytes(1) + (0 * T.ROLES + CONSUMER1) * 16 * T.RECORD_BYTES  # consumer 1's ROLE_START
+    start = F.header_bytes(1) + (0 * F.ROLES + CONSUMER1) * 16 * F.RECORD_BYTES  # consumer 1's ROLE_START
     raw[start:start + 8] = bytes(8)
     with pytest.raises(ValueError, match=r"consumer 1 \(role 2\) record 0: ROLE_START \(1\) without its "
                                          r"%globaltimer stamp"):

@@ -19,9 +19,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ptxgemm import trace, tracing
+from ptxgemm import tracing
 from ptxgemm.config import GemmConfig
 from ptxgemm.schedule import plan_schedule
+from ptxgemm import trace_format
 
 gpu = pytest.mark.gpu
 SHAPE = (8448, 9216, 1024)
@@ -45,7 +46,7 @@ def _check_against_schedule(rec, config: GemmConfig, ctas=None):
     for cta in range(t.ctas):
         cluster = cta // config.cluster_m
         mine = []
-        for consumer, role in enumerate(trace.CONSUMER_ROLES):
+        for consumer, role in enumerate(trace_format.CONSUMER_ROLES):
             rows = t.tiles[(t.tiles["cta"] == cta) & (t.tiles["role"] == role)]
             expected = [cluster + (consumer + 2 * j) * sched.clusters
                         for j in range(sched.consumer_tiles(cluster, consumer))]
@@ -84,7 +85,7 @@ def test_mainloops_never_overlap_on_an_sm(recording):
         rows = rows[np.argsort(rows["start"], kind="stable")]
         assert np.all(rows["start"][1:] >= rows["end"][:-1]), cta
         roles = rows["role"].tolist()
-        assert roles == [trace.CONSUMER_ROLES[i % 2] for i in range(len(roles))], cta  # they alternate
+        assert roles == [trace_format.CONSUMER_ROLES[i % 2] for i in range(len(roles))], cta  # they alternate
     assert t.summary()["mainloop_overlap_ns"] == 0
 
 
@@ -97,7 +98,7 @@ def test_epilogues_run_under_the_peer_mainloop(recording, device_report):
     overlapping = followed = 0
     for cta in range(t.ctas):
         peer_loops = {role: mainloops[(mainloops["cta"] == cta) & (mainloops["role"] != role)]
-                      for role in trace.CONSUMER_ROLES}
+                      for role in trace_format.CONSUMER_ROLES}
         for e in epilogues[epilogues["cta"] == cta]:
             peer = peer_loops[e["role"]]
             if not len(peer) or peer["end"].max() <= e["start"]:

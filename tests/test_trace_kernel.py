@@ -13,6 +13,7 @@ import pytest
 import ptxgemm
 from ptxgemm import GemmConfig, trace
 from ptxgemm.gemm import render_gemm
+from ptxgemm import trace_format
 
 UNTRACED = [GemmConfig(), GemmConfig(block_n=192, out_dtype="float32"),
             GemmConfig(block_m=64, block_n=256, in_dtype="float16", out_dtype="float16", a_major="k", b_major="k"),
@@ -73,14 +74,14 @@ def test_traced_ptx_records_each_roles_events_once_per_site(config):
         assert f".param .u{64 if 'capacity' not in name and 'total' not in name else 32} {name}" in ptx
     sections = _sections(ptx)
     # one call site per event kind: the cycles ptxgemm.trace's grammar expects, bracketed by start and end
-    assert sorted(_codes(sections["producer"])) == sorted([trace.ROLE_START, *trace.PRODUCER_CYCLE, trace.ROLE_END])
-    assert sorted(_codes(sections["consumer"])) == sorted([trace.ROLE_START, *trace.CONSUMER_CYCLE, trace.ROLE_END])
+    assert sorted(_codes(sections["producer"])) == sorted([trace_format.ROLE_START, *trace_format.PRODUCER_CYCLE, trace_format.ROLE_END])
+    assert sorted(_codes(sections["consumer"])) == sorted([trace_format.ROLE_START, *trace_format.CONSUMER_CYCLE, trace_format.ROLE_END])
     # the record layout the decoder reads: timer at +0, cycles at +8, (code, value) at +16
     assert re.search(r"st\.global\.u64 \[%trace_addr\], %trace_stamp", ptx)
     assert re.search(r"st\.global\.u64 \[%trace_addr\+8\], %trace_stamp", ptx)
     assert re.search(r"st\.global\.v2\.u32 \[%trace_addr\+16\]", ptx)
-    assert f"mad.wide.u32 %trace_addr, %trace_next, {trace.RECORD_BYTES}," in ptx
-    assert f"mad.wide.u32 %trace_entry, %trace_slice, {trace.HEADER_ENTRY_BYTES}," in ptx
+    assert f"mad.wide.u32 %trace_addr, %trace_next, {trace_format.RECORD_BYTES}," in ptx
+    assert f"mad.wide.u32 %trace_entry, %trace_slice, {trace_format.HEADER_ENTRY_BYTES}," in ptx
 
 
 def test_consumer_hand_over_is_recorded_before_the_arrive():
@@ -92,9 +93,9 @@ def test_consumer_hand_over_is_recorded_before_the_arrive():
     def index(pattern, after=0):
         return next(i for i, line in enumerate(lines) if i >= after and re.search(pattern, line))
 
-    issued = index(rf"%trace_word, {trace.MMA_ISSUED};")
+    issued = index(rf"%trace_word, {trace_format.MMA_ISSUED};")
     assert issued < index(r"bar\.arrive %peer_mma_bar", issued - 40)
-    drained = index(rf"%trace_word, {trace.STORE_DRAINED};")
+    drained = index(rf"%trace_word, {trace_format.STORE_DRAINED};")
     assert drained < index(r"bar\.arrive %peer_epi_bar", drained - 40)
 
 
@@ -140,9 +141,9 @@ def test_capacity_covers_the_busiest_role_of_a_schedule():
 
     for m, n, k, ctas in ((8448, 9216, 1024, None), (1000, 1000, 1000, 3), (300, 5000, 64, 7)):
         sched = plan_schedule(m, n, k, 128, 128, 64, 1, 132, ctas)
-        capacity = trace.capacity_for(sched.max_tiles_per_consumer, sched.ring_passes)
-        producer = 2 + len(trace.PRODUCER_CYCLE) * sched.ring_passes
-        consumer = 2 + len(trace.CONSUMER_CYCLE) * sched.max_tiles_per_consumer
+        capacity = trace_format.capacity_for(sched.max_tiles_per_consumer, sched.ring_passes)
+        producer = 2 + len(trace_format.PRODUCER_CYCLE) * sched.ring_passes
+        consumer = 2 + len(trace_format.CONSUMER_CYCLE) * sched.max_tiles_per_consumer
         assert capacity == max(producer, consumer)
 
 
@@ -153,23 +154,23 @@ def test_refine_times_places_cycle_stamps_on_the_timer_through_the_anchors():
     rng = np.random.default_rng(1)
     base = 1_700_000_000_000_000_000           # %globaltimer counts ns since an epoch: keep it integer
     events = 200
-    records = np.zeros((1, trace.ROLES, events), trace.RECORD_DTYPE)
-    truth = np.zeros((trace.ROLES, events), np.int64)
-    for role in range(trace.ROLES):
+    records = np.zeros((1, trace_format.ROLES, events), trace_format.RECORD_DTYPE)
+    truth = np.zeros((trace_format.ROLES, events), np.int64)
+    for role in range(trace_format.ROLES):
         true_ns = base + 123 + role * 50 + np.cumsum(rng.integers(5, 400, size=events))
         truth[role] = true_ns
         records["clock"][0, role] = np.rint((true_ns - base) * 1.755).astype(np.int64) + 10_000_000
-        records["code"][0, role] = trace.ROLE_START
+        records["code"][0, role] = trace_format.ROLE_START
         for j in (0, events - 1):                      # the anchors
-            records["time_ns"][0, role, j] = true_ns[j] // trace.TIMER_TICK_NS * trace.TIMER_TICK_NS
-    fine, ns_per_cycle = trace.refine_times(records, np.full((1, trace.ROLES), events))
+            records["time_ns"][0, role, j] = true_ns[j] // trace_format.TIMER_TICK_NS * trace_format.TIMER_TICK_NS
+    fine, ns_per_cycle = trace.refine_times(records, np.full((1, trace_format.ROLES), events))
     assert np.all(np.diff(fine[0], axis=-1) >= 0)
-    assert np.max(np.abs(fine[0] - truth)) <= trace.TIMER_TICK_NS
+    assert np.max(np.abs(fine[0] - truth)) <= trace_format.TIMER_TICK_NS
     assert abs(1e3 / ns_per_cycle[0] - 1755) < 2
 
 
 def test_refine_times_needs_two_anchors():
-    records = np.zeros((1, trace.ROLES, 4), trace.RECORD_DTYPE)
+    records = np.zeros((1, trace_format.ROLES, 4), trace_format.RECORD_DTYPE)
     records["clock"][0, 0] = [1, 2, 3, 4]
     records["time_ns"][0, 0, 0] = 1000
     with pytest.raises(ValueError, match="CTA 0 has 1 timer anchors"):
