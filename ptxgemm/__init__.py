@@ -11,7 +11,8 @@ from .config import GemmConfig
 from .arrays import DeviceArray
 from .driver import device_available
 from .errors import ConfigError, CudaError, NoGpuError, PtxgemmError, ToolchainError
-from .gemm import GemmPlan, clear_plan_cache, compile_gemm, matmul, render_gemm, run
+from .gemm import GemmPlan, clear_plan_cache, matmul, run
+from .kernels import compile_gemm, render_gemm
 from .graph import Graph
 from .select import select_config
 from .tuning import tune

@@ -11,7 +11,7 @@ import re
 import numpy as np
 
 from .config import GemmConfig
-from .gemm import compile_gemm
+from .kernels import compile_gemm
 from .timing import time_interleaved
 from . import arrays
 

@@ -182,7 +182,7 @@ def dump_gemm(args) -> dict:
     """--kernel gemm --m M --n N --k K [--config TAG | tile options]: compile the GEMM and dump it, with what the
     shape decides."""
     from . import schedule, select
-    from .gemm import compile_gemm
+    from .kernels import compile_gemm
 
     m, n, k = check_shape(args)
     device = select.resolve_device(None)  # the GPU's SM count; without one, select's 132-SM default

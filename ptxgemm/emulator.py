@@ -1,7 +1,7 @@
 """The plan emulator: ptxgemm's calls carried out on host memory, numpy standing in for the GPU.
 
 Everything a call decides before the GPU is decided by the library's own code, on host addresses: the argument
-checks (gemm.check_run, epilogue.parse), the whole plan (gemm.plan_call: layout, swap, fold, staging, K = 0, the
+checks (gemm.check_run, epilogue.parse), the whole plan (plan_call: layout, swap, fold, staging, K = 0, the
 selected config with the kernel's dtypes, the epilogue in the kernel's frame), the staging copies
 (operands.bind), the tensor maps (gemm.tensor_map_specs, which validate every driver rule), the schedule and the
 kernel's epilogue parameters (Epilogue.kernel_params). Only what the GPU does is emulated, each as its own
@@ -35,6 +35,9 @@ from .config import SCALE_BLOCK
 from .arrays import byte_span, c_strides
 from .errors import ConfigError
 from .select import DEFAULT_DEVICE
+from .checks import check_config, check_dtypes, check_out_dtype, result_shape
+from .config import default_out_dtype
+from .plan import plan_call
 
 ALLOC_ALIGN = 256   # cuMemAlloc's alignment, which a fresh DeviceArray has
 
@@ -160,16 +163,16 @@ def run(a, b, c=None, *, alpha=1.0, beta=0.0, bias=None, activation=None, scale_
 def matmul(a, b, out=None, *, c=None, alpha=1.0, beta=0.0, bias=None, activation=None, scale_a=None, scale_b=None,
            out_dtype=None, config=None, device=DEFAULT_DEVICE):
     """ptxgemm.matmul, emulated on numpy arrays read and written in place (returns `out`, or a new array)."""
-    gemm.check_config(config)
+    check_config(config)
     a, b = _as_host(a, "a"), _as_host(b, "b")
-    in_dtype = gemm.check_dtypes(a, b)
-    od = None if out_dtype is None else gemm.check_out_dtype(out_dtype)
+    in_dtype = check_dtypes(a, b)
+    od = None if out_dtype is None else check_out_dtype(out_dtype)
     plain = (c is None and bias is None and activation is None and scale_a is None and scale_b is None
              and alpha == 1.0 and beta == 0.0)
     fused = None if plain else gemm._parse_epilogue(a, b, _as_host, c=c, alpha=alpha, beta=beta, bias=bias,
                                                     activation=activation, scale_a=scale_a, scale_b=scale_b)
     if out is None:
-        result = HostArray.empty(gemm.result_shape(a, b), od or gemm.default_out_dtype(in_dtype))
+        result = HostArray.empty(result_shape(a, b), od or default_out_dtype(in_dtype))
     else:
         result = _as_host(out, "out")
         if od is not None and od != result.dtype.name:
@@ -179,18 +182,18 @@ def matmul(a, b, out=None, *, c=None, alpha=1.0, beta=0.0, bias=None, activation
 
 
 class GemmPlan:
-    """ptxgemm.GemmPlan, emulated: planned by gemm.plan_call, every map validated, `launch()` carries it out."""
+    """ptxgemm.GemmPlan, emulated: planned by plan_call, every map validated, `launch()` carries it out."""
 
     def __init__(self, a, b, out, config=None, *, c=None, alpha=1.0, beta=0.0, bias=None, activation=None,
                  scale_a=None, scale_b=None, ctas=None, fused=None, device=DEFAULT_DEVICE):
-        gemm.check_config(config)
+        check_config(config)
         a, b, out = _as_host(a, "a"), _as_host(b, "b"), _as_host(out, "out")
-        gemm.check_dtypes(a, b)
-        gemm.check_out_dtype(out.dtype, "out")
+        check_dtypes(a, b)
+        check_out_dtype(out.dtype, "out")
         if fused is None:
             fused = gemm._parse_epilogue(a, b, _as_host, c=c, alpha=alpha, beta=beta, bias=bias,
                                          activation=activation, scale_a=scale_a, scale_b=scale_b)
-        self.planned = planned = gemm.plan_call(a, b, out, config, fused, device=device, ctas=ctas,
+        self.planned = planned = plan_call(a, b, out, config, fused, device=device, ctas=ctas,
                                                 spill_check=_no_spills)
         self.layout, self.config, self.epilogue = planned.layout, planned.config, planned.epilogue
         self.buffers = {}

@@ -13,18 +13,20 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
-import functools
 import threading
 
 import ml_dtypes  # noqa: F401 - registers numpy's 'bfloat16' dtype name
 import numpy as np
 
-from . import codegen, compiler, driver, epilogue, operands, schedule
-from .config import FP8_DTYPES, INPUT_DTYPES, OUTPUT_DTYPES, GemmConfig, default_out_dtype
+from . import compiler, driver, epilogue, operands, schedule
+from .config import GemmConfig, default_out_dtype
 from .errors import ConfigError, CudaError
 from .arrays import as_device_array
 from . import arrays
 from . import trace_format
+from .checks import check_config, check_dtypes, check_out_dtype, dtype_name, result_shape
+from .kernels import compile_gemm
+from .plan import plan_call
 
 # L2 promotion of the operand loads. 128B measured as fast as 256B or faster everywhere on the H100 and up to 10%
 # faster where lines are not 128-byte multiples (3000x5000x2048 with B row-major, 1000^3): a 256-byte promotion of a
@@ -35,14 +37,6 @@ LOAD_L2_PROMOTION = "128B"
 # --------------------------------------------------------------------------------------------------------------
 # Compilation
 # --------------------------------------------------------------------------------------------------------------
-
-def render_gemm(config: GemmConfig) -> str:
-    return codegen.render("gemm.ptx.j2", **config.template_params())
-
-
-def compile_gemm(config: GemmConfig) -> compiler.CompiledKernel:
-    """PTX → cubin for `config` (the cubin is cached on disk by PTX text, ptxas version and flags)."""
-    return compiler.compile_ptx(render_gemm(config))
 
 
 class GemmKernel:
@@ -75,110 +69,10 @@ def get_kernel(config: GemmConfig) -> GemmKernel:
 # Operand rules (shapes and strides: ptxgemm.operands)
 # --------------------------------------------------------------------------------------------------------------
 
-def _dtype_name(dtype) -> str:
-    return np.dtype(dtype).name
-
-
-def check_dtype(name: str, dtype) -> str:
-    d = _dtype_name(dtype)
-    if d in INPUT_DTYPES:
-        return d
-    if d in ("float32", "float64"):
-        raise ConfigError(f"{name}: dtype {d} is not supported; ptxgemm multiplies bfloat16, float16 or fp8 "
-                          f"(float8_e4m3fn, float8_e5m2) with fp32 accumulation. Convert explicitly: "
-                          f"{name}.astype(ml_dtypes.bfloat16) or {name}.astype(numpy.float16)")
-    raise ConfigError(f"{name}: dtype {d} is not supported (inputs: {', '.join(INPUT_DTYPES)})")
-
-
-def check_dtypes(a, b) -> str:
-    """A's input dtype (numpy or device arrays); ConfigError unless B has the same INPUT_DTYPES type, or both are
-    fp8 (e4m3 x e5m2 mixes: b_dtype_of gives B's)."""
-    in_dtype = check_dtype("a", a.dtype)
-    bd = _dtype_name(b.dtype)
-    if bd != in_dtype and not (in_dtype in FP8_DTYPES and bd in FP8_DTYPES):
-        raise ConfigError(f"b: dtype {bd} differs from a's {in_dtype}; both operands must have the same dtype "
-                          f"(or be two fp8 types: {' x '.join(FP8_DTYPES)})")
-    return in_dtype
-
-
-def b_dtype_of(a, b) -> str | None:
-    """B's dtype where it differs from A's (a mixed fp8 pair), else None."""
-    bd = _dtype_name(b.dtype)
-    return None if bd == _dtype_name(a.dtype) else bd
-
-
-def check_out_dtype(out_dtype, name: str = "out_dtype") -> str:
-    try:
-        d = _dtype_name(out_dtype)
-    except TypeError:
-        raise ConfigError(f"{name}: must be bfloat16, float16 or float32, got {out_dtype!r}, which is not a dtype "
-                          f"numpy knows") from None
-    if d not in OUTPUT_DTYPES:
-        raise ConfigError(f"{name}: must be bfloat16, float16 or float32, got {d}")
-    return d
-
-
-def result_shape(a, b) -> tuple[int, ...]:
-    """numpy's shape of `a @ b` (ConfigError naming the rule when the shapes do not multiply)."""
-    if len(a.shape) == 2 and len(b.shape) == 2 and a.shape[1] == b.shape[0]:  # the common case, on the hot path
-        return (a.shape[0], b.shape[1])
-    return operands.plan_matmul(a.shape, a.strides, 0, b.shape, b.strides, 0, a.dtype.itemsize, 4).out_shape
-
-
-def check_ctas(ctas, cluster_size: int) -> None:
-    if ctas is None:
-        return
-    if isinstance(ctas, bool) or not isinstance(ctas, int) or ctas < cluster_size or ctas % cluster_size:
-        raise ConfigError(f"ctas: must be a positive whole number of {cluster_size}-CTA clusters (None: one CTA per "
-                          f"SM), got {ctas!r}")
-
 
 # --------------------------------------------------------------------------------------------------------------
 # Plans and launches
 # --------------------------------------------------------------------------------------------------------------
-
-def _resolve_config(config: GemmConfig | None, in_dtype: str, b_dtype: str | None, out_dtype: str, a_major: str,
-                    b_major: str, shape: tuple[int, int, int], device=None, ctas: int | None = None,
-                    batches: int = 1, fused: dict | None = None, spill_check=None):
-    """The arrays decide dtypes and layouts, the epilogue arguments the `fused` fields (Epilogue.config_fields);
-    `config` contributes the tile choice (block sizes, stages, ...). Without one, ptxgemm.select_config picks it for
-    this shape, GPU and epilogue (the tune cache's winner or the cost model's); a fused pick that ptxas spills
-    yields to the next preferred config (`spills`). A picked cluster that the caller's `ctas` cannot hold whole is
-    dropped (a single CTA): `ctas` is a test knob and must not turn a default choice into an error."""
-    fused = fused or {}
-    spill_check = spill_check or spills
-
-    def complete(base):   # block_k follows the input type (one 128-byte swizzle row of K): a 16-bit config serves fp8
-        return dataclasses.replace(base, in_dtype=in_dtype, out_dtype=out_dtype, a_major=a_major, b_major=b_major,
-                                   block_k=None, b_dtype=b_dtype, **fused)
-
-    if config is not None:
-        return complete(config)  # GemmPlan checked that it is a GemmConfig before asking for the GPU
-    from .select import preferences
-
-    first = None
-    for base, _ in preferences(*shape, in_dtype, out_dtype, a_major, b_major, device=device, batches=batches,
-                               epilogue=tuple(sorted(fused.items()))):
-        if ctas is not None and ctas % base.cluster_size:
-            base = dataclasses.replace(base, cluster_m=1, cluster_n=1)
-        cfg = complete(base)
-        first = cfg if first is None else first
-        if not cfg.fused or not spill_check(cfg):
-            return cfg
-    return first   # every candidate spills: the preferred one
-
-
-@functools.lru_cache(maxsize=None)
-def spills(config: GemmConfig) -> bool:
-    """Whether ptxas spills registers in `config`'s kernel: once per config and process (every later plan of the
-    problem asks again), from the loaded kernel's report when there is one, else compiled (cubins are cached on
-    disk; the chosen one is loaded next anyway). GemmConfig.fused_registers estimates the fused epilogue's
-    registers, but ptxas hoists its vector loads as far as it sees room, so the selection asks ptxas (the measured
-    cases: tests/test_epilogue.py's spill check). Without ptxas there is no report, and no spill is assumed."""
-    loaded = _kernels.get(config)
-    kernel = loaded.compiled if loaded is not None else compile_gemm(config)
-    fn = kernel.report.functions.get(config.kernel_name) if kernel.report is not None else None
-    return fn is not None and fn.spill_store_bytes > 0
 
 
 MN_PANEL = 64  # elements of an MN-major operand per 128-byte swizzle row: one TMA box (and smem panel) each
@@ -233,27 +127,6 @@ def _tile_order(rows: int, cols: int):
         return _tile_orders[(rows, cols)]
 
 
-def _layout(a, b, out, transposed_store: bool, epi: epilogue.Epilogue = epilogue.PLAIN) -> operands.MatmulPlan:
-    """The operands' plan; fp8 operands are read K-major only (one that is not is staged transposed), the epilogue's
-    source goes with the output, a batch folds into M only when nothing indexes the kernel's rows, blockwise scales keep
-    the problem as given (no swap: a column-major output is staged instead), and with K = 0 an epilogue that adds
-    something runs on zero operands (Epilogue.at_k)."""
-    s = epi.source
-    return operands.plan_matmul(a.shape, a.strides, a.ptr, b.shape, b.strides, b.ptr, a.dtype.itemsize,
-                                out.dtype.itemsize, out.shape, out.strides, out.ptr, transposed_store,
-                                k_major=_dtype_name(a.dtype) in FP8_DTYPES, indexed=epi.indexed,
-                                swap=epi.block_a is None, zero_k_kernel=epi.adds,
-                                source=None if s is None else (s.shape, s.strides, s.ptr, s.dtype.itemsize))
-
-
-def _majors(lay: operands.MatmulPlan) -> tuple[str, str]:
-    """(a_major, b_major) of the kernel's operands as the layout placed them."""
-    return ("k" if lay.a.place.inner == "cols" else "mn"), ("mn" if lay.b.place.inner == "cols" else "k")
-
-
-_ANY_ALIGNED = 1 << 32   # a stand-in device address for planning a layout before the upload (fresh allocations align)
-
-
 def _copy_launches(copies) -> list:
     """operands.Copy's as prepared relayout launches (a source address 0 means zeros)."""
     from . import relayout
@@ -282,63 +155,6 @@ def _stream_key(stream):
 
 
 _OWN_KEY_STREAMS = (int, driver.Stream)
-
-
-@dataclasses.dataclass(frozen=True)
-class CallPlan:
-    """What one call computes, decided on shapes, strides, dtypes and addresses alone (no GPU): the operands' layout,
-    the epilogue as the kernel applies it, and the config in the kernel's frame (after any swap: its in_dtype is the
-    dtype of the operand it reads as A). `config` None: nothing to launch (an empty result, or zeros for K = 0)."""
-
-    layout: operands.MatmulPlan
-    epilogue: epilogue.Epilogue
-    config: GemmConfig | None
-
-
-def check_config(config) -> None:
-    if config is not None and not isinstance(config, GemmConfig):
-        raise ConfigError(f"config: must be a ptxgemm.GemmConfig or None (select_config picks), got "
-                          f"{type(config).__name__} {config!r}")
-
-
-def kernel_dtypes(a, b, swapped: bool) -> tuple[str, str | None]:
-    """(in_dtype, b_dtype) of the kernel's A and B: the caller's a and b, or b and a when the problem is computed
-    as C^T = B^T A^T (a mixed fp8 pair then trades places with its operands)."""
-    ka, kb = (b, a) if swapped else (a, b)
-    return _dtype_name(ka.dtype), b_dtype_of(ka, kb)
-
-
-def plan_call(a, b, out, config: GemmConfig | None, epi: epilogue.Epilogue, *, device, ctas: int | None = None,
-              spill_check=None) -> CallPlan:
-    """The whole plan of `out = epi(a @ b)` from array descriptors (anything with shape, strides, dtype and ptr):
-    every rule checked, no GPU touched. `device` (.name, .sm_count) drives the selection; `spill_check(config)` says
-    whether ptxas spills a fused pick (default: ask ptxas, see `spills`). `device` may be a callable, asked only
-    when a kernel must be picked (an empty problem needs no GPU). GemmPlan binds the result to memory and
-    a kernel; ptxgemm.emulator executes it on host memory."""
-    check_dtypes(a, b)
-    out_dtype = check_out_dtype(out.dtype, "out")
-    check_config(config)
-    epi = epi.at_k(_problem_k(a, b))
-    transposed = config is not None and config.transposed_store
-    lay = _layout(a, b, out, transposed, epi)
-    if lay.a is None:  # nothing to multiply: an empty result, or zeros (K = 0 and nothing added)
-        return CallPlan(lay, epi, None)
-    if callable(device):
-        device = device()
-    cfg = _resolve_config(config, *kernel_dtypes(a, b, lay.swapped), out_dtype, *_majors(lay),
-                          (lay.m, lay.n, lay.k), device=device, ctas=ctas, batches=lay.batches,
-                          fused=epi.config_fields(lay.swapped, lay.n), spill_check=spill_check)
-    if cfg.transposed_store != transposed:  # the selection chose the transposed store (swap-AB): plan for it
-        lay = _layout(a, b, out, True, epi)
-        kin, kb = kernel_dtypes(a, b, lay.swapped)
-        cfg = dataclasses.replace(cfg, in_dtype=kin, b_dtype=kb, **dict(zip(("a_major", "b_major"), _majors(lay))),
-                                  **epi.config_fields(lay.swapped, lay.n))
-    check_ctas(ctas, cfg.cluster_size)
-    return CallPlan(lay, epi, cfg)
-
-
-def _problem_k(a, b) -> int:
-    return int(a.shape[-1]) if len(a.shape) else 0
 
 
 class GemmPlan:
@@ -549,8 +365,8 @@ def matmul(a, b, out=None, *, c=None, alpha=1.0, beta=0.0, bias=None, activation
                                        stream=stream)
     else:
         out = as_device_array(out, "out", stream)
-        if od is not None and od != _dtype_name(out.dtype):
-            raise ConfigError(f"out_dtype: {od} contradicts out.dtype {_dtype_name(out.dtype)}")
+        if od is not None and od != dtype_name(out.dtype):
+            raise ConfigError(f"out_dtype: {od} contradicts out.dtype {dtype_name(out.dtype)}")
     _cached_plan(a, b, out, config, stream, fused).launch(stream)
     return out
 
@@ -558,8 +374,11 @@ def matmul(a, b, out=None, *, c=None, alpha=1.0, beta=0.0, bias=None, activation
 def _parse_epilogue(a, b, convert, **args) -> epilogue.Epilogue:
     """The epilogue arguments checked against the problem of a @ b (the caller's M, N, K)."""
     problem = operands.plan_matmul(a.shape, a.strides, 0, b.shape, b.strides, 0, a.dtype.itemsize, 4)
-    return epilogue.parse(**args, m=problem.m, n=problem.n, k=problem.k, in_dtype=_dtype_name(a.dtype),
+    return epilogue.parse(**args, m=problem.m, n=problem.n, k=problem.k, in_dtype=dtype_name(a.dtype),
                           batched=bool(problem.batch_shape), convert=convert)
+
+
+_ANY_ALIGNED = 1 << 32   # a stand-in device address for planning a layout before the upload (fresh allocations align)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -13,10 +13,12 @@ import numpy as np
 import pytest
 
 import ptxgemm
-from ptxgemm import emulator, epilogue, gemm
+from ptxgemm import emulator, epilogue
 from ptxgemm.accuracy import DTYPES, activation64
 from ptxgemm.config import GemmConfig
 from ptxgemm.errors import ConfigError
+from ptxgemm.kernels import render_gemm
+from ptxgemm.plan import plan_call
 
 E4M3, E5M2, BF16 = ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2, ml_dtypes.bfloat16
 
@@ -47,7 +49,7 @@ def test_a_swapped_mixed_fp8_problem_gives_the_kernel_each_operand_its_own_dtype
     rng = np.random.default_rng(22)
     a, b = _mixed_swapped_case(rng)
     out = emulator.HostArray.empty((777, 1), "bfloat16")
-    planned = gemm.plan_call(emulator.HostArray.of(a), emulator.HostArray.of(b), out, None, epilogue.PLAIN,
+    planned = plan_call(emulator.HostArray.of(a), emulator.HostArray.of(b), out, None, epilogue.PLAIN,
                              device=ptxgemm.select.DEFAULT_DEVICE, spill_check=lambda cfg: False)
     assert planned.layout.swapped
     assert (planned.config.in_dtype, planned.config.b_type) == ("float8_e5m2", "float8_e4m3fn")
@@ -224,7 +226,7 @@ def test_the_epilogue_parameters_are_the_templates_in_name_and_order(name, swapp
     fp8 = epi.block_a is not None
     cfg = GemmConfig(block_n=128, block_m=64 if fp8 else 128, in_dtype="float8_e4m3fn" if fp8 else "bfloat16",
                      a_major="k", b_major="k" if fp8 else "mn", **epi.config_fields(swapped, 256))
-    ptx = gemm.render_gemm(cfg)
+    ptx = render_gemm(cfg)
     declared = re.findall(r"\.param \.(?:f32|u32|u64) (param_\w+)", ptx)
     declared = declared[:declared.index("param_m")]
     assert [n for n, _ in epi.kernel_params(swapped, 512, 256)] == declared

@@ -24,7 +24,7 @@ import pytest
 from ptxgemm import select
 from ptxgemm.config import INPUT_DTYPES, OUTPUT_DTYPES, GemmConfig
 from ptxgemm.errors import ConfigError
-from ptxgemm.gemm import render_gemm
+from ptxgemm.kernels import render_gemm
 
 DATA = Path(__file__).parent / "data" / "ptx_hashes.json.gz"
 DEFAULTS = {f.name: f.default for f in dataclasses.fields(GemmConfig)}

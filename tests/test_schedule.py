@@ -5,7 +5,7 @@ import itertools
 
 import pytest
 
-from ptxgemm.gemm import check_ctas
+from ptxgemm.checks import check_ctas
 from ptxgemm.errors import ConfigError
 from ptxgemm.schedule import plan_schedule
 

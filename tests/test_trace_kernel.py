@@ -12,7 +12,7 @@ import pytest
 
 import ptxgemm
 from ptxgemm import GemmConfig, trace
-from ptxgemm.gemm import render_gemm
+from ptxgemm.kernels import render_gemm
 from ptxgemm import trace_format
 
 UNTRACED = [GemmConfig(), GemmConfig(block_n=192, out_dtype="float32"),
