@@ -7,15 +7,15 @@
 
 Importing ptxgemm needs no GPU and never imports torch.
 """
-from .config import GemmConfig
-from .arrays import DeviceArray
-from .driver import device_available
+from .bench.tune import tune
+from .build.kernels import compile_gemm, render_gemm
 from .errors import ConfigError, CudaError, NoGpuError, PtxgemmError, ToolchainError
 from .gemm import GemmPlan, clear_plan_cache, matmul, run
-from .kernels import compile_gemm, render_gemm
-from .graph import Graph
-from .select import select_config
-from .tuning import tune
+from .kernel.config import GemmConfig
+from .runtime.arrays import DeviceArray
+from .runtime.driver import device_available
+from .runtime.graph import Graph
+from .select.model import select_config
 
 __version__ = "0.1.0"
 

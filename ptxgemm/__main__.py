@@ -45,7 +45,8 @@ PROG = "python -m ptxgemm"
 # ---------------------------------------------------------------------------------------------------------------
 
 def collect_info() -> dict:
-    from . import codegen, compiler, toolchain
+    from .kernel import codegen
+    from .build import compiler, toolchain
 
     info: dict = {"tools": {}}
     for tool in ("ptxas", "nvdisasm"):
@@ -65,7 +66,7 @@ def collect_info() -> dict:
     except ImportError:
         bindings_version = None
     info["cuda_bindings"] = bindings_version
-    from . import driver
+    from .runtime import driver
 
     reason = driver.no_device_reason()
     if reason is None:
@@ -117,7 +118,8 @@ SHAPE_OPTIONS = ("m", "n", "k")
 
 
 def _add_dump_parser(sub) -> None:
-    from . import config_cli, dump
+    from .cli import options as config_cli
+    from .tools import dump
 
     p = sub.add_parser("dump", help="write a kernel's PTX, cubin, SASS and report.json (no GPU needed)",
                        description="Render a kernel, assemble it with ptxas and write NAME.ptx, NAME.cubin, NAME.sass, "
@@ -149,7 +151,8 @@ def _add_dump_parser(sub) -> None:
 
 
 def cmd_dump(args) -> int:
-    from . import config_cli, dump
+    from .cli import options as config_cli
+    from .tools import dump
     from .errors import ConfigError
 
     if args.kernel == "swizzle_probe":
@@ -196,10 +199,11 @@ MUTANT_PRESETS = {"default": {}, "cluster": {"cluster_m": 2},
 
 
 def _add_mutants_parser(sub) -> None:
-    from . import config_cli, mutants
+    from .cli import options as config_cli
+    from .tools import mutants
 
     p = sub.add_parser("mutants", help="delete or weaken each synchronization instruction and show the GPU catches it",
-                       description="Mutation testing of the GEMM's barriers, fences and waits (see ptxgemm/mutants.py). "
+                       description="Mutation testing of the GEMM's barriers, fences and waits (see ptxgemm/tools/mutants.py). "
                                    "--list needs no GPU; a run needs an sm_90 GPU.")
     p.add_argument("--preset", action="append", choices=sorted(MUTANT_PRESETS), default=None,
                    help="a named config to mutate (repeatable; default: the config options below, i.e. the default "
@@ -233,8 +237,9 @@ def _add_mutants_parser(sub) -> None:
 def cmd_mutants(args) -> int:
     import dataclasses
 
-    from . import config_cli, mutants
-    from .config import GemmConfig
+    from .cli import options as config_cli
+    from .tools import mutants
+    from .kernel.config import GemmConfig
     from .errors import ConfigError
 
     if args.repeats < 1 or args.timeout <= 0:
@@ -246,7 +251,7 @@ def cmd_mutants(args) -> int:
     configs = ([GemmConfig(**MUTANT_PRESETS[p]) for p in args.preset] if args.preset
                else [config_cli.config_from_args(args)])
     if not args.list:
-        from . import driver
+        from .runtime import driver
 
         driver.require_sm90("running mutants (use --list to enumerate them without a GPU)")
     result = {"configs": []}
@@ -270,7 +275,7 @@ def cmd_mutants(args) -> int:
                                                    f"{mutants.DEBUG_TIMEOUT_NS // 1_000_000} ms)",
                                   **extra, "mutants": [m.record() for m in found]})
     if not args.list:
-        from . import driver
+        from .runtime import driver
 
         info = driver.device_info()
         result = {"gpu": info.name, "driver": info.driver_version_str, "sm_count": info.sm_count, **result}
@@ -285,7 +290,7 @@ def cmd_mutants(args) -> int:
 # ---------------------------------------------------------------------------------------------------------------
 
 def _add_trace_parser(sub) -> None:
-    from . import config_cli
+    from .cli import options as config_cli
 
     p = sub.add_parser("trace", help="record a per-warpgroup timeline of one GEMM launch on the GPU",
                        description="Run the GEMM once with GemmConfig(trace=True) and write what every warpgroup did "
@@ -313,7 +318,9 @@ def _add_trace_parser(sub) -> None:
 def cmd_trace(args) -> int:
     from pathlib import Path
 
-    from . import config_cli, driver, trace, tracing
+    from .cli import options as config_cli
+    from .runtime import driver
+    from .tools import trace, tracing
     from .errors import ConfigError
 
     for dim in SHAPE_OPTIONS:
@@ -382,7 +389,7 @@ def cmd_trace(args) -> int:
 # ---------------------------------------------------------------------------------------------------------------
 
 def _add_problem_arguments(p) -> None:
-    from .config import INPUT_DTYPES, MAJORS, OUTPUT_DTYPES
+    from .kernel.config import INPUT_DTYPES, MAJORS, OUTPUT_DTYPES
 
     for dim in SHAPE_OPTIONS:
         p.add_argument(f"--{dim}", type=int, required=True,
@@ -416,7 +423,7 @@ def _add_select_parser(sub) -> None:
 
 
 def cmd_select(args) -> int:
-    from . import select
+    from .select import model as select
     from .errors import ConfigError
 
     device = None
@@ -438,13 +445,14 @@ def cmd_select(args) -> int:
 
 
 def _add_tune_parser(sub) -> None:
-    from . import select, tuning
-    from .config import TAG_SCHEDULE
+    from .select import model as select
+    from .bench import tune as tuning
+    from .kernel.config import TAG_SCHEDULE
 
     p = sub.add_parser("tune", help="time the candidate configs of a problem on the GPU and store the fastest",
                        description="Run every candidate config once and check its result on sampled rows against "
                                    "float64 (a wrong one is reported and never chosen), time the rest together "
-                                   "(ptxgemm.timing: L2 flushed before each launch, interleaved rounds, median) and "
+                                   "(ptxgemm.runtime.timing: L2 flushed before each launch, interleaved rounds, median) and "
                                    "store the winner in <cache dir>/tune.json, where select_config finds it "
                                    "(PTXGEMM_TUNE_CACHE=off disables both). Needs an sm_90 GPU. Exit status 1 when a "
                                    "candidate failed to run or produced a wrong result.")
@@ -467,9 +475,10 @@ def _add_tune_parser(sub) -> None:
 def cmd_tune(args) -> int:
     import dataclasses
 
-    from . import driver, tuning
+    from .runtime import driver
+    from .bench import tune as tuning
     from .errors import ConfigError
-    from .problem import Problem
+    from .select.problem import Problem
 
     problem = Problem(*_problem_args(args))  # bad arguments fail before the GPU question
     for name in ("rounds", "check_rows"):
@@ -502,7 +511,9 @@ class Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import __version__, bank_cli, bench_cli, fuzz, swizzle_cli
+    from . import __version__
+    from .cli import banks as bank_cli, bench as bench_cli, swizzle as swizzle_cli
+    from .tools import fuzz
 
     parser = Parser(prog=PROG, description="ptxgemm: Hopper GEMM from PTX templates. Every command's --help lists "
                                            "its options with their defaults.")
@@ -533,13 +544,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_demo(args) -> int:
-    from .demo import run_demo
+    from .cli.demo import run_demo
 
     return run_demo(args.m, args.n, args.k)
 
 
 def main(argv=None) -> int:
-    from .bank_cli import glue_address_list
+    from .cli.banks import glue_address_list
 
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()

@@ -1,7 +1,6 @@
 """Is a GEMM result right? Random operands, a float64 reference and a bound on every output element.
 
 The bound, for output element (i, j) of C = A·B with K terms, fp32 accumulation and output dtype `out`:
-
     |out_ij - ref_ij| <= u_out·|ref_ij| + (1 + u_out)·C_ACC·2^-23·sqrt(K)·sum_k |a_ik|·|b_kj| + tiny_out
 
 - ref is the float64 product of the exact (already rounded) inputs; its own error (~K·2^-53) is negligible.
@@ -28,7 +27,7 @@ import dataclasses
 import ml_dtypes
 import numpy as np
 
-from .config import FP8_DTYPES
+from .kernel.config import FP8_DTYPES, SCALE_BLOCK
 
 DTYPES = {"bfloat16": ml_dtypes.bfloat16, "float16": np.float16, "float32": np.float32,
           "float8_e4m3fn": ml_dtypes.float8_e4m3fn, "float8_e5m2": ml_dtypes.float8_e5m2}
@@ -132,7 +131,6 @@ def dequantize(a: np.ndarray, b: np.ndarray, scale_a=None, scale_b=None, block: 
     """(A, B) in float64 with their scales applied elementwise: per tensor (one element), per row of A / column of B,
     or (`block`) per 1 x SCALE_BLOCK of A and SCALE_BLOCK x SCALE_BLOCK of B. Exact: an fp8/16-bit value times an
     fp32 scale fits in float64's 53 bits."""
-    from .config import SCALE_BLOCK
 
     (m, k), n = a.shape, b.shape[1]
     a64, b64 = a.astype(np.float64), b.astype(np.float64)

@@ -6,7 +6,7 @@ Two ways in:
   copies, no recompilation; a plan encodes its tensor maps, packs its arguments and allocates its staging buffers
   once, so `plan.launch()` only enqueues; `matmul` keeps plans in a cache keyed by the operands' memory.
 
-What the kernel reads in place and what is staged is ptxgemm.operands' decision. Every rule is checked before
+What the kernel reads in place and what is staged is ptxgemm.plan.operands' decision. Every rule is checked before
 anything reaches the GPU, and a broken one raises ConfigError naming the argument and the rule.
 """
 from __future__ import annotations
@@ -18,15 +18,18 @@ import threading
 import ml_dtypes  # noqa: F401 - registers numpy's 'bfloat16' dtype name
 import numpy as np
 
-from . import compiler, driver, epilogue, operands, schedule
-from .config import GemmConfig, default_out_dtype
+from .build import compiler
+from .build.kernels import compile_gemm
 from .errors import ConfigError, CudaError
-from .arrays import as_device_array
-from . import arrays
-from . import trace_format
-from .checks import check_config, check_dtypes, check_out_dtype, dtype_name, result_shape
-from .kernels import compile_gemm
-from .plan import plan_call
+from .kernel import schedule, trace_format
+from .kernel.config import GemmConfig, default_out_dtype
+from .plan import epilogue, operands
+from .plan.call import plan_call
+from .plan.checks import check_config, check_dtypes, check_out_dtype, dtype_name, result_shape
+from .runtime import arrays, driver, relayout, tensormap
+from .runtime.arrays import as_device_array
+from .runtime.debug import StallRecords
+from .runtime.tensormap import TensorMapSpec
 
 # L2 promotion of the operand loads. 128B measured as fast as 256B or faster everywhere on the H100 and up to 10%
 # faster where lines are not 128-byte multiples (3000x5000x2048 with B row-major, 1000^3): a 256-byte promotion of a
@@ -42,7 +45,7 @@ LOAD_L2_PROMOTION = "128B"
 class GemmKernel:
     """A compiled and loaded kernel for one config, ready to launch (kept in a per-process cache).
 
-    `ptx` defaults to the config's own rendering; the mutation tester (ptxgemm.mutants) passes an edited copy of it,
+    `ptx` defaults to the config's own rendering; the mutation tester (ptxgemm.tools.mutants) passes an edited copy of it,
     which must keep the kernel's name, parameters and shared-memory map.
     """
 
@@ -66,7 +69,7 @@ def get_kernel(config: GemmConfig) -> GemmKernel:
 
 
 # --------------------------------------------------------------------------------------------------------------
-# Operand rules (shapes and strides: ptxgemm.operands)
+# Operand rules (shapes and strides: ptxgemm.plan.operands)
 # --------------------------------------------------------------------------------------------------------------
 
 
@@ -87,14 +90,12 @@ def _operand_map(op: operands.Operand, k_major: bool, k_major_rows: int, block_k
 
 
 def _map_spec(op: operands.Operand, box, dtype, **options):
-    from .tensormap import TensorMapSpec
-
     return TensorMapSpec(op.view.ptr, np.dtype(dtype), op.place.map_dims(op.view), (op.place.lead, op.place.batch),
                          tuple(box), **options)
 
 
 def tensor_map_specs(lay: operands.MatmulPlan, cfg: GemmConfig) -> dict:
-    """The kernel's tensor maps as validated specs (ptxgemm.tensormap checks every driver rule on construction,
+    """The kernel's tensor maps as validated specs (ptxgemm.runtime.tensormap checks every driver rule on construction,
     without a GPU), by kernel parameter name, for a layout bound to memory (operands.bind)."""
     specs = {"tmap_a": _operand_map(lay.a, cfg.a_major == "k", cfg.a_rows_per_cta, cfg.block_k, cfg.in_dtype),
              "tmap_b": _operand_map(lay.b, cfg.b_major == "k", cfg.b_rows_per_cta, cfg.block_k, cfg.b_type),
@@ -129,7 +130,6 @@ def _tile_order(rows: int, cols: int):
 
 def _copy_launches(copies) -> list:
     """operands.Copy's as prepared relayout launches (a source address 0 means zeros)."""
-    from . import relayout
 
     out = []
     for c in copies:
@@ -162,16 +162,16 @@ class GemmPlan:
     staging buffer allocated: `launch()` only enqueues (staging copies, the GEMM, the copy-out, on one stream).
 
     Any shapes numpy's matmul takes (batches with broadcasting, vectors, empty sizes) and any strides: what TMA can
-    read or write in place runs in place; the rest goes through dense buffers (ptxgemm.operands decides; `layout`
+    read or write in place runs in place; the rest goes through dense buffers (ptxgemm.plan.operands decides; `layout`
     says what it decided)."""
 
     def __init__(self, a, b, out, config: GemmConfig | None = None, *, c=None, alpha=1.0, beta=0.0, bias=None,
                  activation=None, scale_a=None, scale_b=None, ctas: int | None = None,
                  kernel: GemmKernel | None = None, stream=None, fused: epilogue.Epilogue | None = None):
-        """out = act(alpha * (scale_a . a) @ (b . scale_b) + beta * c + bias), cast to out's dtype (ptxgemm.epilogue
+        """out = act(alpha * (scale_a . a) @ (b . scale_b) + beta * c + bias), cast to out's dtype (ptxgemm.plan.epilogue
         has the rules of the epilogue arguments; all left out: out = a @ b). `ctas` caps the grid (default: one CTA
         per SM): fewer CTAs give each consumer more tiles, which is how the tests make every consumer run the
-        pingpong several times on small problems. `kernel` replaces the config's compiled kernel (ptxgemm.mutants
+        pingpong several times on small problems. `kernel` replaces the config's compiled kernel (ptxgemm.tools.mutants
         runs edited PTX this way); its config must be the plan's. `stream`: where staging buffers are allocated
         (stream-ordered); launch on the same stream. `fused`: the epilogue arguments already parsed (matmul)."""
         check_config(config)
@@ -217,7 +217,6 @@ class GemmPlan:
 
     def _encode(self, lay: operands.MatmulPlan, cfg: GemmConfig, info, ctas, stream) -> None:
         """Tensor maps, schedule and packed arguments of the GEMM launch."""
-        from . import tensormap
 
         maps = {name: tensormap.encode(spec) for name, spec in tensor_map_specs(lay, cfg).items()}
         self.tmap_a, self.tmap_b, self.tmap_c = maps["tmap_a"], maps["tmap_b"], maps["tmap_c"]
@@ -228,8 +227,6 @@ class GemmPlan:
         self.clusters, self.grid = sched.clusters, sched.grid
         debug_ptr = 0
         if cfg.debug:
-            from .debug import StallRecords
-
             self.records = StallRecords(self.grid, cfg.threads)
             debug_ptr = self.records.device_pointer
         args = [self.tmap_a, self.tmap_b, self.tmap_c, *([self.tmap_c_tail] if self.tmap_c_tail else []),
@@ -275,19 +272,6 @@ class GemmPlan:
         buf.fill_bytes(0, 1)
         return [ctypes.c_uint64(buf.ptr), ctypes.c_uint64(buf.ptr + trace_format.header_bytes(self.grid)),
                 ctypes.c_uint32(self.trace_capacity), ctypes.c_uint32(total)]
-
-    def read_trace(self, meta: dict | None = None):
-        """The timeline of the last launch as a ptxgemm.trace.Trace (waits for the GPU). Needs config.trace."""
-        from . import trace
-
-        if self.trace_buffer is None:
-            raise ConfigError("read_trace: this plan's config was built without trace=True; use "
-                              "GemmConfig(trace=True)")
-        raw = self.trace_buffer.to_numpy()
-        info = driver.device_info()
-        base = {"shape": (self.m, self.n, self.k), "config": self.config.describe(), "gpu": info.name,
-                "grid": self.grid, "schedule": self.schedule.describe()}
-        return trace.Trace.from_buffer(raw, self.grid, self.trace_capacity, {**base, **(meta or {})})
 
     @property
     def flops(self) -> int:
@@ -342,7 +326,7 @@ def matmul(a, b, out=None, *, c=None, alpha=1.0, beta=0.0, bias=None, activation
     """numpy's `a @ b` on device arrays (asynchronous on `stream`): ptxgemm.DeviceArray, or any object with
     __dlpack__ or __cuda_array_interface__ (torch, CuPy, JAX, ...), read in place. Any shapes numpy's matmul takes
     and any strides (see GemmPlan). With the epilogue arguments, act(alpha * (scale_a . a) @ (b . scale_b) +
-    beta * c + bias) in one kernel (ptxgemm.epilogue; `c` may be `out` itself). Allocates `out` (a C-order
+    beta * c + bias) in one kernel (ptxgemm.plan.epilogue; `c` may be `out` itself). Allocates `out` (a C-order
     DeviceArray, stream-ordered, exporting both protocols) when not given. `stream`: None, a raw CUstream handle or
     an object with __cuda_stream__. Plans are cached by (addresses, shapes, strides, dtypes, config, stream,
     epilogue): a repeated call only launches."""
@@ -403,7 +387,7 @@ def run(a, b, c=None, *, alpha=1.0, beta=0.0, bias=None, activation=None, scale_
         out_dtype=None, config: GemmConfig | None = None) -> np.ndarray:
     """numpy's `a @ b` for bfloat16/float16/fp8 (float8_e4m3fn, float8_e5m2, or one of each) numpy arrays, on the
     GPU; returns a new C-order numpy array. With the epilogue arguments, act(alpha * (scale_a . a) @ (b . scale_b)
-    + beta * c + bias), fused into the GEMM (ptxgemm.epilogue has the rules: scalings per tensor, per row/column or
+    + beta * c + bias), fused into the GEMM (ptxgemm.plan.epilogue has the rules: scalings per tensor, per row/column or
     per 128-block; a bias per row or column; activation "relu", "gelu" (tanh form) or "silu").
 
     Any shapes numpy's matmul takes and any layout: each operand is uploaded as the one span of memory its

@@ -1,7 +1,7 @@
 """Shared test setup.
 
 - Tests marked `gpu` are skipped, with the reason, where no sm_90 CUDA device can be opened
-  (`ptxgemm.driver.no_device_reason()`), and each runs under a watchdog that ends the process with a traceback
+  (`ptxgemm.runtime.driver.no_device_reason()`), and each runs under a watchdog that ends the process with a traceback
   instead of letting a hung kernel hang the test run.
 - `cache_dir`: a fresh PTXGEMM_CACHE_DIR for one test, under a session-wide temporary root (`ptxgemm_cache_root`).
   Only tests that test the cache use it; the cache is not redirected for anything else.
@@ -31,7 +31,7 @@ _report_lines: list[str] = []
 def gpu_skip_reason() -> str | None:
     """Why `gpu` tests cannot run here, or None. Computed once per session."""
     if not _device_skip:
-        from ptxgemm import driver
+        from ptxgemm.runtime import driver
 
         reason = driver.no_device_reason()
         if reason is not None:

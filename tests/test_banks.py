@@ -1,4 +1,4 @@
-"""CPU tests of the bank-conflict model (ptxgemm/banks.py), its CLI and the probe's host side.
+"""CPU tests of the bank-conflict model (ptxgemm/tools/banks.py), its CLI and the probe's host side.
 
 The model's laws from issue 4: a conflict-free permutation costs the ideal count; 32 lanes on one bank cost
 32 wavefronts for 4-byte stores; broadcast reads cost one.  Whether the rules behind them hold on the
@@ -12,14 +12,13 @@ import random
 import re
 import subprocess
 import sys
-import types
 from pathlib import Path
 
 import pytest
 
-from ptxgemm import bank_probe as probe
-from ptxgemm import banks
 from ptxgemm.__main__ import main
+from ptxgemm.cli import banks as cli_banks
+from ptxgemm.tools import bank_probe as probe, banks
 
 REPO = Path(__file__).resolve().parent.parent
 DOC = REPO / "docs" / "bank_conflicts.md"
@@ -390,7 +389,7 @@ def test_cli_tile_pattern_json_and_options(capsys):
 
 @pytest.fixture
 def fake_epilogue(monkeypatch):
-    """A stand-in for ptxgemm.epilogue_layout, to test the CLI's --kernel plumbing on its own: block_n=64
+    """A stand-in for ptxgemm.kernel.epilogue_layout.epilogue_stores, to test the CLI's --kernel plumbing on its own: block_n=64
     stores into padded rows (conflict-free), any other config into naive 128-byte rows (8-way)."""
     seen = []
 
@@ -399,9 +398,7 @@ def fake_epilogue(monkeypatch):
         layout = banks.TileLayout("fake", 144 if config.block_n == 64 else 128)
         return [("stmatrix.x4", banks.block_x4_addresses(layout, 0, 16 * i)) for i in range(config.block_n // 32)]
 
-    module = types.ModuleType("ptxgemm.epilogue_layout")
-    module.epilogue_stores = epilogue_stores
-    monkeypatch.setitem(sys.modules, "ptxgemm.epilogue_layout", module)
+    monkeypatch.setattr(cli_banks, "epilogue_stores", epilogue_stores)
     return seen
 
 
@@ -428,7 +425,7 @@ def test_cli_kernel_bad_config_is_one_line(capsys, fake_epilogue, argv, message)
 
 
 def test_cli_kernel_on_ptxgemms_epilogue(capsys):
-    pytest.importorskip("ptxgemm.epilogue_layout")
+    pytest.importorskip("ptxgemm.kernel.epilogue_layout")
     code, out, _ = run_cli(capsys, "--kernel")
     assert code == 0 and "all 16 stmatrix.x4 conflict-free: 4 wavefronts each (ideal 4)" in out
     code, out, _ = run_cli(capsys, "--kernel", "--out-dtype", "float32", "--json")
@@ -461,7 +458,7 @@ def shared_opcodes_by_kernel(sass: str) -> dict[str, set[str]]:
 
 
 def test_probe_assembles_to_exactly_one_shared_instruction_per_kernel():
-    from ptxgemm import compiler
+    from ptxgemm.build import compiler
     from ptxgemm.errors import ToolchainError
 
     kernel = compiler.compile_ptx(probe.probe_ptx())
@@ -543,7 +540,7 @@ ROW = re.compile(r"^\| (?P<group>[\w-]+) \| (?P<name>.+?) \| `(?P<op>[\w.]+)` \|
 
 
 def measured_rows(path: Path) -> list[dict]:
-    """The pattern rows of a table written by ptxgemm.bank_probe --measure; checks none was skipped."""
+    """The pattern rows of a table written by ptxgemm.tools.bank_probe --measure; checks none was skipped."""
     text = path.read_text()
     rows = [m.groupdict() for line in text.splitlines() if (m := ROW.match(line))]
     total = re.search(r"\*\*(\d+) of (\d+) patterns match the model\.\*\*", text)
@@ -576,7 +573,7 @@ def test_the_model_predicts_every_measured_h200_row(path, count):
         assert float(row["other"]) == 0, row["name"]
         if pattern.simulate().wavefronts != float(row["measured"]):
             bad.append(f"{row['name']}: model {pattern.simulate().wavefronts}, measured {row['measured']}")
-    assert not bad, f"{len(bad)} of {len(measured)} H200 measurements differ from ptxgemm.banks:\n" + "\n".join(bad)
+    assert not bad, f"{len(bad)} of {len(measured)} H200 measurements differ from ptxgemm.tools.banks:\n" + "\n".join(bad)
 
 
 def test_the_probe_still_builds_the_measured_addresses(h200_run1):

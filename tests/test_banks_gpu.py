@@ -1,7 +1,7 @@
 """The bank-conflict model against the hardware: ncu's shared-memory wavefront counters, pattern by pattern.
 
-Runs ptxgemm.bank_probe under ncu once for the whole module (one kernel launch per pattern) and asserts
-that the measured wavefronts per instruction equal ptxgemm.banks' prediction for every pattern.  Needs a
+Runs ptxgemm.tools.bank_probe under ncu once for the whole module (one kernel launch per pattern) and asserts
+that the measured wavefronts per instruction equal ptxgemm.tools.banks' prediction for every pattern.  Needs a
 Hopper GPU and ncu (PATH or /usr/local/cuda/bin/ncu); skipped, with the reason, without either.
 
 Set PTXGEMM_BANK_RESULTS=<path> to also write the markdown table (the one committed under docs/results/).
@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from ptxgemm import bank_probe as probe
-from ptxgemm import banks
+from ptxgemm.tools import bank_probe as probe, banks
 
 pytestmark = pytest.mark.gpu
 
@@ -23,7 +22,7 @@ RESULTS_ENV = "PTXGEMM_BANK_RESULTS"
 
 @pytest.fixture(scope="module")
 def measured():
-    from ptxgemm import driver
+    from ptxgemm.runtime import driver
 
     ncu = probe.find_ncu()
     if ncu is None:
@@ -44,7 +43,7 @@ def test_every_pattern_matches_the_model(measured):
     bad = [m for m in measured if not m.ok]
     table = "\n".join(f"  {m.pattern.name:<60} {m.pattern.op:<18} predicted {m.predicted:>3}  measured "
                       f"{probe._fmt(m.measured):>7}  other kind {probe._fmt(m.other)}" for m in bad)
-    assert not bad, f"{len(bad)} of {len(measured)} patterns differ from ptxgemm.banks:\n{table}"
+    assert not bad, f"{len(bad)} of {len(measured)} patterns differ from ptxgemm.tools.banks:\n{table}"
 
 
 def test_every_op_and_issue_pattern_was_measured(measured):

@@ -138,7 +138,7 @@ def test_no_gpu_exits_2(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-# --- the fp8 and epilogue modes (ptxgemm.bench_modes) ------------------------------------------------------------
+# --- the fp8 and epilogue modes (ptxgemm.bench.modes) ------------------------------------------------------------
 
 @pytest.mark.parametrize("args,pattern", [
     (("--scaling", "row"), "--scaling: only with an fp8 --in-dtype"),
@@ -178,8 +178,8 @@ def test_modes_without_a_gpu_exit_2(mode, tmp_path):
 
 
 def test_mode_names_and_default_shapes():
-    from ptxgemm import bench
-    from ptxgemm.bench_modes import FP8_QUICK_SHAPES, FP8_SHAPES, Mode, default_shapes, mode_from_options
+    from ptxgemm.bench import suite as bench
+    from ptxgemm.bench.modes import FP8_QUICK_SHAPES, FP8_SHAPES, Mode, default_shapes, mode_from_options
 
     assert mode_from_options(None, None, None) == Mode() and Mode().is_default
     fp8 = mode_from_options("float8_e4m3fn", None, None)
@@ -204,7 +204,7 @@ def test_scaled_reference_dequantizes_each_scaling():
     import ml_dtypes
     import numpy as np
 
-    from ptxgemm.bench_modes import scaled_reference
+    from ptxgemm.bench.modes import scaled_reference
 
     rng = np.random.default_rng(5)
     m, n, k = 5, 300, 260          # K and N past two 128-blocks, neither a multiple of 128
@@ -333,7 +333,9 @@ def _fake_gpu(monkeypatch, gpu: str, fake_ms: dict, torch) -> None:
     fixed numbers (`fake_ms` per implementation, 1.0 otherwise), torch by `torch` (a factory, or None's)."""
     import types
 
-    from ptxgemm import arrays, bench_modes, driver, gemm, timing
+    from ptxgemm.runtime import arrays, driver, timing
+    from ptxgemm.bench import modes as bench_modes
+    from ptxgemm import gemm
 
     monkeypatch.setattr(driver, "no_device_reason", lambda: None)
     monkeypatch.setattr(driver, "device_info",
@@ -359,7 +361,7 @@ def test_mode_bench_with_the_gpu_faked(monkeypatch, tmp_path, options, stem, pee
     and device arrays faked by host arithmetic, the timing by fixed numbers. Checks the rows, the JSON, the file
     name and that every rel_err is the bf16 output's rounding alone (the references dequantize as the kernel)."""
 
-    from ptxgemm import bench_modes, bench_summary
+    from ptxgemm.bench import modes as bench_modes, summary as bench_summary
 
     fake_ms = {"ptxgemm bf16": 1.1, "ptxgemm fused": 1.05}
     _fake_gpu(monkeypatch, H100, fake_ms, lambda: None)
@@ -466,7 +468,7 @@ def test_mode_bench_with_torch_faked(monkeypatch, tmp_path, options, peer, peer_
     """As above, with a fake torch: the _scaled_mm peer (e5m2 x e5m2 refused, so A e4m3 x B e5m2, recorded), the
     scale tensors shared with ptxgemm, and the separate elementwise pass after the plain GEMM."""
 
-    from ptxgemm import bench_modes
+    from ptxgemm.bench import modes as bench_modes
 
     fake_ms = {"torch._scaled_mm (cuBLAS)": 1.2, "ptxgemm fused": 1.05, "ptxgemm plain + torch pass": 1.4}
     _fake_gpu(monkeypatch, H200, fake_ms, _fake_torch)
@@ -488,7 +490,7 @@ def test_mode_bench_with_torch_faked(monkeypatch, tmp_path, options, peer, peer_
 
 def test_a_refused_peer_is_recorded_and_the_run_goes_on(monkeypatch, tmp_path, capsys):
 
-    from ptxgemm import bench_modes
+    from ptxgemm.bench import modes as bench_modes
 
     def refusing_torch():
         torch = _fake_torch()

@@ -13,9 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from ptxgemm import compiler, probes, schedule, select, toolchain
-from ptxgemm.config import GemmConfig
+from ptxgemm.build import compiler, toolchain
 from ptxgemm.errors import ToolchainError
+from ptxgemm.kernel import schedule
+from ptxgemm.kernel.config import GemmConfig
+from ptxgemm.select import model as select
+from ptxgemm.tools import probes
 
 PTXAS = toolchain.find_tool("ptxas")
 NVDISASM = toolchain.find_tool("nvdisasm")
@@ -314,7 +317,7 @@ def test_dump_swizzle_probe(tmp_path):
 
 @needs_ptxas
 def test_dump_report_carries_warnings(tmp_path):
-    from ptxgemm import dump
+    from ptxgemm.tools import dump
 
     kernel = compiler.compile_ptx(SETMAXNREG_PTX, use_cache=False)
     report = dump.write_dump("advisory", kernel, tmp_path, {"params": {"dynamic_shared_bytes": 0}})
@@ -354,7 +357,7 @@ def test_dump_bad_input(tmp_path, capsys, args, message):
 @needs_ptxas
 @needs_nvdisasm
 def test_dump_gemm(tmp_path):
-    if importlib.util.find_spec("ptxgemm.config") is None or importlib.util.find_spec("ptxgemm.gemm") is None:
+    if importlib.util.find_spec("ptxgemm.kernel.config") is None or importlib.util.find_spec("ptxgemm.gemm") is None:
         pytest.skip("the GEMM modules are not in this checkout yet")
     out = tmp_path / "gemm"
     proc = run_cli("dump", "--m", "256", "--n", "256", "--k", "128", "--out", str(out), env=NO_GPU_NO_TUNE_CACHE)

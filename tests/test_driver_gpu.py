@@ -15,9 +15,11 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from ptxgemm import codegen, compiler, probes, toolchain
-from ptxgemm.swizzle import format_grid, tile_grid
-from ptxgemm import arrays
+from ptxgemm.build import compiler, toolchain
+from ptxgemm.kernel import codegen
+from ptxgemm.kernel.swizzle import format_grid, tile_grid
+from ptxgemm.runtime import arrays
+from ptxgemm.tools import probes
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -93,7 +95,7 @@ def test_stall_kernel_assembles_with_a_trap():
 
 @pytest.fixture(scope="module")
 def probe_module():
-    from ptxgemm import driver
+    from ptxgemm.runtime import driver
 
     kernel = compiler.compile_ptx(probes.swizzle_probe_ptx(8, 64))
     return kernel, driver.load_module(kernel, "swizzle probe module (test)")
@@ -102,7 +104,7 @@ def probe_module():
 def run_store_probe(module, tmap, rows, cols):
     """The module's kernel fills 8 x 64 = 512 elements of shared memory with 0..511 and TMA-stores the box of
     `tmap`, so any rows x cols box of 512 16-bit elements works with it."""
-    from ptxgemm import driver
+    from ptxgemm.runtime import driver
 
     assert rows * cols == 8 * 64
 
@@ -115,7 +117,7 @@ def run_store_probe(module, tmap, rows, cols):
 
 @pytest.mark.gpu
 def test_device_is_hopper(device_report):
-    from ptxgemm import driver
+    from ptxgemm.runtime import driver
 
     assert driver.no_device_reason() is None
     info = driver.require_sm90("the GPU tests")
@@ -126,7 +128,7 @@ def test_device_is_hopper(device_report):
 
 @pytest.mark.gpu
 def test_pip_ptxas_cubin_loads_and_runs(probe_module, device_report):
-    from ptxgemm import driver, tensormap
+    from ptxgemm.runtime import driver, tensormap
 
     kernel, module = probe_module
     assert kernel.cubin is not None, "ptxas was not found, so this would test the driver's JIT instead"
@@ -148,7 +150,7 @@ def test_pip_ptxas_cubin_loads_and_runs(probe_module, device_report):
 def test_cuda_bindings_tensormap_storage_is_accepted(probe_module, device_report):
     from cuda.bindings import driver as cu
 
-    from ptxgemm import tensormap
+    from ptxgemm.runtime import tensormap
 
     _, module = probe_module
     rows, cols = 16, 32
@@ -218,7 +220,7 @@ def test_poison_fills_integers_with_ones():
 
 @pytest.mark.gpu
 def test_cuda_error_names_result_and_operation():
-    from ptxgemm import driver
+    from ptxgemm.runtime import driver
     from ptxgemm.errors import CudaError
 
     # NUL-terminated: an image that is not a cubin is read as PTX text up to its NUL
@@ -243,7 +245,7 @@ def test_cuda_error_for_a_missing_kernel(probe_module):
 
 @pytest.mark.gpu
 def test_event_timing_is_positive(probe_module):
-    from ptxgemm import driver, tensormap
+    from ptxgemm.runtime import driver, tensormap
 
     _, module = probe_module
     arr = arrays.DeviceArray.empty((8, 64), np.uint16)
@@ -268,7 +270,7 @@ STALL_SCRIPT = textwrap.dedent("""
     sys.path.insert(0, {root!r})
     sys.path.insert(0, {tests!r})
     from ptxgemm import compiler, driver
-    from ptxgemm.debug import BarrierStall, StallRecords
+    from ptxgemm.runtime.debug import BarrierStall, StallRecords
     from ptxgemm.errors import CudaError
     from test_driver_gpu import STALL_THREADS, stall_ptx
 

@@ -1,4 +1,4 @@
-"""The plan emulator (ptxgemm.emulator) and the wrong answers an outside fuzzer found (issue 22), on the CPU.
+"""The plan emulator (ptxgemm.tools.emulator) and the wrong answers an outside fuzzer found (issue 22), on the CPU.
 
 Each regression below failed before its fix: the emulator runs the library's own planning on host memory, so a plan
 that feeds the kernel the wrong dtype, drops the epilogue or refuses a legal input shows here without a GPU. The
@@ -13,12 +13,13 @@ import numpy as np
 import pytest
 
 import ptxgemm
-from ptxgemm import emulator, epilogue
 from ptxgemm.accuracy import DTYPES, activation64
-from ptxgemm.config import GemmConfig
+from ptxgemm.build.kernels import render_gemm
 from ptxgemm.errors import ConfigError
-from ptxgemm.kernels import render_gemm
-from ptxgemm.plan import plan_call
+from ptxgemm.kernel.config import GemmConfig
+from ptxgemm.plan import epilogue
+from ptxgemm.plan.call import plan_call
+from ptxgemm.tools import emulator
 
 E4M3, E5M2, BF16 = ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2, ml_dtypes.bfloat16
 
@@ -50,7 +51,7 @@ def test_a_swapped_mixed_fp8_problem_gives_the_kernel_each_operand_its_own_dtype
     a, b = _mixed_swapped_case(rng)
     out = emulator.HostArray.empty((777, 1), "bfloat16")
     planned = plan_call(emulator.HostArray.of(a), emulator.HostArray.of(b), out, None, epilogue.PLAIN,
-                             device=ptxgemm.select.DEFAULT_DEVICE, spill_check=lambda cfg: False)
+                             device=ptxgemm.select.model.DEFAULT_DEVICE, spill_check=lambda cfg: False)
     assert planned.layout.swapped
     assert (planned.config.in_dtype, planned.config.b_type) == ("float8_e5m2", "float8_e4m3fn")
 
@@ -163,7 +164,7 @@ def test_blockwise_scales_with_a_column_major_out_stage_the_output():
 @pytest.fixture
 def no_gpu_allowed(monkeypatch):
     """Fail the test if anything asks for the GPU."""
-    from ptxgemm import driver
+    from ptxgemm.runtime import driver
 
     def refuse(*_a, **_k):
         raise AssertionError("the GPU was asked for before the input was checked")

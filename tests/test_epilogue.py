@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 import ptxgemm
-from ptxgemm import epilogue
-from ptxgemm.config import GemmConfig
 from ptxgemm.errors import ConfigError
+from ptxgemm.kernel.config import GemmConfig
+from ptxgemm.plan import epilogue
 
 M, N, K = 300, 520, 1000
 
@@ -120,7 +120,7 @@ def test_config_rejects_what_the_kernel_cannot_carry(fields, rule):
 def test_a_float32_source_leaves_a_big_tile_too_few_stages_and_selection_avoids_it():
     with pytest.raises(ConfigError, match="fewer than 2 stages"):
         GemmConfig.from_tag("coop128x256", source_dtype="float32")
-    from ptxgemm.select import select_config
+    from ptxgemm.select.model import select_config
 
     cfg = select_config(8192, 8192, 8192, "bfloat16", "bfloat16", "k", "mn",
                         epilogue=(("source_dtype", "float32"),))
@@ -128,14 +128,14 @@ def test_a_float32_source_leaves_a_big_tile_too_few_stages_and_selection_avoids_
 
 
 def test_blockwise_selection_picks_a_tile_with_room_for_two_accumulator_sets():
-    from ptxgemm.select import select_config
+    from ptxgemm.select.model import select_config
 
     cfg = select_config(4096, 4096, 4096, "float8_e4m3fn", "bfloat16", "k", "k", epilogue=(("block_scale", True),))
     assert cfg.block_scale and 2 * cfg.acc_registers <= 192 and 128 % cfg.block_n == 0
 
 
 def test_the_plain_gemm_ptx_has_no_epilogue_code():
-    from ptxgemm.kernels import render_gemm
+    from ptxgemm.build.kernels import render_gemm
 
     ptx = render_gemm(GemmConfig())
     assert "param_alpha" not in ptx and "tmap_source" not in ptx and "%ep_" not in ptx
@@ -148,7 +148,7 @@ def test_the_plain_gemm_ptx_has_no_epilogue_code():
     ("coop128x256", {"device_scales": True, "bias": "col", "activation": "gelu"}),   # the fp8 bench's epilogue
 ])
 def test_fused_kernels_assemble_without_spills(tag, fields):
-    from ptxgemm.kernels import compile_gemm
+    from ptxgemm.build.kernels import compile_gemm
 
     in_dtype = "float8_e4m3fn" if fields.get("block_scale") else "bfloat16"
     cfg = GemmConfig.from_tag(tag, in_dtype=in_dtype, a_major="k", b_major="k", **fields)
@@ -164,7 +164,7 @@ def test_the_column_loads_are_independent_so_they_overlap(pairs):
     registers and are in flight together."""
     import re
 
-    from ptxgemm.kernels import compile_gemm
+    from ptxgemm.build.kernels import compile_gemm
 
     cfg = GemmConfig.from_tag("coop128x256", in_dtype="bfloat16", a_major="k", b_major="k", bias="col",
                               activation="gelu", col_pairs=pairs)
@@ -186,7 +186,7 @@ HEAVY_EPILOGUES = ({"device_scales": True, "bias": "col", "activation": "gelu"},
 def test_every_accepted_epilogue_on_the_register_heavy_tiles_assembles_without_spills(tag, fields, pairs, request):
     """GemmConfig.fused_registers is an estimate; ptxas decides. Whatever the config accepts must not spill, with
     the column vectors read one value or two at a time."""
-    from ptxgemm.kernels import compile_gemm
+    from ptxgemm.build.kernels import compile_gemm
 
     try:
         cfg = GemmConfig.from_tag(tag, in_dtype="float8_e4m3fn", a_major="k", b_major="k", col_pairs=pairs,
@@ -219,9 +219,9 @@ KNOWN_SPILLS = {
 def test_the_selection_walks_past_a_fused_config_that_spills():
     """fp8 8192^3 with alpha, a bf16 source, a column bias and GELU: the cost model's first choice, coop128x256,
     spills (KNOWN_SPILLS); the plan's config is the next preferred one that does not."""
-    from ptxgemm.plan import _resolve_config
-    from ptxgemm.kernels import spills
-    from ptxgemm.select import select_config
+    from ptxgemm.plan.call import _resolve_config
+    from ptxgemm.build.kernels import spills
+    from ptxgemm.select.model import select_config
 
     fields = {"alpha": True, "source_dtype": "bfloat16", "bias": "col", "activation": "gelu", "col_pairs": True}
     shape = (8192, 8192, 8192)

@@ -18,14 +18,14 @@ import zlib
 
 import numpy as np
 import pytest
-
 from gemm_reference import matmul64, random_matrix
 
-from ptxgemm import accuracy, epilogue
+from ptxgemm import accuracy
 from ptxgemm.accuracy import DTYPES
-from ptxgemm.config import SCALE_BLOCK, GemmConfig
 from ptxgemm.errors import ConfigError
-from ptxgemm.schedule import plan_for
+from ptxgemm.kernel.config import GemmConfig, SCALE_BLOCK
+from ptxgemm.kernel.schedule import plan_for
+from ptxgemm.plan import epilogue
 
 gpu = pytest.mark.gpu
 CTAS = 3
@@ -82,7 +82,7 @@ def _cases() -> list[Case]:
 
 @dataclasses.dataclass(frozen=True)
 class _OnDevice:
-    """What ptxgemm.epilogue sees of a device array (a numpy array would count as a host scalar when it has one
+    """What ptxgemm.plan.epilogue sees of a device array (a numpy array would count as a host scalar when it has one
     element)."""
 
     shape: tuple
@@ -92,7 +92,7 @@ class _OnDevice:
 
 
 def _fields(case: Case) -> dict:
-    """GemmConfig's epilogue fields for the case, from ptxgemm.epilogue's own parse of device stand-ins."""
+    """GemmConfig's epilogue fields for the case, from ptxgemm.plan.epilogue's own parse of device stand-ins."""
     m, n, k = case.shape
     args = {key: _OnDevice(v.shape, v.strides, v.dtype) if isinstance(v, np.ndarray) else v
             for key, v in _arguments(case, np.random.default_rng(0)).items()}

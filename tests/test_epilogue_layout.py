@@ -1,8 +1,8 @@
 """The epilogue's shared-memory addresses agree with the 128B swizzle the TMA store expects, and cover the tile."""
 import pytest
 
-from ptxgemm.config import GemmConfig
-from ptxgemm.epilogue_layout import element_offset, epilogue_stores
+from ptxgemm.kernel.config import GemmConfig
+from ptxgemm.kernel.epilogue_layout import element_offset, epilogue_stores
 
 CONFIGS = [GemmConfig(), GemmConfig(out_dtype="float32"), GemmConfig(block_m=64, block_n=256),
            GemmConfig(block_n=192, out_dtype="float16"), GemmConfig(block_n=160), GemmConfig(block_n=176, out_dtype="float32"),

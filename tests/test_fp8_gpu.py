@@ -10,11 +10,10 @@ import zlib
 
 import numpy as np
 import pytest
-
 from gemm_reference import check_result, random_matrix
 
-from ptxgemm.config import GemmConfig
-from ptxgemm.schedule import plan_for
+from ptxgemm.kernel.config import GemmConfig
+from ptxgemm.kernel.schedule import plan_for
 
 gpu = pytest.mark.gpu
 CTAS = 3
@@ -75,7 +74,7 @@ def test_fp8_kernel_assembles_to_qgmma_in_a_lean_loop(in_dtype):
     """No GPU: the fp8 build's consumer k-loop holds its QGMMA k32 instructions (4 per m64 row block per stage,
     the same count as bf16's HGMMA k16 over the same 128 bytes of K), no R2UR, and no ptxas warning."""
     import ptxgemm
-    from ptxgemm.dump import k_loop_report
+    from ptxgemm.tools.dump import k_loop_report
 
     cfg = _config("pp128x128", in_dtype, "bfloat16")
     compiled = ptxgemm.compile_gemm(cfg)

@@ -8,8 +8,8 @@ import os
 
 import pytest
 
-from ptxgemm import fuzz, fuzz_cases
 from ptxgemm.__main__ import main
+from ptxgemm.tools import fuzz, fuzz_cases
 
 CI_CASES = 2000
 
@@ -41,7 +41,7 @@ def test_every_illegal_input_is_refused_naming_its_argument():
 def test_a_failure_is_shrunk_and_printed_as_a_snippet(monkeypatch):
     """A planted bug (the emulated kernel reads B as A's dtype: the mixed-fp8 bug of issue 22) is found, shrunk to
     a small case of the mixed pair, and printed as a program that compiles."""
-    from ptxgemm import emulator
+    from ptxgemm.tools import emulator
 
     real = emulator.kernel
 
@@ -75,7 +75,7 @@ def test_the_cli_names_a_bad_option(argv, rule, capsys):
 
 
 def test_without_a_gpu_the_gpu_fuzzer_says_why(capsys):
-    from ptxgemm import driver
+    from ptxgemm.runtime import driver
 
     if driver.no_device_reason() is None:
         pytest.skip("a GPU is here")

@@ -1,4 +1,4 @@
-"""ptxgemm.fuzz_cases on the CPU: the specs are valid, deterministic and cover every category; the reference, the
+"""ptxgemm.tools.fuzz_cases on the CPU: the specs are valid, deterministic and cover every category; the reference, the
 verdict, the shrinker, the snippets and the catalog of illegal calls do what they say."""
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 
 import ptxgemm
-from ptxgemm import fuzz_cases as fc
 from ptxgemm.accuracy import activation64
 from ptxgemm.errors import ConfigError
+from ptxgemm.tools import fuzz_cases as fc
 
 MAX_FLOPS = 2e7
 #: (seed, array kinds) of the 500 random specs: 100 per seed
@@ -81,14 +81,14 @@ def _check_layout(x: np.ndarray, layout: str, role: str) -> None:
 REQUIRED = (
     {f"layout:{x}" for x in fc.LAYOUTS}
     | {f"dtype:{a}x{b}" for a, b in fc.DTYPE_PAIRS}
-    | {f"out_dtype:{x}" for x in (None, *ptxgemm.config.OUTPUT_DTYPES)}
+    | {f"out_dtype:{x}" for x in (None, *ptxgemm.kernel.config.OUTPUT_DTYPES)}
     | {"vector:a", "vector:b", "vector:both", "batch:1", "batch:2", "batch:broadcast", "batch:stride0",
        "size:K=0", "size:M=0", "size:N=0", "size:tile_edge", "size:unaligned"}
     | {f"{s}:{f}" for s in ("scale_a", "scale_b") for f in fc.SCALE_FORMS}
     | {f"{s}_layout:{x}" for s in ("scale_a", "scale_b") for x in fc.VECTOR_LAYOUTS}
-    | {f"bias:{x}" for x in fc.BIAS_SHAPES} | {f"bias_dtype:{x}" for x in ptxgemm.config.VECTOR_DTYPES}
+    | {f"bias:{x}" for x in fc.BIAS_SHAPES} | {f"bias_dtype:{x}" for x in ptxgemm.kernel.config.VECTOR_DTYPES}
     | {f"bias_layout:{x}" for x in fc.VECTOR_LAYOUTS}
-    | {f"c_dtype:{x}" for x in ptxgemm.config.OUTPUT_DTYPES} | {f"c_layout:{x}" for x in fc.LAYOUTS}
+    | {f"c_dtype:{x}" for x in ptxgemm.kernel.config.OUTPUT_DTYPES} | {f"c_layout:{x}" for x in fc.LAYOUTS}
     | {f"out_layout:{x}" for x in fc.LAYOUTS if x != "broadcast"}
     | {f"activation:{x}" for x in (None, "relu", "gelu", "silu")}
     | {"alpha:1", "alpha:other", "c_is_out", "out:allocated", "entry:run", "entry:matmul", "entry:plan",
@@ -392,8 +392,8 @@ def test_snippets_compile_rebuild_the_arrays_and_compute_the_same_reference(monk
     for spec in SPECS[::3]:
         text = fc.snippet(spec)
         compile(text, "<snippet>", "exec")
-        emulated = {"run": "ptxgemm.emulator.run", "matmul": "ptxgemm.emulator.matmul",
-                    "plan": "ptxgemm.emulator.GemmPlan"}[spec["entry"]]
+        emulated = {"run": "ptxgemm.tools.emulator.run", "matmul": "ptxgemm.tools.emulator.matmul",
+                    "plan": "ptxgemm.tools.emulator.GemmPlan"}[spec["entry"]]
         compile(fc.snippet(spec, entry_call=emulated), "<snippet>", "exec")
         assert fc.array_code(spec) in text and "ptxgemm" not in fc.snippet_arrays(spec)
         ns = {}

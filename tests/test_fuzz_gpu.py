@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 import ptxgemm
-from ptxgemm import fuzz, fuzz_cases
 from ptxgemm.accuracy import activation64
+from ptxgemm.tools import fuzz, fuzz_cases
 
 gpu = pytest.mark.gpu
 
@@ -96,7 +96,7 @@ def test_the_source_tile_is_reloaded_only_after_its_reads():
 def test_without_the_source_fence_the_race_shows():
     """The mutant of that fence, in the release build (the mutation tester's debug build, slower, does not show it):
     the same case with the fence deleted from the plan's own PTX goes wrong in at least one of eight launches."""
-    from ptxgemm.arrays import DeviceArray
+    from ptxgemm.runtime.arrays import DeviceArray
     from ptxgemm.gemm import GemmKernel
 
     case = fuzz_cases.build(SOURCE_RACE_SPEC)

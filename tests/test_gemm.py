@@ -56,7 +56,7 @@ def test_ptxas_report_is_clean(built):
     report = kernel.report
     # No warning at all: the coded ones mean setmaxnreg was ignored or dropped (C7508, C7504) or that ptxas had to
     # serialize the wgmma pipeline or inject a wait_group itself (C7511, C7515, C7517, C7518): a synchronization
-    # bug in the PTX that ptxas papered over. ptxgemm.mutants counts any new warning as a killed mutant.
+    # bug in the PTX that ptxas papered over. ptxgemm.tools.mutants counts any new warning as a killed mutant.
     assert not report.warnings, report.warnings
     fn = report.functions[cfg.kernel_name]
     assert fn.registers == cfg.entry_registers == 168
@@ -173,7 +173,7 @@ def test_run_rejects_bad_out_dtype():
 
 
 def test_import_never_pulls_in_torch():
-    code = "import sys, ptxgemm, ptxgemm.gemm, ptxgemm.driver; assert 'torch' not in sys.modules"
+    code = "import sys, ptxgemm, ptxgemm.gemm, ptxgemm.runtime.driver; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
@@ -182,7 +182,7 @@ def test_no_multi_line_macro_is_guarded_from_outside():
     exactly one instruction (multi-instruction macros take their predicate as an argument instead)."""
     import pathlib
 
-    from ptxgemm import codegen
+    from ptxgemm.kernel import codegen
 
     env = codegen.environment()
     for path in sorted(pathlib.Path(codegen._template_dir()).glob("*.j2")):
@@ -219,7 +219,7 @@ def test_consumer_k_loop_stays_lean(config):
     """The pipeline layer's point: the consumer's k-tile loop is its HGMMAs plus a few uniform-datapath instructions
     (running stage/phase, no division; 32-bit descriptor words built in uniform registers, no R2UR moves).
     It was 82 instructions at 128x128 before; docs/perf-notes.md tracks the number per change."""
-    from ptxgemm.dump import k_loop_report
+    from ptxgemm.tools.dump import k_loop_report
 
     loop = k_loop_report(ptxgemm.compile_gemm(config).sass())
     assert loop["hgmma"] == config.k_steps * config.m_halves

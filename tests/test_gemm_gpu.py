@@ -30,13 +30,12 @@ import zlib
 
 import numpy as np
 import pytest
-
 from gemm_reference import DTYPES, check_result, random_matrix, reference
 
 from ptxgemm.accuracy import check
-from ptxgemm.config import SCHEDULES, GemmConfig
 from ptxgemm.errors import ConfigError
-from ptxgemm.schedule import plan_for
+from ptxgemm.kernel.config import GemmConfig, SCHEDULES
+from ptxgemm.kernel.schedule import plan_for
 
 gpu = pytest.mark.gpu
 SM_COUNT_ASSUMED = 132          # H100 SXM and H200: the CPU-side coverage checks assume it; GPU tests use the real one
@@ -203,7 +202,7 @@ def run_case(case: Case):
 
 
 def check_case(case: Case, device_report=None):
-    from ptxgemm import driver
+    from ptxgemm.runtime import driver
 
     plan, got, a, b = run_case(case)
     assert plan.schedule == case.schedule(driver.device_info().sm_count)
@@ -258,7 +257,7 @@ def _note(verdict, out_dtype):
 @gpu
 def test_random_cases_exercise_the_pingpong_on_this_gpu():
     """The same count with this GPU's SM count, i.e. the grid GemmPlan really launches."""
-    from ptxgemm import driver
+    from ptxgemm.runtime import driver
 
     sms = driver.device_info().sm_count
     for cases in (CASES, CLUSTER_CASES):
@@ -399,7 +398,8 @@ def test_repeated_runs_are_bitwise_identical():
 @gpu
 def test_thousand_back_to_back_launches():
     import ptxgemm
-    from ptxgemm import DeviceArray, driver
+    from ptxgemm import DeviceArray
+    from ptxgemm.runtime import driver
 
     rng = np.random.default_rng(3)
     a = random_matrix(rng, 2048, 1024, "bfloat16")

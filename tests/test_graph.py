@@ -1,4 +1,4 @@
-"""ptxgemm.graph without a GPU: the stream rule, the empty graph's errors, and the order of driver calls (against a
+"""ptxgemm.runtime.graph without a GPU: the stream rule, the empty graph's errors, and the order of driver calls (against a
 recording stand-in for cuda.bindings.driver): begin, end and instantiate on success; end and re-raise on an error
 inside the block; every handle destroyed exactly once. tests/test_graph_gpu.py runs the real thing."""
 from __future__ import annotations
@@ -9,9 +9,9 @@ import types
 
 import pytest
 
-from ptxgemm import driver
 from ptxgemm.errors import ConfigError, CudaError
-from ptxgemm.graph import Graph
+from ptxgemm.runtime import driver
+from ptxgemm.runtime.graph import Graph
 
 STREAM, GRAPH, EXEC = 5, 11, 22   # the stand-in's handles
 FAILED = 999                      # a CUresult that is not success
@@ -44,7 +44,7 @@ def test_an_empty_graph_cannot_be_replayed_and_closes_twice():
 
 
 def test_importing_graph_and_host_cost_imports_no_torch():
-    code = "import sys, ptxgemm.graph, ptxgemm.host_cost; print('torch' in sys.modules)"
+    code = "import sys, ptxgemm.runtime.graph, ptxgemm.bench.host_cost; print('torch' in sys.modules)"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "False"

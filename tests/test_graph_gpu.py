@@ -1,4 +1,4 @@
-"""ptxgemm.graph on the GPU: a GemmPlan's launch captured into a CUDA graph and replayed, checked element by element
+"""ptxgemm.runtime.graph on the GPU: a GemmPlan's launch captured into a CUDA graph and replayed, checked element by element
 against float64 (ptxgemm.accuracy's bound); a replay after new values were written in place computes with the new
 values. The driver-call logic and the stream rule are tests/test_graph.py (no GPU)."""
 from __future__ import annotations
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from ptxgemm import accuracy
-from ptxgemm.graph import Graph
+from ptxgemm.runtime.graph import Graph
 
 gpu = pytest.mark.gpu
 M, N, K = 512, 256, 384
@@ -28,8 +28,8 @@ def _check(out, a_np, b_np):
 
 @gpu
 def test_a_captured_plan_replays_and_reads_current_memory():
-    from ptxgemm import driver
-    from ptxgemm.arrays import DeviceArray
+    from ptxgemm.runtime import driver
+    from ptxgemm.runtime.arrays import DeviceArray
     from ptxgemm.gemm import GemmPlan
 
     a_np, b_np = _operands(0)
@@ -73,9 +73,9 @@ def test_a_captured_plan_replays_and_reads_current_memory():
 
 @gpu
 def test_an_error_inside_capture_ends_it_and_is_re_raised():
-    from ptxgemm import driver
-    from ptxgemm.arrays import DeviceArray
-    from ptxgemm.driver import check, cu
+    from ptxgemm.runtime import driver
+    from ptxgemm.runtime.arrays import DeviceArray
+    from ptxgemm.runtime.driver import check, cu
     from ptxgemm.gemm import GemmPlan
 
     a_np, b_np = _operands(2)
@@ -100,8 +100,8 @@ def test_an_error_inside_capture_ends_it_and_is_re_raised():
 
 @gpu
 def test_a_second_capture_replaces_the_first():
-    from ptxgemm import driver
-    from ptxgemm.arrays import DeviceArray
+    from ptxgemm.runtime import driver
+    from ptxgemm.runtime.arrays import DeviceArray
     from ptxgemm.gemm import GemmPlan
 
     a_np, b_np = _operands(3)

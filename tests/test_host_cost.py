@@ -1,4 +1,4 @@
-"""`python -m ptxgemm bench --host` and ptxgemm.host_cost: the options and their checks, the table and the PASS/FAIL
+"""`python -m ptxgemm bench --host` and ptxgemm.bench.host_cost: the options and their checks, the table and the PASS/FAIL
 lines from hand-written rows, and the clear failure without a GPU (no GPU needed); `measure` on the GPU."""
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ import sys
 
 import pytest
 
-from ptxgemm import host_cost
 from ptxgemm.__main__ import build_parser
+from ptxgemm.bench import host_cost
+from ptxgemm.bench.host_cost import (GRAPH_REPLAY, MATMUL_NEW, MATMUL_SAME, PLAN_LAUNCH, PTXGEMM_NAMES, RUN,
+                                     TORCH_NAMES, TORCH_NEW, TORCH_OUT)
 from ptxgemm.errors import ConfigError
-from ptxgemm.host_cost import (GRAPH_REPLAY, MATMUL_NEW, MATMUL_SAME, PLAN_LAUNCH, PTXGEMM_NAMES, RUN, TORCH_NAMES,
-                               TORCH_NEW, TORCH_OUT)
-from ptxgemm import arrays
+from ptxgemm.runtime import arrays
 
 gpu = pytest.mark.gpu
 CHECK_MATMUL = "matmul (same arrays) <= 1.5 x plan.launch"
@@ -188,7 +188,8 @@ def test_measure_warms_up_then_times_every_way_in_interleaved(monkeypatch):
     in loops of `calls`, with the GPU synchronized between loops (and never inside one)."""
     import types
 
-    from ptxgemm import driver, gemm, graph
+    from ptxgemm.runtime import driver, graph
+    from ptxgemm import gemm
 
     log = []
 

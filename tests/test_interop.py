@@ -9,10 +9,9 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from ptxgemm import ConfigError, interop
-from ptxgemm.arrays import DeviceArray
-from ptxgemm import arrays
-from ptxgemm import driver
+from ptxgemm import ConfigError
+from ptxgemm.runtime import arrays, driver, interop
+from ptxgemm.runtime.arrays import DeviceArray
 
 ADDRESS = 0x7F00_0000_0000   # a device address nobody dereferences here
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from gemm_reference import check_result
 
 gpu = pytest.mark.gpu

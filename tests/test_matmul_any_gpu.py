@@ -1,4 +1,4 @@
-"""numpy's matmul semantics on the GPU: a thousand random cases (ptxgemm.cases: unaligned and empty sizes, K = 0,
+"""numpy's matmul semantics on the GPU: a thousand random cases (ptxgemm.tools.cases: unaligned and empty sizes, K = 0,
 vectors, batches with broadcasting, transposed, sliced, reversed, misaligned and zero-stride views, every dtype and
 output layout), each one correct and none refused.
 
@@ -15,7 +15,9 @@ import os
 import numpy as np
 import pytest
 
-from ptxgemm import accuracy, cases, operands
+from ptxgemm import accuracy
+from ptxgemm.plan import operands
+from ptxgemm.tools import cases
 
 gpu = pytest.mark.gpu
 CASES = int(os.environ.get("PTXGEMM_RANDOM_CASES", "1000"))
@@ -30,7 +32,7 @@ def _owner(x: np.ndarray) -> np.ndarray:
 
 def _device_view(x: np.ndarray):
     """A DeviceArray with x's shape and strides at x's byte offset inside its uploaded owner array."""
-    from ptxgemm.arrays import DeviceArray
+    from ptxgemm.runtime.arrays import DeviceArray
 
     owner = _owner(x)
     dev = DeviceArray.from_numpy(np.ascontiguousarray(owner).view(np.uint8).reshape(-1))

@@ -6,9 +6,9 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from ptxgemm import driver
-from ptxgemm.arrays import DeviceArray, byte_span
 from ptxgemm.errors import ConfigError
+from ptxgemm.runtime import driver
+from ptxgemm.runtime.arrays import DeviceArray, byte_span
 
 try:
     from numpy.lib.array_utils import byte_bounds

@@ -10,8 +10,10 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from ptxgemm import codegen, compiler, probes
-from ptxgemm import arrays
+from ptxgemm.build import compiler
+from ptxgemm.kernel import codegen
+from ptxgemm.runtime import arrays
+from ptxgemm.tools import probes
 
 gpu = pytest.mark.gpu
 
@@ -43,7 +45,7 @@ ALLOCATIONS = 1000
 
 @pytest.fixture(scope="module")
 def spin():
-    from ptxgemm import driver
+    from ptxgemm.runtime import driver
 
     ptx = codegen.environment().from_string(SPIN_TEMPLATE).render(
         template_name="tests/test_memory_gpu.py (SPIN_TEMPLATE)", summary="spins for a given time",
@@ -59,7 +61,7 @@ def bits(a: np.ndarray) -> np.ndarray:
 @gpu
 @pytest.mark.parametrize("on", ["legacy-default-stream", "ptxgemm-stream"])
 def test_allocation_and_free_never_wait_for_the_gpu(spin, on):
-    from ptxgemm import driver
+    from ptxgemm.runtime import driver
 
     stream = None if on == "legacy-default-stream" else driver.Stream()
     arrays.DeviceArray.empty((1,), np.float32, stream=stream).free()   # the pool exists before the clock starts
@@ -90,8 +92,8 @@ def test_allocation_and_free_never_wait_for_the_gpu(spin, on):
 
 @gpu
 def test_the_pool_is_private():
-    from ptxgemm import driver
-    from ptxgemm.driver import check, cu
+    from ptxgemm.runtime import driver
+    from ptxgemm.runtime.driver import check, cu
 
     pool = driver.memory_pool()
     dev = driver.context().device
@@ -106,7 +108,7 @@ def test_the_pool_is_private():
 @gpu
 @pytest.mark.parametrize("dtype", [ml_dtypes.bfloat16, np.float16, np.float32], ids=lambda d: np.dtype(d).name)
 def test_arrays_allocated_on_a_stream_round_trip(dtype):
-    from ptxgemm import driver
+    from ptxgemm.runtime import driver
 
     rng = np.random.default_rng(1)
     stream = driver.Stream()

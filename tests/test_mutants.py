@@ -8,8 +8,10 @@ import sys
 
 import pytest
 
-from ptxgemm import codegen, compiler, mutants
-from ptxgemm.config import GemmConfig
+from ptxgemm.build import compiler
+from ptxgemm.kernel import codegen
+from ptxgemm.kernel.config import GemmConfig
+from ptxgemm.tools import mutants
 
 KINDS_EVERY_CONFIG = {"mbarrier.init", "mbarrier.try_wait", "mbarrier.arrive.expect_tx", "mbarrier.arrive", "bar.sync",
                       "bar.arrive", "fence.proxy.async", "fence.mbarrier_init", "wgmma.fence", "wgmma.commit_group",

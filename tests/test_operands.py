@@ -1,4 +1,4 @@
-"""The launch plans of ptxgemm.operands, run on host memory: every staging copy, the kernel's rank-3 TMA reads
+"""The launch plans of ptxgemm.plan.operands, run on host memory: every staging copy, the kernel's rank-3 TMA reads
 and writes (zeros past an extent, as TMA fills them) and the copy-out, against numpy's `a @ b`.
 
 Device addresses are host addresses here: the plan is pure arithmetic on pointers and strides, so executing it on
@@ -12,9 +12,10 @@ import ml_dtypes  # noqa: F401
 import numpy as np
 import pytest
 
-from ptxgemm import cases, operands
 from ptxgemm.accuracy import DTYPES
 from ptxgemm.errors import ConfigError
+from ptxgemm.plan import operands
+from ptxgemm.tools import cases
 
 
 def _span(shape, strides, itemsize):

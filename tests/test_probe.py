@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ptxgemm import probes
 from ptxgemm.errors import ConfigError
-from ptxgemm.swizzle import MODES, SPAN_BYTES, format_grid, tile_grid
+from ptxgemm.kernel.swizzle import MODES, SPAN_BYTES, format_grid, tile_grid
+from ptxgemm.tools import probes
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PROBE = ["-m", "ptxgemm", "swizzle-probe"]

@@ -21,10 +21,10 @@ from pathlib import Path
 
 import pytest
 
-from ptxgemm import select
-from ptxgemm.config import INPUT_DTYPES, OUTPUT_DTYPES, GemmConfig
+from ptxgemm.build.kernels import render_gemm
 from ptxgemm.errors import ConfigError
-from ptxgemm.kernels import render_gemm
+from ptxgemm.kernel.config import GemmConfig, INPUT_DTYPES, OUTPUT_DTYPES
+from ptxgemm.select import model as select
 
 DATA = Path(__file__).parent / "data" / "ptx_hashes.json.gz"
 DEFAULTS = {f.name: f.default for f in dataclasses.fields(GemmConfig)}

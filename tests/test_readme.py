@@ -7,7 +7,7 @@ Three kinds of example are checked, all inside fenced code blocks:
   spaces).
 - `$ python -m ptxgemm ...` followed by output lines: the command, run from an empty directory without a GPU,
   prints exactly those lines (stdout, then stderr; trailing spaces and blank lines aside).
-- a `BARRIER_STALL while ...` block: the message ptxgemm.debug builds from a stall record, with `...` standing for
+- a `BARRIER_STALL while ...` block: the message ptxgemm.runtime.debug builds from a stall record, with `...` standing for
   what depends on the run.
 And every error-looking line in a code block must belong to one of them, so a new example cannot go unchecked.
 """
@@ -123,9 +123,9 @@ def test_console_examples(cmd, output, tmp_path):
 
 
 def test_barrier_stall_example():
-    """The debug-mode message, built by StallRecords from a record as the kernel writes it (ptxgemm.debug)."""
-    from ptxgemm.debug import BarrierStall, StallRecords
-    from ptxgemm.stall_format import MAGIC, RECORD_BYTES, STALL_CODES
+    """The debug-mode message, built by StallRecords from a record as the kernel writes it (ptxgemm.runtime.debug)."""
+    from ptxgemm.runtime.debug import BarrierStall, StallRecords
+    from ptxgemm.kernel.stall_format import MAGIC, RECORD_BYTES, STALL_CODES
 
     class Buffer:  # the pinned host memory the kernel writes: one record of 8 u32 words per thread
         def __init__(self, threads):

@@ -11,8 +11,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from ptxgemm import relayout
-from ptxgemm import arrays
+from ptxgemm.runtime import arrays, relayout
 
 gpu = pytest.mark.gpu
 DTYPES = [ml_dtypes.bfloat16, np.float16, np.float32]
@@ -105,7 +104,7 @@ def test_copy_matches_numpy_bit_for_bit(dtype, source, dst_kind):
 @gpu
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
 def test_copy_on_a_stream_between_arrays_allocated_there(dtype):
-    from ptxgemm import driver
+    from ptxgemm.runtime import driver
 
     rng = np.random.default_rng(11)
     stream = driver.Stream()
@@ -150,7 +149,7 @@ def test_fill_zero_writes_only_the_view(dtype):
 @gpu
 def test_strides_beyond_32_bits():
     """Rows 2^33 bytes apart, read forwards and backwards: any 32-bit address arithmetic would land elsewhere."""
-    from ptxgemm import driver
+    from ptxgemm.runtime import driver
 
     far = 1 << 33
     big = arrays.DeviceArray.empty((far + 64,), np.uint8)
@@ -177,7 +176,7 @@ def test_strides_beyond_32_bits():
 @gpu
 @pytest.mark.parametrize("layout", ["contiguous", "transposed"])
 def test_bandwidth_report(layout, device_report):
-    from ptxgemm import driver
+    from ptxgemm.runtime import driver
 
     n = 8192
     src = arrays.DeviceArray.empty((n, n), ml_dtypes.bfloat16)
@@ -201,7 +200,7 @@ def test_bandwidth_report(layout, device_report):
 
 @gpu
 def test_kernel_args_are_what_the_template_declares():
-    from ptxgemm import driver
+    from ptxgemm.runtime import driver
 
     kernel = relayout.get_kernel(2)
     wide, grid, args = relayout.launch_parameters(0x1000, (2,), 0x2000, (2,), (10,), 2,

@@ -5,9 +5,9 @@ import itertools
 
 import pytest
 
-from ptxgemm.checks import check_ctas
 from ptxgemm.errors import ConfigError
-from ptxgemm.schedule import plan_schedule
+from ptxgemm.kernel.schedule import plan_schedule
+from ptxgemm.plan.checks import check_ctas
 
 
 def _walk(units, clusters):
@@ -43,7 +43,7 @@ def test_ctas_rule(ctas, cluster_m):
 def test_hilbert_order_visits_every_unit_once_through_neighbours(rows, cols):
     """GemmConfig(raster="hilbert"): the table the kernel reads is a permutation of the grid, and each next unit is a
     neighbour of the last one (the point of the curve: CTAs running together share A's and B's panels)."""
-    from ptxgemm.schedule import hilbert_order
+    from ptxgemm.kernel.schedule import hilbert_order
 
     order = hilbert_order(rows, cols)
     assert sorted(order) == [(r, c) for r in range(rows) for c in range(cols)]

@@ -1,4 +1,4 @@
-"""ptxgemm.select on the CPU: the candidates, the cost model, argument checks, and the tune cache's precedence.
+"""ptxgemm.select.model on the CPU: the candidates, the cost model, argument checks, and the tune cache's precedence.
 
 Every test injects its device (an object with .name and .sm_count), so nothing here depends on the machine's GPU.
 """
@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from ptxgemm import GemmConfig, select_config, tune_cache
-from ptxgemm import select as S
+from ptxgemm import GemmConfig, select_config
 from ptxgemm.errors import ConfigError
-from ptxgemm.problem import Problem
+from ptxgemm.select import model as S, tune_cache
+from ptxgemm.select.problem import Problem
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 LAYOUTS = (("k", "mn"), ("k", "k"), ("mn", "mn"), ("mn", "k"))
@@ -220,7 +220,7 @@ def test_numpy_integers_and_dtype_objects_are_accepted():
 
 
 def test_default_device_without_a_gpu(monkeypatch):
-    from ptxgemm import driver
+    from ptxgemm.runtime import driver
 
     monkeypatch.setattr(driver, "device_available", lambda: False)
     assert S.resolve_device(None) is S.DEFAULT_DEVICE and S.DEFAULT_DEVICE.sm_count == 132
@@ -314,8 +314,8 @@ def test_stale_or_broken_cache_falls_back_to_the_model(cache_dir):
 
 
 def test_importing_select_and_tune_imports_no_torch():
-    code = ("import sys, ptxgemm, ptxgemm.select, ptxgemm.tuning, ptxgemm.tune_cache; "
-            "ptxgemm.select_config(4096, 4096, 4096, device=ptxgemm.select.DEFAULT_DEVICE); "
+    code = ("import sys, ptxgemm, ptxgemm.select.model, ptxgemm.bench.tune, ptxgemm.select.tune_cache; "
+            "ptxgemm.select_config(4096, 4096, 4096, device=ptxgemm.select.model.DEFAULT_DEVICE); "
             "bad = [m for m in ('torch', 'cupy') if m in sys.modules]; assert not bad, bad; "
             "assert callable(ptxgemm.tune)")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO_ROOT)

@@ -19,11 +19,10 @@ import zlib
 
 import numpy as np
 import pytest
-
 from gemm_reference import DTYPES, check_result, random_matrix
 
-from ptxgemm.config import GemmConfig
-from ptxgemm.schedule import plan_for
+from ptxgemm.kernel.config import GemmConfig
+from ptxgemm.kernel.schedule import plan_for
 
 gpu = pytest.mark.gpu
 SM_COUNT_ASSUMED = 132
@@ -153,7 +152,7 @@ def test_case_exercises_what_it_claims(case):
 @gpu
 @pytest.mark.parametrize("case", FIXED + SHORT, ids=str)
 def test_fixed_case(case):
-    from ptxgemm import driver
+    from ptxgemm.runtime import driver
 
     a, b = _operands(case)
     plan, out = _plan(case, a, b, case.ctas)
@@ -224,9 +223,9 @@ def test_mutants_of_the_split_k_fix_up_are_killed(tmp_path):
     """Every synchronization instruction split-K adds (splitk.ptx.j2), in the pingpong and the cooperative kernel,
     broken: the publish (red.release) deleted, the final's poll (ld.acquire) passing at once, the sync that passes
     the poll on to the 128 threads deleted, the flag's reset deleted, each caught on the mutation tester's workloads
-    (ptxgemm.mutants: 2 launches each with the workspace poisoned in between, so a flag left set lets the second
+    (ptxgemm.tools.mutants: 2 launches each with the workspace poisoned in between, so a flag left set lets the second
     launch's final read NaN partials). The sync before the publish is caught, or survives with the reason written
-    in ptxgemm.mutants (a latent race); the weakened forms likewise (the command's exit status checks that)."""
+    in ptxgemm.tools.mutants (a latent race); the weakened forms likewise (the command's exit status checks that)."""
     import json
     import subprocess
     import sys

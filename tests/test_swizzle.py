@@ -1,11 +1,11 @@
-"""Laws of ptxgemm.swizzle's model of the TMA swizzle modes (pure Python; the GPU check is tests/test_probe.py)."""
+"""Laws of ptxgemm.kernel.swizzle's model of the TMA swizzle modes (pure Python; the GPU check is tests/test_probe.py)."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from ptxgemm import swizzle
-from ptxgemm.swizzle import MODES, format_grid, period_bytes, swizzle_address, tile_grid
+from ptxgemm.kernel import swizzle
+from ptxgemm.kernel.swizzle import MODES, format_grid, period_bytes, swizzle_address, tile_grid
 
 SWIZZLED = ("32B", "64B", "128B")
 EXPECTED_PERIOD = {"128B": 1024, "64B": 512, "32B": 256}

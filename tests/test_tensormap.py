@@ -5,9 +5,9 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from ptxgemm import tensormap
 from ptxgemm.errors import ConfigError
-from ptxgemm.tensormap import TensorMapSpec
+from ptxgemm.runtime import tensormap
+from ptxgemm.runtime.tensormap import TensorMapSpec
 
 BASE = 0x7F00_0000_0000  # 1024-byte aligned; validation never dereferences it
 

@@ -1,4 +1,4 @@
-"""ptxgemm.trace on the CPU: the buffer format, validation, the summary's numbers, Chrome JSON and the PNGs."""
+"""ptxgemm.tools.trace on the CPU: the buffer format, validation, the summary's numbers, Chrome JSON and the PNGs."""
 from __future__ import annotations
 
 import json
@@ -9,12 +9,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ptxgemm import trace as T
-from ptxgemm import trace_format as F
-from ptxgemm.trace import Trace
-from ptxgemm.trace_format import (CONSUMER0, CONSUMER1, EMPTY_ACQUIRED, EPILOGUE_START, MAINLOOP_START, MMA_ISSUED,
-                                  MMA_RETIRED, ORDER_ACQUIRED, PRODUCER, ROLE_END, ROLE_START, STORE_DRAINED,
-                                  STORE_ISSUED, TMA_ISSUED)
+from ptxgemm.kernel import trace_format as F
+from ptxgemm.kernel.trace_format import (CONSUMER0, CONSUMER1, EMPTY_ACQUIRED, EPILOGUE_START, MAINLOOP_START,
+                                         MMA_ISSUED, MMA_RETIRED, ORDER_ACQUIRED, PRODUCER, ROLE_END, ROLE_START,
+                                         STORE_DRAINED, STORE_ISSUED, TMA_ISSUED)
+from ptxgemm.tools import trace as T
+from ptxgemm.tools.trace import Trace
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 BASE_NS = 5_000  # the hand-built kernel's first event; every expected number below is relative to it
@@ -79,7 +79,7 @@ def test_capacity_and_sizes():
 
 def test_build_buffer_layout():
     """Header entry cta*3 + role at 16-byte steps, record j of (cta, role) at (cta*3 + role)*capacity + j, 32 bytes:
-    u64 timer, u64 clock, u32 code, u32 value (what ptxgemm/templates/trace.ptx.j2 stores)."""
+    u64 timer, u64 clock, u32 code, u32 value (what ptxgemm/kernel/templates/trace.ptx.j2 stores)."""
     buf = T.build_buffer(2, 4, {(1, CONSUMER1): [(123, ROLE_START, 0), (456, ROLE_END, 7, 99)]}, smids=[9, 11])
     words = np.frombuffer(buf[:F.header_bytes(2)], "<u4").reshape(6, 4)
     assert words[1 * 3 + 2].tolist() == [2, 11, 0, 0]
@@ -361,7 +361,7 @@ def test_overview_png_for_many_sms(tmp_path):
 
 
 def test_import_does_not_pull_plotting_or_gpu_libraries():
-    code = ("import sys, ptxgemm.trace; "
+    code = ("import sys, ptxgemm.tools.trace; "
             "print(sorted(m for m in ('matplotlib', 'torch', 'cupy') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

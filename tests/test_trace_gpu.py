@@ -19,10 +19,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ptxgemm import tracing
-from ptxgemm.config import GemmConfig
-from ptxgemm.schedule import plan_schedule
-from ptxgemm import trace_format
+from ptxgemm.kernel import trace_format
+from ptxgemm.kernel.config import GemmConfig
+from ptxgemm.kernel.schedule import plan_schedule
+from ptxgemm.tools import tracing
 
 gpu = pytest.mark.gpu
 SHAPE = (8448, 9216, 1024)

@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 
 import ptxgemm
-from ptxgemm import GemmConfig, trace
-from ptxgemm.kernels import render_gemm
-from ptxgemm import trace_format
+from ptxgemm import GemmConfig
+from ptxgemm.build.kernels import render_gemm
+from ptxgemm.kernel import trace_format
+from ptxgemm.tools import trace
 
 UNTRACED = [GemmConfig(), GemmConfig(block_n=192, out_dtype="float32"),
             GemmConfig(block_m=64, block_n=256, in_dtype="float16", out_dtype="float16", a_major="k", b_major="k"),
@@ -27,13 +28,13 @@ def render_without_the_feature(config: GemmConfig) -> str:
     of the source (the `{% if cfg.trace %}` blocks, the parameter list's comma, the macro import)."""
     import jinja2
 
-    from ptxgemm import codegen
+    from ptxgemm.kernel import codegen
 
     name = "gemm.ptx.j2"
     source = (codegen._template_dir() / name).read_text()
     cut = re.sub(r"^\{% if cfg\.trace %\}\n.*?^\{% endif %\}\n", "", source, flags=re.S | re.M)
     cut = cut.replace('{{ "," if cfg.trace }}', "").replace('{% import "trace.ptx.j2" as trace with context %}\n', "")
-    assert "cfg.trace" not in cut and "trace." not in cut.replace("ptxgemm.trace", "")
+    assert "cfg.trace" not in cut and "trace." not in cut.replace("ptxgemm.tools.trace", "")
     env = codegen.environment()
     env = env.overlay(loader=jinja2.ChoiceLoader([jinja2.DictLoader({name: cut}), env.loader]))
     return env.get_template(name).render(**config.template_params())
@@ -73,7 +74,7 @@ def test_traced_ptx_records_each_roles_events_once_per_site(config):
     for name in ("trace_header_param", "trace_records_param", "trace_capacity_param", "trace_total_param"):
         assert f".param .u{64 if 'capacity' not in name and 'total' not in name else 32} {name}" in ptx
     sections = _sections(ptx)
-    # one call site per event kind: the cycles ptxgemm.trace's grammar expects, bracketed by start and end
+    # one call site per event kind: the cycles ptxgemm.tools.trace's grammar expects, bracketed by start and end
     assert sorted(_codes(sections["producer"])) == sorted([trace_format.ROLE_START, *trace_format.PRODUCER_CYCLE, trace_format.ROLE_END])
     assert sorted(_codes(sections["consumer"])) == sorted([trace_format.ROLE_START, *trace_format.CONSUMER_CYCLE, trace_format.ROLE_END])
     # the record layout the decoder reads: timer at +0, cycles at +8, (code, value) at +16
@@ -117,7 +118,7 @@ def test_traced_config_is_its_own_kernel():
 
 
 def test_trace_command_says_it_needs_a_gpu(tmp_path):
-    from ptxgemm import driver
+    from ptxgemm.runtime import driver
 
     if driver.no_device_reason() is None:
         pytest.skip("a GPU is present: the command would run (tests/test_trace_gpu.py covers that)")
@@ -137,7 +138,7 @@ def test_trace_command_rejects_bad_sizes(tmp_path):
 def test_capacity_covers_the_busiest_role_of_a_schedule():
     """The plan sizes every slice from its schedule: the busiest producer loads ring_passes k-tiles, the busiest
     consumer runs max_tiles_per_consumer tiles (both with ROLE_START and ROLE_END)."""
-    from ptxgemm.schedule import plan_schedule
+    from ptxgemm.kernel.schedule import plan_schedule
 
     for m, n, k, ctas in ((8448, 9216, 1024, None), (1000, 1000, 1000, 3), (300, 5000, 64, 7)):
         sched = plan_schedule(m, n, k, 128, 128, 64, 1, 132, ctas)
@@ -178,7 +179,7 @@ def test_refine_times_needs_two_anchors():
 
 
 def test_config_variants_for_side_by_side_traces():
-    from ptxgemm.tracing import config_variant
+    from ptxgemm.tools.tracing import config_variant
 
     base = GemmConfig(b_major="k")
     assert config_variant(base, "block_n=192, cluster_m=1") == GemmConfig(b_major="k", block_n=192)

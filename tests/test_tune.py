@@ -14,12 +14,12 @@ import numpy as np
 import pytest
 
 import ptxgemm
-from ptxgemm import GemmConfig, select_config, tune_cache
-from ptxgemm import select as S
-from ptxgemm import tuning
+from ptxgemm import GemmConfig, select_config
 from ptxgemm.accuracy import DTYPES
+from ptxgemm.bench import tune as tuning
 from ptxgemm.errors import ConfigError, CudaError, PtxgemmError
-from ptxgemm.problem import Problem
+from ptxgemm.select import model as S, tune_cache
+from ptxgemm.select.problem import Problem
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TAG_RE = re.compile(r"^(pp|coop)\d+x\d+(c2)?$")

@@ -11,8 +11,7 @@ from pathlib import Path
 import pytest
 
 import ptxgemm
-from ptxgemm import select as S
-from ptxgemm import tune_cache
+from ptxgemm.select import model as S, tune_cache
 
 pytestmark = pytest.mark.gpu
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -31,7 +30,7 @@ def test_tune_stores_the_winner_and_select_config_returns_it(cache_dir, monkeypa
     assert ptxgemm.select_config(*SHAPE) == winner
     assert S.choose(*SHAPE) == (winner, "tune cache")
     entry, = tune_cache.load(cache_dir / "tune.json").values()
-    from ptxgemm import driver
+    from ptxgemm.runtime import driver
 
     info = driver.device_info()
     assert (entry["gpu"], entry["sm_count"], entry["driver"]) == (info.name, info.sm_count, info.driver_version_str)
@@ -50,4 +49,4 @@ def test_cli_tune(cache_dir, tmp_path):
     assert "winner: " in proc.stdout and "TFLOP/s" in proc.stdout
     data = json.loads(out.read_text())
     assert data["winner"] in ("pp128x128", "pp64x256c2") and len(data["candidates"]) == 2
-    assert ptxgemm.tuning.lookup(512, 768, 320).tag == data["winner"]
+    assert ptxgemm.bench.tune.lookup(512, 768, 320).tag == data["winner"]

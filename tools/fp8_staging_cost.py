@@ -1,6 +1,6 @@
 """What an fp8 operand that is not K-major costs: fp8 wgmma reads both operands K-major only, so a C-ordered (K, N)
-B is staged K-major by one transposing relayout copy before the GEMM (ptxgemm.operands, k_major). Times, side by
-side with ptxgemm.timing's method (L2 flushed before each launch, CUDA events, interleaved rounds, median): the
+B is staged K-major by one transposing relayout copy before the GEMM (ptxgemm.plan.operands, k_major). Times, side by
+side with ptxgemm.runtime.timing's method (L2 flushed before each launch, CUDA events, interleaved rounds, median): the
 plan with B K-major (in place), the plan with B row-major (copy + GEMM), and the copy alone.
 
     PYTHONPATH=. python tools/fp8_staging_cost.py --shapes 8192x8192x8192,4096x14336x4096 --json out.json
@@ -14,8 +14,9 @@ import ml_dtypes
 import numpy as np
 
 import ptxgemm
-from ptxgemm import bench, driver
-from ptxgemm.timing import time_interleaved
+from ptxgemm.bench import suite as bench
+from ptxgemm.runtime import driver
+from ptxgemm.runtime.timing import time_interleaved
 
 
 def main() -> int:
@@ -45,7 +46,7 @@ def main() -> int:
               + f"; staged +{100 * row['staging_overhead']:.1f}%, copy {row['copy_GBps']:.0f} GB/s", flush=True)
     with open(args.json, "w") as f:
         json.dump({"gpu": driver.device_info().name, "rounds": args.rounds,
-                   "method": "ptxgemm.timing.time_interleaved", "rows": rows}, f, indent=1)
+                   "method": "ptxgemm.runtime.timing.time_interleaved", "rows": rows}, f, indent=1)
     return 0
 
 

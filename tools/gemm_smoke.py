@@ -18,7 +18,7 @@ SHAPES = ((128, 128, 64), (256, 256, 128), (1000, 520, 264), (129, 136, 72), (84
 
 def main() -> int:
     import ptxgemm
-    from ptxgemm.debug import BarrierStall
+    from ptxgemm.runtime.debug import BarrierStall
 
     rng = np.random.default_rng(0)
     failures = 0

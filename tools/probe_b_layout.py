@@ -1,5 +1,5 @@
 """Why B row-major (MN-major) at N = 5000 is slower than K-major: time one shape with B in several layouts, ptxgemm
-and cuBLAS side by side (ptxgemm.timing's method), to separate the layout from the line alignment.
+and cuBLAS side by side (ptxgemm.runtime.timing's method), to separate the layout from the line alignment.
 
     PYTHONPATH=. python tools/probe_b_layout.py --shape 3000x5000x2048 --json out.json [--variants coop128x256,...]
 
@@ -17,9 +17,11 @@ import ml_dtypes
 import numpy as np
 
 import ptxgemm
-from ptxgemm import bench, driver, gemm
-from ptxgemm.config import GemmConfig
-from ptxgemm.timing import time_interleaved
+from ptxgemm import gemm
+from ptxgemm.bench import suite as bench
+from ptxgemm.kernel.config import GemmConfig
+from ptxgemm.runtime import driver
+from ptxgemm.runtime.timing import time_interleaved
 
 
 def layouts(b: np.ndarray) -> dict[str, np.ndarray]:
@@ -73,7 +75,7 @@ def main() -> int:
     info = driver.device_info()
     with open(args.json, "w") as f:
         json.dump({"gpu": info.name, "shape": [m, n, k], "rounds": args.rounds, "times_ms": times,
-                   "configs": configs, "method": "ptxgemm.timing.time_interleaved"}, f, indent=1)
+                   "configs": configs, "method": "ptxgemm.runtime.timing.time_interleaved"}, f, indent=1)
     return 0
 
 

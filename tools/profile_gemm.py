@@ -29,8 +29,9 @@ def main() -> int:
     import torch
 
     import ptxgemm
-    from ptxgemm import DeviceArray, driver
-    from ptxgemm.bench import parse_tag
+    from ptxgemm import DeviceArray
+    from ptxgemm.runtime import driver
+    from ptxgemm.bench.suite import parse_tag
 
     rng = np.random.default_rng(0)
     a = rng.standard_normal((m, k), dtype=np.float32).astype(ml_dtypes.bfloat16)

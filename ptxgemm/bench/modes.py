@@ -1,0 +1,583 @@
+"""`python -m ptxgemm bench --in-dtype / --scaling / --epilogue`: the fp8 and fused-epilogue benchmarks.
+
+The timing method is ptxgemm.runtime.timing's, as for the bf16 bench (ptxgemm/bench/suite.py): L2 flushed before each launch,
+CUDA events around the launch, every implementation of a shape in one set of interleaved rounds, median. Each row
+records the config ptxgemm ran (plan.config.tag) and rel_err against a float64 reference of the dequantized inputs
+on bench.sample_rows' fixed rows.
+
+fp8 (--in-dtype float8_e4m3fn or float8_e5m2; A row-major (M, K), B column-major (K-major), random standard-normal
+values cast to the fp8 type; bf16 output), by --scaling:
+    tensor   one random positive fp32 scale per operand, as 0-d fp32 CUDA tensors that ptxgemm (through DLPack) and
+             torch._scaled_mm both read on the device; the peer is torch._scaled_mm (cuBLAS)
+    row      scale_a (M, 1) and scale_b (1, N), random positive fp32 (the shapes torch._scaled_mm's rowwise scaling
+             takes), the same tensors for both; the peer is torch._scaled_mm
+    block    ptxgemm's blockwise scales (M, ceil(K/128)) and (ceil(K/128), ceil(N/128)); torch's blockwise support
+             varies by version, so the peer is ptxgemm bf16 on bf16 copies of the same values: the ratio is fp8's
+             speed over bf16's, not a comparison with another library
+cuBLAS multiplies no e5m2 x e5m2: for float8_e5m2 the peer runs e5m2 x e5m2 when torch accepts it, else A e4m3 (the
+same values cast) x B e5m2, and each row says which ("peer_dtypes").
+
+--epilogue bias-<act> (any in-dtype; tensor or row scaling for fp8) times three implementations instead: ptxgemm
+with the bias (float32, (N,)) and the activation fused, the plain ptxgemm GEMM, and the plain GEMM followed by a
+separate elementwise pass in torch (act(out + bias) on a bf16 copy of the same bias values: the values are bf16
+numbers, so both see the same bias). The row's ratio is separate ms / fused ms.
+
+torch is imported here only while the bench runs (never by `import ptxgemm`); without it the fp8 peer and the
+separate pass are left out (their fields None) and the scales are ptxgemm device arrays.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+from .. import gemm
+from ..accuracy import activation64, dequantize
+from ..errors import ConfigError
+from ..kernel.config import SCALE_BLOCK
+from ..runtime import arrays, timing
+from .suite import (PtxgemmImpl, QUICK_SHAPES, SAMPLE_ROWS, SAMPLE_SEED, SQUARE_LLM_SHAPES, float64_reference, geomean,
+                    geomeans, gpu_slug, group_of, read_clocks, rel_err, require_device, sample_rows, torch_rows)
+
+IN_DTYPES = ("bfloat16", "float8_e4m3fn", "float8_e5m2")
+FP8 = ("float8_e4m3fn", "float8_e5m2")
+SCALINGS = ("tensor", "row", "block")
+EPILOGUES = ("none", "bias-gelu", "bias-relu", "bias-silu")
+# the issue's bar: a geomean over 8192^3 and the square/LLM shapes (8192^3 is one of them: listed once, first)
+FP8_SHAPES = ((8192, 8192, 8192),) + tuple(s for s in SQUARE_LLM_SHAPES if s != (8192, 8192, 8192))
+FP8_QUICK_SHAPES = ((8192, 8192, 8192), (4096, 4096, 4096), (4096, 14336, 4096))
+SCALE_RANGE = (0.5, 2.0)          # random positive scales: uniform in [0.5, 2), so no product over- or underflows
+FP8_LINE_ELEMENTS = 16            # fp8 elements per 16-byte line (group_of's unaligned rule)
+SCALED_MM_PEER = "torch._scaled_mm (cuBLAS)"
+BF16_PEER = "ptxgemm bf16"
+SEPARATE_PEER = "ptxgemm plain GEMM + separate torch elementwise pass"
+# the separate pass as an eager torch user writes it (two elementwise kernels: the add, then the activation)
+SEPARATE_PASS = {"gelu": "torch.nn.functional.gelu(out + bias, approximate='tanh')",
+                 "relu": "torch.nn.functional.relu(out + bias)",
+                 "silu": "torch.nn.functional.silu(out + bias)"}
+METHOD = "L2 flushed before each launch, CUDA events around the launch, interleaved rounds, median"
+
+
+class PeerRefused(Exception):
+    """The peer does not run this problem (torch refused it); the row records why and goes on without it."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Mode:
+    """What the bench compares: input dtype, fp8 scaling (None for bf16) and the epilogue ("none" or bias-<act>)."""
+
+    in_dtype: str = "bfloat16"
+    scaling: str | None = None
+    epilogue: str = "none"
+
+    @property
+    def fp8(self) -> bool:
+        return self.in_dtype in FP8
+
+    @property
+    def fused(self) -> bool:
+        return self.epilogue != "none"
+
+    @property
+    def activation(self) -> str | None:
+        return self.epilogue.removeprefix("bias-") if self.fused else None
+
+    @property
+    def is_default(self) -> bool:
+        """The bf16 bench of ptxgemm/bench/suite.py (run_bench), whose output stays as it always was."""
+        return self == Mode()
+
+    @property
+    def slug(self) -> str:
+        """The file-name part: 'fp8_tensor', 'fp8e5m2_row', 'bf16_bias-gelu', 'fp8_row_bias-silu'."""
+        parts = [{"bfloat16": "bf16", "float8_e4m3fn": "fp8", "float8_e5m2": "fp8e5m2"}[self.in_dtype]]
+        if self.scaling:
+            parts.append(self.scaling)
+        if self.fused:
+            parts.append(self.epilogue)
+        return "_".join(parts)
+
+    @property
+    def line_elements(self) -> int:
+        return FP8_LINE_ELEMENTS if self.fp8 else 8
+
+    def describe(self) -> str:
+        text = self.in_dtype + (f", {self.scaling} scaling" if self.scaling else "")
+        return text + (f", epilogue {self.epilogue}" if self.fused else "")
+
+
+def mode_from_options(in_dtype: str | None, scaling: str | None, epilogue: str | None) -> Mode:
+    """The Mode of bench's --in-dtype, --scaling and --epilogue (None: not given); ConfigError naming the option
+    of a combination that is not benchmarked. Called before any GPU work."""
+    in_dtype = in_dtype or "bfloat16"
+    fp8 = in_dtype in FP8
+    if scaling is not None and not fp8:
+        raise ConfigError(f"--scaling: only with an fp8 --in-dtype ({' or '.join(FP8)}); {in_dtype} inputs are "
+                          f"not scaled")
+    scaling = scaling or ("tensor" if fp8 else None)
+    epilogue = epilogue or "none"
+    if scaling == "block" and epilogue != "none":
+        raise ConfigError(f"--scaling block: not with --epilogue {epilogue}: the blockwise bench's peer is ptxgemm "
+                          f"bf16, and the epilogue bench times tensor or row scaling (--scaling tensor or row)")
+    return Mode(in_dtype, scaling, epilogue)
+
+
+def default_shapes(mode: Mode, quick: bool, bf16_default, bf16_quick=QUICK_SHAPES) -> list:
+    """The suite when --shapes and --small-m are not given: fp8's own, else bf16's (`bf16_default()`)."""
+    if mode.fp8:
+        return list(FP8_QUICK_SHAPES if quick else FP8_SHAPES)
+    return list(bf16_quick) if quick else bf16_default()
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Operands: one problem's host values, device copies and float64 references, shared by every implementation
+# --------------------------------------------------------------------------------------------------------------
+
+def _torch():
+    """torch when it can run on this GPU, else None (a peer is optional; ptxgemm never needs torch)."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch if torch.cuda.is_available() else None
+
+
+def torch_fp8(torch, x: np.ndarray, dtype: str):
+    """A C-contiguous numpy fp8 array as a CUDA torch tensor of the same bytes (neither numpy nor DLPack knows the
+    other's fp8 types, so it goes as uint8)."""
+    return torch.from_numpy(np.ascontiguousarray(x).view(np.uint8)).cuda().view(getattr(torch, dtype))
+
+
+def scaled_reference(a_rows: np.ndarray, b: np.ndarray, scaling: str | None, sa_rows=None, sb=None) -> np.ndarray:
+    """(sa . A_rows) @ (B . sb) in float64 from the exact input values (ptxgemm.accuracy.dequantize): `scaling` None
+    (no scales), "tensor" (0-d scales), "row" (sa_rows (rows, 1), sb (1, N)) or "block" (sa_rows (rows,
+    ceil(K/128)), sb (ceil(K/128), ceil(N/128)): every element times its block's scale, as the kernel promotes
+    per k-tile)."""
+    if scaling is None:
+        return float64_reference(a_rows, b)
+    return float64_reference(*dequantize(a_rows, b, sa_rows, sb, block=scaling == "block"))
+
+
+class Problem:
+    """One shape's operands for `mode`: A (M, K) row-major and B (K, N) (column-major for fp8, else `b_major`),
+    standard-normal values cast to the input type; the scales and the bias; their device copies; and the float64
+    references on sampled rows (cached: several implementations share one)."""
+
+    def __init__(self, m: int, n: int, k: int, mode: Mode, b_major: str, rng, torch):
+        import ml_dtypes
+
+
+        self.m, self.n, self.k, self.mode, self.torch = m, n, k, mode, torch
+        dtype = getattr(ml_dtypes, mode.in_dtype)
+        self.a = rng.standard_normal((m, k), dtype=np.float32).astype(dtype)
+        b = rng.standard_normal((k, n), dtype=np.float32).astype(dtype)
+        self.b = np.asfortranarray(b) if mode.fp8 or b_major == "k" else b
+        self.da, self.db = arrays.DeviceArray.from_numpy(self.a), arrays.DeviceArray.from_numpy(self.b)
+        lo, hi = SCALE_RANGE
+        shapes = {None: None, "tensor": ((), ()), "row": ((m, 1), (1, n)),
+                  "block": ((m, -(-k // SCALE_BLOCK)), (-(-k // SCALE_BLOCK), -(-n // SCALE_BLOCK)))}[mode.scaling]
+        self.scale_a = self.scale_b = self.dscale_a = self.dscale_b = None
+        if shapes:
+            self.scale_a, self.scale_b = (rng.uniform(lo, hi, s).astype(np.float32) for s in shapes)
+            # tensor and row scales: the very tensors torch._scaled_mm reads, ptxgemm reading them through DLPack
+            as_device = (lambda x: torch.from_numpy(x).cuda()) if torch is not None and mode.scaling != "block" \
+                else (lambda x: arrays.DeviceArray.from_numpy(x.reshape(1) if x.ndim == 0 else x))
+            self.dscale_a, self.dscale_b = as_device(self.scale_a), as_device(self.scale_b)
+        self.bias = self.dbias = None
+        if mode.fused:
+            # bf16 numbers stored as float32: the fused kernel reads float32, the separate torch pass a bf16 copy,
+            # and both add exactly the same values
+            self.bias = rng.standard_normal(n, dtype=np.float32).astype(ml_dtypes.bfloat16).astype(np.float32)
+            self.dbias = arrays.DeviceArray.from_numpy(self.bias)
+        self._bf16 = None
+        self._products: dict = {}
+
+    @property
+    def flops(self) -> float:
+        return 2.0 * self.m * self.n * self.k
+
+    def bf16_operands(self):
+        """bf16 copies of A and B on the device, same values and layouts (the blockwise bench's peer)."""
+        if self._bf16 is None:
+            import ml_dtypes
+
+
+            b16 = self.b.astype(ml_dtypes.bfloat16)   # astype keeps B's order
+            self._bf16 = (arrays.DeviceArray.from_numpy(self.a.astype(ml_dtypes.bfloat16)), arrays.DeviceArray.from_numpy(b16))
+        return self._bf16
+
+    def product(self, rows: np.ndarray, scaled: bool, a: np.ndarray | None = None) -> np.ndarray:
+        """(scale_a . A)[rows] @ (B . scale_b) in float64 (`scaled` False: A[rows] @ B); `a` replaces A (a peer
+        that ran other A values)."""
+        key = (scaled and self.mode.scaling is not None, a is not None, rows.tobytes())
+        if key in self._products:
+            return self._products[key]
+        a = self.a if a is None else a
+        sa = self.scale_a[rows] if key[0] and self.scale_a.ndim else self.scale_a   # tensor scales are 0-d
+        ref = scaled_reference(a[rows], self.b, self.mode.scaling if key[0] else None, sa, self.scale_b)
+        self._products[key] = ref
+        return ref
+
+    def reference(self, rows: np.ndarray, scaled: bool = True, fused: bool = False, a=None) -> np.ndarray:
+        ref = self.product(rows, scaled, a)
+        return activation64(self.mode.activation, ref + self.bias) if fused else ref
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Implementations: prepare(problem) -> a launcher that enqueues one run; result(rows) -> the sampled output rows;
+# reference(problem, rows) -> what that output should be
+# --------------------------------------------------------------------------------------------------------------
+
+class PlanImpl(PtxgemmImpl):
+    """A ptxgemm GemmPlan on the problem's device arrays: scaled as the mode says (`scaled`), with the bias and the
+    activation fused (`fused`), or on the bf16 copies of the operands, unscaled (`bf16`: the blockwise peer).
+    The bf16 bench's PtxgemmImpl gives `tag` and `result`."""
+
+    def __init__(self, name: str, config, scaled: bool = True, fused: bool = False, bf16: bool = False):
+        super().__init__(config, name)
+        self.scaled, self.fused, self.bf16 = scaled and not bf16, fused, bf16
+        self.plan = self.out = None
+
+    def prepare(self, p: Problem):
+        import ml_dtypes
+
+
+        a, b = p.bf16_operands() if self.bf16 else (p.da, p.db)
+        self.out = arrays.DeviceArray.empty((p.m, p.n), np.dtype(ml_dtypes.bfloat16))
+        self.out.poison()
+        kwargs = {}
+        if self.scaled and p.mode.scaling:
+            kwargs.update(scale_a=p.dscale_a, scale_b=p.dscale_b)
+        if self.fused:
+            kwargs.update(bias=p.dbias, activation=p.mode.activation)
+        self.plan = gemm.GemmPlan(a, b, self.out, self.config, **kwargs)
+        return self.plan.launch
+
+    def reference(self, p: Problem, rows):
+        return p.reference(rows, scaled=self.scaled, fused=self.fused)
+
+
+def peer_dtype_pairs(in_dtype: str) -> list[tuple[str, str]]:
+    """(A, B) dtypes to try with torch._scaled_mm, in order: the bench's own; for e5m2 then A e4m3 x B e5m2 (cuBLAS
+    has no e5m2 x e5m2 kernel, and torch refuses the pair)."""
+    pairs = [(in_dtype, in_dtype)]
+    if in_dtype == "float8_e5m2":
+        pairs.append(("float8_e4m3fn", "float8_e5m2"))
+    return pairs
+
+
+class ScaledMmImpl:
+    """torch._scaled_mm (cuBLAS) with bf16 output and torch's default use_fast_accum=False, on the same operand
+    bytes (B column-major: the transposed view of a row-major (N, K) tensor) and the same scale tensors."""
+
+    name = SCALED_MM_PEER
+
+    def __init__(self, torch):
+        self.torch = torch
+        self.out = None
+        self.dtypes = None       # (A, B) dtypes it ran
+        self.a_values = None     # the A it ran when not the bench's own (e4m3 for an e5m2 bench), else None
+
+    def prepare(self, p: Problem):
+        import ml_dtypes
+
+        torch = self.torch
+        tb = torch_fp8(torch, p.b.T, p.mode.in_dtype).t()   # p.b is column-major: p.b.T is row-major (N, K)
+        sa, sb = p.dscale_a, p.dscale_b
+        refusals = []
+        for a_dtype, b_dtype in peer_dtype_pairs(p.mode.in_dtype):
+            a = p.a if a_dtype == p.mode.in_dtype else p.a.astype(np.float32).astype(getattr(ml_dtypes, a_dtype))
+            ta = torch_fp8(torch, a, a_dtype)
+            try:   # once, synchronously: torch's checks raise here, and this is one more warm-up
+                self.out = torch._scaled_mm(ta, tb, scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16)
+                torch.cuda.synchronize()
+            except (RuntimeError, NotImplementedError, TypeError, ValueError) as e:
+                first_line = (str(e).strip().splitlines() or [repr(e)])[0]   # torch appends C++ frames below it
+                refusals.append(f"{a_dtype} x {b_dtype}: {first_line}")
+                continue
+            self.dtypes = (a_dtype, b_dtype)
+            self.a_values = None if a is p.a else a
+
+            def launch():
+                self.out = torch._scaled_mm(ta, tb, scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16)
+            return launch
+        raise PeerRefused("; ".join(refusals))
+
+    def result(self, rows):
+        return torch_rows(self.torch, self.out, rows)
+
+    def reference(self, p: Problem, rows):
+        return p.reference(rows, scaled=True, fused=False, a=self.a_values)
+
+
+TORCH_ACTIVATIONS = {"gelu": lambda F, x: F.gelu(x, approximate="tanh"), "relu": lambda F, x: F.relu(x),
+                     "silu": lambda F, x: F.silu(x)}
+
+
+class SeparateImpl:
+    """The plain ptxgemm GEMM (`plain`, prepared first), then act(out + bias) in torch: what fusing saves."""
+
+    name = "ptxgemm plain + torch pass"
+
+    def __init__(self, torch, plain: PlanImpl):
+        self.torch, self.plain = torch, plain
+        self.out = None
+
+    def prepare(self, p: Problem):
+        torch = self.torch
+        gemm_out = torch.from_dlpack(self.plain.out)   # the plain plan's output, read in place
+        bias = torch.from_numpy(p.bias).cuda().to(torch.bfloat16)   # exact: the values are bf16 numbers
+        act, F, launch_gemm = TORCH_ACTIVATIONS[p.mode.activation], torch.nn.functional, self.plain.plan.launch
+
+        def launch():
+            launch_gemm()
+            self.out = act(F, gemm_out + bias)
+        return launch
+
+    def result(self, rows):
+        return torch_rows(self.torch, self.out, rows)
+
+    def reference(self, p: Problem, rows):
+        return p.reference(rows, scaled=True, fused=True)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The bench
+# --------------------------------------------------------------------------------------------------------------
+
+def peer_name(mode: Mode, torch) -> str | None:
+    if mode.fused:
+        return SEPARATE_PEER if torch is not None else None
+    if mode.scaling == "block":
+        return BF16_PEER
+    return SCALED_MM_PEER if torch is not None else None
+
+
+def ratio_means(mode: Mode) -> str:
+    """What a row's ratio is, for the table, the JSON and --summarize."""
+    if mode.fused:
+        return "separate ms / fused ms (the GEMM plus a separate torch pass over the fused kernel): above 1, fusing " \
+               "is faster"
+    if mode.scaling == "block":
+        return f"{BF16_PEER} ms / ptxgemm {mode.in_dtype} ms (speed vs bf16, not a comparison with another " \
+               "library): above 1, fp8 is faster"
+    return f"{SCALED_MM_PEER} ms / ptxgemm ms: above 1, ptxgemm is faster"
+
+
+def _impls(mode: Mode, config, torch) -> list:
+    """The implementations of one shape, ptxgemm's first (a fresh set per shape: each holds that shape's memory)."""
+    if mode.fused:
+        plain = PlanImpl("ptxgemm plain", config)
+        impls = [PlanImpl("ptxgemm fused", config, fused=True), plain]
+        return impls + ([SeparateImpl(torch, plain)] if torch is not None else [])
+    main = PlanImpl(f"ptxgemm {mode.in_dtype}", config)
+    if mode.scaling == "block":
+        return [main, PlanImpl(BF16_PEER, None, bf16=True)]
+    return [main] + ([ScaledMmImpl(torch)] if torch is not None else [])
+
+
+def _prepare(impls, p: Problem) -> tuple[dict, dict]:
+    """({name: launcher}, {name: why the peer refused}); only a PeerRefused is tolerated."""
+    launchers, refused = {}, {}
+    for impl in impls:
+        try:
+            launchers[impl.name] = impl.prepare(p)
+        except PeerRefused as e:
+            refused[impl.name] = str(e)
+    return launchers, refused
+
+
+def _tflops(p: Problem, ms):
+    return p.flops / ms / 1e9 if ms else None
+
+
+def _ratio(num, den):
+    return num / den if num and den else None
+
+
+def peer_row(p: Problem, impls, times: dict, errs: dict, refused: dict) -> dict:
+    main, peer = impls[0], (impls[1] if len(impls) > 1 else None)
+    ours = times[main.name]
+    theirs = times.get(peer.name) if peer else None
+    row = {"ptxgemm": main.name, "peer": peer.name if peer else None, "config": main.tag,
+           "ptxgemm_ms": ours, "peer_ms": theirs, "ratio": _ratio(theirs, ours),
+           "ptxgemm_tflops": _tflops(p, ours), "peer_tflops": _tflops(p, theirs),
+           "rel_err": errs[main.name], "peer_rel_err": errs.get(peer.name) if peer else None}
+    if isinstance(peer, ScaledMmImpl):
+        row["peer_dtypes"] = " x ".join(peer.dtypes) if peer.dtypes else None
+    elif isinstance(peer, PlanImpl):
+        row["peer_config"] = peer.tag
+        row["peer_dtypes"] = "bfloat16 x bfloat16"
+    if peer and peer.name in refused:
+        row["peer_error"] = refused[peer.name]
+    return row
+
+
+def epilogue_row(p: Problem, impls, times: dict, errs: dict, refused: dict) -> dict:
+    fused, plain = impls[0], impls[1]
+    separate = impls[2] if len(impls) > 2 else None
+    f_ms, p_ms = times[fused.name], times[plain.name]
+    s_ms = times.get(separate.name) if separate else None
+    return {"ptxgemm": fused.name, "plain": plain.name, "separate": separate.name if separate else None,
+            "config": fused.tag, "plain_config": plain.tag,
+            "fused_ms": f_ms, "plain_ms": p_ms, "separate_ms": s_ms, "ratio": _ratio(s_ms, f_ms),
+            "overhead_vs_plain": f_ms / p_ms - 1.0, "saved_vs_separate": 1.0 - f_ms / s_ms if s_ms else None,
+            "fused_tflops": _tflops(p, f_ms), "plain_tflops": _tflops(p, p_ms), "separate_tflops": _tflops(p, s_ms),
+            "rel_err": errs[fused.name], "plain_rel_err": errs[plain.name],
+            "separate_rel_err": errs.get(separate.name) if separate else None}
+
+
+def _fmt(x, spec: str) -> str:
+    """x formatted by spec, or '-' in the same width where there is no value (no peer, no separate pass)."""
+    return format(x, spec) if x is not None else format("-", spec.split(".")[0].replace("+", ""))
+
+
+def _header(mode: Mode, peer: str | None) -> tuple[str, str]:
+    if mode.fused:
+        return ((f"{'M':>6} {'N':>6} {'K':>6} | {'config':<14} | {'fused ms':>9} {'TFLOP/s':>8} | {'plain ms':>9} | "
+                 f"{'separate ms':>11} | {'vs peer':>7} | {'overhead':>8} {'saved':>7} | {'rel_err':>9}"),
+                "(vs peer = separate ms / fused ms; overhead = fused/plain - 1; saved = 1 - fused/separate)")
+    return ((f"{'M':>6} {'N':>6} {'K':>6} | {'config':<14} | {'ptxgemm ms':>10} {'TFLOP/s':>8} | {'peer ms':>10} "
+             f"{'TFLOP/s':>8} | {'ratio':>6} | {'rel_err':>9} {'peer err':>9}"),
+            f"(peer: {peer or 'none'}; ratio = {ratio_means(mode)})")
+
+
+def _line(mode: Mode, r: dict) -> str:
+    head = f"{r['M']:>6} {r['N']:>6} {r['K']:>6} | {r['config']:<14} | "
+    if mode.fused:
+        return head + (f"{r['fused_ms']:>9.4f} {r['fused_tflops']:>8.1f} | {r['plain_ms']:>9.4f} | "
+                       f"{_fmt(r['separate_ms'], '>11.4f')} | {_fmt(r['ratio'], '>7.3f')} | "
+                       f"{r['overhead_vs_plain']:>+8.1%} {_fmt(r['saved_vs_separate'], '>7.1%')} | "
+                       f"{r['rel_err']:>9.2e}")
+    text = head + (f"{r['ptxgemm_ms']:>10.4f} {r['ptxgemm_tflops']:>8.1f} | {_fmt(r['peer_ms'], '>10.4f')} "
+                   f"{_fmt(r['peer_tflops'], '>8.1f')} | {_fmt(r['ratio'], '>6.3f')} | {r['rel_err']:>9.2e} "
+                   f"{_fmt(r['peer_rel_err'], '>9.2e')}")
+    if r.get("peer") == SCALED_MM_PEER and r.get("peer_dtypes") not in (None, f"{mode.in_dtype} x {mode.in_dtype}"):
+        text += f" | peer ran {r['peer_dtypes']}"
+    if r.get("peer_error"):
+        text += f" | peer refused: {r['peer_error']}"
+    return text
+
+
+def run_mode_bench(shapes, rounds: int, mode: Mode, config=None, out="bench_out", name: str | None = None,
+                   tune_cache: str = "off", b_major: str = "mn") -> int:
+    """Time every shape in `mode` (see the module's docstring) with all its implementations in one set of
+    interleaved rounds; print the table and write bench_<gpu>_<mode.slug>[_<name>].json and .png to `out`.
+    `b_major` applies to bf16 inputs (fp8's B is always column-major)."""
+
+    info = require_device()
+    torch = _torch()
+    peer = peer_name(mode, torch)
+    b_major = "k" if mode.fp8 else b_major
+    config_desc = config.describe() if config else f"library selection (select_config; tune cache {tune_cache})"
+    print(f"# {info.name}, {info.sm_count} SMs, driver {info.driver_version_str}; {mode.describe()}; peer: "
+          f"{peer or 'none'}; ptxgemm config: {config_desc}; {rounds} rounds, median", flush=True)
+    header, legend = _header(mode, peer)
+    print(header)
+    print("-" * len(header))
+    print(legend)
+    rows, peer_dtypes = [], []
+    rng = np.random.default_rng(0)
+    make_row = epilogue_row if mode.fused else peer_row
+    for m, n, k in shapes:
+        p = Problem(m, n, k, mode, b_major, rng, torch)
+        impls = _impls(mode, config, torch)
+        launchers, refused = _prepare(impls, p)
+        times = timing.time_interleaved(launchers, rounds, warmup=3)
+        picked = sample_rows(m)
+        errs = {i.name: rel_err(i.result(picked), i.reference(p, picked)) for i in impls if i.name in launchers}
+        row = {"M": m, "N": n, "K": k, "group": group_of(m, n, k, mode.line_elements), "in_dtype": mode.in_dtype,
+               "scaling": mode.scaling, "epilogue": mode.epilogue,
+               "config_source": "fixed (--config)" if config is not None else f"library selection (tune cache "
+                                                                               f"{tune_cache})",
+               **make_row(p, impls, times, errs, refused), "rel_err_rows": len(picked)}
+        rows.append(row)
+        if row.get("peer_dtypes") and row["peer_dtypes"] not in peer_dtypes:
+            peer_dtypes.append(row["peer_dtypes"])
+        print(_line(mode, row), flush=True)
+        del launchers, impls, p   # this shape's memory goes before the next shape's is allocated
+
+    means = geomeans(rows)
+    ratios = [r["ratio"] for r in rows if r["ratio"] is not None]
+    min_ratio = min(ratios) if ratios else None
+    summary = {}
+    if ratios:
+        summary = {"geomean_ratio": means["all"], "min_ratio": min_ratio}
+        print("-" * len(header))
+        print("geomean ratio: " + ", ".join(f"{g} {v:.3f}" if v is not None else f"{g} -" for g, v in means.items())
+              + f"; min {min_ratio:.3f}")
+    if mode.fused:
+        summary["geomean_fused_over_plain"] = geomean([r["fused_ms"] / r["plain_ms"] for r in rows])
+        print(f"geomean fused ms / plain ms: {summary['geomean_fused_over_plain']:.3f}")
+    result = {"gpu": info.name, "driver": info.driver_version_str, "sm_count": info.sm_count, "clocks": read_clocks(),
+              "tune_cache": tune_cache, "in_dtype": mode.in_dtype, "scaling": mode.scaling, "epilogue": mode.epilogue,
+              "mode": mode.slug, "peer": peer, "peer_dtypes": peer_dtypes or None, "ratio_means": ratio_means(mode),
+              "implementations": [i.name for i in _impls(mode, config, torch)],
+              "torch": torch.__version__ if torch is not None else None,
+              "config": config_desc, "rounds": rounds, "a_major": "k", "b_major": b_major,
+              "operands": _operands_text(mode),
+              "method": METHOD,
+              "rel_err_method": f"{SAMPLE_ROWS} fixed rows (seed {SAMPLE_SEED}) against float64 of the dequantized "
+                                f"inputs each implementation ran" + (", then act(. + bias)" if mode.fused else ""),
+              "date": time.strftime("%Y-%m-%d %H:%M:%S"), "geomeans": means, "min_ratio": min_ratio,
+              "summary": summary, "rows": rows}
+    if mode.fused:
+        result["separate_pass"] = SEPARATE_PASS[mode.activation] + " in bf16 (after the plain ptxgemm GEMM)"
+    if peer == SCALED_MM_PEER:
+        result["peer_options"] = "out_dtype=torch.bfloat16, use_fast_accum=False (torch's default)"
+    out_dir = Path(out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stem = f"bench_{gpu_slug(info.name)}_{mode.slug}" + (f"_{name}" if name else "")
+    (out_dir / f"{stem}.json").write_text(json.dumps(result, indent=1))
+    plot(rows, mode, out_dir / f"{stem}.png", info.name)
+    print(f"wrote {out_dir / (stem + '.json')} and {out_dir / (stem + '.png')}")
+    return 0
+
+
+def _operands_text(mode: Mode) -> str:
+    text = (f"standard normal cast to {mode.in_dtype}; A row-major (M, K), B "
+            + ("column-major (K-major)" if mode.fp8 else "per b_major"))
+    if mode.scaling:
+        text += f"; {mode.scaling} scales uniform in [{SCALE_RANGE[0]}, {SCALE_RANGE[1]}), float32"
+    if mode.fused:
+        text += f"; bias (N,) float32 holding bf16 numbers, activation {mode.activation}"
+    return text + "; bf16 output"
+
+
+# the TFLOP/s series of the plot: (label, row field)
+def _series(mode: Mode, rows) -> list[tuple[str, str]]:
+    if mode.fused:
+        return [("ptxgemm fused", "fused_tflops"), ("ptxgemm plain", "plain_tflops"),
+                ("plain + torch pass", "separate_tflops")]
+    peer = next((r["peer"] for r in rows if r.get("peer")), None)
+    return [(f"ptxgemm {mode.in_dtype}", "ptxgemm_tflops"), (peer, "peer_tflops")]
+
+
+def plot(rows, mode: Mode, path: Path, gpu: str):
+    """TFLOP/s per shape, one bar per implementation."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        import sys
+
+        print("matplotlib not installed: no plot", file=sys.stderr)
+        return
+    series = [(label, key) for label, key in _series(mode, rows) if any(r.get(key) for r in rows)]  # ran at all
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.3 * len(rows) + 2), 4.5))
+    x = np.arange(len(rows))
+    width = 0.8 / len(series)
+    for i, (label, key) in enumerate(series):
+        ax.bar(x + (i - (len(series) - 1) / 2) * width, [r.get(key) or 0.0 for r in rows], width, label=label)
+    ax.set_xticks(x, [f"{r['M']}x{r['N']}x{r['K']}\n{r.get('config', '')}" for r in rows], rotation=20, fontsize=7)
+    ax.set_ylabel("TFLOP/s (2MNK / time)")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3, axis="y")
+    ax.set_title(f"{mode.describe()} on {gpu}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)

@@ -1,0 +1,393 @@
+"""`python -m ptxgemm bench`: ptxgemm against cuBLAS, side by side in one process, one timing method for both.
+
+Method (the same for every implementation, ptxgemm.runtime.timing): L2 flushed (a memset twice its size) before each
+launch, CUDA events around the launch alone on the same stream, rounds interleaved between implementations (the
+order alternating each round), median over rounds. Inputs are random bf16 (never zeros); A is row-major (M, K), B
+row-major (K, N), as numpy gives them. The peer is cuBLAS through torch.matmul when torch is importable, else CuPy
+(both optional: imported only here, when the bench runs).
+
+ptxgemm runs the config the library selects itself (gemm.GemmPlan with config=None), with the tune cache off unless
+--use-tune-cache: a benchmark measures what a user gets without tuning. Each row records the tag of the config the
+plan actually ran. rel_err is computed on the same fixed sample of rows for every implementation (a full float64
+product of 16384x16384x8192 would take the CPU minutes).
+
+    python -m ptxgemm bench                                    # default shapes -> bench_out/bench_<gpu>.json/.png
+    python -m ptxgemm bench --quick                            # about a minute
+    python -m ptxgemm bench --out docs/results --name issue9_run1   # docs/results/bench_h100_issue9_run1.json
+    python -m ptxgemm bench --variants pp128x192,coop256x128c2  # fixed configs timed beside the selected one
+    python -m ptxgemm bench --summarize docs/results/bench_h100_*.json   # min/median/max over runs; no GPU needed
+    python -m ptxgemm bench --in-dtype float8_e4m3fn [--scaling tensor|row|block]   # bench_<gpu>_fp8_<scaling>.json
+    python -m ptxgemm bench --epilogue bias-gelu [--in-dtype D]    # fused vs plain vs plain + torch pass
+
+The command line is ptxgemm/cli/bench.py; --summarize is ptxgemm/bench/summary.py; the fp8 and epilogue modes
+(--in-dtype, --scaling, --epilogue) are ptxgemm/bench/modes.py, which reuses this module's shapes, groups, sampled
+rows and float64 reference.
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from .. import gemm
+from ..errors import ConfigError
+from ..kernel.config import GemmConfig
+from ..runtime import arrays, driver, timing
+from ..select import model as select
+
+# --- shapes ------------------------------------------------------------------------------------------------------
+K_SWEEP = (64, 128, 256, 512, 1024, 2048)
+SEED_M, SEED_N = 8448, 9216  # 66 x 72 tiles of 128x128 = 36 waves of 132 SMs exactly
+SQUARE_LLM_SHAPES = ((4096, 4096, 4096), (6144, 6144, 6144), (8192, 8192, 8192), (16384, 16384, 8192),
+                     (4096, 14336, 4096), (4096, 4096, 14336))
+SMALL_M_SHAPES = ((512, 8192, 8192), (128, 8192, 8192))
+SMALL_M_MAX = 512            # a --shapes shape with M at most this counts as small-M
+# The small-M suite (decode and small batches: too few tiles to fill the SMs), `--small-m`
+SMALL_M_SUITE = tuple((m, n, k) for m in (1, 16, 64, 128, 256, 512)
+                      for n, k in ((4096, 4096), (8192, 8192), (14336, 4096), (4096, 14336)))
+QUICK_SHAPES = ((SEED_M, SEED_N, 64), (SEED_M, SEED_N, 512), (SEED_M, SEED_N, 2048), (4096, 4096, 4096),
+                (8192, 8192, 8192), (4096, 14336, 4096), (512, 8192, 8192), (128, 8192, 8192))
+# Shapes whose rows are not whole 16-byte lines (K or N not a multiple of 8 for bf16): TMA cannot read A or write C
+# in place, so ptxgemm stages them (ptxgemm.plan.operands); cuBLAS falls back to kernels for unaligned leading dimensions
+UNALIGNED_SHAPES = ((8191, 8191, 8191), (4095, 14335, 4095), (1000, 1000, 1001), (4096, 10922, 4096),
+                    (4096, 4096, 4095), (2047, 2047, 2047))
+LINE_ALIGN_ELEMENTS = 8      # bf16 elements per 16 bytes
+GROUPS = ("seed_sweep", "square_llm", "small_m", "unaligned")   # geomean groups; "all" is every row
+SAMPLE_ROWS = 64             # rows of the float64 reference, the same rows for every implementation
+SAMPLE_SEED = 12345          # fixed, so every run and every implementation checks the same rows
+
+
+def default_shapes():
+    return [(SEED_M, SEED_N, k) for k in K_SWEEP] + list(SQUARE_LLM_SHAPES) + list(SMALL_M_SHAPES)
+
+
+def group_of(m: int, n: int, k: int, line_elements: int = LINE_ALIGN_ELEMENTS) -> str:
+    """The geomean group of a shape: unaligned rows (K or N not a whole number of 16-byte lines of `line_elements`
+    elements: 8 for bf16, 16 for fp8), the seed K sweep (M, N = 8448, 9216), small-M (M <= 512), else square/LLM."""
+    if k % line_elements or n % line_elements:
+        return "unaligned"
+    if (m, n) == (SEED_M, SEED_N):
+        return "seed_sweep"
+    if m <= SMALL_M_MAX:
+        return "small_m"
+    return "square_llm"
+
+
+def gpu_slug(name: str) -> str:
+    """'NVIDIA H100 80GB HBM3' -> 'h100', 'NVIDIA H200' -> 'h200'; else the name's letters and digits."""
+    m = re.search(r"\b([A-Za-z]{1,3}\d{2,4})\b", name.replace("NVIDIA", ""))
+    if m:
+        return m.group(1).lower()
+    return re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_") or "gpu"
+
+
+def parse_tag(spec: str):
+    """A GemmConfig from its tag ('pp128x192', 'coop256x128c2'); the old '128x192' / '128x128c2' mean pingpong."""
+
+    spec = spec.strip()
+    if spec[:1].isdigit():
+        spec = "pp" + spec
+    return GemmConfig.from_tag(spec)
+
+
+def geomean(values):
+    values = [v for v in values if v is not None and v > 0]
+    return math.exp(statistics.fmean(math.log(v) for v in values)) if values else None
+
+
+def row_group(row: dict) -> str:
+    """A row's geomean group: the one it recorded (an fp8 row's lines hold 16 elements), else its shape's."""
+    return row.get("group") or group_of(row["M"], row["N"], row["K"])
+
+
+def geomeans(rows) -> dict:
+    """Geomean of the rows' ratios per group and over all rows (None where a group has no row with a ratio)."""
+    out = {g: geomean([r.get("ratio") for r in rows if row_group(r) == g]) for g in GROUPS}
+    out["all"] = geomean([r.get("ratio") for r in rows])
+    return out
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Peers: each prepares launch() over device-resident copies of the same data; result(rows) reads sampled rows
+# --------------------------------------------------------------------------------------------------------------
+
+class PtxgemmImpl:
+    def __init__(self, config, name="ptxgemm"):
+        self.config = config     # None: the library's own selection
+        self.name = name
+
+    def prepare(self, a, b, out_dtype):
+        self.out = arrays.DeviceArray.empty((a.shape[0], b.shape[1]), out_dtype)
+        self.out.poison()
+        self.plan = gemm.GemmPlan(arrays.DeviceArray.from_numpy(a), arrays.DeviceArray.from_numpy(b), self.out, self.config)
+        return self.plan.launch
+
+    @property
+    def tag(self) -> str:
+        return self.plan.config.tag  # what the plan actually runs
+
+    def result(self, rows):
+        return self.out.to_numpy()[rows]
+
+
+def torch_bf16(torch, x: np.ndarray):
+    """A bfloat16 numpy array on the GPU as a torch tensor (through its bit pattern: torch has no numpy bf16)."""
+    return torch.from_numpy(x.view(np.uint16)).view(torch.bfloat16).cuda()
+
+
+def torch_rows(torch, t, rows: np.ndarray) -> np.ndarray:
+    """Rows of a CUDA bf16 torch tensor as numpy bfloat16 (only those rows come to the host)."""
+    import ml_dtypes
+
+    picked = t[torch.from_numpy(rows).cuda()]
+    return picked.cpu().view(torch.uint16).numpy().view(ml_dtypes.bfloat16)
+
+
+class TorchImpl:
+    name = "cublas (torch.matmul)"
+
+    def __init__(self):
+        import torch
+
+        self.torch = torch
+
+    def prepare(self, a, b, out_dtype):
+        torch = self.torch
+        ta, tb = torch_bf16(torch, a), torch_bf16(torch, b)
+        self.out = torch.full((a.shape[0], b.shape[1]), float("nan"), dtype=torch.bfloat16, device="cuda")
+        out = self.out
+        return lambda: torch.matmul(ta, tb, out=out)
+
+    def result(self, rows):
+        return torch_rows(self.torch, self.out, rows)
+
+
+class CupyImpl:
+    name = "cublas (cupy.matmul)"
+
+    def __init__(self):
+        import cupy
+
+        self.cp = cupy
+
+    def prepare(self, a, b, out_dtype):
+        cp = self.cp
+        # CuPy has no bf16 GEMM dtype; this peer runs fp16 inputs of the same values (same FLOPs and bytes).
+        ca, cb = cp.asarray(a.astype(np.float16)), cp.asarray(b.astype(np.float16))
+        self.out = cp.full((a.shape[0], b.shape[1]), cp.nan, dtype=cp.float16)
+        out = self.out
+        return lambda: cp.matmul(ca, cb, out=out)
+
+    def result(self, rows):
+        return self.cp.asnumpy(self.out[self.cp.asarray(rows)])
+
+
+def find_peer():
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            return TorchImpl()
+    except ImportError:
+        pass
+    try:
+        return CupyImpl()
+    except ImportError:
+        return None
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Measurement
+# --------------------------------------------------------------------------------------------------------------
+
+def sample_rows(m: int) -> np.ndarray:
+    """The fixed rows rel_err looks at for an M-row output: SAMPLE_ROWS of them (all when M is smaller)."""
+    return np.sort(np.random.default_rng(SAMPLE_SEED).choice(m, size=min(SAMPLE_ROWS, m), replace=False))
+
+
+def float64_reference(a, b):
+    """a @ b in float64, on the GPU through torch when it is there (the peer already needs it), else numpy."""
+    try:
+        import torch
+
+        ta = torch.from_numpy(np.ascontiguousarray(a.astype(np.float64))).cuda()
+        tb = torch.from_numpy(np.ascontiguousarray(b.astype(np.float64))).cuda()
+        return (ta @ tb).cpu().numpy()
+    except ImportError:
+        return a.astype(np.float64) @ b.astype(np.float64)
+
+
+def rel_err(out, ref):
+    """‖out − ref‖ / ‖ref‖ over the sampled rows: a one-number summary for the table (correctness is the GPU
+    tests' elementwise bound)."""
+    denom = np.linalg.norm(ref)
+    return float(np.linalg.norm(out.astype(np.float64) - ref) / (denom if denom else 1.0))
+
+
+def read_clocks() -> dict:
+    query = "clocks.sm,clocks.mem,clocks.max.sm,power.draw,temperature.gpu"
+    try:
+        text = subprocess.run(["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader"], capture_output=True,
+                              text=True, timeout=10).stdout.strip().splitlines()[0]
+        return dict(zip(query.split(","), (v.strip() for v in text.split(","))))
+    except Exception as e:  # noqa: BLE001 - clocks are informative only
+        return {"error": str(e)}
+
+
+def parse_shapes(text: str) -> list[tuple[int, int, int]]:
+    shapes = []
+    for s in filter(None, (p.strip() for p in text.split(","))):
+        parts = s.lower().split("x")
+        if len(parts) != 3 or not all(p.isdigit() and int(p) > 0 for p in parts):
+            raise ConfigError(f"--shapes: {s!r} is not MxNxK with positive whole numbers (e.g. 4096x4096x4096)")
+        shapes.append(tuple(int(p) for p in parts))
+    if not shapes:
+        raise ConfigError("--shapes: names no shape")
+    return shapes
+
+
+def require_device():
+    """The GPU's info, or a ConfigError saying that bench needs one (every bench mode starts here)."""
+
+    reason = driver.no_device_reason()
+    if reason:
+        raise ConfigError(f"bench runs the kernels, so it needs an sm_90 GPU (H100/H200), and there is none here: "
+                          f"{reason.rstrip('.')}. --summarize needs none")
+    return driver.device_info()
+
+def run_bench(shapes, rounds: int, config=None, variant_configs=(), out="bench_out", name: str | None = None,
+              tune_cache: str = "off", b_major: str = "mn") -> int:
+    """Time every shape with ptxgemm (`config`, or None: the library's own selection), each of `variant_configs`
+    and the cuBLAS peer in the same interleaved rounds; print the table and write bench_<gpu>[_<name>].json and .png
+    to `out`. `b_major`: B row-major ("mn", numpy's C order) or column-major ("k"), the same memory for every
+    implementation. `tune_cache` only labels the run: the caller has set PTXGEMM_TUNE_CACHE before any selection."""
+    import ml_dtypes
+
+
+    info = require_device()
+    peer = find_peer()
+    variants = [PtxgemmImpl(c, f"ptxgemm {c.tag}") for c in variant_configs]
+    main_impl = PtxgemmImpl(config)
+    impls = [main_impl] + variants + ([peer] if peer else [])
+    config_desc = config.describe() if config else f"library selection (select_config; tune cache {tune_cache})"
+    print(f"# {info.name}, {info.sm_count} SMs, driver {info.driver_version_str}; peer: "
+          f"{peer.name if peer else 'none'}; ptxgemm config: {config_desc}; {rounds} rounds, median", flush=True)
+
+    rows = []
+    header = (f"{'M':>6} {'N':>6} {'K':>6} | {'config':<14} | {'ptxgemm ms':>10} {'TFLOP/s':>8} | {'cuBLAS ms':>10} "
+              f"{'TFLOP/s':>8} | {'ratio':>6} | {'rel_err':>9} {'cublas err':>10}")
+    print(header)
+    print("-" * len(header))
+    print("(ratio = cuBLAS ms / ptxgemm ms: above 1, ptxgemm is faster)")
+    rng = np.random.default_rng(0)
+    for m, n, k in shapes:
+        a = rng.standard_normal((m, k), dtype=np.float32).astype(ml_dtypes.bfloat16)
+        b = rng.standard_normal((k, n), dtype=np.float32).astype(ml_dtypes.bfloat16)
+        if b_major == "k":
+            b = np.asfortranarray(b)
+        launchers = {impl.name: impl.prepare(a, b, np.dtype(ml_dtypes.bfloat16)) for impl in impls}
+        times = timing.time_interleaved(launchers, rounds, warmup=3)
+        picked = sample_rows(m)
+        ref = float64_reference(a[picked], b)
+        errs = {impl.name: rel_err(impl.result(picked), ref) for impl in impls}
+        flops = 2.0 * m * n * k
+        ours = times["ptxgemm"]
+        theirs = times.get(peer.name) if peer else None
+        if config is not None:
+            source = "fixed (--config)"
+        else:
+            chosen, how = select.choose(m, n, k, b_major=b_major, device=info)
+            source = how if chosen.tag == main_impl.tag else "GemmPlan default (not the selection)"
+        row = {"M": m, "N": n, "K": k, "config": main_impl.tag, "config_source": source, "group": group_of(m, n, k),
+               "ptxgemm_ms": ours, "cublas_ms": theirs, "ratio": theirs / ours if theirs else None,
+               "rel_err": errs["ptxgemm"], "cublas_rel_err": errs.get(peer.name) if peer else None,
+               "rel_err_rows": len(picked),
+               "ptxgemm_tflops": flops / ours / 1e9, "cublas_tflops": flops / theirs / 1e9 if theirs else None,
+               "variants": {v.tag: times[v.name] for v in variants},
+               "variant_ratios": {v.tag: (theirs / times[v.name] if theirs else None) for v in variants},
+               "variant_rel_err": {v.tag: errs[v.name] for v in variants}}
+        rows.append(row)
+        ratio = row["ratio"] if row["ratio"] is not None else float("nan")
+        print(f"{m:>6} {n:>6} {k:>6} | {row['config']:<14} | {ours:>10.4f} {row['ptxgemm_tflops']:>8.1f} | "
+              f"{(theirs or float('nan')):>10.4f} {(row['cublas_tflops'] or float('nan')):>8.1f} | "
+              f"{ratio:>6.3f} | {row['rel_err']:>9.2e} {(row['cublas_rel_err'] or float('nan')):>10.2e}"
+              + "".join(f" | {v.tag}: {times[v.name]:.4f} ms ({(theirs or math.nan) / times[v.name]:.3f})"
+                        for v in variants), flush=True)
+        del launchers
+        for impl in impls:
+            impl.out = None
+            if hasattr(impl, "plan"):
+                impl.plan = None
+
+    means = geomeans(rows)
+    ratios = [r["ratio"] for r in rows if r["ratio"] is not None]
+    min_ratio = min(ratios) if ratios else None
+    summary = {}
+    if ratios:
+        summary = {"geomean_ratio": means["all"], "min_ratio": min_ratio}
+        if means["seed_sweep"] is not None:
+            summary["seed_k_sweep_geomean_ratio"] = means["seed_sweep"]
+        print("-" * len(header))
+        print("geomean cuBLAS ms / ptxgemm ms: " + ", ".join(
+            f"{g} {v:.3f}" if v is not None else f"{g} -" for g, v in means.items()) + f"; min {min_ratio:.3f}")
+    result = {"gpu": info.name, "driver": info.driver_version_str, "sm_count": info.sm_count, "clocks": read_clocks(),
+              "tune_cache": tune_cache, "peer": peer.name if peer else None, "config": config_desc, "rounds": rounds,
+              "b_major": b_major,
+              "method": "L2 flushed before each launch, CUDA events around the launch, interleaved rounds, median",
+              "rel_err_method": f"{SAMPLE_ROWS} fixed rows (seed {SAMPLE_SEED}) against float64, the same for every "
+                                "implementation",
+              "date": time.strftime("%Y-%m-%d %H:%M:%S"), "geomeans": means, "min_ratio": min_ratio,
+              "summary": summary, "rows": rows}
+    out_dir = Path(out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stem = f"bench_{gpu_slug(info.name)}" + (f"_{name}" if name else "")
+    (out_dir / f"{stem}.json").write_text(json.dumps(result, indent=1))
+    plot(rows, out_dir / f"{stem}.png", info.name)
+    print(f"wrote {out_dir / (stem + '.json')} and {out_dir / (stem + '.png')}")
+    return 0
+
+
+
+def plot(rows, path: Path, gpu: str):
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib not installed: no plot", file=sys.stderr)
+        return
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 4.5))
+    sweep = [r for r in rows if (r["M"], r["N"]) == (SEED_M, SEED_N)]
+    other = [r for r in rows if (r["M"], r["N"]) != (SEED_M, SEED_N)]
+    if sweep:
+        ks = [r["K"] for r in sweep]
+        ax1.plot(ks, [r["ptxgemm_tflops"] for r in sweep], "o-", label="ptxgemm")
+        if sweep[0]["cublas_tflops"]:
+            ax1.plot(ks, [r["cublas_tflops"] for r in sweep], "s--", label="cuBLAS")
+        ax1.set_xscale("log", base=2)
+        ax1.set_xlabel("K")
+        ax1.set_ylabel("TFLOP/s")
+        ax1.set_title(f"M={SEED_M}, N={SEED_N}")
+        ax1.legend()
+        ax1.grid(alpha=0.3)
+    if other:
+        labels = [f"{r['M']}x{r['N']}x{r['K']}\n{r.get('config', '')}" for r in other]
+        x = np.arange(len(other))
+        ax2.bar(x - 0.2, [r["ptxgemm_tflops"] for r in other], 0.4, label="ptxgemm")
+        if other[0]["cublas_tflops"]:
+            ax2.bar(x + 0.2, [r["cublas_tflops"] for r in other], 0.4, label="cuBLAS")
+        ax2.set_xticks(x, labels, rotation=20, fontsize=7)
+        ax2.set_ylabel("TFLOP/s")
+        ax2.legend()
+        ax2.grid(alpha=0.3, axis="y")
+    fig.suptitle(f"bf16 GEMM on {gpu}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)

@@ -1,0 +1,198 @@
+"""Measure the candidate configs of one problem on this GPU and remember the fastest (`ptxgemm.tune`,
+`python -m ptxgemm tune`).
+
+Every candidate first runs once on random operands (never zeros) and its result is checked on sampled rows against
+a float64 reference with ptxgemm.accuracy's per-element bound; a candidate that fails to build, launch or check is
+reported and never timed, so it can never win. The rest are timed together, with the one method every ptxgemm
+number uses (ptxgemm.runtime.timing.time_interleaved: L2 flushed before each launch, interleaved rounds, medians). The
+winner goes into the tune cache (ptxgemm.select.tune_cache), where select_config finds it.
+
+(This module is `tuning`, not `tune`, so that `ptxgemm.tune` can be the function without the submodule replacing
+it as an attribute of the package on first import; ptxgemm.tools.trace / ptxgemm.tools.tracing split the same way.)
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+import numpy as np
+
+from .. import accuracy, gemm
+from ..errors import ConfigError, PtxgemmError
+from ..kernel.config import GemmConfig
+from ..runtime import arrays, driver, timing
+from ..select import model as select, tune_cache
+from ..select.problem import Problem
+
+CHECK_ROWS = 64          # rows of the float64 reference: a wrong 16x16 block shows in any row it spans, and all
+                         # candidates share the rows; the whole matrix would take the CPU minutes on large shapes
+
+
+def lookup(m: int, n: int, k: int, in_dtype: str = "bfloat16", out_dtype: str | None = None, a_major: str = "k",
+           b_major: str = "mn", device=None) -> GemmConfig | None:
+    """The tune cache's winner for this problem on `device` (None: the current GPU), or None."""
+    problem = Problem(m, n, k, in_dtype, out_dtype, a_major, b_major)
+    return tune_cache.lookup(problem, select.resolve_device(device))
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Running candidates: a plan factory makes a runner per config; tests inject their own (no GPU)
+# --------------------------------------------------------------------------------------------------------------
+
+class PlanRunner:
+    """One candidate on the GPU: a GemmPlan and its output. `config` is what the plan actually runs."""
+
+    def __init__(self, plan, out):
+        self.plan, self.out = plan, out
+        self.config = plan.config
+        self.launch = plan.launch
+
+    def result(self) -> np.ndarray:
+        return self.out.to_numpy()  # waits for the GPU
+
+
+class GpuPlans:
+    """plan_factory(a, b, config) -> PlanRunner: uploads the operands once, one poisoned output per candidate."""
+
+    def __init__(self):
+        self._host = self._device = None
+
+    def __call__(self, a: np.ndarray, b: np.ndarray, config: GemmConfig) -> PlanRunner:
+        if self._host is None or self._host[0] is not a or self._host[1] is not b:
+            self._host = (a, b)
+            self._device = (arrays.DeviceArray.from_numpy(a), arrays.DeviceArray.from_numpy(b))
+        out = arrays.DeviceArray.empty((a.shape[0], b.shape[1]), np.dtype(config.out_dtype))
+        out.poison()  # an element the kernel never writes stays NaN and fails the check
+        return PlanRunner(gemm.GemmPlan(*self._device, out, config), out)
+
+
+def operands(problem: Problem, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Random A and B in the problem's layouts: A K-major = C-order (M, K), MN-major = Fortran order; B MN-major =
+    C-order (K, N), K-major = Fortran-order (K, N)."""
+    rng = np.random.default_rng(seed)
+    a = accuracy.random_matrix(rng, problem.m, problem.k, problem.in_dtype, "C" if problem.a_major == "k" else "F")
+    b = accuracy.random_matrix(rng, problem.k, problem.n, problem.in_dtype, "C" if problem.b_major == "mn" else "F")
+    return a, b
+
+
+def candidate_configs(problem: Problem, given) -> list[GemmConfig]:
+    """The configs to try: `given` (GemmConfigs or tags) with the problem's dtypes and layouts, or the model's."""
+    if given is None:
+        return select._candidates(problem)
+    if isinstance(given, str):
+        given = [t for t in given.split(",") if t.strip()]
+    configs = []
+    for c in given:
+        if isinstance(c, str):
+            c = GemmConfig.from_tag(c, **problem.config_fields())
+        elif isinstance(c, GemmConfig):
+            if c.debug or c.trace:
+                raise ConfigError(f"candidates: {c.tag} has debug or trace on; tune times the kernels people run, "
+                                  f"so pass configs without them")
+            c = dataclasses.replace(c, **problem.config_fields())
+        else:
+            raise ConfigError(f"candidates: each must be a GemmConfig or a tag such as 'pp128x128', got {c!r}")
+        if any(c.tag == d.tag for d in configs):
+            raise ConfigError(f"candidates: {c.tag} is given twice")
+        configs.append(c)
+    if not configs:
+        raise ConfigError("candidates: empty; give at least one config or tag (None: the selection's candidates)")
+    return configs
+
+
+def tune(m: int, n: int, k: int, in_dtype: str = "bfloat16", out_dtype: str | None = None, a_major: str = "k",
+         b_major: str = "mn", candidates=None, rounds: int = 20, store: bool = True,
+         progress: Callable[[str], object] | None = print, *, seed: int = 0, check_rows: int = CHECK_ROWS,
+         plan_factory: Callable | None = None, timer: Callable | None = None,
+         device=None) -> tuple[GemmConfig, list[dict]]:
+    """Time every candidate config on this problem and return (the fastest correct one, one record per candidate).
+
+    candidates: GemmConfigs or tags ('pp128x128,coop256x128c2' or a list); None: ptxgemm.select.model.candidates.
+    rounds: interleaved timing rounds. store: put the winner in the tune cache (unless PTXGEMM_TUNE_CACHE is off).
+    progress: called with one line per step (None: silent).
+    A record: {"tag", "description", "ok", "check", "error", "ms", "tflops", "predicted_us"}.
+    For tests and other runners: plan_factory(a, b, config) returns an object with .config, .launch() and
+    .result() (the host output after one launch); timer(launchers, rounds) returns {tag: ms}; device (with
+    .name, .sm_count, .driver_version_str) keys the cache. By default: GemmPlans on the GPU, time_interleaved,
+    and the GPU's own device_info().
+    """
+    problem = Problem(m, n, k, in_dtype, out_dtype, a_major, b_major)
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
+        raise ConfigError(f"rounds: must be a whole number >= 1, got {rounds!r}")
+    if isinstance(check_rows, bool) or not isinstance(check_rows, int) or check_rows < 1:
+        raise ConfigError(f"check_rows: must be a whole number >= 1, got {check_rows!r}")
+    configs = candidate_configs(problem, candidates)
+    say = progress if progress is not None else (lambda line: None)
+    if plan_factory is None:
+        info = driver.require_sm90("tuning a GEMM (ptxgemm.tune runs every candidate kernel)")
+        device = info if device is None else device
+        plan_factory = GpuPlans()
+    if timer is None:
+        timer = timing.time_interleaved
+    device = select.resolve_device(device)
+
+    a, b = operands(problem, seed)
+    rows = np.sort(np.random.default_rng(seed + 1).choice(problem.m, size=min(check_rows, problem.m), replace=False))
+    ref, abs_product = accuracy.reference(a[rows], b)
+    bound = accuracy.error_bound(ref, abs_product, problem.k, problem.out_dtype)
+    say(f"tuning {problem.describe()} on {device.name} ({device.sm_count} SMs): {len(configs)} candidates, "
+        f"result checked on {len(rows)} rows")
+
+    records, launchers, ran = [], {}, {}
+    for config in configs:
+        rec = {"tag": config.tag, "description": config.describe(), "ok": False, "check": None, "error": None,
+               "ms": None, "tflops": None, "predicted_us": _predicted_us(config, problem, device)}
+        records.append(rec)
+        try:
+            runner = plan_factory(a, b, config)
+            rec["tag"] = runner.config.tag  # what actually runs (the same config, as the operands match it)
+            runner.launch()
+            verdict = accuracy.check_bound(np.asarray(runner.result())[rows], ref, bound)
+        except PtxgemmError as e:
+            rec["error"] = f"{type(e).__name__}: {e}"
+            say(f"  {rec['tag']:<16} FAILED to run: {rec['error']}")
+            continue
+        rec["check"], rec["ok"] = str(verdict), verdict.ok
+        if not verdict.ok:
+            say(f"  {rec['tag']:<16} WRONG RESULT, not timed: {verdict}")
+            continue
+        launchers[rec["tag"]] = runner.launch
+        ran[rec["tag"]] = runner.config
+        say(f"  {rec['tag']:<16} result ok (worst error/bound {verdict.worst_ratio:.3g})")
+    if not launchers:
+        raise PtxgemmError(f"tune: no candidate for {problem.describe()} ran and produced a correct result: "
+                           + "; ".join(f"{r['tag']}: {r['error'] or r['check']}" for r in records))
+
+    say(f"timing {len(launchers)} candidates together, {rounds} interleaved rounds (L2 flushed before each launch)")
+    times = timer(launchers, rounds)
+    for rec in records:
+        if rec["tag"] in launchers:
+            rec["ms"] = float(times[rec["tag"]])
+            rec["tflops"] = problem.flops / rec["ms"] / 1e9
+            predicted = f", model {rec['predicted_us']:.1f} us" if rec["predicted_us"] is not None else ""
+            say(f"  {rec['tag']:<16} {rec['ms']:9.4f} ms {rec['tflops']:7.1f} TFLOP/s{predicted}")
+    timed = [r for r in records if r["ms"] is not None]
+    best = min(range(len(timed)), key=lambda i: (timed[i]["ms"], i))  # ties: the earlier candidate
+    winner = ran[timed[best]["tag"]]
+    say(f"winner: {winner.tag} ({timed[best]['ms']:.4f} ms, {timed[best]['tflops']:.1f} TFLOP/s)")
+
+    if store:
+        if not tune_cache.enabled():
+            say(f"not stored: {tune_cache.ENV_VAR} is off")
+        else:
+            try:
+                where = tune_cache.store(problem, device, winner.tag, {r["tag"]: r["ms"] for r in timed}, rounds)
+            except OSError as e:  # the measurement is still worth returning
+                say(f"could not store the winner in {tune_cache.path()}: {e}")
+            else:
+                say(f"stored in {where}")
+    return winner, records
+
+
+def _predicted_us(config: GemmConfig, problem: Problem, device) -> float | None:
+    """The cost model's time, kept beside the measurement so the model can be refitted (None: no table entry)."""
+    try:
+        return select.predict(config, problem.m, problem.n, problem.k, device.sm_count,
+                              str(device.name)).total_ns / 1e3
+    except ConfigError:
+        return None

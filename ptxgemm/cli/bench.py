@@ -1,0 +1,202 @@
+"""`python -m ptxgemm bench`'s options and their checks; the benchmark is ptxgemm/bench/suite.py, --summarize
+ptxgemm/bench/summary.py, --host (host microseconds per call instead of GPU time) ptxgemm/bench/host_cost.py."""
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+from ..bench import host_cost
+from ..bench import modes as bench_modes
+from ..bench import suite as bench
+from ..bench import summary as bench_summary
+from ..bench.modes import EPILOGUES, FP8_QUICK_SHAPES, FP8_SHAPES, IN_DTYPES, SCALINGS
+from ..bench.suite import QUICK_SHAPES, SEED_M, SEED_N, SMALL_M_MAX, default_shapes, parse_tag
+from ..errors import ConfigError
+
+DEFAULT_OUT = "bench_out"
+# the GPU-time bench's own options, which mean nothing to --host (dest, flag); compared with their defaults below
+GPU_BENCH_OPTIONS = (("quick", "--quick"), ("rounds", "--rounds"), ("shapes", "--shapes"), ("name", "--name"),
+                     ("config", "--config"), ("variants", "--variants"), ("summarize", "--summarize"),
+                     ("summarize_out", "--summarize-out"), ("b_major", "--b-major"), ("in_dtype", "--in-dtype"),
+                     ("scaling", "--scaling"), ("epilogue", "--epilogue"))
+# what the benchmark compares; --summarize reads it from each file instead
+MODE_OPTIONS = (("in_dtype", "--in-dtype"), ("scaling", "--scaling"), ("epilogue", "--epilogue"))
+# --host's options, which mean nothing without it; all default to None so that "given" is visible
+HOST_OPTIONS = (("shape", "--shape"), ("run_shape", "--run-shape"), ("calls", "--calls"), ("repeats", "--repeats"),
+                ("json", "--json"))
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("bench", help="time ptxgemm against cuBLAS side by side (--summarize: summarize runs, no GPU)",
+                       description="Time ptxgemm and cuBLAS (torch.matmul, else CuPy) on the same shapes in one "
+                                   "process with one method: L2 flushed before each launch, CUDA events around the "
+                                   "launch, interleaved rounds, median. ptxgemm runs the config it selects itself, "
+                                   "with the tune cache off unless --use-tune-cache. Writes bench_<gpu>[_<name>].json "
+                                   "and .png. --in-dtype float8_* compares fp8 with torch._scaled_mm (--scaling tensor "
+                                   "or row) or with ptxgemm bf16 (--scaling block); --epilogue bias-<act> compares the "
+                                   "fused epilogue with the plain GEMM and with the plain GEMM plus a separate torch "
+                                   "pass; those write bench_<gpu>_<mode>[_<name>].json. --host measures host "
+                                   "microseconds per call instead. Needs an sm_90 GPU, except --summarize.")
+    p.add_argument("--quick", action="store_true",
+                   help=f"{len(QUICK_SHAPES)} shapes ({len(FP8_QUICK_SHAPES)} for fp8: 8192^3, 4096^3, "
+                        f"4096x14336x4096) and 7 rounds, about a minute (default off: the full suite of "
+                        f"{len(default_shapes())} shapes ({len(FP8_SHAPES)} square/LLM for fp8), 25 rounds)")
+    p.add_argument("--rounds", type=int, default=None, help="interleaved rounds, >= 1 (default 25, 7 with --quick)")
+    p.add_argument("--shapes", default=None, metavar="MxNxK,...",
+                   help="MxNxK,MxNxK,... instead of the suite (default: the suite: seed K sweep, square/LLM, small-M; "
+                        "fp8: 8192^3 and the square/LLM shapes); "
+                        f"grouped for geomeans as seed_sweep (M,N = {SEED_M},{SEED_N}), small_m (M <= {SMALL_M_MAX}) "
+                        "or square_llm")
+    p.add_argument("--small-m", action="store_true",
+                   help="the small-M suite: M in {1, 16, 64, 128, 256, 512} x (N, K) in {(4096, 4096), (8192, 8192), "
+                        "(14336, 4096), (4096, 14336)} (default off)")
+    p.add_argument("--b-major", choices=("mn", "k"), default=None,
+                   help="B's layout for every implementation: row-major (K, N) as numpy's C order ('mn', default) or "
+                        "column-major ('k', K contiguous); fp8 inputs: k only (the default there)")
+    p.add_argument("--in-dtype", choices=IN_DTYPES, default=None,
+                   help="A and B's dtype: bfloat16 (default), float8_e4m3fn or float8_e5m2. fp8: random normal values "
+                        "cast to it, A row-major, B column-major, bf16 output; the peer is torch._scaled_mm (cuBLAS; "
+                        "for e5m2 it runs A e4m3 x B e5m2 when torch refuses e5m2 x e5m2, and says so per row)")
+    p.add_argument("--scaling", choices=SCALINGS, default=None,
+                   help="fp8 only: tensor (one fp32 scale per operand, a device scalar both read; the default with an "
+                        "fp8 --in-dtype), row (scale_a (M,1), scale_b (1,N)) or block (128-wide blocks; the peer is "
+                        "then ptxgemm bf16 on the same values: the ratio is speed vs bf16)")
+    p.add_argument("--epilogue", choices=EPILOGUES, default=None,
+                   help="none (default), bias-gelu, bias-relu or bias-silu: time ptxgemm with a float32 (N,) bias and "
+                        "the activation fused, the plain GEMM, and the plain GEMM plus a separate torch pass "
+                        "act(out + bias); the row's ratio is separate ms / fused ms. Any --in-dtype; not with "
+                        "--scaling block")
+    p.add_argument("--out", default=DEFAULT_OUT,
+                   help="directory for bench_<gpu>[_<name>].json and .png, bench_<gpu>_<mode>[_<name>].* with "
+                        "--in-dtype fp8 or --epilogue (mode e.g. fp8_tensor, fp8e5m2_row, bf16_bias-gelu) "
+                        "(default bench_out)")
+    p.add_argument("--name", default=None,
+                   help="run name in the file names, letters, digits, '.', '_' or '-' (default: none, "
+                        "bench_<gpu>.json)")
+    p.add_argument("--config", default=None, metavar="TAG",
+                   help="run this fixed ptxgemm config instead of the library's selection, as a GemmConfig tag "
+                        "<pp|coop><block_m>x<block_n>[c2], e.g. pp128x128 or coop256x128c2 (a bare 128x192 means "
+                        "pingpong); with --epilogue both the fused and the plain GEMM run it, with --scaling block "
+                        "the bf16 peer keeps its selection (default: none, i.e. GemmPlan's own selection)")
+    p.add_argument("--variants", default="", metavar="TAG,...",
+                   help="extra fixed ptxgemm configs timed in the same rounds, as tags, e.g. pp128x192,coop256x128c2 "
+                        "(reported per row under 'variants'; default: none)")
+    p.add_argument("--use-tune-cache", action="store_true",
+                   help="let the selection use the tune cache (default off: the bench sets PTXGEMM_TUNE_CACHE=off "
+                        "so it measures the untuned heuristic)")
+    p.add_argument("--summarize", nargs="+", default=None, metavar="FILE",
+                   help="summarize bench JSON files instead of running (no GPU needed): per GPU, per shape and per "
+                        "geomean group, min/median/max of the ratio across the runs (default: run the bench)")
+    p.add_argument("--summarize-out", default=None, metavar="F.json",
+                   help="with --summarize: also write the summary as JSON here (default: print only)")
+    host = p.add_argument_group("host cost (--host)")
+    host.add_argument("--host", action="store_true",
+                      help="measure host microseconds per call instead of GPU time: run, matmul (same arrays and new "
+                           "out), plan.launch, graph replay and torch.matmul (when torch is importable), timed by "
+                           "perf_counter around loops of calls, min/median over repeats; prints PASS/FAIL for "
+                           f"'{host_cost.CHECK_MATMUL}' and '{host_cost.CHECK_TORCH}' and exits 1 if one fails "
+                           "(default off: the GPU-time bench)")
+    host.add_argument("--shape", default=None, metavar="MxNxK",
+                      help="with --host: the problem of every row but run's, positive M, N, K "
+                           f"(default {host_cost.shape_str(host_cost.DEFAULT_SHAPE)})")
+    host.add_argument("--run-shape", default=None, metavar="MxNxK",
+                      help="with --host: the problem of the run (host arrays) row, which copies both ways "
+                           f"(default {host_cost.shape_str(host_cost.RUN_SHAPE)})")
+    host.add_argument("--calls", type=int, default=None,
+                      help=f"with --host: calls per timed loop, >= 1 (default {host_cost.DEFAULT_CALLS}; keep it "
+                           "modest so the GPU queue never fills)")
+    host.add_argument("--repeats", type=int, default=None,
+                      help=f"with --host: timed loops per row, >= 1 (default {host_cost.DEFAULT_REPEATS})")
+    host.add_argument("--json", default=None, metavar="PATH",
+                      help="with --host: also write the rows and checks as JSON here (default: none, print only)")
+    p.set_defaults(func=cmd_bench)
+
+
+def _tags(option: str, specs) -> list:
+    try:
+        return [parse_tag(s) for s in specs]
+    except ConfigError as e:
+        raise ConfigError(f"{option}: {e}") from None
+
+
+def cmd_bench(args) -> int:
+    # First of all: every selection in this process reads it (on every plan), and the bench decides it for its own
+    # process so that it measures the untuned heuristic unless told otherwise.
+    os.environ["PTXGEMM_TUNE_CACHE"] = tune_cache = "on" if args.use_tune_cache else "off"
+
+    if args.host:
+        return cmd_bench_host(args)
+    for dest, flag in HOST_OPTIONS:
+        if getattr(args, dest) is not None:
+            raise ConfigError(f"{flag}: only with --host")
+    if args.summarize_out and not args.summarize:
+        raise ConfigError("--summarize-out: only with --summarize")
+    if args.summarize:
+        for dest, flag in MODE_OPTIONS:
+            if getattr(args, dest) is not None:
+                raise ConfigError(f"{flag}: not with --summarize (each file records its own mode; runs of different "
+                                  f"modes are summarized apart)")
+        summary = bench_summary.summarize(bench_summary.read_runs(args.summarize))
+        print(bench_summary.format_summary(summary))
+        if args.summarize_out:
+            Path(args.summarize_out).write_text(json.dumps(summary, indent=1))
+            print(f"wrote {args.summarize_out}")
+        return 0
+    if args.rounds is not None and args.rounds < 1:
+        raise ConfigError(f"--rounds: must be >= 1, got {args.rounds}")
+    if args.name is not None and not re.fullmatch(r"[\w.-]+", args.name):
+        raise ConfigError(f"--name: letters, digits, '.', '_' or '-' only, got {args.name!r}")
+    if args.small_m and (args.shapes or args.quick):
+        raise ConfigError("--small-m: a suite of its own; not with --shapes or --quick")
+    mode = _mode(args)
+    shapes = (bench.parse_shapes(args.shapes) if args.shapes else list(bench.SMALL_M_SUITE) if args.small_m else
+              bench_modes.default_shapes(mode, args.quick, bench.default_shapes))
+    config = _tags("--config", [args.config])[0] if args.config else None
+    variants = _tags("--variants", filter(None, args.variants.split(",")))
+    rounds = args.rounds or (7 if args.quick else 25)
+    if mode.is_default:
+        return bench.run_bench(shapes, rounds, config, variants, out=args.out, name=args.name, tune_cache=tune_cache,
+                               b_major=args.b_major or "mn")
+    return bench_modes.run_mode_bench(shapes, rounds, mode, config, out=args.out, name=args.name,
+                                      tune_cache=tune_cache, b_major=args.b_major or "mn")
+
+
+def _mode(args):
+    """The comparison --in-dtype, --scaling and --epilogue ask for, and what does not combine with it (all checked
+    before the GPU)."""
+
+    mode = bench_modes.mode_from_options(args.in_dtype, args.scaling, args.epilogue)
+    if mode.is_default:
+        return mode
+    if args.variants:
+        raise ConfigError(f"--variants: only with the bf16 bench without --epilogue (this run: {mode.describe()}); "
+                          f"use --config TAG to time one fixed config")
+    if mode.fp8 and args.b_major not in (None, "k"):
+        raise ConfigError(f"--b-major: {args.b_major} with --in-dtype {mode.in_dtype}: fp8 operands are K-major only "
+                          f"(B column-major, as torch._scaled_mm takes it); leave --b-major out")
+    return mode
+
+
+def cmd_bench_host(args) -> int:
+    """`bench --host`: the options' checks (all before the GPU), host_cost.measure, the report and --json."""
+
+    for dest, flag in GPU_BENCH_OPTIONS:
+        if getattr(args, dest) not in (None, False, ""):
+            raise ConfigError(f"{flag}: not with --host (--host takes --shape, --run-shape, --calls, --repeats, "
+                              f"--json)")
+    if args.out != DEFAULT_OUT:
+        raise ConfigError("--out: not with --host (use --json PATH)")
+    shape = host_cost.parse_shape(args.shape, "--shape") if args.shape else host_cost.DEFAULT_SHAPE
+    run_shape = host_cost.parse_shape(args.run_shape, "--run-shape") if args.run_shape else host_cost.RUN_SHAPE
+    calls = host_cost.DEFAULT_CALLS if args.calls is None else args.calls
+    repeats = host_cost.DEFAULT_REPEATS if args.repeats is None else args.repeats
+    host_cost.check_counts(calls, repeats)
+    result = host_cost.measure(shape, run_shape, calls, repeats)
+    result["tune_cache"] = os.environ.get("PTXGEMM_TUNE_CACHE")
+    print(host_cost.format_report(result))
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=1))
+        print(f"wrote {args.json}")
+    return 0 if host_cost.checks_passed(result["checks"]) else 1

@@ -1,0 +1,790 @@
+"""GemmConfig: the one place where a GEMM kernel's parameters are validated and every number is derived.
+
+The templates receive `config.template_params()` and compute nothing of their own: stage count, shared-memory
+map, register split, descriptor constants, barrier ids and transaction bytes all come from here, so the
+PTX, the host launch code and the inspection report can never disagree.
+
+Shape comments use CUTLASS's convention: A is MxK, B is KxN, C = A*B is MxN.
+Operand layouts ("majors"): an operand is K-major when K is its contiguous dimension
+(A row-major (M, K); B as an (N, K) row-major array, i.e. a Fortran-ordered (K, N)), MN-major otherwise
+(B row-major (K, N): what numpy's C order gives you). wgmma reads either through its transpose bits.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import numbers
+
+import numpy as np
+
+from ..errors import ConfigError
+from . import trace_format
+from .stall_format import STALL_CODES
+
+# --- hardware limits (H100/H200, sm_90a) ------------------------------------------------------------------
+SMEM_PER_BLOCK_OPTIN = 232448      # bytes of dynamic shared memory one block may use (227 KB)
+REGISTERS_PER_SM = 65536
+WARPGROUP_THREADS = 128
+SWIZZLE_BYTES = 128                # every operand and the epilogue use TMA's 128-byte swizzle
+SWIZZLE_PERIOD = 1024              # 8 lines x 128 B: swizzled buffers start on this boundary
+WGMMA_M = 64                       # rows of one wgmma instruction
+WGMMA_K_BYTES = 32                 # one wgmma consumes 32 bytes of K: k16 of a 16-bit type, k32 of an 8-bit one
+MBARRIER_BYTES = 8
+DESC_ADDRESS_MASK = 0x3FFFF        # a GMMA descriptor encodes bits 4..17 of the shared-memory address
+MAX_STAGES = 8
+WARPS_PER_WARPGROUP = 4           # a stage is released by lane 0 of every consumer warp that read it
+CONSUMERS = 2                      # consumer warpgroups per CTA (warpgroups 1 and 2; the producer is 0)
+
+INPUT_DTYPES = ("bfloat16", "float16", "float8_e4m3fn", "float8_e5m2")
+# wgmma's name for each input type. The 8-bit ones read both operands K-major only: wgmma has no transpose for them
+# (PTX ISA, wgmma.mma_async: imm-trans-a/b exist for .f16/.bf16 alone).
+WGMMA_TYPES = {"bfloat16": "bf16", "float16": "f16", "float8_e4m3fn": "e4m3", "float8_e5m2": "e5m2"}
+FP8_DTYPES = ("float8_e4m3fn", "float8_e5m2")
+
+# --- the fused epilogue (ptxgemm/kernel/templates/fusion.ptx.j2): D = act(alpha * r[m] * c[n] * acc + beta * S + bias) ---
+ACTIVATIONS = ("relu", "gelu", "silu")      # gelu: the tanh form; None: no activation
+BIAS_AXES = ("row", "col")                  # a vector over the kernel's M (one value per row) or N (per column)
+VECTOR_DTYPES = ("float32", "bfloat16", "float16")   # bias vectors; scale vectors are float32
+PTX_FLOAT_TYPES = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}   # PTX's names (cvt, loads)
+GELU_CUBIC = 0.044715                       # the tanh form's cubic coefficient
+# Accumulators plus the fused epilogue's live values (GemmConfig.fused_registers) per consumer thread: an estimate,
+# set from ptxas 13 on pp128x192 (192 accumulators), where bias + GELU (196) compiled without spills, alpha with
+# rowwise scales (199) spilled 20 bytes and a source tile with a row bias (213) 188 bytes; configs past it are
+# refused. Under it ptxas may still spill (it hoists the column loads as far as it sees room: tests/test_epilogue.py
+# KNOWN_SPILLS), so the selection compiles its fused pick and walks past one that spills (gemm._resolve_config).
+FUSED_REGISTER_BUDGET = 196
+SCALE_BLOCK = 128                           # blockwise scaling: A's scales per 1x128, B's per 128x128 block
+
+
+def default_out_dtype(in_dtype: str) -> str:
+    """The output dtype when none is asked for: the input's own for 16-bit inputs, bfloat16 for fp8 (the kernel
+    writes no 8-bit output; bfloat16 keeps fp8's range)."""
+    return "bfloat16" if in_dtype in FP8_DTYPES else in_dtype
+OUTPUT_DTYPES = ("bfloat16", "float16", "float32")
+MAJORS = ("k", "mn")
+# The kernel's output layout: "n" stores each tile as rows of a row-major C (N contiguous); "m" stores it transposed,
+# as columns of a column-major C (M contiguous). "m" is how swap-AB writes a row-major result: the host runs
+# C^T = B^T A^T (the wide N fills wgmma's 64-row M, the small M becomes a narrow wgmma N) and the kernel stores
+# each C^T tile transposed, i.e. straight into C's rows (ptxgemm.plan.operands chooses the swap from the layout).
+C_MAJORS = ("n", "m")
+MAX_SPLITS = 16                    # split-K: k-ranges per output tile (fp32 partials, a fixed-order fix-up)
+# pingpong: each consumer owns whole tiles and the two alternate (one's epilogue under the other's mainloop);
+# cooperative: both consumers share every tile, each the half of its rows; stores overlap the next mainloop.
+SCHEDULES = ("pingpong", "cooperative")
+# Grouped rasterization (Triton's): "m" walks group_m tile-rows down before moving one column right (the CTAs running
+# at once share B's column panels and a few of A's row panels), "n" walks group_m tile-columns across first.
+# "hilbert" walks a generalized Hilbert curve over the grid of units (ptxgemm.kernel.schedule.hilbert_order), so that units
+# run at the same time stay close in both directions; the host computes the order once per grid shape and the kernel
+# reads it from a table.
+RASTERS = ("m", "n", "hilbert")
+RASTER_TAGS = {"m": "m", "n": "n", "hilbert": "h"}
+PTX_VERSION = "8.0"
+
+# Named barrier ids (bar.sync / bar.arrive). 0 is the whole CTA (init only).
+BARRIER_CTA = 0
+BARRIER_EPILOGUE_SYNC = (1, 2)     # the 128 threads of consumer 0 / 1 around their TMA store
+BARRIER_MMA_ORDER = (3, 4)         # pingpong: consumer g waits on [g] before its mainloop; the other arrives on it
+BARRIER_EPILOGUE_ORDER = (5, 6)    # pingpong: same, for the epilogue (one shared C staging buffer)
+FLAG_BYTES = 4                     # split-K: one u32 arrival counter per output tile (and consumer half)
+
+
+TAG_SCHEDULE = {"pingpong": "pp", "cooperative": "coop"}
+_DTYPE_FIELDS = ("in_dtype", "out_dtype", "b_dtype", "source_dtype", "bias_dtype")   # names, or numpy/ml_dtypes types
+
+
+@functools.cache
+def _field_types() -> tuple[tuple[str, str, bool], ...]:
+    """(name, kind, optional) of every GemmConfig field, read once from its annotations: kind "dtype" for the
+    dtype fields, else the annotated type ("int", "bool", "str")."""
+    return tuple((f.name, "dtype" if f.name in _DTYPE_FIELDS else f.type.replace(" | None", ""),
+                  f.type.endswith("| None")) for f in dataclasses.fields(GemmConfig))
+
+
+def _dtype_name(d) -> str:
+    if d is None:
+        return None
+    try:
+        hash(d)
+    except TypeError:   # unhashable: ask numpy each time
+        return _numpy_dtype_name(d)
+    return _cached_dtype_name(d)
+
+
+@functools.lru_cache(maxsize=256)
+def _cached_dtype_name(d) -> str:
+    """np.dtype(d).name once per spelling: the cost model builds a few hundred configs per selection."""
+    return _numpy_dtype_name(d)
+
+
+def _numpy_dtype_name(d) -> str:
+    try:
+        return np.dtype(d).name
+    except TypeError:
+        import ml_dtypes  # noqa: F401 - registers 'bfloat16' with numpy
+
+        return np.dtype(d).name
+
+
+def _itemsize(name: str) -> int:
+    import ml_dtypes  # noqa: F401
+
+    return np.dtype(name).itemsize
+
+
+@dataclasses.dataclass(frozen=True)
+class GemmConfig:
+    """A GEMM kernel. Everything not given is derived; invalid combinations raise ConfigError."""
+
+    block_m: int = 128            # CTA tile rows; pingpong: one consumer's, cooperative: both consumers' halves
+    block_n: int = 128            # tile columns (the wgmma N)
+    block_k: int | None = None    # K per pipeline stage: one 128-byte swizzle row (64 of a 16-bit type, 128 of fp8);
+                                  # None: derived from in_dtype
+    stages: int | None = None     # None: as many as fit in shared memory (up to MAX_STAGES); see num_stages
+    in_dtype: str = "bfloat16"
+    out_dtype: str = "bfloat16"
+    a_major: str = "k"
+    b_major: str = "mn"
+    group_m: int = 8              # rasterization: tiles walk group_m tile-rows (raster "m") or tile-columns ("n")
+    cluster_m: int = 1            # CTAs per cluster along M; 2: the pair shares B, each loads half and multicasts
+    debug: bool = False           # bounded barrier waits that report the stalled barrier (ptxgemm.runtime.debug)
+    debug_timeout_ns: int = 2_000_000_000
+    trace: bool = False           # record a per-warpgroup timeline into a device buffer (ptxgemm.tools.trace)
+    schedule: str = "pingpong"    # SCHEDULES: how the two consumer warpgroups share the tiles
+    cluster_n: int = 1            # CTAs per cluster along N; 2: the pair shares A, each loads half and multicasts
+    raster: str = "m"             # RASTERS: grouped down tile-rows ("m"), across tile-columns ("n"), or "hilbert"
+    splits: int = 1               # split-K: each output tile's k-loop cut into this many units of the schedule
+    c_major: str = "n"            # C_MAJORS: tiles stored as rows ("n") or transposed, as columns ("m"; swap-AB)
+    b_dtype: str | None = None    # B's dtype where it differs from A's (fp8 only: e4m3 x e5m2); None: in_dtype
+    # --- the fused epilogue, in the kernel's frame (rows are its M, after any swap); all off: the plain GEMM ---
+    alpha: bool = False           # multiply by the fp32 kernel parameter alpha (alpha x per-tensor scales)
+    device_scales: bool = False   # ... and by two per-tensor fp32 scales read on the device, once per consumer
+    row_scale: bool = False       # multiply row m by an fp32 vector's element m (rowwise scale of A)
+    col_scale: bool = False       # multiply column n by an fp32 vector's element n (rowwise scale of B)
+    block_scale: bool = False     # fp8 blockwise scales: each k-tile's products promoted into the fp32 accumulators
+    source_dtype: str | None = None   # add beta x S, S an M x N matrix of this dtype loaded by TMA (None: no S)
+    bias: str | None = None       # BIAS_AXES: add a vector along rows ("row": one value per row) or columns
+    bias_dtype: str = "float32"   # VECTOR_DTYPES: the bias vector's dtype
+    activation: str | None = None  # ACTIVATIONS, after the bias, before the output cast
+    col_pairs: bool = False       # column vectors read two adjacent values per load: the host saw each aligned to two
+    #                               elements and N even (Epilogue.config_fields); off for a config without one
+
+    def __post_init__(self):
+        self._check_types()
+        for name in _DTYPE_FIELDS:
+            object.__setattr__(self, name, _dtype_name(getattr(self, name)))
+        b_dtype = self.b_dtype
+        object.__setattr__(self, "b_dtype", None if b_dtype == self.in_dtype else b_dtype)   # one spelling of "same"
+        # one spelling of "no column vector to pair" (the plain GEMM's PTX stays byte-identical)
+        object.__setattr__(self, "col_pairs", bool(self.col_pairs and (self.col_scale or self.bias == "col")))
+        if self.block_k is None and self.in_dtype in INPUT_DTYPES:
+            object.__setattr__(self, "block_k", SWIZZLE_BYTES // self.in_itemsize)
+        self._validate()
+        if self.stages is not None and self.stages > self._max_stages():
+            raise ConfigError(f"stages: {self.stages} stages of {self.stage_bytes} B plus the {self.epilogue_bytes} B "
+                              f"epilogue buffer exceed {SMEM_PER_BLOCK_OPTIN} B of shared memory "
+                              f"(at most {self._max_stages()})")
+
+    # --- validation ------------------------------------------------------------------------------------
+    def _check_types(self):
+        """Each field's type, before any rule formats or compares it: whole numbers (not bools), bools, strings,
+        dtypes (anything numpy reads as one), each optional where its default is None (_FIELD_TYPES)."""
+        for name, kind, optional in _field_types():
+            value = getattr(self, name)
+            if value is None and optional:
+                continue
+            if kind == "dtype":
+                try:
+                    _dtype_name(value)
+                    continue
+                except TypeError:
+                    ok = False
+            elif kind == "int":
+                ok = type(value) is int or (isinstance(value, numbers.Integral)
+                                            and not isinstance(value, (bool, np.bool_)))
+            elif kind == "bool":
+                ok = isinstance(value, (bool, np.bool_))
+            else:
+                ok = isinstance(value, str)
+            if not ok:
+                what = {"dtype": "a dtype", "int": "a whole number", "bool": "True or False"}.get(kind, "a string")
+                raise ConfigError(f"{name}: must be {what}{' or None' if optional else ''}, got "
+                                  f"{type(value).__name__} {value!r}")
+            if kind == "int" and type(value) is not int:
+                object.__setattr__(self, name, int(value))
+
+    def _validate(self):
+        if self.in_dtype not in INPUT_DTYPES:
+            raise ConfigError(f"in_dtype: must be one of {INPUT_DTYPES}, got {self.in_dtype}")
+        if self.out_dtype not in OUTPUT_DTYPES:
+            raise ConfigError(f"out_dtype: must be one of {OUTPUT_DTYPES}, got {self.out_dtype}")
+        if self.a_major not in MAJORS or self.b_major not in MAJORS:
+            raise ConfigError(f"a_major/b_major: must be one of {MAJORS}, got {self.a_major!r}/{self.b_major!r}")
+        if self.fp8 and (self.a_major, self.b_major) != ("k", "k"):
+            raise ConfigError(f"a_major/b_major: {self.in_dtype} operands must both be K-major (wgmma reads 8-bit "
+                              f"types only K-major), got A {self.a_major}-major, B {self.b_major}-major")
+        if self.schedule not in SCHEDULES:
+            raise ConfigError(f"schedule: must be one of {SCHEDULES}, got {self.schedule!r}")
+        allowed_m = (64, 128) if self.schedule == "pingpong" else (128, 256)
+        if self.block_m not in allowed_m:
+            raise ConfigError(f"block_m: the {self.schedule} schedule takes {allowed_m[0]} or {allowed_m[1]} (each "
+                              f"consumer one or two m64 wgmma rows), got {self.block_m}")
+        if self.trace and self.schedule != "pingpong":
+            raise ConfigError("trace: only the pingpong schedule records a timeline so far (ptxgemm.tools.trace's summary "
+                              "models its alternation); trace the cooperative schedule later")
+        if self.block_n % 16 or not 16 <= self.block_n <= 256:
+            raise ConfigError(f"block_n: must be a multiple of 16 in 16..256 (the epilogue stores 16-column blocks; "
+                              f"a last output panel narrower than 64 columns goes out through its own tensor map), "
+                              f"got {self.block_n}")
+        if not isinstance(self.splits, int) or not 1 <= self.splits <= MAX_SPLITS:
+            raise ConfigError(f"splits: must be an integer in 1..{MAX_SPLITS} (k-ranges per output tile), "
+                              f"got {self.splits!r}")
+        if self.c_major not in C_MAJORS:
+            raise ConfigError(f"c_major: must be one of {C_MAJORS}, got {self.c_major!r}")
+        if self.c_major == "m" and self.cooperative:
+            raise ConfigError("c_major: the transposed (column) store is built for the pingpong schedule, whose "
+                              "epilogue writes the whole tile at once; use schedule='pingpong'")
+        if (self.splits > 1 or self.c_major == "m") and self.cluster_size > 1:
+            raise ConfigError("splits, c_major: split-K and the transposed store run on single CTAs (cluster_m and "
+                              "cluster_n 1): they are for problems with too few tiles to pair")
+        if self.block_k * self.in_itemsize != SWIZZLE_BYTES:
+            raise ConfigError(f"block_k: one stage holds one {SWIZZLE_BYTES}-byte swizzle row of K "
+                              f"({SWIZZLE_BYTES // self.in_itemsize} elements of {self.in_dtype}), got {self.block_k}")
+        if self.acc_registers > 192:
+            raise ConfigError(f"block_m x block_n: {self.block_m}x{self.block_n} needs {self.acc_registers} fp32 "
+                              f"accumulator registers per thread; at most 192 fit beside addresses in 240")
+        if self.stages is not None and not 2 <= self.stages <= MAX_STAGES:
+            raise ConfigError(f"stages: must be in 2..{MAX_STAGES}, got {self.stages}")
+        if not 1 <= self.group_m <= 64:
+            raise ConfigError(f"group_m: must be in 1..64, got {self.group_m}")
+        if self.cluster_m not in (1, 2):
+            raise ConfigError(f"cluster_m: must be 1 or 2, got {self.cluster_m}")
+        if self.cluster_m == 2 and self.block_n % 128:
+            raise ConfigError(f"cluster_m: 2 splits B's 64-column panels evenly between the pair, so block_n must be "
+                              f"a multiple of 128, got {self.block_n}")
+        if self.cluster_n not in (1, 2):
+            raise ConfigError(f"cluster_n: must be 1 or 2, got {self.cluster_n}")
+        if self.cluster_n == 2 and self.block_m % 128:
+            raise ConfigError(f"cluster_n: 2 splits A's 64-row panels evenly between the pair, so block_m must be "
+                              f"a multiple of 128, got {self.block_m}")
+        if self.cluster_m > 1 and self.cluster_n > 1:
+            raise ConfigError("cluster_m, cluster_n: a cluster pairs CTAs along M (sharing B) or along N (sharing A), "
+                              "not both")
+        if self.raster not in RASTERS:
+            raise ConfigError(f"raster: must be one of {RASTERS}, got {self.raster!r}")
+        self._validate_epilogue()
+        if self._max_stages() < 2:
+            raise ConfigError(f"block_m x block_n: {self.block_m}x{self.block_n} leaves room for fewer than 2 stages"
+                              + (f" beside the {self.source_bytes} B source tile" if self.source_bytes else ""))
+
+    def _validate_epilogue(self):
+        if self.b_dtype is not None and self.b_dtype != self.in_dtype:
+            if not (self.fp8 and self.b_dtype in FP8_DTYPES):
+                raise ConfigError(f"b_dtype: A and B may differ only as two fp8 types (e4m3 x e5m2), got "
+                                  f"{self.in_dtype} x {self.b_dtype}")
+        if self.activation is not None and self.activation not in ACTIVATIONS:
+            raise ConfigError(f"activation: must be None or one of {ACTIVATIONS}, got {self.activation!r}")
+        if self.bias is not None and self.bias not in BIAS_AXES:
+            raise ConfigError(f"bias: must be None or one of {BIAS_AXES}, got {self.bias!r}")
+        if self.bias_dtype not in VECTOR_DTYPES:
+            raise ConfigError(f"bias_dtype: must be one of {VECTOR_DTYPES}, got {self.bias_dtype}")
+        if self.source_dtype is not None:
+            if self.source_dtype not in OUTPUT_DTYPES:
+                raise ConfigError(f"source_dtype: the added matrix must be one of {OUTPUT_DTYPES}, got "
+                                  f"{self.source_dtype}")
+            if self.transposed_store or self.split_k:
+                raise ConfigError("source_dtype: the source tile is loaded as rows of the output tile, once per "
+                                  "tile: not with the transposed store or split-K")
+            if self.block_n % self.src_panel_cols:
+                raise ConfigError(f"source_dtype: block_n ({self.block_n}) must be a whole number of the source's "
+                                  f"{self.src_panel_cols}-column (128-byte) panels")
+        if self.fused and self.acc_registers + self.fused_registers > FUSED_REGISTER_BUDGET:
+            raise ConfigError(f"block_m x block_n: {self.consumer_m}x{self.block_n} per consumer keeps "
+                              f"{self.acc_registers} accumulators, and this epilogue ({self.epilogue_summary()}) "
+                              f"{self.fused_registers} more live values: over {FUSED_REGISTER_BUDGET}, it would spill")
+        if self.block_scale:
+            if not self.fp8:
+                raise ConfigError(f"block_scale: blockwise scaling is for fp8 inputs (one k-tile is one "
+                                  f"{SCALE_BLOCK}-wide scale block), got {self.in_dtype}")
+            if SCALE_BLOCK % self.block_n or self.split_k or self.transposed_store:
+                raise ConfigError(f"block_scale: block_n must divide {SCALE_BLOCK} (one B scale per tile and "
+                                  f"k-tile), without split-K or the transposed store; got {self.block_n}")
+            if 2 * self.acc_registers > 192:
+                raise ConfigError(f"block_scale: {self.consumer_m}x{self.block_n} per consumer needs "
+                                  f"{2 * self.acc_registers} accumulator registers (the k-tile's products beside "
+                                  f"the promoted sums); at most 192")
+            if self.row_scale or self.col_scale:
+                raise ConfigError("block_scale: rowwise scales do not combine with blockwise ones (fold them into "
+                                  "the block scales)")
+
+    # --- sizes -----------------------------------------------------------------------------------------
+    @property
+    def in_itemsize(self) -> int:
+        return _itemsize(self.in_dtype)
+
+    @property
+    def out_itemsize(self) -> int:
+        return _itemsize(self.out_dtype)
+
+    @property
+    def cooperative(self) -> bool:
+        return self.schedule == "cooperative"
+
+    @property
+    def consumer_m(self) -> int:
+        """Rows of the tile one consumer computes: the whole tile (pingpong) or its half (cooperative)."""
+        return self.block_m // CONSUMERS if self.cooperative else self.block_m
+
+    @property
+    def consumers_per_tile(self) -> int:
+        return CONSUMERS if self.cooperative else 1
+
+    @property
+    def m_halves(self) -> int:
+        """wgmma row blocks (m64) per consumer tile, each with its own accumulator registers."""
+        return self.consumer_m // WGMMA_M
+
+    @property
+    def k_steps(self) -> int:
+        """wgmma instructions along K per stage (WGMMA_K_BYTES each)."""
+        return self.block_k * self.in_itemsize // WGMMA_K_BYTES
+
+    @property
+    def mma_k(self) -> int:
+        """K of one wgmma instruction: 16 for 16-bit inputs, 32 for fp8."""
+        return WGMMA_K_BYTES // self.in_itemsize
+
+    @property
+    def fp8(self) -> bool:
+        return self.in_dtype in FP8_DTYPES
+
+    @property
+    def acc_registers(self) -> int:
+        """fp32 accumulator registers per consumer thread: consumer_m*block_n / 128."""
+        return self.consumer_m * self.block_n // WARPGROUP_THREADS
+
+    @property
+    def acc_per_half(self) -> int:
+        return self.block_n // 2
+
+    @property
+    def a_stage_bytes(self) -> int:
+        return self.block_m * self.block_k * self.in_itemsize
+
+    @property
+    def b_panels(self) -> int:
+        """64-column panels an MN-major B tile is loaded as (one TMA box each); the last is loaded whole even when
+        block_n is not a multiple of 64, and wgmma reads only its first block_n % 64 columns."""
+        return -(-self.block_n // 64)
+
+    @property
+    def b_stage_bytes(self) -> int:
+        rows = self.b_panels * 64 if self.b_major == "mn" else self.block_n
+        return rows * self.block_k * self.in_itemsize
+
+    @property
+    def b_rows_per_cta(self) -> int:
+        """N extent of the B box each CTA of a cluster loads (and multicasts to the whole cluster)."""
+        return self.block_n // self.cluster_m
+
+    @property
+    def a_rows_per_cta(self) -> int:
+        """M extent of the A box each CTA of a cluster loads (and, with cluster_n 2, multicasts to the pair)."""
+        return self.block_m // self.cluster_n
+
+    @property
+    def cluster_size(self) -> int:
+        """CTAs per cluster: cluster_m x cluster_n (one of them is 1)."""
+        return self.cluster_m * self.cluster_n
+
+    @property
+    def empty_arrivals(self) -> int:
+        """Arrivals that release a stage: lane 0 of every consumer warp that read it (one consumer's 4 in pingpong,
+        both consumers' 8 in cooperative), in every CTA whose smem the stage's multicast writes (with a cluster,
+        the peer's producer refills our stage too)."""
+        return WARPS_PER_WARPGROUP * self.consumers_per_tile * self.cluster_size
+
+    @property
+    def consumer_a_offset(self) -> int:
+        """Bytes from a stage's A tile to the rows consumer 1 reads (cooperative; 0 in pingpong): consumer_m rows,
+        i.e. m_halves m64 row blocks of the operand's layout (K-major: 64 lines of 128 B; MN-major: one panel)."""
+        if not self.cooperative:
+            return 0
+        return self.m_halves * (self.descriptor_consts(self.a_major)["half_step"] << 4)
+
+    @property
+    def stage_bytes(self) -> int:
+        """Bytes one stage's TMA loads deliver: the full boxes, even where they hang past the matrix (zero fill)."""
+        return self.a_stage_bytes + self.b_stage_bytes
+
+    @property
+    def epi_panel_cols(self) -> int:
+        """Output columns per 128-byte swizzle panel of the C staging buffer (64 for 16-bit, 32 for fp32)."""
+        return SWIZZLE_BYTES // self.out_itemsize
+
+    @property
+    def transposed_store(self) -> bool:
+        return self.c_major == "m"
+
+    @property
+    def epi_panels(self) -> int:
+        """Output panels per tile: along N, the last one possibly a narrower tail (epi_tail_cols); with the
+        transposed store, along the consumer's M (a whole number: block_m is a multiple of 64)."""
+        if self.transposed_store:
+            return self.consumer_m // self.epi_panel_cols
+        return -(-self.block_n // self.epi_panel_cols)
+
+    @property
+    def epi_tail_cols(self) -> int:
+        """Columns of the last output panel when block_n is not a whole number of panels (0: no tail). The tail is
+        staged unswizzled, rows of epi_tail_bytes, and stored through a second tensor map whose box is that narrow:
+        a full-width box would overwrite the next tile's columns."""
+        return 0 if self.transposed_store else self.block_n % self.epi_panel_cols
+
+    @property
+    def epi_tail_bytes(self) -> int:
+        return self.epi_tail_cols * self.out_itemsize
+
+    @property
+    def epi_panel_bytes(self) -> int:
+        """One panel, one TMA store box: consumer_m rows x 128 B; transposed, block_n rows (of C^T's columns, i.e.
+        of C's rows) x 128 B of M."""
+        return (self.block_n if self.transposed_store else self.consumer_m) * SWIZZLE_BYTES
+
+    @property
+    def epi_box_rows(self) -> int:
+        """Rows of one store box: the consumer's M rows, or (transposed) the tile's N columns."""
+        return self.block_n if self.transposed_store else self.consumer_m
+
+    @property
+    def epi_slots(self) -> int:
+        """Panel slots of staging per consumer. Pingpong: the whole tile (one buffer the consumers take turns
+        with). Cooperative: as many as fit beside the stages, a divisor of epi_panels so that panel p always
+        goes to slot p % epi_slots; a slot is rewritten only once the store that read it last is done."""
+        if not self.cooperative:
+            return self.epi_panels
+        return self._cooperative_slots(self.num_stages)
+
+    def _cooperative_slots(self, stages: int) -> int:
+        room = SMEM_PER_BLOCK_OPTIN - self.barrier_bytes - self.source_bytes - stages * self.stage_bytes
+        fit = room // (CONSUMERS * self.epi_panel_bytes)
+        return max((d for d in range(1, self.epi_panels + 1) if self.epi_panels % d == 0 and d <= fit), default=0)
+
+    @property
+    def epilogue_bytes(self) -> int:
+        """C staging. Pingpong: one buffer of the whole tile, shared by both consumers in turn (the epilogue order
+        barrier serialises them). Cooperative: epi_slots panels per consumer, consumer g's after consumer 0's."""
+        if not self.cooperative:
+            return self.epi_panels * self.epi_panel_bytes
+        return CONSUMERS * self.epi_slots * self.epi_panel_bytes
+
+    @property
+    def consumer_staging_bytes(self) -> int:
+        """Bytes from consumer 0's staging to consumer 1's (cooperative); 0 in pingpong, where they share it."""
+        return self.epi_slots * self.epi_panel_bytes if self.cooperative else 0
+
+    @property
+    def barrier_bytes(self) -> int:
+        # full[] and empty[], sized for the largest ring; the source tile's full and empty
+        return 2 * MAX_STAGES * MBARRIER_BYTES + (2 * MBARRIER_BYTES if self.has_source else 0)
+
+    # --- the fused epilogue -------------------------------------------------------------------------------
+    @property
+    def has_source(self) -> bool:
+        return self.source_dtype is not None
+
+    @property
+    def fused(self) -> bool:
+        """Whether the epilogue does more than cast the accumulators (fusion.ptx.j2's `apply` is emitted)."""
+        return bool(self.alpha or self.device_scales or self.row_scale or self.col_scale or self.has_source
+                    or self.bias or self.activation)
+
+    @property
+    def fused_registers(self) -> int:
+        """Values the fused epilogue keeps live beside the accumulators (fusion.ptx.j2): two per row block for each
+        row vector, two for each column vector, the source's eight values per row block (16 columns of each), four
+        packed registers and its address, alpha, and the activation's two temporaries."""
+        row_vectors = int(self.row_scale) + int(self.bias == "row")
+        col_vectors = int(self.col_scale) + int(self.bias == "col")
+        return (2 * self.m_halves * row_vectors + 2 * col_vectors + (8 * self.m_halves + 6 if self.has_source else 0)
+                + int(self.alpha or self.device_scales) + (2 if self.activation else 0))
+
+    @property
+    def b_type(self) -> str:
+        return self.b_dtype or self.in_dtype
+
+    @property
+    def src_itemsize(self) -> int:
+        return _itemsize(self.source_dtype) if self.has_source else 0
+
+    @property
+    def src_panel_cols(self) -> int:
+        """Source columns per 128-byte swizzle panel (one TMA box of block_m rows)."""
+        return SWIZZLE_BYTES // self.src_itemsize
+
+    @property
+    def src_panels(self) -> int:
+        return self.block_n // self.src_panel_cols
+
+    @property
+    def src_panel_bytes(self) -> int:
+        """One source panel: the whole tile's block_m rows (both consumers' halves in cooperative) x 128 B."""
+        return self.block_m * SWIZZLE_BYTES
+
+    @property
+    def source_bytes(self) -> int:
+        """The source tile's buffer: one tile, loaded by the producer once the tile's k-tiles are issued."""
+        return self.src_panels * self.src_panel_bytes if self.has_source else 0
+
+    @property
+    def source_readers(self) -> int:
+        """Arrivals that free the source buffer: every thread of the consumers that read it (each after its own
+        shared-memory loads)."""
+        return WARPGROUP_THREADS * self.consumers_per_tile
+
+    @property
+    def num_stages(self) -> int:
+        """Pipeline depth: `stages` if given, else as many stages as shared memory holds."""
+        return self.stages if self.stages is not None else self._max_stages()
+
+    def _max_stages(self) -> int:
+        # the cooperative epilogue makes do with one panel slot per consumer; stages come first
+        least_epilogue = (CONSUMERS * self.epi_panel_bytes if self.cooperative
+                          else self.epi_panels * self.epi_panel_bytes)
+        room = SMEM_PER_BLOCK_OPTIN - least_epilogue - self.source_bytes - self.barrier_bytes
+        return min(MAX_STAGES, room // self.stage_bytes)
+
+    # --- split-K -----------------------------------------------------------------------------------------
+    @property
+    def split_k(self) -> bool:
+        return self.splits > 1
+
+    @property
+    def partial_bytes(self) -> int:
+        """One consumer's fp32 partial tile in the workspace: its accumulators, stored as [quad][thread] float4s so
+        that a warp's 32 lanes write (and the fix-up reads) 512 contiguous bytes per instruction."""
+        return self.acc_registers * WARPGROUP_THREADS * 4
+
+    @property
+    def partial_quads(self) -> int:
+        """float4 stores per thread per partial tile."""
+        return self.acc_registers // 4
+
+    # --- shared-memory map (byte offsets from the 1024-aligned dynamic smem base) -------------------------
+    @property
+    def smem_a(self) -> int:
+        return 0
+
+    @property
+    def smem_b(self) -> int:
+        return self.num_stages * self.a_stage_bytes
+
+    @property
+    def smem_c(self) -> int:
+        return self.smem_b + self.num_stages * self.b_stage_bytes
+
+    @property
+    def smem_source(self) -> int:
+        return self.smem_c + self.epilogue_bytes
+
+    @property
+    def smem_full(self) -> int:
+        return self.smem_source + self.source_bytes
+
+    @property
+    def smem_empty(self) -> int:
+        return self.smem_full + self.num_stages * MBARRIER_BYTES
+
+    @property
+    def smem_src_full(self) -> int:
+        """The source tile's barriers (with a source): full, then empty, after the ring's."""
+        return self.smem_empty + self.num_stages * MBARRIER_BYTES
+
+    @property
+    def smem_bytes(self) -> int:
+        return self.smem_src_full + (2 * MBARRIER_BYTES if self.has_source else 0)
+
+    # --- registers -------------------------------------------------------------------------------------
+    @property
+    def threads(self) -> int:
+        return 3 * WARPGROUP_THREADS  # producer + two consumers
+
+    @property
+    def register_split(self) -> tuple[int, int]:
+        """(producer, consumer) registers per thread after setmaxnreg (CUTLASS's pingpong rule)."""
+        return (24, 240) if self.acc_registers >= 208 else (40, 232)
+
+    @property
+    def entry_registers(self) -> int:
+        """What ptxas gives every thread at entry with .maxntid 384 and 1 CTA/SM: 65536/384 rounded down to 8."""
+        return REGISTERS_PER_SM // self.threads // 8 * 8
+
+    # --- wgmma descriptors -----------------------------------------------------------------------------
+    def descriptor_consts(self, major: str) -> dict:
+        """Constant parts of a 128B-swizzled GMMA shared-memory descriptor for one operand tile.
+
+        K-major tile: rows of one 128-byte K line each; SBO = 8 rows x 128 B; LBO unused (1).
+          k16 step: +32 B. m64 half h: +h*64*128 B.
+        MN-major tile: panels of 64 MN-elements (128 B) x block_k rows of K, one TMA box each;
+          SBO = 8 K-rows x 128 B (next 8 K), LBO = one panel (next 64 MN-elements).
+          k16 step: +16 rows x 128 B. m64 half h: +h panels.
+        """
+        line = SWIZZLE_BYTES
+        if major == "k":
+            lbo, sbo = 16, 8 * line
+            k_step, half_step = WGMMA_K_BYTES, WGMMA_M * line
+        else:
+            panel = self.block_k * line
+            lbo, sbo = panel, 8 * line
+            k_step, half_step = (WGMMA_K_BYTES // self.in_itemsize) * line, panel
+        layout_128b = 1
+        hi = (layout_128b << 30) | (sbo >> 4)       # bits 62-63 layout, bits 32-45 SBO
+        lo_const = (lbo >> 4) << 16                  # bits 16-29 LBO; bits 0-13 take (address >> 4)
+        return {"hi": hi, "lo": lo_const, "k_step": k_step >> 4, "half_step": half_step >> 4}
+
+    # --- what the templates get --------------------------------------------------------------------------
+    def template_params(self) -> dict:
+        producer_regs, consumer_regs = self.register_split
+        return {
+            "template_name": "gemm.ptx.j2",
+            "summary": self.describe(),
+            "ptx_version": PTX_VERSION,
+            "cfg": self,
+            "threads": self.threads,
+            "consumer_release_arrivals": self.empty_arrivals,
+            "producer_regs": producer_regs,
+            "consumer_regs": consumer_regs,
+            "desc_address_mask": DESC_ADDRESS_MASK,
+            "desc_a_consts": self.descriptor_consts(self.a_major),
+            "desc_b_consts": self.descriptor_consts(self.b_major),
+            "trans_a": int(self.a_major == "mn"),
+            "trans_b": int(self.b_major == "mn"),
+            "a_type": WGMMA_TYPES[self.in_dtype],
+            "b_type": WGMMA_TYPES[self.b_type],
+            "debug": self.debug,
+            "stall_codes": STALL_CODES,
+            "debug_timeout_ns": self.debug_timeout_ns,
+            "bar_cta": BARRIER_CTA,
+            "bar_epi_sync": BARRIER_EPILOGUE_SYNC,
+            "bar_mma_order": BARRIER_MMA_ORDER,
+            "bar_epi_order": BARRIER_EPILOGUE_ORDER,
+            "mbarrier_bytes": MBARRIER_BYTES,
+            "flag_bytes": FLAG_BYTES,
+            "quad_stride": WARPGROUP_THREADS * 16,
+            "scale_block": SCALE_BLOCK,
+            "ptx_float": PTX_FLOAT_TYPES,
+            "float_bytes": {name: _itemsize(name) for name in PTX_FLOAT_TYPES},
+            "gelu_cubic": GELU_CUBIC,
+            "sqrt_2_over_pi": math.sqrt(2.0 / math.pi),
+            "minus_log2e": -1.0 / math.log(2.0),
+            "trace_codes": trace_format.CODES,
+            "trace_roles": trace_format.ROLES,
+            "trace_record_bytes": trace_format.RECORD_BYTES,
+            "trace_header_entry_bytes": trace_format.HEADER_ENTRY_BYTES,
+        }
+
+    def describe(self) -> str:
+        return (f"{self.schedule} GEMM {self.block_m}x{self.block_n}x{self.block_k}, {self.num_stages} stages, "
+                + (f"cluster {self.cluster_m}x1 (B multicast), " if self.cluster_m > 1 else "")
+                + (f"cluster 1x{self.cluster_n} (A multicast), " if self.cluster_n > 1 else "")
+                + (f"raster {self.raster}, " if self.raster != GemmConfig.raster else "")
+                + (f"split-K {self.splits}, " if self.split_k else "")
+                + ("C stored transposed (swap-AB), " if self.transposed_store else "")
+                + (f"{self.in_dtype}->{self.out_dtype}" if self.b_type == self.in_dtype else
+                   f"{self.in_dtype} x {self.b_type}->{self.out_dtype}")
+                + f", A {self.a_major}-major, B {self.b_major}-major"
+                + (f", epilogue {self.epilogue_summary()}" if self.fused or self.block_scale else "")
+                + (", DEBUG waits" if self.debug else "") + (", traced" if self.trace else ""))
+
+    def epilogue_summary(self) -> str:
+        """The fused epilogue as a formula, e.g. 'gelu(alpha*acc*r[m]*c[n] + beta*S(bfloat16) + bias[n])'."""
+        v = "acc" + ("[blockwise scaled]" if self.block_scale else "")
+        v = ("alpha*" if self.alpha else "") + ("s_a*s_b*" if self.device_scales else "") + v + ("*r[m]" if self.row_scale else "") + ("*c[n]" if self.col_scale else "")
+        if self.has_source:
+            v += f" + beta*S({self.source_dtype})"
+        if self.bias:
+            v += f" + bias[{'m' if self.bias == 'row' else 'n'}]({self.bias_dtype})"
+        v = f"{self.activation}({v})" if self.activation else v
+        return v + (", column vectors read in pairs" if self.col_pairs else "")
+
+    @property
+    def kernel_name(self) -> str:
+        return f"gemm_{self.schedule}"
+
+    # --- short names (bench rows, tune cache, CLI) --------------------------------------------------------
+    @property
+    def tag(self) -> str:
+        """The tile choice in a few characters: 'pp128x128', 'coop256x128c2' (cluster_m 2), 'coop128x256cn2'
+        (cluster_n 2), 'pp128x192g16rns5' (group 16, raster n, 5 stages), 'pp64x128k4' (split-K 4), 'pp128x16t'
+        (transposed store: swap-AB). Dtypes, layouts, debug and trace are not part of it (the operands decide
+        those)."""
+        return self._tag(with_splits=True)
+
+    def _tag(self, with_splits: bool) -> str:
+        t = f"{TAG_SCHEDULE[self.schedule]}{self.block_m}x{self.block_n}"
+        if self.transposed_store:
+            t += "t"
+        if self.cluster_m > 1:
+            t += f"c{self.cluster_m}"
+        if self.cluster_n > 1:
+            t += f"cn{self.cluster_n}"
+        if self.group_m != GemmConfig.group_m:
+            t += f"g{self.group_m}"
+        if self.raster != GemmConfig.raster:
+            t += f"r{RASTER_TAGS[self.raster]}"
+        if self.split_k and with_splits:
+            t += f"k{self.splits}"
+        if self.stages is not None:
+            t += f"s{self.stages}"
+        return t
+
+    @property
+    def tile_tag(self) -> str:
+        """The tag without the split count: what the cost model's per-tile tables are keyed by."""
+        return self._tag(with_splits=False)
+
+    @classmethod
+    def from_tag(cls, tag: str, **fields) -> "GemmConfig":
+        """The config a tag names, with `fields` (dtypes, majors, ...) added; ConfigError on a malformed tag."""
+        import re
+
+        m = re.fullmatch(r"(pp|coop)(\d+)x(\d+)(t)?(?:c(\d+))?(?:cn(\d+))?(?:g(\d+))?(?:r([mnh]))?(?:k(\d+))?"
+                         r"(?:s(\d+))?", tag.strip())
+        if m is None:
+            raise ConfigError(f"config tag: {tag!r} is not <pp|coop><block_m>x<block_n>[t][c<cluster_m>][cn<cluster_n>]"
+                              f"[g<group_m>][r<m|n|h>][k<splits>][s<stages>], e.g. pp128x128, coop256x128c2, "
+                              f"pp64x128k4 or pp128x16tk4")
+        kw = {"schedule": {v: k for k, v in TAG_SCHEDULE.items()}[m[1]], "block_m": int(m[2]), "block_n": int(m[3])}
+        if m[4]:
+            kw["c_major"] = "m"
+        m = [None, *m.groups()[:3], *m.groups()[4:]]   # the fields below keep their numbers
+        if m[4]:
+            kw["cluster_m"] = int(m[4])
+        if m[5]:
+            kw["cluster_n"] = int(m[5])
+        if m[6]:
+            kw["group_m"] = int(m[6])
+        if m[7]:
+            kw["raster"] = {v: k for k, v in RASTER_TAGS.items()}[m[7]]
+        if m[8]:
+            kw["splits"] = int(m[8])
+        if m[9]:
+            kw["stages"] = int(m[9])
+        return cls(**{**kw, **fields})
+
+    def report_extras(self) -> dict:
+        producer_regs, consumer_regs = self.register_split
+        return {
+            "config": dataclasses.asdict(self),
+            "stages": self.num_stages,
+            "smem_bytes": self.smem_bytes,
+            "smem_map": {"a": self.smem_a, "b": self.smem_b, "c": self.smem_c, "source": self.smem_source,
+                         "full_barriers": self.smem_full, "empty_barriers": self.smem_empty,
+                         "source_barriers": self.smem_src_full, "end": self.smem_bytes},
+            "stage_bytes": self.stage_bytes,
+            "epilogue_bytes": self.epilogue_bytes,
+            "threads": self.threads,
+            "registers": {"entry": self.entry_registers, "producer_after_setmaxnreg": producer_regs,
+                          "consumer_after_setmaxnreg": consumer_regs, "accumulators_per_consumer_thread":
+                          self.acc_registers},
+        }

@@ -1,0 +1,171 @@
+"""The static persistent schedule in Python: which output tiles each CTA and each consumer runs.
+
+ptxgemm/kernel/templates/scheduler.ptx.j2 walks the tiles in the kernel; this module answers the same questions on the host,
+without a GPU, so tests can prove that a case exercises the pingpong (every consumer of every CTA runs several
+tiles) and tools can report grid, waves and tiles per consumer.
+
+The unit of the schedule is a cluster (a single CTA when cluster_m and cluster_n are 1): cluster b of G walks units
+b, b+G, b+2G, ...; in the pingpong schedule consumer 0 takes the even steps, consumer 1 the odd ones; in the
+cooperative one both consumers take every step (each half of the tile). Every CTA of a cluster runs the same
+steps (on adjacent tile rows), so per-consumer counts are per cluster.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+CONSUMERS = 2
+
+
+@dataclasses.dataclass(frozen=True)
+class Schedule:
+    """The tile walk of one launch: problem tiles, grid and what each consumer gets."""
+
+    tiles_m: int          # tile rows of the problem
+    tiles_n: int          # tile columns
+    k_tiles: int          # k-tiles per output tile (every tile has the same count)
+    cluster_m: int        # CTAs per cluster along M (adjacent tile rows)
+    clusters: int         # launched clusters (grid = clusters * cluster_m * cluster_n CTAs)
+    schedule: str = "pingpong"
+    cluster_n: int = 1    # CTAs per cluster along N (adjacent tile columns)
+    batches: int = 1      # problems in the batch: units are numbered problem by problem
+    splits: int = 1       # split-K: units per output tile, each over k_tiles k-tiles of its own range
+
+    @property
+    def work_tiles(self) -> int:
+        """Output tiles (of clusters) of the whole launch, every problem's."""
+        return self.batch_units * self.batches
+
+    @property
+    def cluster_rows(self) -> int:
+        """Tile rows of clusters: the kernel's `param_tiles_m` (= tile rows when cluster_m is 1)."""
+        return math.ceil(self.tiles_m / self.cluster_m)
+
+    @property
+    def cluster_cols(self) -> int:
+        """Tile columns of clusters: the kernel's `param_tiles_n` (= tile columns when cluster_n is 1)."""
+        return math.ceil(self.tiles_n / self.cluster_n)
+
+    @property
+    def batch_units(self) -> int:
+        """Scheduler steps of one problem: cluster columns x cluster rows."""
+        return self.cluster_rows * self.cluster_cols
+
+    @property
+    def units(self) -> int:
+        """Scheduler steps of the whole launch: every problem's units, problem after problem; with split-K each
+        output tile is `splits` consecutive units."""
+        return self.batch_units * self.batches * self.splits
+
+    @property
+    def grid(self) -> int:
+        return self.clusters * self.cluster_m * self.cluster_n
+
+    def consumer_tiles(self, cluster: int, consumer: int) -> int:
+        """Tiles consumer `consumer` of every CTA of cluster `cluster` runs: steps cluster + (consumer + 2j)·G in
+        pingpong, every step cluster + j·G in cooperative (the consumer computes half of each)."""
+        if self.schedule == "cooperative":
+            return 0 if cluster >= self.units else (self.units - 1 - cluster) // self.clusters + 1
+        first = cluster + consumer * self.clusters
+        return 0 if first >= self.units else (self.units - 1 - first) // (CONSUMERS * self.clusters) + 1
+
+    @property
+    def min_tiles_per_consumer(self) -> int:
+        """The fewest tiles any consumer of any CTA runs (the last cluster's consumer 1 has the fewest)."""
+        return self.consumer_tiles(self.clusters - 1, CONSUMERS - 1)
+
+    @property
+    def max_tiles_per_consumer(self) -> int:
+        return self.consumer_tiles(0, 0)
+
+    @property
+    def waves(self) -> float:
+        """Scheduler steps per cluster: how many tiles each CTA runs, on average."""
+        return self.units / self.clusters
+
+    @property
+    def ring_passes(self) -> int:
+        """How many k-tiles one CTA's producer loads: the running ring position at the end of its walk."""
+        return math.ceil(self.units / self.clusters) * self.k_tiles
+
+    def describe(self) -> dict:
+        return {"tiles_m": self.tiles_m, "tiles_n": self.tiles_n, "k_tiles": self.k_tiles, "batches": self.batches,
+                "splits": self.splits,
+                "grid": self.grid,
+                "clusters": self.clusters, "waves": round(self.waves, 3),
+                "tiles_per_consumer": [self.min_tiles_per_consumer, self.max_tiles_per_consumer]}
+
+
+def plan_for(config, m: int, n: int, k: int, sm_count: int, ctas: int | None = None, batches: int = 1) -> Schedule:
+    """plan_schedule with every field taken from a GemmConfig."""
+    return plan_schedule(m, n, k, config.block_m, config.block_n, config.block_k, config.cluster_m, sm_count, ctas,
+                         config.schedule, config.cluster_n, batches, config.splits)
+
+
+def effective_splits(k_tiles: int, splits: int) -> tuple[int, int]:
+    """(splits, k-tiles per split) a launch runs: every split gets the same count, ceil(k_tiles / splits), so the
+    ring positions of the roles stay in step; the splits are then as many as that count needs (never one that would
+    start past K). The last split's range may run past K by less than one split: TMA fills those k-tiles with
+    zeros, which add nothing."""
+    per = max(1, math.ceil(k_tiles / max(splits, 1)))
+    return max(1, math.ceil(k_tiles / per)), per
+
+
+def plan_schedule(m: int, n: int, k: int, block_m: int, block_n: int, block_k: int, cluster_m: int,
+                  sm_count: int, ctas: int | None = None, schedule: str = "pingpong",
+                  cluster_n: int = 1, batches: int = 1, splits: int = 1) -> Schedule:
+    """The grid GemmPlan launches: one CTA per SM (or at most `ctas`), never more clusters than scheduler steps.
+    With split-K, k_tiles is each split's count (effective_splits)."""
+    tiles_m, tiles_n, k_tiles = math.ceil(m / block_m), math.ceil(n / block_n), math.ceil(k / block_k)
+    splits, k_tiles = effective_splits(k_tiles, splits)
+    units = math.ceil(tiles_m / cluster_m) * math.ceil(tiles_n / cluster_n) * batches * splits
+    limit = sm_count if ctas is None else ctas
+    clusters = max(1, min(limit // (cluster_m * cluster_n), units))
+    return Schedule(tiles_m, tiles_n, k_tiles, cluster_m, clusters, schedule, cluster_n, batches, splits)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The Hilbert walk (GemmConfig(raster="hilbert"))
+# --------------------------------------------------------------------------------------------------------------
+
+def hilbert_order(rows: int, cols: int) -> list[tuple[int, int]]:
+    """Every (row, col) of a rows x cols grid once, along a generalized Hilbert curve: consecutive cells are neighbours
+    (at most one diagonal step when both sides are odd), for any rectangle, not only powers of two. The recursion is
+    the published "gilbert" construction (Jakub Cervený): split the long side in two halves, or, when the rectangle is
+    not much longer than wide, into three parts turning through the short side."""
+    out: list[tuple[int, int]] = []
+    if cols >= rows:
+        _gilbert(out, 0, 0, cols, 0, 0, rows)
+    else:
+        _gilbert(out, 0, 0, 0, rows, cols, 0)
+    return [(y, x) for x, y in out]
+
+
+def _sign(v: int) -> int:
+    return (v > 0) - (v < 0)
+
+
+def _gilbert(out, x, y, ax, ay, bx, by) -> None:
+    """Cells of the rectangle at (x, y) with major axis (ax, ay) and minor axis (bx, by), appended as (x, y)."""
+    w, h = abs(ax + ay), abs(bx + by)
+    dax, day, dbx, dby = _sign(ax), _sign(ay), _sign(bx), _sign(by)
+    if h == 1 or w == 1:                       # a single line: walk it
+        (n, dx, dy) = (w, dax, day) if h == 1 else (h, dbx, dby)
+        for _ in range(n):
+            out.append((x, y))
+            x, y = x + dx, y + dy
+        return
+    ax2, ay2, bx2, by2 = ax // 2, ay // 2, bx // 2, by // 2
+    w2, h2 = abs(ax2 + ay2), abs(bx2 + by2)
+    if 2 * w > 3 * h:                          # long: two halves along the major axis
+        if w2 % 2 and w > 2:                   # keep the halves' lengths even, so the curve ends where it should
+            ax2, ay2 = ax2 + dax, ay2 + day
+        _gilbert(out, x, y, ax2, ay2, bx, by)
+        _gilbert(out, x + ax2, y + ay2, ax - ax2, ay - ay2, bx, by)
+    else:                                      # squarish: up the minor axis, across, and back down
+        if h2 % 2 and h > 2:
+            bx2, by2 = bx2 + dbx, by2 + dby
+        _gilbert(out, x, y, bx2, by2, ax2, ay2)
+        _gilbert(out, x + bx2, y + by2, ax, ay, bx - bx2, by - by2)
+        _gilbert(out, x + (ax - dax) + (bx2 - dbx), y + (ay - day) + (by2 - dby), -bx2, -by2, -(ax - ax2),
+                 -(ay - ay2))

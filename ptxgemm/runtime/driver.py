@@ -1,0 +1,422 @@
+"""The CUDA driver, through cuda-python's `cuda.bindings.driver`: context, modules, launches, events, memory.
+
+Every driver call goes through `check`, which raises `CudaError` carrying the CUresult name and what ptxgemm was
+doing. Nothing here imports torch. The primary context of device 0 is retained lazily, on first use, so that
+`import ptxgemm` works on a machine without a GPU.
+
+Device memory comes from a private stream-ordered pool (`memory_pool`): `ptxgemm.runtime.arrays.DeviceArray.empty(..., stream=)` and
+`free` are cuMemAllocFromPoolAsync / cuMemFreeAsync on the array's stream, so no allocation or free waits for the
+GPU, and freed blocks are reused instead of being returned to the driver at every synchronize.
+"""
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import threading
+
+from ..errors import ConfigError, CudaError, NoGpuError
+
+try:
+    from cuda.bindings import driver as cu
+except ImportError as _e:  # pragma: no cover - cuda-bindings is a hard dependency, but say it clearly
+    cu = None
+    _IMPORT_ERROR = _e
+else:
+    _IMPORT_ERROR = None
+
+
+def _err_name(err) -> str:
+    try:
+        res, name = cu.cuGetErrorName(err)
+        return name.decode() if isinstance(name, bytes) else str(name)
+    except Exception:  # noqa: BLE001 - never mask the original failure
+        return str(err)
+
+
+def _err_string(err) -> str:
+    try:
+        res, text = cu.cuGetErrorString(err)
+        return text.decode() if isinstance(text, bytes) else str(text)
+    except Exception:  # noqa: BLE001
+        return ""
+
+
+def check(result, operation: str):
+    """Unpack a cuda.bindings result tuple `(CUresult, *values)`; raise CudaError(name, operation) on failure."""
+    err, *values = result if isinstance(result, tuple) else (result,)
+    if err != cu.CUresult.CUDA_SUCCESS:
+        raise CudaError(_err_name(err), operation, _err_string(err))
+    if not values:
+        return None
+    return values[0] if len(values) == 1 else tuple(values)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Device and context
+# --------------------------------------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class DeviceInfo:
+    ordinal: int
+    name: str
+    compute_capability: tuple[int, int]
+    sm_count: int
+    l2_bytes: int
+    max_smem_per_block_optin: int
+    clock_khz: int
+    driver_version: int  # e.g. 13000 for CUDA 13.0
+
+    @property
+    def driver_version_str(self) -> str:
+        return f"{self.driver_version // 1000}.{(self.driver_version % 1000) // 10}"
+
+
+class _Context:
+    """The retained primary context of one device, made current on the calling thread."""
+
+    _lock = threading.Lock()
+
+    def __init__(self, ordinal: int = 0):
+        if cu is None:
+            raise NoGpuError("CUDA_ERROR_NOT_INITIALIZED", "importing cuda.bindings", str(_IMPORT_ERROR))
+        try:
+            check(cu.cuInit(0), "initialising the CUDA driver (cuInit)")
+        except CudaError as e:
+            raise NoGpuError(e.name, "initialising the CUDA driver (cuInit)") from e
+        except Exception as e:  # libcuda.so missing: cuda.pathfinder raises its own error
+            raise NoGpuError("CUDA_ERROR_NO_DEVICE", "loading the CUDA driver library (libcuda.so)", str(e)) from e
+        count = check(cu.cuDeviceGetCount(), "counting CUDA devices")
+        if count <= ordinal:
+            raise NoGpuError("CUDA_ERROR_NO_DEVICE", f"opening CUDA device {ordinal}", f"{count} device(s) present")
+        self.device = check(cu.cuDeviceGet(ordinal), f"getting CUDA device {ordinal}")
+        self.context = check(cu.cuDevicePrimaryCtxRetain(self.device), "retaining the primary context")
+        self.info = self._query(ordinal)
+        self.make_current()
+
+    def make_current(self):
+        check(cu.cuCtxSetCurrent(self.context), "making the primary context current")
+
+    def _attr(self, attr, what):
+        return check(cu.cuDeviceGetAttribute(attr, self.device), f"reading the device attribute {what}")
+
+    def _query(self, ordinal: int) -> DeviceInfo:
+        A = cu.CUdevice_attribute
+        name = check(cu.cuDeviceGetName(256, self.device), "reading the device name")
+        name = name.split(b"\0", 1)[0].decode() if isinstance(name, bytes) else str(name)
+        return DeviceInfo(
+            ordinal=ordinal,
+            name=name,
+            compute_capability=(self._attr(A.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, "cc major"),
+                                self._attr(A.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, "cc minor")),
+            sm_count=self._attr(A.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, "multiprocessor count"),
+            l2_bytes=self._attr(A.CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, "L2 size"),
+            max_smem_per_block_optin=self._attr(A.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+                                                "max shared memory per block (opt-in)"),
+            clock_khz=self._attr(A.CU_DEVICE_ATTRIBUTE_CLOCK_RATE, "clock rate"),
+            driver_version=check(cu.cuDriverGetVersion(), "reading the driver version"),
+        )
+
+
+_ctx: _Context | None = None
+
+
+def context() -> _Context:
+    """The process-wide primary context of device 0 (created on first use), current on this thread."""
+    global _ctx
+    with _Context._lock:
+        if _ctx is None:
+            _ctx = _Context(0)
+        else:
+            _ctx.make_current()
+    return _ctx
+
+
+def device_info() -> DeviceInfo:
+    return context().info
+
+
+def device_available() -> bool:
+    """True when a CUDA device can be opened. Never raises."""
+    try:
+        context()
+        return True
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def no_device_reason() -> str | None:
+    """Why no device can be used, or None when one can."""
+    try:
+        context()
+        return None
+    except Exception as e:  # noqa: BLE001
+        return str(e)
+
+
+def require_sm90(what: str) -> DeviceInfo:
+    """The device, checked to be a Hopper (sm_90); raises NoGpuError naming `what` otherwise."""
+    info = device_info()
+    if info.compute_capability != (9, 0):
+        cc = "%d.%d" % info.compute_capability
+        raise NoGpuError("CUDA_ERROR_NO_BINARY_FOR_GPU", what,
+                         f"{info.name} is sm_{cc.replace('.', '')}; ptxgemm's kernels are sm_90a (Hopper) only")
+    return info
+
+
+def synchronize(what: str = "waiting for the GPU (cuCtxSynchronize)"):
+    context()
+    check(cu.cuCtxSynchronize(), what)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Modules and functions
+# --------------------------------------------------------------------------------------------------------------
+
+class Function:
+    def __init__(self, handle, name: str, module: "Module"):
+        self.handle = handle
+        self.name = name
+        self.module = module  # keeps the module loaded while the function is in use
+
+    def set_max_dynamic_smem(self, nbytes: int):
+        check(cu.cuFuncSetAttribute(self.handle,
+                                    cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, nbytes),
+              f"allowing {nbytes} bytes of dynamic shared memory for {self.name}")
+
+    def attribute(self, attr: str) -> int:
+        return check(cu.cuFuncGetAttribute(getattr(cu.CUfunction_attribute, attr), self.handle),
+                     f"reading {attr} of {self.name}")
+
+
+class Module:
+    """A loaded module. `image` is a cubin, or NUL-terminated PTX that the driver JIT-compiles."""
+
+    def __init__(self, image: bytes, what: str = "module"):
+        context()
+        # A trailing NUL (harmless after a cubin) ends raw PTX for the driver's JIT; kept alive with the module.
+        self._image = ctypes.create_string_buffer(image)
+        self.what = what
+        self.handle = check(cu.cuModuleLoadData(ctypes.addressof(self._image)), f"loading the {what}")
+        self._functions: dict[str, Function] = {}
+
+    def function(self, name: str) -> Function:
+        if name not in self._functions:
+            h = check(cu.cuModuleGetFunction(self.handle, name.encode()), f"finding kernel {name!r} in the {self.what}")
+            self._functions[name] = Function(h, name, self)
+        return self._functions[name]
+
+    def global_address(self, name: str) -> int:
+        """The device address of the module's `.global` variable `name`."""
+        ptr, _size = check(cu.cuModuleGetGlobal(self.handle, name.encode()),
+                           f"finding the global {name!r} in the {self.what}")
+        return int(ptr)
+
+    def unload(self):
+        if self.handle is not None:
+            check(cu.cuModuleUnload(self.handle), f"unloading the {self.what}")
+            self.handle = None
+
+
+def load_module(kernel, what: str = "module") -> Module:
+    """Load a CompiledKernel (cubin, or PTX for the JIT when no ptxas was found) or raw image bytes."""
+    image = kernel.image() if hasattr(kernel, "image") else bytes(kernel)
+    return Module(image, what)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Memory
+# --------------------------------------------------------------------------------------------------------------
+
+#: bytes the pool keeps reserved across synchronizations: all of it. Freed blocks are reused by the next
+#: allocation instead of going back to the driver at every synchronize (and being mapped again); trim_memory_pool
+#: gives them back on request.
+POOL_RELEASE_THRESHOLD = (1 << 64) - 1
+
+_pool = None
+_pool_lock = threading.Lock()
+
+
+def memory_pool():
+    """ptxgemm's own stream-ordered memory pool on device 0 (a CUmemoryPool, created on first use).
+
+    A private pool, not the device's default one: other libraries in the process (torch, CuPy) allocate from the
+    default pool or their own and may set its attributes; ptxgemm changes nothing of theirs."""
+    global _pool
+    if _pool is not None:  # on every allocation: no lock, no context switch
+        return _pool
+    ctx = context()
+    with _pool_lock:
+        if _pool is None:
+            props = cu.CUmemPoolProps()
+            props.allocType = cu.CUmemAllocationType.CU_MEM_ALLOCATION_TYPE_PINNED
+            props.handleTypes = cu.CUmemAllocationHandleType.CU_MEM_HANDLE_TYPE_NONE
+            props.location.type = cu.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
+            props.location.id = ctx.info.ordinal
+            pool = check(cu.cuMemPoolCreate(props), "creating ptxgemm's memory pool (cuMemPoolCreate)")
+            check(cu.cuMemPoolSetAttribute(pool, cu.CUmemPool_attribute.CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+                                           cu.cuuint64_t(POOL_RELEASE_THRESHOLD)),
+                  "setting the release threshold of ptxgemm's memory pool")
+            _pool = pool
+    return _pool
+
+
+def memory_pool_usage() -> dict[str, int]:
+    """Bytes of ptxgemm's pool: `reserved` (held from the driver) and `used` (in live allocations), now and at
+    their high-water marks."""
+    pool = memory_pool()
+    A = cu.CUmemPool_attribute
+    attrs = {"reserved": A.CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, "reserved_high": A.CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH,
+             "used": A.CU_MEMPOOL_ATTR_USED_MEM_CURRENT, "used_high": A.CU_MEMPOOL_ATTR_USED_MEM_HIGH}
+    return {k: int(check(cu.cuMemPoolGetAttribute(pool, a), f"reading {a.name} of ptxgemm's memory pool"))
+            for k, a in attrs.items()}
+
+
+def trim_memory_pool(keep_bytes: int = 0) -> None:
+    """Give the pool's unused memory back to the driver, down to `keep_bytes` reserved (memory freed on a stream is
+    given back once the stream has reached the free)."""
+    check(cu.cuMemPoolTrimTo(memory_pool(), int(keep_bytes)), f"trimming ptxgemm's memory pool to {keep_bytes} bytes")
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Streams, events, launch
+# --------------------------------------------------------------------------------------------------------------
+
+class Stream:
+    def __init__(self):
+        context()
+        self.handle = check(cu.cuStreamCreate(cu.CUstream_flags.CU_STREAM_NON_BLOCKING), "creating a stream")
+
+    def synchronize(self):
+        check(cu.cuStreamSynchronize(self.handle), "waiting for a stream")
+
+
+_LEGACY_STREAM = None  # cu.CUstream(0), made once
+
+
+def stream_handle(stream) -> int:
+    """A raw CUstream handle (0: the legacy default stream) from None, an int, a ptxgemm Stream, or an object with
+    __cuda_stream__ (the CUDA stream protocol: returns (version, handle)) or a .cuda_stream / .ptr attribute."""
+    if stream is None:
+        return 0
+    if isinstance(stream, bool):
+        raise ConfigError("stream: must be None, a raw CUstream handle or a stream object, got a bool")
+    if isinstance(stream, int):
+        return stream
+    if hasattr(stream, "__cuda_stream__"):
+        _version, handle = stream.__cuda_stream__()
+        return int(handle)
+    handle = getattr(stream, "handle", None)
+    if handle is not None:                     # ptxgemm's Stream
+        return int(handle)
+    for attr in ("cuda_stream", "ptr"):        # torch.cuda.Stream, cupy.cuda.Stream
+        if hasattr(stream, attr):
+            return int(getattr(stream, attr))
+    raise ConfigError(f"stream: a {type(stream).__name__} is not a stream (None, an int handle, or an object with "
+                      f"__cuda_stream__)")
+
+
+def cu_stream(stream):
+    """`stream` (anything `stream_handle` takes) as the driver's CUstream; None is the legacy default stream."""
+    global _LEGACY_STREAM
+    if stream is None:
+        if _LEGACY_STREAM is None:
+            _LEGACY_STREAM = cu.CUstream(0)
+        return _LEGACY_STREAM
+    if isinstance(stream, Stream):
+        return stream.handle
+    return cu.CUstream(stream_handle(stream))
+
+
+class Event:
+    def __init__(self):
+        context()
+        self.handle = check(cu.cuEventCreate(cu.CUevent_flags.CU_EVENT_DEFAULT), "creating an event")
+
+    def record(self, stream=None):
+        check(cu.cuEventRecord(self.handle, cu_stream(stream)), "recording an event")
+
+    def synchronize(self):
+        check(cu.cuEventSynchronize(self.handle), "waiting for an event")
+
+    def query(self) -> bool:
+        """True once the GPU has reached the event (or it was never recorded), False while work before it is still
+        pending. Never waits."""
+        err = cu.cuEventQuery(self.handle)
+        err = err[0] if isinstance(err, tuple) else err
+        if err == cu.CUresult.CUDA_ERROR_NOT_READY:
+            return False
+        check(err, "querying an event")
+        return True
+
+    def elapsed_ms(self, end: "Event") -> float:
+        end.synchronize()
+        return float(check(cu.cuEventElapsedTime(self.handle, end.handle), "reading the time between two events"))
+
+
+def kernel_params(args) -> tuple[list, ctypes.Array]:
+    """The kernel's `void** kernelParams`, built once: one pointer per argument to its value's bytes (a tensor map's
+    128 bytes, a scalar's ctypes value, a DeviceArray's address). Passing the array's address lets cuLaunchKernelEx
+    skip converting Python values on every launch. Returns (what the pointers point into, the pointer array); keep
+    both, and the args, alive as long as the launch."""
+    values = []
+    for i, a in enumerate(args):
+        if isinstance(getattr(a, "ptr", None), int):   # a device array: its address (ptxgemm.runtime.arrays)
+            v = ctypes.c_void_p(a.ptr)
+            values.append((v, ctypes.addressof(v)))
+        elif hasattr(a, "cu_map") or isinstance(a, cu.CUtensorMap):  # by value: its 128 bytes
+            m = a.cu_map if hasattr(a, "cu_map") else a
+            values.append((m, int(m.getPtr())))
+        elif isinstance(a, ctypes._SimpleCData):
+            values.append((a, ctypes.addressof(a)))
+        else:
+            raise TypeError(f"kernel argument {i}: {type(a).__name__} is not a DeviceArray, TensorMap or ctypes scalar"
+                            " (wrap plain integers, e.g. ctypes.c_uint32(n))")
+    params = (ctypes.c_void_p * max(len(values), 1))(*(addr for _, addr in values))
+    return [v for v, _ in values], params
+
+
+class PreparedLaunch:
+    """A launch whose configuration and packed arguments are built once; calling it only enqueues the kernel.
+
+    Repeated launches (benchmarks, the device-resident GEMM path) skip the Python-side argument packing.
+    """
+
+    def __init__(self, fn: Function, grid, block, args, smem_bytes: int = 0, cluster=None):
+        context()
+        self.fn = fn
+        self.grid = (tuple(grid) + (1, 1, 1))[:3]
+        self.block = (tuple(block) + (1, 1, 1))[:3]
+        self.smem_bytes = int(smem_bytes)
+        self.args = list(args)  # keeps DeviceArrays and tensor maps alive as long as the launch
+        self._values, self._params = kernel_params(self.args)
+        self._params_address = ctypes.addressof(self._params)
+        cfg = cu.CUlaunchConfig()
+        cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = self.grid
+        cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = self.block
+        cfg.sharedMemBytes = self.smem_bytes
+        attrs = []
+        if cluster is not None:
+            c = (tuple(cluster) + (1, 1, 1))[:3]
+            attr = cu.CUlaunchAttribute()
+            attr.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+            attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = c
+            attrs.append(attr)
+        cfg.attrs = attrs
+        cfg.numAttrs = len(attrs)  # cuda.bindings does not derive it from the list
+        self._cfg = cfg
+        self._what = f"launching {fn.name} (grid {self.grid}, block {self.block}, {self.smem_bytes} B dynamic smem)"
+
+    def __call__(self, stream=None):
+        if stream is not self._last_stream:  # converting the handle costs as much as the rest of the call
+            self._cfg.hStream = cu_stream(stream)
+            self._last_stream = stream
+        err, = cu.cuLaunchKernelEx(self._cfg, self.fn.handle, self._params_address, 0)
+        if err != cu.CUresult.CUDA_SUCCESS:
+            check((err,), self._what)
+
+    _last_stream = object()  # no stream yet: the first call sets hStream
+
+
+def launch(fn: Function, grid, block, args, smem_bytes: int = 0, cluster=None, stream=None):
+    """Launch `fn` with cuLaunchKernelEx. grid/block/cluster are 1-3 ints; args see `kernel_params`."""
+    PreparedLaunch(fn, grid, block, args, smem_bytes, cluster)(stream)

@@ -1,0 +1,455 @@
+"""Which kernel config runs a problem: the tune cache's measured winner, else a cost model's pick.
+
+    select_config(m, n, k, in_dtype, out_dtype, a_major, b_major, device) -> GemmConfig
+
+1. Unless PTXGEMM_TUNE_CACHE is off, a winner `ptxgemm.tune` measured for this GPU, driver and problem
+   (ptxgemm.select.tune_cache).
+2. Otherwise the candidate (`candidates`) with the least predicted time. The model, per CTA (one per SM, so the
+   busiest SM's time is the kernel's):
+       steps    = ceil(units / clusters)    units = cluster rows x cluster columns, clusters = SMs // cluster size
+                                            (never more clusters than units: ptxgemm.kernel.schedule.plan_schedule)
+       mainloop = k_tiles * KTILE_NS[tag]   one output tile's k-loop on one SM
+       cooperative: steps * (mainloop + EPILOGUE_NS[tag])          both consumers store every tile together
+       pingpong:    steps * max(mainloop, EPILOGUE_NS[tag]) + EPILOGUE_NS[tag]
+                    a consumer's epilogue runs under its peer's mainloop, so a step costs the longer of the two
+                    (the mainloops take turns at the tensor cores, the epilogues at the one staging buffer); only
+                    the last tile's epilogue has nothing to hide under.
+
+   KTILE_NS and EPILOGUE_NS are per-SM costs keyed by config tag: refit them from device data (tools/fit_select.py
+   reads bench runs with --variants, or the tune cache, where `python -m ptxgemm tune` stores every candidate's
+   time) and the selection follows. Only SELECTABLE configs are chosen; predictions within TIE_FRACTION of the
+   fastest count as ties, and ties go to the earlier config in SELECTABLE, so the choice is deterministic.
+
+Nothing here needs a GPU: without one, and without an injected device, the model assumes DEFAULT_DEVICE.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import numbers
+
+import numpy as np
+
+from ..errors import ConfigError
+from ..kernel import schedule
+from ..kernel.config import GemmConfig, TAG_SCHEDULE
+from ..runtime import driver
+from . import tune_cache
+from .problem import Problem
+
+# Per-SM costs in ns, keyed by GemmConfig.tag, fitted (tools/fit_select.py) to two H100 SXM runs of the benchmark
+# suite in which every candidate was timed side by side with cuBLAS (docs/results/bench_h100_issue9_fit.json and
+# docs/results/select_explore_h100_run1.json: 14 shapes each; bf16, A K-major, B MN-major) by minimizing the model's
+# log error per tag. EPILOGUE_NS also absorbs what a launch costs beyond its k-loops (ramp-up, the last wave's tail,
+# the output's DRAM traffic), which is why it exceeds a bare store's time. The fit's RMS log error is 7-11% per tag.
+KTILE_NS = {
+    "coop128x256": 657, "coop128x256c2": 653, "coop256x128": 671, "coop256x128c2": 677, "coop256x192": 962,
+    "pp128x128": 457, "pp128x128c2": 438, "pp128x192": 565, "pp64x256": 424, "pp64x256c2": 473,
+    "pp64x128": 280,   # pp64x128: not measured on the H100; the H200's ratio to pp128x128 (0.61) applied
+    # transposed tiles (swap-AB): fitted with MEMORY's constants (below)
+    "pp128x16t": 290, "pp128x32t": 311, "pp128x64t": 327, "pp64x16t": 161}
+EPILOGUE_NS = {
+    "coop128x256": 2260, "coop128x256c2": 2360, "coop256x128": 2340, "coop256x128c2": 2280, "coop256x192": 3800,
+    "pp128x128": 1730, "pp128x128c2": 1930, "pp128x192": 2760, "pp64x256": 1870, "pp64x256c2": 1670,
+    "pp64x128": 860,   # (the H200's 0.5 ratio to pp128x128's)
+    "pp128x16t": 4980, "pp128x32t": 4980, "pp128x64t": 3260, "pp64x16t": 2590}
+
+# The same fitted to the H200 (docs/results/bench_h200_issue9_fit.json: the suite's 14 shapes with 10 candidates
+# side by side). GPU_TABLES maps a substring of the device name to its tables; other GPUs use the H100's.
+KTILE_NS_H200 = {
+    "coop128x128": 362, "coop128x256": 685, "coop128x256c2": 681, "coop256x128": 695, "coop256x128c2": 712, "coop256x192": 1000,
+    "pp128x128": 397, "pp128x192": 572, "pp64x128": 243, "pp64x256": 420,
+    # transposed tiles: not measured on the H200; the H100's fits scaled by pp128x128's ratio (397 / 457)
+    "pp128x16t": 252, "pp128x32t": 270, "pp128x64t": 284, "pp64x16t": 140}
+EPILOGUE_NS_H200 = {
+    "coop128x128": 770, "coop128x256": 1600, "coop128x256c2": 1630, "coop256x128": 1680, "coop256x128c2": 1620, "coop256x192": 2750,
+    "pp128x128": 1330, "pp128x192": 2020, "pp64x128": 660, "pp64x256": 1290,
+    "pp128x16t": 3830, "pp128x32t": 3830, "pp128x64t": 2510, "pp64x16t": 1990}   # (scaled by 1330 / 1730)
+GPU_TABLES = {"H200": (KTILE_NS_H200, EPILOGUE_NS_H200)}
+
+# The memory model's constants (memory_ns, fixup_ns), per GPU name substring.
+# H100: fitted by tools/fit_memory.py (Powell, least squares of the log error; RMS 12%) to
+# docs/results/bench_h100_issue11_explore.json, the
+# small-M suite with 23 variants side by side (split-K, transposed and narrow tiles), together with the transposed
+# tiles' KTILE_NS / EPILOGUE_NS below. latency_ns absorbs a launch's fixed costs (ramp-up, the first loads' latency,
+# the last tile's epilogue); l2_sm_bytes_per_ns is split-K's partial traffic as one SM sees it.
+MEMORY = {
+    "H100": {"dram_bytes_per_ns": 2496, "sm_bytes_per_ns": 102, "l2_sm_bytes_per_ns": 16.2, "latency_ns": 10000,
+             "overlap_p": 7.8},
+    # H200: not fitted; the H100's with DRAM scaled by the two GPUs' peak bandwidths (4.8 / 3.35 TB/s)
+    "H200": {"dram_bytes_per_ns": 3576, "sm_bytes_per_ns": 102, "l2_sm_bytes_per_ns": 16.2, "latency_ns": 10000,
+             "overlap_p": 7.8},
+}
+
+# What select_config chooses among, strongest first (measured in bench_h100_issue9_fit.json: the cooperative 128x256
+# tile came within 3% of the best of the 10 candidates on 13 of the suite's 14 shapes; on the 14th, M = 128, it
+# ran at 0.71x the best, where the 128x128 pingpong, with twice the tiles to spread over the SMs, was the best; on
+# the H200 that shape needs the 64x128 pingpong's four times as many tiles: 0.97x cuBLAS against 0.87x).
+# A model whose error is ~9% cannot rank candidates predicted within a few percent of each other, so a candidate
+# wins only by more than TIE_FRACTION; within it, the earlier one here is taken. `tune` tries every candidate
+# (CANDIDATE_TILES x CLUSTER_SHAPES), including those the model leaves out because they measured weaker
+# (pp128x192, pp64x256, and 2-CTA clusters of pingpong tiles).
+SELECTABLE = ("coop128x256", "coop128x256c2", "coop256x128", "coop256x128c2", "coop256x192", "pp128x128", "pp64x128",
+              "pp128x16t", "pp128x32t", "pp128x64t", "pp64x128c2")
+TIE_FRACTION = 0.03
+# Tiles the model's constants do not rank reliably against SELECTABLE (pp128x192 measured weaker on the seed sweep's
+# full waves, where the model would pick it), offered only where they fill the grid better: when one is predicted
+# within TIE_FRACTION of SELECTABLE's fastest and its steps are fuller than every tied SELECTABLE candidate's by more
+# than WAVE_FILL_MARGIN (fill = units / (steps x clusters); a heavy last wave leaves SMs idle while the busiest
+# finish), it is chosen. Measured on the H100 at 3000x5000x2048 with B K-major (probe_h100_issue11_*3000x5000x2048,
+# probe3_h100_issue11_3000x5000x2048.json): coop128x256 fills 480 / (4 x 132) = 91% and ran 93.5 and 95.4 us;
+# pp128x192 fills 648 / (5 x 132) = 98% and ran 90.8 and 92.2 us; the model ties them (93.1 against 93.2 us).
+WAVE_FILL_TILES = ("pp128x192",)
+# Blockwise fp8 scaling needs two accumulator sets per consumer (64 x 128 each), and a cooperative pair of consumers
+# keeps the tensor cores busy while one promotes: measured on the H200 at 8192^3 and 4096^3
+# (bench_h200_fp8_block_issue12_*.json), coop128x128 ran 1120 and 1031 TFLOP/s against pp64x128's 801 and 743
+# (bf16: 880 and 837). Chosen whenever it can carry the problem; the cost model has no blockwise tables.
+BLOCK_SCALE_TILE = "coop128x128"
+WAVE_FILL_MARGIN = 0.05
+
+# (schedule, block_m, block_n), each with every cluster shape in CLUSTER_SHAPES: what `tune` tries. Single-CTA
+# tiles are also tried with every split-K count in SPLITS, and TRANSPOSED_TILES (the transposed store: swap-AB,
+# C^T = B^T A^T with N filling the tile's rows and M its narrow columns) with every one.
+CANDIDATE_TILES = (
+    ("pingpong", 128, 128), ("pingpong", 128, 192), ("pingpong", 64, 256), ("pingpong", 64, 128),
+    ("cooperative", 256, 128), ("cooperative", 128, 256), ("cooperative", 256, 192), ("cooperative", 128, 128),
+    # tiles that are not whole 64-column panels, for shapes whose N they divide better (e.g. N = 4160 = 20 x 208)
+    ("pingpong", 128, 160), ("cooperative", 128, 208), ("cooperative", 256, 160),
+)
+CLUSTER_SHAPES = ((1, 1), (2, 1), (1, 2))   # (cluster_m, cluster_n): single CTAs, pairs sharing B, pairs sharing A
+SPLITS = (1, 2, 3, 4, 6, 8)
+SPLIT_TILES = (("pingpong", 128, 128), ("pingpong", 64, 128), ("pingpong", 64, 256), ("cooperative", 128, 256),
+               ("cooperative", 256, 128))
+TRANSPOSED_TILES = (("pingpong", 128, 16), ("pingpong", 128, 32), ("pingpong", 128, 64), ("pingpong", 64, 16),
+                    ("pingpong", 64, 32), ("pingpong", 64, 64))
+
+# Candidates a table has no measurement for (pairs along N, most pingpong pairs, tiles one GPU was not run with) are
+# costed as their tile without a cluster, or else as the 128x128 pingpong scaled by tile area. None of these is
+# SELECTABLE (the one selectable estimate, pp64x128 on the H100, is set explicitly above); they only give `tune` a
+# prediction to print beside its measurement.
+def _fill_unmeasured(ktile_ns: dict, epilogue_ns: dict) -> None:
+    for sched, block_m, block_n in CANDIDATE_TILES:
+        base = f"{TAG_SCHEDULE[sched]}{block_m}x{block_n}"
+        if base not in ktile_ns:
+            area = block_m * block_n / (128 * 128)
+            ktile_ns[base], epilogue_ns[base] = ktile_ns["pp128x128"] * area, epilogue_ns["pp128x128"] * area
+        for cluster_m, cluster_n in CLUSTER_SHAPES:
+            try:
+                tag = GemmConfig(schedule=sched, block_m=block_m, block_n=block_n, cluster_m=cluster_m,
+                                 cluster_n=cluster_n).tag
+            except ConfigError:
+                continue  # a tile this cluster cannot split
+            ktile_ns.setdefault(tag, ktile_ns[base])
+            epilogue_ns.setdefault(tag, epilogue_ns[base])
+
+
+def _fill_transposed(ktile_ns: dict, epilogue_ns: dict) -> None:
+    """Transposed tiles not measured: the 128x128 pingpong scaled by tile area (the memory model decides them)."""
+    for sched, block_m, block_n in TRANSPOSED_TILES:
+        tag = f"{TAG_SCHEDULE[sched]}{block_m}x{block_n}t"
+        area = block_m * block_n / (128 * 128)
+        ktile_ns.setdefault(tag, ktile_ns["pp128x128"] * area)
+        epilogue_ns.setdefault(tag, epilogue_ns["pp128x128"] * area)
+
+
+for _tables in ((KTILE_NS, EPILOGUE_NS), (KTILE_NS_H200, EPILOGUE_NS_H200)):
+    _fill_unmeasured(*_tables)
+    _fill_transposed(*_tables)
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceModel:
+    """The device facts the model and the tune cache key use, for when there is no GPU to ask."""
+
+    name: str
+    sm_count: int
+    driver_version_str: str | None = None
+
+
+DEFAULT_DEVICE = DeviceModel("H100-like default (no GPU)", 132)
+
+
+def resolve_device(device=None):
+    """`device`, checked; None: the current GPU (driver.device_info()) if there is one, else DEFAULT_DEVICE."""
+    if device is None:
+        return driver.device_info() if driver.device_available() else DEFAULT_DEVICE
+    sm = getattr(device, "sm_count", None)
+    if not hasattr(device, "name") or isinstance(sm, bool) or not isinstance(sm, numbers.Integral) or sm < 1:
+        raise ConfigError(f"device: must have .name and a positive integer .sm_count (e.g. driver.device_info()), "
+                          f"got {device!r}")
+    return device
+
+
+def candidates(m: int, n: int, k: int, in_dtype: str = "bfloat16", out_dtype: str | None = None,
+               a_major: str = "k", b_major: str = "mn") -> list[GemmConfig]:
+    """Every config of CANDIDATE_TILES x CLUSTER_SHAPES that GemmConfig accepts for these dtypes and layouts."""
+    return _candidates(Problem(m, n, k, in_dtype, out_dtype, a_major, b_major))
+
+
+def _candidates(problem: Problem) -> list[GemmConfig]:
+    return list(_candidates_for(CANDIDATE_TILES, CLUSTER_SHAPES, SPLIT_TILES, TRANSPOSED_TILES, SPLITS,
+                                *problem.config_fields().values()))
+
+
+@functools.lru_cache(maxsize=64)  # select_config runs for every GemmPlan; the configs depend on dtypes and layouts
+def _candidates_for(tiles, clusters, split_tiles, transposed_tiles, splits, in_dtype, out_dtype, a_major,
+                    b_major) -> tuple[GemmConfig, ...]:
+    """Every accepted config: the tiles x cluster shapes, the split tiles x splits > 1, and the transposed tiles x
+    splits. A transposed config runs the swapped problem, so its operands' majors trade places (A' = B^T is
+    MN-major exactly when B is; B' = A^T is K-major exactly when A is)."""
+    shapes = [(sched, bm, bn, cm, cn, 1, "n") for sched, bm, bn in tiles for cm, cn in clusters]
+    shapes += [(sched, bm, bn, 1, 1, sp, "n") for sched, bm, bn in split_tiles for sp in splits if sp > 1]
+    shapes += [(sched, bm, bn, 1, 1, sp, "m") for sched, bm, bn in transposed_tiles for sp in splits]
+    found = []
+    for sched, block_m, block_n, cluster_m, cluster_n, sp, c_major in shapes:
+        majors = (a_major, b_major) if c_major == "n" else (b_major, a_major)
+        try:
+            found.append(GemmConfig(schedule=sched, block_m=block_m, block_n=block_n, cluster_m=cluster_m,
+                                    cluster_n=cluster_n, in_dtype=in_dtype, out_dtype=out_dtype, a_major=majors[0],
+                                    b_major=majors[1], splits=sp, c_major=c_major))
+        except ConfigError:
+            continue  # e.g. 128x256 pingpong (too many accumulators), cluster 2 with block_n 192, fp32 smem
+    return tuple(found)
+
+
+@dataclasses.dataclass(frozen=True)
+class Prediction:
+    tag: str
+    tiles_m: int
+    tiles_n: int
+    k_tiles: int
+    steps: int             # scheduler steps of the busiest CTA (tiles it runs)
+    mainloop_ns: float     # one tile's k-loop
+    epilogue_ns: float     # one tile's store
+    total_ns: float
+    memory_bound: bool = False   # the memory model's time exceeds the compute model's
+    padded_area: int = 0         # output elements the tiles compute, padding included (every problem's)
+    wave_fill: float = 1.0       # units / (steps x clusters): how full the busiest CTA's steps keep the grid
+
+    def row(self) -> dict:
+        return {"tag": self.tag, "tiles": f"{self.tiles_m}x{self.tiles_n}", "k_tiles": self.k_tiles,
+                "steps_per_cta": self.steps, "predicted_us": self.total_ns / 1e3}
+
+
+def tables(gpu_name: str = "") -> tuple[dict, dict]:
+    """(KTILE_NS, EPILOGUE_NS) for a GPU: the GPU_TABLES entry whose key its name contains, else the H100's."""
+    return next((t for key, t in GPU_TABLES.items() if key in gpu_name), (KTILE_NS, EPILOGUE_NS))
+
+
+def predict(config: GemmConfig, m: int, n: int, k: int, sm_count: int, gpu_name: str = "",
+            batches: int = 1) -> Prediction:
+    """The model's time for `config` on `batches` (m, n, k) problems in one launch and `sm_count` SMs of GPU
+    `gpu_name` (see the module docstring): the longer of the compute model and the memory model."""
+    tile = config.tile_tag
+    ktile_ns, epilogue_ns = tables(gpu_name)
+    if tile not in ktile_ns or tile not in epilogue_ns:
+        raise ConfigError(f"config: no measured cost for {tile!r} in ptxgemm.select.model's tables; the model "
+                          f"knows {sorted(ktile_ns)}")
+    m, n, k = _kernel_mnk(config, m, n, k)
+    sched = schedule.plan_for(config, m, n, k, sm_count, batches=batches)
+    steps = steps_per_cta(sched)
+    ktile = ktile_ns[tile] * misaligned_factor(config, m, n, k)   # m, n already the kernel's
+    compute = model_ns(config.cooperative, steps, sched.k_tiles, ktile, epilogue_ns[tile])
+    if sched.splits > 1:
+        compute += steps * fixup_ns(config, sched.splits, gpu_name)
+    memory = memory_ns(config, sched, steps, m, n, k, batches, gpu_name)
+    total = combine(compute, memory, gpu_name)
+    area = batches * sched.tiles_m * config.block_m * sched.tiles_n * config.block_n
+    return Prediction(config.tag, sched.tiles_m, sched.tiles_n, sched.k_tiles, steps, sched.k_tiles * ktile_ns[tile],
+                      epilogue_ns[tile], float(total), bool(memory > compute), area,
+                      sched.waves / steps)
+
+
+# A dense operand whose lines are not whole 128-byte L2 lines (K or M/N not a multiple of 64 bf16 elements) makes
+# every 128-byte TMA row straddle two L2 lines. Measured on the H100 (docs/results/probe_h100_issue11_*.json): B
+# row-major at N = 5000 slowed coop128x256 by 1.29x against the same B in 128-byte-padded lines, B's bytes being
+# 2/3 of a stage; with a cluster pair multicasting B (each CTA loads half), nothing was lost. So a k-tile costs
+# 1 + MISALIGNED_COST x (the share of the stage's bytes this CTA loads itself from misaligned lines).
+MISALIGNED_COST = 0.43
+LINE_BYTES = 128
+
+
+def _kernel_mnk(config: GemmConfig, m: int, n: int, k: int) -> tuple[int, int, int]:
+    """(m, n, k) of the problem the kernel runs: the transposed store runs C^T = B^T A^T."""
+    return (n, m, k) if config.transposed_store else (m, n, k)
+
+
+def misaligned_factor(config: GemmConfig, m: int, n: int, k: int) -> float:
+    """The k-tile cost multiplier for operands with lines not 128-byte aligned (the kernel's problem: m, n after any
+    swap), assuming dense operands: a K-major line holds K elements, an MN-major one M (A) or N (B)."""
+    item = config.in_itemsize
+    a_line = (k if config.a_major == "k" else m) * item
+    b_line = (k if config.b_major == "k" else n) * item
+    share = 0.0
+    if a_line % LINE_BYTES:
+        share += config.a_stage_bytes / config.cluster_n / config.stage_bytes
+    if b_line % LINE_BYTES:
+        share += config.b_stage_bytes / config.cluster_m / config.stage_bytes
+    return 1.0 + MISALIGNED_COST * share
+
+
+def combine(compute_ns, memory_ns_, gpu_name: str = ""):
+    """The two models' times as one: a smooth maximum, (compute^p + memory^p)^(1/p). The larger one dominates, but
+    a candidate's compute still counts where the memory model ties many of them (small M, where every tile streams
+    the same B)."""
+    p = bandwidths(gpu_name)["overlap_p"]
+    return (compute_ns ** p + memory_ns_ ** p) ** (1.0 / p)
+
+
+def bandwidths(gpu_name: str = "") -> dict:
+    """The memory model's constants for a GPU (MEMORY's entry whose key its name contains, else the H100's)."""
+    return next((v for key, v in MEMORY.items() if key in gpu_name), MEMORY["H100"])
+
+
+def memory_ns(config: GemmConfig, sched, steps: int, m: int, n: int, k: int, batches: int, gpu_name: str = ""):
+    """The memory model: a launch streams its operands once from DRAM at dram_bytes_per_ns, and no CTA loads faster
+    than sm_bytes_per_ns (a few SMs cannot draw the whole bandwidth). A CTA loads, per k-tile, the rows of its A
+    and B boxes that lie inside the matrix (TMA fills the rest with zeros without reading memory)."""
+    bw = bandwidths(gpu_name)
+    dram = batches * ((m * k + k * n) * config.in_itemsize + m * n * config.out_itemsize)
+    rows = min(config.block_m, m) + min(config.block_n, n)
+    cta = steps * sched.k_tiles * rows * config.block_k * config.in_itemsize
+    return bw["latency_ns"] + max(dram / bw["dram_bytes_per_ns"], cta / bw["sm_bytes_per_ns"])
+
+
+def fixup_ns(config: GemmConfig, splits: int, gpu_name: str = ""):
+    """Split-K's cost per unit: a partial tile written, and (spread over the splits) the final's reads of the
+    others, through L2 at l2_sm_bytes_per_ns per SM."""
+    bw = bandwidths(gpu_name)
+    return config.consumers_per_tile * config.partial_bytes * 2 / bw["l2_sm_bytes_per_ns"]
+
+
+def steps_per_cta(sched) -> int:
+    """Scheduler steps of the busiest CTA (cluster) of a ptxgemm.kernel.schedule.Schedule: the tiles it runs."""
+    return math.ceil(sched.units / sched.clusters)
+
+
+def model_ns(cooperative: bool, steps, k_tiles, ktile_ns, epilogue_ns):
+    """The model's time from its terms; numbers or numpy arrays alike (tools/fit_select.py fits the costs with it).
+    Cooperative: both consumers store every tile together. Pingpong: a consumer's epilogue runs under its peer's
+    mainloop, so a step costs the longer of the two, and only the last tile's epilogue has nothing to hide under."""
+    mainloop = k_tiles * ktile_ns
+    if cooperative:
+        return steps * (mainloop + epilogue_ns)
+    return steps * np.maximum(mainloop, epilogue_ns) + epilogue_ns
+
+
+MIN_CLUSTER_ROWS = 2
+
+
+def _cluster_fills(config: GemmConfig, m: int) -> bool:
+    """A cluster needs that many SMs at once and pays off only with at least MIN_CLUSTER_ROWS rows of clusters:
+    with fewer, a pair's second CTA multiplies mostly zero-filled rows (H100, 128x8192x8192: pp128x128c2 ran at
+    0.78x cuBLAS where pp128x128 ran at 0.97x; the model, which sees equal steps, would pick the pair)."""
+    if config.cluster_m > 1:
+        return -(-m // config.block_m) >= MIN_CLUSTER_ROWS * config.cluster_m
+    return True
+
+
+def with_epilogue(config: GemmConfig, epilogue: tuple) -> GemmConfig | None:
+    """`config` carrying the fused epilogue `epilogue` (GemmConfig's epilogue fields as sorted (name, value) pairs),
+    or None where it cannot (a source tile leaving fewer than 2 stages, blockwise scaling on a tile without room for
+    two sets of accumulators, ...)."""
+    if not epilogue:
+        return config
+    try:
+        return dataclasses.replace(config, **dict(epilogue))
+    except ConfigError:
+        return None
+
+
+def _ranked(problem: Problem, sm_count: int, gpu_name: str = "", batches: int = 1,
+            epilogue: tuple = ()) -> list[tuple[Prediction, GemmConfig]]:
+    """The selectable candidates with their predictions, in the order select_config prefers them: predicted time,
+    except that a candidate within TIE_FRACTION of the fastest yields to an earlier one in SELECTABLE, and a
+    WAVE_FILL_TILES candidate tied with them that fills the grid better than all of them goes first. The other
+    WAVE_FILL_TILES candidates come last. With a fused `epilogue`, only candidates that can carry it; when no
+    SELECTABLE one can (blockwise scaling's two sets of accumulators), every candidate that can."""
+    pairs, fillers, others = [], [], []
+    for c in _candidates(problem):
+        c = with_epilogue(c, epilogue)
+        if c is None or c.cluster_size > sm_count or not _cluster_fills(c, problem.m):
+            continue
+        pred = (predict(c, problem.m, problem.n, problem.k, sm_count, gpu_name, batches), c)
+        (pairs if c.tile_tag in SELECTABLE else fillers if c.tile_tag in WAVE_FILL_TILES else others).append(pred)
+    if dict(epilogue).get("block_scale"):
+        preferred = [pair for pair in pairs + fillers + others if pair[1].tag == BLOCK_SCALE_TILE]
+        if preferred:
+            return preferred + [pair for pair in pairs + fillers + others if pair[1].tag != BLOCK_SCALE_TILE]
+    if not pairs:
+        pairs, fillers = others, []
+    if not pairs:
+        raise ConfigError(f"in_dtype/out_dtype: no candidate config fits {problem.describe()}")
+    fastest = min(p.total_ns for p, _ in pairs)
+    tied_fill = max(p.wave_fill for p, _ in pairs if p.total_ns <= fastest * (1 + TIE_FRACTION))
+
+    def rank(pair):
+        p, c = pair
+        if c.tile_tag in WAVE_FILL_TILES:
+            if p.total_ns <= fastest * (1 + TIE_FRACTION) and p.wave_fill > tied_fill + WAVE_FILL_MARGIN:
+                return (-1, p.total_ns, 0, 0, 0)     # ties SELECTABLE's best and fills the grid better
+            return (2, p.total_ns, 0, 0, 0)
+        if p.total_ns > fastest * (1 + TIE_FRACTION):
+            return (1, p.total_ns, 0, 0, 0)
+        order = SELECTABLE.index(c.tile_tag) if c.tile_tag in SELECTABLE else len(SELECTABLE)
+        if p.memory_bound:   # tied on streaming the same bytes: the least padded work, the fewest splits, the fewest
+            # straddled L2 lines
+            return (0, p.padded_area, c.splits, misaligned_factor(c, *_kernel_mnk(c, problem.m, problem.n, problem.k)), order)
+        return (0, 0, order, c.splits, 0)
+
+    pairs += fillers
+    return sorted(pairs, key=rank)
+
+
+def preferences(m: int, n: int, k: int, in_dtype: str = "bfloat16", out_dtype: str | None = None,
+                a_major: str = "k", b_major: str = "mn", device=None, batches: int = 1, epilogue: tuple = ()):
+    """Every config that can run the problem, most preferred first, each with where it came from ('tune cache' or
+    'cost model'): the tune cache's winner (single problems only: a batch asks the cost model, which counts every
+    problem's tiles), when it can carry the fused epilogue (the epilogue runs under the peer's mainloop), then the
+    cost model's ranking. A generator: the caller takes the first, or walks on past one it rejects (a fused kernel
+    that ptxas spills, see ptxgemm.gemm)."""
+    problem = Problem(m, n, k, in_dtype, out_dtype, a_major, b_major)
+    device = resolve_device(device)
+    cached = tune_cache.lookup(problem, device) if batches == 1 else None
+    if cached is not None and with_epilogue(cached, epilogue) is not None:
+        yield with_epilogue(cached, epilogue), "tune cache"
+    for _, config in _ranked(problem, device.sm_count, str(device.name), batches, epilogue):
+        yield config, "cost model"
+
+
+def choose(m: int, n: int, k: int, in_dtype: str = "bfloat16", out_dtype: str | None = None, a_major: str = "k",
+           b_major: str = "mn", device=None, batches: int = 1, epilogue: tuple = ()) -> tuple[GemmConfig, str]:
+    """(config, where it came from: 'tune cache' or 'cost model'); select_config without the second part."""
+    return next(preferences(m, n, k, in_dtype, out_dtype, a_major, b_major, device, batches, epilogue))
+
+
+def select_config(m: int, n: int, k: int, in_dtype: str = "bfloat16", out_dtype: str | None = None,
+                  a_major: str = "k", b_major: str = "mn", device=None, batches: int = 1,
+                  epilogue: tuple = ()) -> GemmConfig:
+    """The config to run C (m x n) = A (m x k) . B (k x n) with: the tune cache's winner, else the cost model's.
+
+    out_dtype None means in_dtype. device: an object with .name and .sm_count (driver.device_info() gives one);
+    None: the current GPU, or DEFAULT_DEVICE (132 SMs) without one. `batches`: problems of that shape in one launch.
+    `epilogue`: the fused epilogue's GemmConfig fields as sorted (name, value) pairs; the config carries them.
+    ConfigError names a bad argument."""
+    return choose(m, n, k, in_dtype, out_dtype, a_major, b_major, device, batches, epilogue)[0]
+
+
+def explain(m: int, n: int, k: int, in_dtype: str = "bfloat16", out_dtype: str | None = None, a_major: str = "k",
+            b_major: str = "mn", device=None) -> list[dict]:
+    """The cost model's table, fastest first: per candidate its tag, tiles, k-tiles, steps per CTA and predicted us.
+    (The cost model only: the tune cache, if it has an entry, overrides the first row; see `choose`.)"""
+    problem = Problem(m, n, k, in_dtype, out_dtype, a_major, b_major)
+    device = resolve_device(device)
+    return [p.row() for p, _ in _ranked(problem, device.sm_count, str(device.name))]
+
+
+def format_table(rows: list[dict], chosen: str | None = None) -> str:
+    head = f"{'config':<16} {'tiles':>9} {'k_tiles':>7} {'steps/CTA':>9} {'predicted us':>12}"
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        mark = "  <- chosen" if r["tag"] == chosen else ""
+        lines.append(f"{r['tag']:<16} {r['tiles']:>9} {r['k_tiles']:>7} {r['steps_per_cta']:>9} "
+                     f"{r['predicted_us']:>12.2f}{mark}")
+    return "\n".join(lines)

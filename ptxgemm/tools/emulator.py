@@ -1,0 +1,316 @@
+"""The plan emulator: ptxgemm's calls carried out on host memory, numpy standing in for the GPU.
+
+Everything a call decides before the GPU is decided by the library's own code, on host addresses: the argument
+checks (gemm.check_run, epilogue.parse), the whole plan (plan_call: layout, swap, fold, staging, K = 0, the
+selected config with the kernel's dtypes, the epilogue in the kernel's frame), the staging copies
+(operands.bind), the tensor maps (gemm.tensor_map_specs, which validate every driver rule), the schedule and the
+kernel's epilogue parameters (Epilogue.kernel_params). Only what the GPU does is emulated, each as its own
+definition says:
+
+- an upload (run): DeviceArray.from_numpy's copy of an operand's span into a fresh buffer, strides kept;
+- a strided copy (ptxgemm.runtime.relayout): element by element between two byte-strided layouts; source address 0 is zeros;
+- the kernel: per problem, A's bytes read through its map as `config.in_dtype` and B's as `config.b_type`, the
+  product in float64 (per 128-wide k-block scaled and summed under blockwise scales), then the epilogue in the
+  kernel's frame with every value read from the parameter its config says it reads (by name, so a parameter packed
+  in the wrong slot, or a row vector taken for a column one, shows), then the cast to `config.out_dtype`, stored
+  through C's map. A parameter the config does not read is an error.
+
+What it does not model: the PTX (tiles, pipelines, barriers, fp32 rounding order), TMA's swizzles, streams. The GPU
+fuzzer covers those; this one lets CI find planning bugs without a GPU (python -m ptxgemm fuzz --emulate).
+
+`run`, `matmul` and `GemmPlan` here take the library's arguments; for `matmul` and `GemmPlan` numpy arrays play the
+device arrays, read and written in place at their own (host) addresses, misaligned ones included.
+"""
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import math
+
+import numpy as np
+
+from .. import gemm
+from ..accuracy import DTYPES, activation64
+from ..errors import ConfigError
+from ..kernel import schedule
+from ..kernel.config import SCALE_BLOCK, default_out_dtype
+from ..plan import operands
+from ..plan.call import plan_call
+from ..plan.checks import check_config, check_dtypes, check_out_dtype, result_shape
+from ..runtime.arrays import byte_span, c_strides
+from ..select.model import DEFAULT_DEVICE
+
+ALLOC_ALIGN = 256   # cuMemAlloc's alignment, which a fresh DeviceArray has
+
+
+class HostArray:
+    """A device array's header (ptr, shape, byte strides, dtype) over host memory; `keep` holds the memory."""
+
+    def __init__(self, ptr: int, shape, strides, dtype, keep=None, region=None):
+        self.ptr, self.shape, self.strides = int(ptr), tuple(int(x) for x in shape), tuple(int(x) for x in strides)
+        self.dtype, self.keep = np.dtype(dtype), keep
+        self.region = region   # [start, end) of the allocation it lives in (Memory's bounds)
+
+    @classmethod
+    def of(cls, arr: np.ndarray) -> "HostArray":
+        """A numpy array in place: its own address, misaligned or not (a zero-size one has address 0, as on the
+        device)."""
+        owner = _owner(arr)
+        return cls(0 if arr.size == 0 else arr.ctypes.data, arr.shape, arr.strides, arr.dtype, arr,
+                   (owner.ctypes.data, owner.ctypes.data + owner.nbytes))
+
+    @classmethod
+    def empty(cls, shape, dtype, strides=None) -> "HostArray":
+        """A fresh, 256-byte aligned allocation poisoned with 0xFF bytes (NaN in every float type here)."""
+        dtype = np.dtype(dtype)
+        strides = c_strides(tuple(shape), dtype.itemsize) if strides is None else strides
+        nbytes = math.prod(shape) * dtype.itemsize
+        if nbytes == 0:
+            return cls(0, shape, strides, dtype)
+        raw, ptr = _aligned(nbytes)
+        return cls(ptr, shape, strides, dtype, raw, (ptr, ptr + nbytes))
+
+    def numpy(self) -> np.ndarray:
+        """A numpy view of the memory (no copy)."""
+        if math.prod(self.shape) == 0:
+            return np.empty(self.shape, self.dtype)
+        return _at(self.ptr, self.shape, self.strides, self.dtype)
+
+
+def _owner(x: np.ndarray) -> np.ndarray:
+    while isinstance(x.base, np.ndarray):
+        x = x.base
+    return x
+
+
+class Memory:
+    """The allocations one launch may touch, as [start, end) byte ranges: a read or write outside all of them is
+    out of bounds (on the GPU: garbage read, or somebody else's memory written), and raises."""
+
+    def __init__(self, arrays):
+        self.ranges = [h.region for h in arrays if isinstance(h, HostArray) and h.region is not None and h.ptr]
+
+    def at(self, ptr: int, shape, strides, dtype, what: str) -> np.ndarray:
+        dtype = np.dtype(dtype)
+        low, span = byte_span(shape, strides, dtype.itemsize)
+        if span and not any(lo <= ptr + low and ptr + low + span <= hi for lo, hi in self.ranges):
+            raise AssertionError(f"{what}: bytes [{ptr + low:#x}, {ptr + low + span:#x}) lie outside every "
+                                 f"allocation of the launch")
+        return _at(ptr, shape, strides, dtype)
+
+
+def _aligned(nbytes: int) -> tuple[np.ndarray, int]:
+    raw = np.full(nbytes + ALLOC_ALIGN, 0xFF, np.uint8)
+    ptr = raw.ctypes.data
+    return raw, ptr + (-ptr) % ALLOC_ALIGN
+
+
+def _at(ptr: int, shape, strides, dtype) -> np.ndarray:
+    """A numpy view of host memory at `ptr` with byte strides (negative and zero ones included)."""
+    dtype = np.dtype(dtype)
+    low, span = byte_span(shape, strides, dtype.itemsize)
+    raw = (ctypes.c_uint8 * span).from_address(ptr + low)
+    return np.ndarray(tuple(shape), dtype, buffer=raw, offset=-low, strides=tuple(strides))
+
+
+def upload(arr: np.ndarray) -> HostArray:
+    """DeviceArray.from_numpy on host memory: a C- or F-contiguous array becomes a fresh array in that order;
+    any other layout, the smallest span holding its elements, with numpy's strides kept."""
+    if arr.flags.c_contiguous or arr.flags.f_contiguous:
+        strides = (c_strides(arr.shape, arr.itemsize) if arr.flags.c_contiguous
+                   else tuple(np.empty(arr.shape, arr.dtype, order="F").strides))
+        out = HostArray.empty(arr.shape, arr.dtype, strides)
+        if arr.size:
+            out.numpy()[...] = arr
+        return out
+    low, span = byte_span(arr.shape, arr.strides, arr.itemsize)
+    raw, ptr = _aligned(max(span, 1))
+    raw_view = np.ndarray((span,), np.uint8, buffer=(ctypes.c_uint8 * span).from_address(arr.ctypes.data + low))
+    np.ndarray((span,), np.uint8, buffer=(ctypes.c_uint8 * span).from_address(ptr))[...] = raw_view
+    return HostArray(ptr - low, arr.shape, arr.strides, arr.dtype, raw, (ptr, ptr + span))
+
+
+def _as_host(x, name: str) -> HostArray:
+    """arrays.as_device_array's part here: numpy arrays are the device arrays."""
+    if isinstance(x, HostArray):
+        return x
+    if isinstance(x, np.ndarray):
+        return HostArray.of(x)
+    raise ConfigError(f"{name}: a {type(x).__name__} is neither a ptxgemm.DeviceArray nor an object with "
+                      f"__dlpack__ or __cuda_array_interface__")
+
+
+def _no_spills(config) -> bool:
+    """The emulator's spill check: none (asking ptxas only moves the selection to another tile, which computes the
+    same numbers; the GPU fuzzer runs the real walk)."""
+    return False
+
+
+# --- the library's entry points --------------------------------------------------------------------------------
+
+def run(a, b, c=None, *, alpha=1.0, beta=0.0, bias=None, activation=None, scale_a=None, scale_b=None,
+        out_dtype=None, config=None, device=DEFAULT_DEVICE) -> np.ndarray:
+    """ptxgemm.run, emulated: the same checks, uploads, plan and result."""
+    args, od, shape, planned = gemm.check_run(a, b, c, alpha=alpha, beta=beta, bias=bias, activation=activation,
+                                              scale_a=scale_a, scale_b=scale_b, out_dtype=out_dtype, config=config,
+                                              device=device, spill_check=_no_spills)
+    da, db = upload(a), upload(b)
+    args = {name: upload(x) if gemm.uploaded(name, x) else x for name, x in args.items()}
+    out = HostArray.empty(shape, od)
+    GemmPlan(da, db, out, planned, device=device, **args).launch()
+    return out.numpy().copy()
+
+
+def matmul(a, b, out=None, *, c=None, alpha=1.0, beta=0.0, bias=None, activation=None, scale_a=None, scale_b=None,
+           out_dtype=None, config=None, device=DEFAULT_DEVICE):
+    """ptxgemm.matmul, emulated on numpy arrays read and written in place (returns `out`, or a new array)."""
+    check_config(config)
+    a, b = _as_host(a, "a"), _as_host(b, "b")
+    in_dtype = check_dtypes(a, b)
+    od = None if out_dtype is None else check_out_dtype(out_dtype)
+    plain = (c is None and bias is None and activation is None and scale_a is None and scale_b is None
+             and alpha == 1.0 and beta == 0.0)
+    fused = None if plain else gemm._parse_epilogue(a, b, _as_host, c=c, alpha=alpha, beta=beta, bias=bias,
+                                                    activation=activation, scale_a=scale_a, scale_b=scale_b)
+    if out is None:
+        result = HostArray.empty(result_shape(a, b), od or default_out_dtype(in_dtype))
+    else:
+        result = _as_host(out, "out")
+        if od is not None and od != result.dtype.name:
+            raise ConfigError(f"out_dtype: {od} contradicts out.dtype {result.dtype.name}")
+    GemmPlan(a, b, result, config, fused=fused, device=device).launch()
+    return out if out is not None else result.numpy().copy()
+
+
+class GemmPlan:
+    """ptxgemm.GemmPlan, emulated: planned by plan_call, every map validated, `launch()` carries it out."""
+
+    def __init__(self, a, b, out, config=None, *, c=None, alpha=1.0, beta=0.0, bias=None, activation=None,
+                 scale_a=None, scale_b=None, ctas=None, fused=None, device=DEFAULT_DEVICE):
+        check_config(config)
+        a, b, out = _as_host(a, "a"), _as_host(b, "b"), _as_host(out, "out")
+        check_dtypes(a, b)
+        check_out_dtype(out.dtype, "out")
+        if fused is None:
+            fused = gemm._parse_epilogue(a, b, _as_host, c=c, alpha=alpha, beta=beta, bias=bias,
+                                         activation=activation, scale_a=scale_a, scale_b=scale_b)
+        self.planned = planned = plan_call(a, b, out, config, fused, device=device, ctas=ctas,
+                                                spill_check=_no_spills)
+        self.layout, self.config, self.epilogue = planned.layout, planned.config, planned.epilogue
+        self.buffers = {}
+        arrays = [a, b, out] + [getattr(fused, f.name) for f in dataclasses.fields(fused)]
+        if self.config is None:
+            self.bound, self.copies_in, self.copies_out = None, [], list(self.layout.fill)
+            self.memory = Memory(arrays)
+            return
+        for op in self.layout.operands:   # staging buffers: fresh allocations, poisoned
+            if op.staged:
+                self.buffers[op.name] = HostArray.empty((op.staging.nbytes,), np.uint8)
+        self.bound, self.copies_in, self.copies_out = operands.bind(
+            self.layout, {name: buf.ptr for name, buf in self.buffers.items()})
+        self.memory = Memory(arrays + list(self.buffers.values()))
+        self.maps = gemm.tensor_map_specs(self.bound, self.config)
+        lay = self.bound
+        self.schedule = schedule.plan_for(self.config, lay.m, lay.n, lay.k, device.sm_count, ctas, lay.batches)
+        self.params = self.epilogue.kernel_params(lay.swapped, lay.k, lay.n)
+
+    def launch(self):
+        for copy in self.copies_in:
+            relayout(copy, self.memory)
+        if self.config is not None:
+            kernel(self.bound, self.config, self.maps, self.params, self.memory)
+        for copy in self.copies_out:
+            relayout(copy, self.memory)
+
+
+# --- what the GPU does -----------------------------------------------------------------------------------------
+
+def relayout(copy: operands.Copy, memory: Memory) -> None:
+    """ptxgemm.runtime.relayout's strided copy (a fill of zeros from source address 0); destinations walk forwards."""
+    assert all(s >= 0 for s in copy.dst_strides), copy   # relayout's rule (Copy.normalized)
+    if 0 in copy.shape:
+        return
+    shape = tuple(copy.shape) + (copy.itemsize,)
+    dst = memory.at(copy.dst_ptr, shape, tuple(copy.dst_strides) + (1,), np.uint8, "relayout's destination")
+    dst[...] = 0 if copy.src_ptr == 0 else memory.at(copy.src_ptr, shape, tuple(copy.src_strides) + (1,), np.uint8,
+                                                     "relayout's source")
+
+
+def _map_matrix(memory: Memory, name: str, spec, problem: int, rows: int, cols: int, dtype, inner: str) -> np.ndarray:
+    """rows x cols of problem `problem` through a rank-3 map (innermost first), as `dtype`: the elements the kernel
+    reads or writes (the problem's extents equal the map's, so no element past them is touched)."""
+    item = np.dtype(dtype).itemsize
+    lead, batch = spec.strides
+    assert spec.dims[2] > problem or spec.dims[2] == 1, (spec, problem)
+    z = problem if spec.dims[2] > 1 else 0
+    ptr = spec.address + z * batch
+    if inner == "cols":
+        assert spec.dims[:2] == (cols, rows), (spec.dims, rows, cols)
+        return memory.at(ptr, (rows, cols), (lead, item), dtype, name)
+    assert spec.dims[:2] == (rows, cols), (spec.dims, rows, cols)
+    return memory.at(ptr, (rows, cols), (item, lead), dtype, name)
+
+
+def kernel(lay: operands.MatmulPlan, cfg, maps: dict, params: list[tuple[str, object]], memory: Memory) -> None:
+    """The GEMM kernel's result, as its config and parameters define it (see the module docstring)."""
+    p = {name: value.value for name, value in params}
+    read = set()
+
+    def _vector(ptr: int, length: int, dtype, what: str = "a vector") -> np.ndarray:
+        assert ptr, f"{what}: a null pointer"
+        return memory.at(ptr, (length,), (np.dtype(dtype).itemsize,), dtype, what).astype(np.float64)
+
+    def param(name):
+        read.add(name)
+        return p[name]   # KeyError: the config reads a parameter the host did not pass
+
+    m, n, k = lay.m, lay.n, lay.k
+    in_t, b_t, out_t = DTYPES[cfg.in_dtype], DTYPES[cfg.b_type], DTYPES[cfg.out_dtype]
+    scale = param("param_alpha") if cfg.alpha else 1.0
+    if cfg.device_scales:
+        for operand in ("a", "b"):
+            ptr = param(f"param_scale_{operand}_ptr")
+            scale *= float(_vector(ptr, 1, np.float32, f"scale_{operand}")[0]) if ptr else 1.0
+    rows = _vector(param("param_row_scale"), m, np.float32, "the row scales") if cfg.row_scale else None
+    cols = _vector(param("param_col_scale"), n, np.float32, "the column scales") if cfg.col_scale else None
+    beta = param("param_beta") if cfg.has_source else None
+    bias = None
+    if cfg.bias is not None:
+        bias = _vector(param("param_bias"), m if cfg.bias == "row" else n, cfg.bias_dtype, "the bias")
+        bias = bias.reshape(m, 1) if cfg.bias == "row" else bias.reshape(1, n)
+    blocks = None
+    if cfg.block_scale:
+        kb = -(-k // SCALE_BLOCK)
+        assert param("param_scale_a_ld") == kb and param("param_scale_b_ld") == -(-n // SCALE_BLOCK)
+        nb = -(-n // SCALE_BLOCK)
+        blocks = (memory.at(param("param_scale_a"), (m, kb), (4 * kb, 4), np.float32, "scale_a's table"),
+                  memory.at(param("param_scale_b"), (kb, nb), (4 * nb, 4), np.float32, "scale_b's table"))
+        blocks = tuple(t.astype(np.float64) for t in blocks)
+    unread = set(p) - read
+    assert not unread, f"parameters the {cfg.describe()} kernel does not read: {sorted(unread)}"
+
+    a_inner, b_inner = lay.a.place.inner, lay.b.place.inner
+    for z in range(lay.batches):
+        a = _map_matrix(memory, "A", maps["tmap_a"], z, m, k, in_t, a_inner).astype(np.float64)
+        b = _map_matrix(memory, "B", maps["tmap_b"], z, k, n, b_t, b_inner).astype(np.float64)
+        if blocks is None:
+            acc = a @ b
+        else:
+            acc = np.zeros((m, n))
+            col_block = np.arange(n) // SCALE_BLOCK
+            for j in range(blocks[0].shape[1]):
+                ks = slice(j * SCALE_BLOCK, (j + 1) * SCALE_BLOCK)
+                acc += blocks[0][:, j:j + 1] * blocks[1][j, col_block][None, :] * (a[:, ks] @ b[ks, :])
+        v = acc * scale
+        if rows is not None:
+            v = v * rows[:, None]
+        if cols is not None:
+            v = v * cols[None, :]
+        if beta is not None:
+            v = v + beta * _map_matrix(memory, "S", maps["tmap_source"], z, m, n, DTYPES[cfg.source_dtype],
+                                       lay.s.place.inner).astype(np.float64)
+        if bias is not None:
+            v = v + bias
+        v = activation64(cfg.activation, v)
+        _map_matrix(memory, "C", maps["tmap_c"], z, m, n, out_t, lay.c.place.inner)[...] = \
+            v.astype(np.float32).astype(out_t)

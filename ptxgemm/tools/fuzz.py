@@ -1,0 +1,316 @@
+"""The differential fuzzer: random calls of run, matmul and GemmPlan against a float64 reference.
+
+`python -m ptxgemm fuzz --cases N --seed S [--out DIR] [--emulate]` draws N cases (ptxgemm.tools.fuzz_cases: every
+argument, layout, dtype and epilogue), runs each through the library, and sorts the outcomes:
+
+- correct: every element within ptxgemm.accuracy's bound (and, emulated, no byte written outside `out`'s elements
+  and the inputs untouched);
+- wrong: a result over its bound (NaN included: outputs start poisoned);
+- refused: a ConfigError on an input numpy and the documented API accept, which is a bug like a wrong result;
+- crashed: any other exception.
+
+Each failure is shrunk (fuzz_cases.shrink: the smallest case failing the same way) and printed as a runnable
+snippet. The illegal inputs of fuzz_cases.bad_specs are walked too: each must raise a ConfigError whose message
+starts with the argument it names.
+
+Two backends: the GPU (`gpu`: device arrays of ptxgemm, torch or CuPy) and the plan emulator (`emulate`,
+ptxgemm.tools.emulator: everything but the PTX, on host memory), which CI runs without a GPU.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import time
+import traceback
+
+import numpy as np
+
+from ..errors import ConfigError
+from ..runtime import driver
+from ..runtime.arrays import DeviceArray, as_device_array
+from . import emulator, fuzz_cases
+
+OUTCOMES = ("correct", "wrong", "refused", "crashed")
+#: the largest problem (2·batches·M·N·K) a case draws: the GPU's cases reach a few thousand along an axis; the
+#: emulator's stay small enough that 2000 run in CI's minute on two cores
+MAX_FLOPS = {"gpu": 4e10, "emulate": 3e7}
+ARRAY_KINDS = {"gpu": ("device", "torch", "cupy"), "emulate": ("host",)}
+
+
+def array_kinds(backend_name: str) -> tuple[str, ...]:
+    """The backend's array kinds whose framework is installed (torch and CuPy are optional peers: a GPU machine
+    without them fuzzes ptxgemm's own device arrays)."""
+    import importlib.util
+
+    return tuple(k for k in ARRAY_KINDS[backend_name] if k not in ("torch", "cupy") or importlib.util.find_spec(k))
+
+
+@dataclasses.dataclass
+class Outcome:
+    kind: str          # one of OUTCOMES
+    detail: str = ""
+
+    @property
+    def failed(self) -> bool:
+        return self.kind != "correct"
+
+    def same_failure(self, other: "Outcome") -> bool:
+        """Whether `other` fails the same way (the shrinker keeps a smaller case only then): the same outcome and,
+        for an exception, the same type and first words."""
+        return self.kind == other.kind and (self.kind == "wrong" or _signature(self.detail) == _signature(other.detail))
+
+
+def _signature(detail: str) -> str:
+    return re.sub(r"[-+]?\d[\d.e+-]*", "#", detail.splitlines()[0] if detail else "")[:60]
+
+
+# --- backends ------------------------------------------------------------------------------------------------
+
+class EmulatedBackend:
+    name = "emulate"
+
+    def __init__(self):
+        self.emulator = emulator
+
+    def device_name(self) -> str:
+        return "emulated (no GPU)"
+
+    def call(self, case) -> np.ndarray:
+        em, kw = self.emulator, dict(case.kwargs)
+        if case.entry == "run":
+            return em.run(case.a, case.b, **kw)
+        if case.entry == "matmul":
+            got = em.matmul(case.a, case.b, case.out, **kw)
+            return np.asarray(got)
+        em.GemmPlan(case.a, case.b, case.out, **kw).launch()
+        return case.out
+
+
+class GpuBackend:
+    name = "gpu"
+
+    def __init__(self):
+        self.driver = driver
+        self.info = driver.require_sm90("fuzzing on the GPU")
+
+    def device_name(self) -> str:
+        return self.info.name
+
+    def _device(self, x, kind: str):
+        """A device array of `kind` with x's values, shape and strides (a span upload, as to_device makes)."""
+        arr = DeviceArray.from_numpy(x)
+        if kind == "torch" and min(x.strides, default=0) >= 0:   # torch has no negative strides
+            import torch
+            return torch.from_dlpack(arr) if arr.size else torch.empty(x.shape, dtype=_torch_dtype(x.dtype),
+                                                                        device="cuda")
+        if kind == "cupy" and x.dtype.name in ("float16", "float32"):   # CuPy has no bfloat16 or fp8
+            import cupy
+            # an empty DeviceArray has no address, which CuPy's UnownedMemory refuses
+            return cupy.asarray(arr) if arr.size else cupy.empty(x.shape, x.dtype)
+        return arr
+
+    def call(self, case) -> np.ndarray:
+        import ptxgemm
+
+        kw = dict(case.kwargs)
+        if case.entry == "run":
+            return ptxgemm.run(case.a, case.b, **kw)
+        kind = case.array_kind
+        for name in ("c", "bias", "scale_a", "scale_b"):   # arrays go to the device; numbers stay numbers
+            x = kw.get(name)
+            if isinstance(x, np.ndarray) and not (case.c_is_out and name == "c"):
+                kw[name] = self._device(x, kind)
+        a, b = self._device(case.a, kind), self._device(case.b, kind)
+        out = None if case.out is None else self._device(case.out, kind)
+        if case.c_is_out:
+            kw["c"] = out
+        if case.entry == "matmul":
+            got = ptxgemm.matmul(a, b, out, **kw)
+        else:
+            ptxgemm.GemmPlan(a, b, out, **kw).launch()
+            got = out
+        self.driver.synchronize("waiting for the fuzzed call")
+        return as_device_array(got, "out").to_numpy()
+
+
+def _torch_dtype(dtype):
+    import torch
+    return getattr(torch, np.dtype(dtype).name)
+
+
+# --- one case ------------------------------------------------------------------------------------------------
+
+def evaluate(spec: dict, backend) -> Outcome:
+    """Build, call and judge one case."""
+    try:
+        case = fuzz_cases.build(spec)
+        ref, bound = fuzz_cases.reference(case)
+        before = _snapshot(case)
+    except Exception as e:   # the fuzzer's own bug: say so rather than blame the library
+        return Outcome("crashed", f"fuzzer: {type(e).__name__}: {e}\n{traceback.format_exc(limit=4)}")
+    try:
+        got = backend.call(case)
+    except ConfigError as e:
+        return Outcome("refused", f"ConfigError: {e}")
+    except Exception as e:
+        return Outcome("crashed", f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=6)}")
+    got = np.asarray(got)
+    if got.shape != ref.shape:
+        return Outcome("wrong", f"result shape {got.shape}, numpy's is {ref.shape}")
+    verdict = fuzz_cases.verdict(case, got)
+    if not verdict.ok:
+        return Outcome("wrong", str(verdict))
+    if backend.name == "emulate":
+        touched = _touched(case, before)
+        if touched:
+            return Outcome("wrong", touched)
+    return Outcome("correct")
+
+
+def _snapshot(case) -> dict:
+    """Copies of the memory a call may not change: the inputs' bases, and out's base (only out's own elements may
+    change there)."""
+    snap = {}
+    for name, x in (("a", case.a), ("b", case.b), *((k, v) for k, v in case.kwargs.items()
+                                                     if isinstance(v, np.ndarray))):
+        if not (name == "c" and case.c_is_out):
+            snap[name] = (x, _base(x).copy())
+    if case.out is not None:
+        snap["out"] = (case.out, _base(case.out).copy())
+    return snap
+
+
+def _base(x: np.ndarray) -> np.ndarray:
+    while isinstance(x.base, np.ndarray):
+        x = x.base
+    return x
+
+
+def _touched(case, snap: dict) -> str:
+    """What a call wrote where it may not (host memory, the emulator's case): any byte of an input's memory, or a
+    byte of out's base that is not one of out's elements."""
+    for name, (x, before) in snap.items():
+        after = _base(x)
+        if name != "out":
+            if after.tobytes() != before.tobytes():
+                return f"{name}: an input was written"
+            continue
+        raw_before, raw_after = before.reshape(-1).view(np.uint8), after.reshape(-1).view(np.uint8)
+        mine = np.zeros(raw_after.shape, bool)
+        if x.size:
+            start = x.__array_interface__["data"][0] - after.__array_interface__["data"][0]
+            offsets = start + sum(np.arange(e).reshape((-1,) + (1,) * (x.ndim - 1 - i)) * st
+                                  for i, (e, st) in enumerate(zip(x.shape, x.strides)))
+            for byte in range(x.itemsize):
+                mine[np.ravel(offsets) + byte] = True
+        if not np.array_equal(raw_before[~mine], raw_after[~mine]):
+            return "out: bytes outside out's elements were written"
+    return ""
+
+
+# --- the campaign --------------------------------------------------------------------------------------------
+
+def bad_input_checks() -> list[dict]:
+    """Each illegal call of fuzz_cases.bad_specs against ptxgemm.run (rejected before the GPU): its ConfigError must
+    start with the argument it names."""
+    import ptxgemm
+
+    results = []
+    for label, argument, make in fuzz_cases.bad_specs():
+        args, kwargs = make()
+        try:
+            ptxgemm.run(*args, **kwargs)
+            results.append({"label": label, "argument": argument, "ok": False, "error": "accepted"})
+        except ConfigError as e:
+            ok = str(e).startswith(f"{argument}:") or str(e).startswith(f"{argument} ")
+            results.append({"label": label, "argument": argument, "ok": ok, "error": f"ConfigError: {e}"})
+        except Exception as e:
+            results.append({"label": label, "argument": argument, "ok": False, "error": f"{type(e).__name__}: {e}"})
+    return results
+
+
+def fuzz(cases: int, seed: int, backend, *, max_flops: float | None = None, shrink: bool = True,
+         entries=("run", "matmul", "plan"), log=print) -> dict:
+    """Run `cases` random cases from `seed`; the report (JSON-ready)."""
+    rng = np.random.default_rng(seed)
+    max_flops = MAX_FLOPS[backend.name] if max_flops is None else max_flops
+    counts = dict.fromkeys(OUTCOMES, 0)
+    failures, start = [], time.perf_counter()
+    for i in range(cases):
+        spec = fuzz_cases.draw_spec(rng, max_flops=max_flops, entries=entries,
+                                    array_kinds=array_kinds(backend.name))
+        outcome = evaluate(spec, backend)
+        counts[outcome.kind] += 1
+        if outcome.failed:
+            record = {"case": i, "outcome": outcome.kind, "detail": outcome.detail, "spec": spec}
+            if shrink and len(failures) < 20:
+                small = fuzz_cases.shrink(spec, lambda s: outcome.same_failure(evaluate(s, backend)))
+                record["shrunk"] = small
+                record["snippet"] = fuzz_cases.snippet(small)
+                record["shrunk_detail"] = evaluate(small, backend).detail
+            failures.append(record)
+            log(f"case {i}: {outcome.kind}: {outcome.detail.splitlines()[0] if outcome.detail else ''}")
+            if "snippet" in record:
+                log(f"shrunk to:\n{record['snippet']}")
+        if (i + 1) % 500 == 0:
+            log(f"{i + 1}/{cases} cases: " + ", ".join(f"{counts[k]} {k}" for k in OUTCOMES))
+    bad = bad_input_checks()
+    return {"gpu": backend.device_name(), "backend": backend.name, "seed": seed, "cases": cases, **counts,
+            "seconds": round(time.perf_counter() - start, 1), "max_flops": max_flops,
+            "bad_inputs": {"checked": len(bad), "named": sum(r["ok"] for r in bad),
+                           "misnamed": [r for r in bad if not r["ok"]]},
+            "failures": failures}
+
+
+def gpu_slug(name: str) -> str:
+    """'NVIDIA H100 80GB HBM3' -> 'h100' (the results' file names)."""
+    m = re.search(r"\b([A-Z]\d{2,4}[A-Z]?)\b", name)
+    return m.group(1).lower() if m else re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+
+
+# --- the command line ----------------------------------------------------------------------------------------
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("fuzz", help="random calls of run/matmul/GemmPlan against float64; shrinks what fails "
+                                    "(--emulate: the plan emulator, no GPU)",
+                       description="Differential fuzzing: random calls of ptxgemm.run, matmul and GemmPlan (every "
+                                   "layout, dtype, scaling and epilogue argument; device arrays of ptxgemm, torch "
+                                   "and CuPy) against a float64 reference with ptxgemm.accuracy's elementwise "
+                                   "bounds. A failure is shrunk and printed as a runnable snippet. Exit status 1 when "
+                                   "any case is wrong, refused or crashed, or an illegal input's error does not "
+                                   "name its argument; 2 on bad input or without a GPU (unless --emulate).")
+    p.add_argument("--cases", type=int, default=1000, help="cases to run (default 1000)")
+    p.add_argument("--seed", type=int, default=None, help="random seed (default: a fresh one, printed)")
+    p.add_argument("--out", default=None, help="directory for the report, fuzz_<gpu>_<seed>.json (default: none)")
+    p.add_argument("--emulate", action="store_true",
+                   help="run the plan emulator on the CPU instead of the GPU (default off)")
+    p.add_argument("--max-flops", type=float, default=None,
+                   help=f"largest problem, 2*batches*M*N*K (default {MAX_FLOPS['gpu']:g} on the GPU, "
+                        f"{MAX_FLOPS['emulate']:g} emulated)")
+    p.add_argument("--no-shrink", action="store_true", help="report failures as drawn (default: shrink them)")
+    p.set_defaults(func=cmd_fuzz)
+
+
+def cmd_fuzz(args) -> int:
+    if args.cases < 1:
+        raise ConfigError(f"--cases: must be >= 1, got {args.cases}")
+    if args.max_flops is not None and args.max_flops <= 0:
+        raise ConfigError(f"--max-flops: must be > 0, got {args.max_flops}")
+    seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "little")
+    backend = EmulatedBackend() if args.emulate else GpuBackend()
+    print(f"fuzz: {args.cases} cases, seed {seed}, {backend.name} on {backend.device_name()}", flush=True)
+    report = fuzz(args.cases, seed, backend, max_flops=args.max_flops, shrink=not args.no_shrink,
+                  log=lambda s: print(s, flush=True))
+    print(f"{report['correct']} correct, {report['wrong']} wrong, {report['refused']} refused, "
+          f"{report['crashed']} crashed in {report['seconds']} s (seed {seed}); illegal inputs: "
+          f"{report['bad_inputs']['named']} of {report['bad_inputs']['checked']} name their argument")
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+        path = os.path.join(args.out, f"fuzz_{gpu_slug(report['gpu']) if not args.emulate else 'emulated'}_{seed}.json")
+        with open(path, "w") as f:
+            json.dump(report, f, indent=1, default=str)
+        print(f"wrote {path}")
+    failed = report["wrong"] or report["refused"] or report["crashed"] or report["bad_inputs"]["misnamed"]
+    return 1 if failed else 0
