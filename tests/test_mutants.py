@@ -11,6 +11,7 @@ import pytest
 from ptxgemm.build import compiler
 from ptxgemm.kernel import codegen
 from ptxgemm.kernel.config import GemmConfig
+from ptxgemm.kernel.params import template_params
 from ptxgemm.tools import mutants
 
 KINDS_EVERY_CONFIG = {"mbarrier.init", "mbarrier.try_wait", "mbarrier.arrive.expect_tx", "mbarrier.arrive", "bar.sync",
@@ -25,7 +26,7 @@ def enumerated(request):
 
 def test_source_map_names_the_template_lines():
     cfg = GemmConfig()
-    params = cfg.template_params()
+    params = template_params(cfg)
     text, origins = codegen.render_with_origins(params["template_name"], **params)
     assert text == codegen.render(params["template_name"], **params)
     template = (codegen._template_dir() / "gemm.ptx.j2").read_text().splitlines()

@@ -7,7 +7,7 @@ splits GemmConfig's fields translates those dicts in `config_from` below; one th
 re-records (and shows, on the device, the SASS identical or no regression), saying why in docs/perf-notes.md.
 
 Re-record: `python tests/test_ptx_hashes.py record` (the selection's candidates and epilogue variants, and every
-config the CPU suite renders, found by running it with GemmConfig.template_params watched).
+config the CPU suite renders, found by running it with template_params watched).
 """
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from ptxgemm.build import kernels
 from ptxgemm.build.kernels import render_gemm
 from ptxgemm.errors import ConfigError
 from ptxgemm.kernel.config import GemmConfig, INPUT_DTYPES, OUTPUT_DTYPES
@@ -85,20 +86,20 @@ def selection_configs() -> list[GemmConfig]:
 def suite_configs() -> list[GemmConfig]:
     """Every config the CPU suite renders (this file excepted), by running it with template_params watched."""
     seen = {}
-    original = GemmConfig.template_params
+    original = kernels.template_params
 
-    def watched(self, *args, **kwargs):
-        seen[self] = None
-        return original(self, *args, **kwargs)
+    def watched(cfg, *args, **kwargs):
+        seen[cfg] = None
+        return original(cfg, *args, **kwargs)
 
-    GemmConfig.template_params = watched
+    kernels.template_params = watched
     try:
         status = pytest.main(["-q", "-x", "-p", "no:cacheprovider", str(Path(__file__).parent),
                               f"--ignore={Path(__file__)}"])
         if status != 0:
             raise SystemExit(f"the CPU suite failed (pytest status {status}): record from a passing tree")
     finally:
-        GemmConfig.template_params = original
+        kernels.template_params = original
     return list(seen)
 
 

@@ -14,6 +14,7 @@ import ptxgemm
 from ptxgemm import GemmConfig
 from ptxgemm.build.kernels import render_gemm
 from ptxgemm.kernel import trace_format
+from ptxgemm.kernel.params import template_params
 from ptxgemm.tools import trace
 
 UNTRACED = [GemmConfig(), GemmConfig(block_n=192, out_dtype="float32"),
@@ -37,7 +38,7 @@ def render_without_the_feature(config: GemmConfig) -> str:
     assert "cfg.trace" not in cut and "trace." not in cut.replace("ptxgemm.tools.trace", "")
     env = codegen.environment()
     env = env.overlay(loader=jinja2.ChoiceLoader([jinja2.DictLoader({name: cut}), env.loader]))
-    return env.get_template(name).render(**config.template_params())
+    return env.get_template(name).render(**template_params(config))
 
 
 @pytest.mark.parametrize("config", UNTRACED, ids=lambda c: c.describe())

@@ -6,11 +6,13 @@ import functools
 
 from ..kernel import codegen
 from ..kernel.config import GemmConfig
+from ..kernel.params import template_params
 from . import compiler
 
 
 def render_gemm(config: GemmConfig) -> str:
-    return codegen.render("gemm.ptx.j2", **config.template_params())
+    params = template_params(config)
+    return codegen.render(params["template_name"], **params)
 
 
 def compile_gemm(config: GemmConfig) -> compiler.CompiledKernel:

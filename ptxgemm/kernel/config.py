@@ -13,14 +13,11 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 import numbers
 
 import numpy as np
 
 from ..errors import ConfigError
-from . import trace_format
-from .stall_format import STALL_CODES
 
 # --- hardware limits (H100/H200, sm_90a) ------------------------------------------------------------------
 SMEM_PER_BLOCK_OPTIN = 232448      # bytes of dynamic shared memory one block may use (227 KB)
@@ -126,7 +123,8 @@ def _numpy_dtype_name(d) -> str:
         return np.dtype(d).name
 
 
-def _itemsize(name: str) -> int:
+def itemsize(name: str) -> int:
+    """Bytes per element of a dtype named as numpy names it (bfloat16 and fp8 too)."""
     import ml_dtypes  # noqa: F401
 
     return np.dtype(name).itemsize
@@ -320,11 +318,11 @@ class GemmConfig:
     # --- sizes -----------------------------------------------------------------------------------------
     @property
     def in_itemsize(self) -> int:
-        return _itemsize(self.in_dtype)
+        return itemsize(self.in_dtype)
 
     @property
     def out_itemsize(self) -> int:
-        return _itemsize(self.out_dtype)
+        return itemsize(self.out_dtype)
 
     @property
     def cooperative(self) -> bool:
@@ -515,7 +513,7 @@ class GemmConfig:
 
     @property
     def src_itemsize(self) -> int:
-        return _itemsize(self.source_dtype) if self.has_source else 0
+        return itemsize(self.source_dtype) if self.has_source else 0
 
     @property
     def src_panel_cols(self) -> int:
@@ -641,47 +639,6 @@ class GemmConfig:
         hi = (layout_128b << 30) | (sbo >> 4)       # bits 62-63 layout, bits 32-45 SBO
         lo_const = (lbo >> 4) << 16                  # bits 16-29 LBO; bits 0-13 take (address >> 4)
         return {"hi": hi, "lo": lo_const, "k_step": k_step >> 4, "half_step": half_step >> 4}
-
-    # --- what the templates get --------------------------------------------------------------------------
-    def template_params(self) -> dict:
-        producer_regs, consumer_regs = self.register_split
-        return {
-            "template_name": "gemm.ptx.j2",
-            "summary": self.describe(),
-            "ptx_version": PTX_VERSION,
-            "cfg": self,
-            "threads": self.threads,
-            "consumer_release_arrivals": self.empty_arrivals,
-            "producer_regs": producer_regs,
-            "consumer_regs": consumer_regs,
-            "desc_address_mask": DESC_ADDRESS_MASK,
-            "desc_a_consts": self.descriptor_consts(self.a_major),
-            "desc_b_consts": self.descriptor_consts(self.b_major),
-            "trans_a": int(self.a_major == "mn"),
-            "trans_b": int(self.b_major == "mn"),
-            "a_type": WGMMA_TYPES[self.in_dtype],
-            "b_type": WGMMA_TYPES[self.b_type],
-            "debug": self.debug,
-            "stall_codes": STALL_CODES,
-            "debug_timeout_ns": self.debug_timeout_ns,
-            "bar_cta": BARRIER_CTA,
-            "bar_epi_sync": BARRIER_EPILOGUE_SYNC,
-            "bar_mma_order": BARRIER_MMA_ORDER,
-            "bar_epi_order": BARRIER_EPILOGUE_ORDER,
-            "mbarrier_bytes": MBARRIER_BYTES,
-            "flag_bytes": FLAG_BYTES,
-            "quad_stride": WARPGROUP_THREADS * 16,
-            "scale_block": SCALE_BLOCK,
-            "ptx_float": PTX_FLOAT_TYPES,
-            "float_bytes": {name: _itemsize(name) for name in PTX_FLOAT_TYPES},
-            "gelu_cubic": GELU_CUBIC,
-            "sqrt_2_over_pi": math.sqrt(2.0 / math.pi),
-            "minus_log2e": -1.0 / math.log(2.0),
-            "trace_codes": trace_format.CODES,
-            "trace_roles": trace_format.ROLES,
-            "trace_record_bytes": trace_format.RECORD_BYTES,
-            "trace_header_entry_bytes": trace_format.HEADER_ENTRY_BYTES,
-        }
 
     def describe(self) -> str:
         return (f"{self.schedule} GEMM {self.block_m}x{self.block_n}x{self.block_k}, {self.num_stages} stages, "

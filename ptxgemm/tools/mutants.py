@@ -36,6 +36,7 @@ from ..build import compiler
 from ..errors import ToolchainError
 from ..kernel import codegen
 from ..kernel.config import GemmConfig, SCALE_BLOCK
+from ..kernel.params import template_params
 from ..kernel.schedule import plan_for
 from ..runtime import driver
 from ..runtime.debug import BarrierStall
@@ -205,7 +206,7 @@ def mutant_config(config: GemmConfig) -> GemmConfig:
 def enumerate_mutants(config: GemmConfig) -> tuple[str, list[Mutant]]:
     """(the debug build's PTX, every mutant of every synchronization instruction in it)."""
     cfg = mutant_config(config)
-    params = cfg.template_params()
+    params = template_params(cfg)
     # the same text render_gemm (and so GemmKernel) makes, with each line's template origin beside it
     ptx, origins = codegen.render_with_origins(params["template_name"], **params)
     mutants = []

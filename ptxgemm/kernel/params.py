@@ -1,0 +1,52 @@
+"""What the GEMM templates receive: template_params(cfg) is the single door from a GemmConfig into the jinja2
+templates (ptxgemm/kernel/templates), so the PTX, the host launch code and the inspection report read the same
+numbers. The templates compute nothing of their own."""
+from __future__ import annotations
+
+import math
+
+from . import trace_format
+from .config import PTX_VERSION, BARRIER_CTA, BARRIER_EPILOGUE_ORDER, BARRIER_EPILOGUE_SYNC, BARRIER_MMA_ORDER, DESC_ADDRESS_MASK, FLAG_BYTES, GELU_CUBIC, GemmConfig, MBARRIER_BYTES, PTX_FLOAT_TYPES, SCALE_BLOCK, WARPGROUP_THREADS, WGMMA_TYPES, itemsize
+from .stall_format import STALL_CODES
+
+
+def template_params(cfg: GemmConfig) -> dict:
+    """Everything the gemm templates read: the config itself (`cfg`) and the numbers and names it derives."""
+    producer_regs, consumer_regs = cfg.register_split
+    return {
+        "template_name": "gemm.ptx.j2",
+        "summary": cfg.describe(),
+        "ptx_version": PTX_VERSION,
+        "cfg": cfg,
+        "threads": cfg.threads,
+        "consumer_release_arrivals": cfg.empty_arrivals,
+        "producer_regs": producer_regs,
+        "consumer_regs": consumer_regs,
+        "desc_address_mask": DESC_ADDRESS_MASK,
+        "desc_a_consts": cfg.descriptor_consts(cfg.a_major),
+        "desc_b_consts": cfg.descriptor_consts(cfg.b_major),
+        "trans_a": int(cfg.a_major == "mn"),
+        "trans_b": int(cfg.b_major == "mn"),
+        "a_type": WGMMA_TYPES[cfg.in_dtype],
+        "b_type": WGMMA_TYPES[cfg.b_type],
+        "debug": cfg.debug,
+        "stall_codes": STALL_CODES,
+        "debug_timeout_ns": cfg.debug_timeout_ns,
+        "bar_cta": BARRIER_CTA,
+        "bar_epi_sync": BARRIER_EPILOGUE_SYNC,
+        "bar_mma_order": BARRIER_MMA_ORDER,
+        "bar_epi_order": BARRIER_EPILOGUE_ORDER,
+        "mbarrier_bytes": MBARRIER_BYTES,
+        "flag_bytes": FLAG_BYTES,
+        "quad_stride": WARPGROUP_THREADS * 16,
+        "scale_block": SCALE_BLOCK,
+        "ptx_float": PTX_FLOAT_TYPES,
+        "float_bytes": {name: itemsize(name) for name in PTX_FLOAT_TYPES},
+        "gelu_cubic": GELU_CUBIC,
+        "sqrt_2_over_pi": math.sqrt(2.0 / math.pi),
+        "minus_log2e": -1.0 / math.log(2.0),
+        "trace_codes": trace_format.CODES,
+        "trace_roles": trace_format.ROLES,
+        "trace_record_bytes": trace_format.RECORD_BYTES,
+        "trace_header_entry_bytes": trace_format.HEADER_ENTRY_BYTES,
+    }
