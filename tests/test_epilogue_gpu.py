@@ -104,7 +104,7 @@ def _config(case: Case) -> GemmConfig | None:
     base = GemmConfig.from_tag(case.tile)
     try:
         return dataclasses.replace(base, in_dtype=case.pair[0], b_dtype=case.pair[1], out_dtype=case.out,
-                                   a_major="k", b_major="k", block_k=None, **_fields(case))
+                                   a_major="k", b_major="k", **_fields(case))
     except ConfigError:
         return None
 

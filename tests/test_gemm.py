@@ -135,7 +135,7 @@ def test_cooperative_ptx_has_no_order_barriers_and_defers_the_store_wait():
 @pytest.mark.parametrize("kwargs, rule", [
     (dict(block_m=96), "block_m"), (dict(block_n=100), "block_n"), (dict(block_n=320), "block_n"),
     (dict(block_n=40), "block_n"), (dict(block_n=8), "block_n"), (dict(block_n=208), "block_m x block_n"), (dict(block_n=160, cluster_m=2), "cluster_m"),
-    (dict(block_k=32), "block_k"), (dict(stages=1), "stages"), (dict(stages=7), "stages"),
+    (dict(stages=1), "stages"), (dict(stages=7), "stages"),
     (dict(in_dtype="float32"), "in_dtype"), (dict(out_dtype="int8"), "out_dtype"), (dict(b_major="x"), "major"),
     (dict(group_m=0), "group_m"), (dict(cluster_m=4), "cluster_m"), (dict(cluster_m=2, block_n=192), "cluster_m"),
     (dict(schedule="stream"), "schedule"), (dict(schedule="cooperative", block_m=64), "block_m"),

@@ -18,20 +18,15 @@ import numbers
 import numpy as np
 
 from ..errors import ConfigError
+from .hardware import MAX_STAGES, SMEM_PER_BLOCK_OPTIN, SWIZZLE_BYTES
+from .layout import KernelLayout
+from .tile import Tile
+from .tile import RASTER_TAGS, TAG_SCHEDULE  # noqa: F401 - until the CLI imports them from kernel/tile.py
+# Until kernel/params.py imports them from where they now live (kernel/hardware.py, kernel/layout.py):
+from .hardware import DESC_ADDRESS_MASK, MBARRIER_BYTES, WARPGROUP_THREADS  # noqa: F401
+from .layout import (BARRIER_CTA, BARRIER_EPILOGUE_ORDER, BARRIER_EPILOGUE_SYNC, BARRIER_MMA_ORDER,  # noqa: F401
+                     FLAG_BYTES, itemsize)
 
-# --- hardware limits (H100/H200, sm_90a) ------------------------------------------------------------------
-SMEM_PER_BLOCK_OPTIN = 232448      # bytes of dynamic shared memory one block may use (227 KB)
-REGISTERS_PER_SM = 65536
-WARPGROUP_THREADS = 128
-SWIZZLE_BYTES = 128                # every operand and the epilogue use TMA's 128-byte swizzle
-SWIZZLE_PERIOD = 1024              # 8 lines x 128 B: swizzled buffers start on this boundary
-WGMMA_M = 64                       # rows of one wgmma instruction
-WGMMA_K_BYTES = 32                 # one wgmma consumes 32 bytes of K: k16 of a 16-bit type, k32 of an 8-bit one
-MBARRIER_BYTES = 8
-DESC_ADDRESS_MASK = 0x3FFFF        # a GMMA descriptor encodes bits 4..17 of the shared-memory address
-MAX_STAGES = 8
-WARPS_PER_WARPGROUP = 4           # a stage is released by lane 0 of every consumer warp that read it
-CONSUMERS = 2                      # consumer warpgroups per CTA (warpgroups 1 and 2; the producer is 0)
 
 INPUT_DTYPES = ("bfloat16", "float16", "float8_e4m3fn", "float8_e5m2")
 # wgmma's name for each input type. The 8-bit ones read both operands K-major only: wgmma has no transpose for them
@@ -75,18 +70,10 @@ SCHEDULES = ("pingpong", "cooperative")
 # run at the same time stay close in both directions; the host computes the order once per grid shape and the kernel
 # reads it from a table.
 RASTERS = ("m", "n", "hilbert")
-RASTER_TAGS = {"m": "m", "n": "n", "hilbert": "h"}
 PTX_VERSION = "8.0"
 
-# Named barrier ids (bar.sync / bar.arrive). 0 is the whole CTA (init only).
-BARRIER_CTA = 0
-BARRIER_EPILOGUE_SYNC = (1, 2)     # the 128 threads of consumer 0 / 1 around their TMA store
-BARRIER_MMA_ORDER = (3, 4)         # pingpong: consumer g waits on [g] before its mainloop; the other arrives on it
-BARRIER_EPILOGUE_ORDER = (5, 6)    # pingpong: same, for the epilogue (one shared C staging buffer)
-FLAG_BYTES = 4                     # split-K: one u32 arrival counter per output tile (and consumer half)
 
 
-TAG_SCHEDULE = {"pingpong": "pp", "cooperative": "coop"}
 _DTYPE_FIELDS = ("in_dtype", "out_dtype", "b_dtype", "source_dtype", "bias_dtype")   # names, or numpy/ml_dtypes types
 
 
@@ -123,21 +110,14 @@ def _numpy_dtype_name(d) -> str:
         return np.dtype(d).name
 
 
-def itemsize(name: str) -> int:
-    """Bytes per element of a dtype named as numpy names it (bfloat16 and fp8 too)."""
-    import ml_dtypes  # noqa: F401
-
-    return np.dtype(name).itemsize
 
 
 @dataclasses.dataclass(frozen=True)
-class GemmConfig:
+class GemmConfig(KernelLayout):
     """A GEMM kernel. Everything not given is derived; invalid combinations raise ConfigError."""
 
     block_m: int = 128            # CTA tile rows; pingpong: one consumer's, cooperative: both consumers' halves
     block_n: int = 128            # tile columns (the wgmma N)
-    block_k: int | None = None    # K per pipeline stage: one 128-byte swizzle row (64 of a 16-bit type, 128 of fp8);
-                                  # None: derived from in_dtype
     stages: int | None = None     # None: as many as fit in shared memory (up to MAX_STAGES); see num_stages
     in_dtype: str = "bfloat16"
     out_dtype: str = "bfloat16"
@@ -175,13 +155,15 @@ class GemmConfig:
         object.__setattr__(self, "b_dtype", None if b_dtype == self.in_dtype else b_dtype)   # one spelling of "same"
         # one spelling of "no column vector to pair" (the plain GEMM's PTX stays byte-identical)
         object.__setattr__(self, "col_pairs", bool(self.col_pairs and (self.col_scale or self.bias == "col")))
-        if self.block_k is None and self.in_dtype in INPUT_DTYPES:
-            object.__setattr__(self, "block_k", SWIZZLE_BYTES // self.in_itemsize)
         self._validate()
         if self.stages is not None and self.stages > self._max_stages():
             raise ConfigError(f"stages: {self.stages} stages of {self.stage_bytes} B plus the {self.epilogue_bytes} B "
                               f"epilogue buffer exceed {SMEM_PER_BLOCK_OPTIN} B of shared memory "
                               f"(at most {self._max_stages()})")
+
+    @property
+    def fp8(self) -> bool:
+        return self.in_dtype in FP8_DTYPES
 
     # --- validation ------------------------------------------------------------------------------------
     def _check_types(self):
@@ -245,9 +227,6 @@ class GemmConfig:
         if (self.splits > 1 or self.c_major == "m") and self.cluster_size > 1:
             raise ConfigError("splits, c_major: split-K and the transposed store run on single CTAs (cluster_m and "
                               "cluster_n 1): they are for problems with too few tiles to pair")
-        if self.block_k * self.in_itemsize != SWIZZLE_BYTES:
-            raise ConfigError(f"block_k: one stage holds one {SWIZZLE_BYTES}-byte swizzle row of K "
-                              f"({SWIZZLE_BYTES // self.in_itemsize} elements of {self.in_dtype}), got {self.block_k}")
         if self.acc_registers > 192:
             raise ConfigError(f"block_m x block_n: {self.block_m}x{self.block_n} needs {self.acc_registers} fp32 "
                               f"accumulator registers per thread; at most 192 fit beside addresses in 240")
@@ -315,331 +294,6 @@ class GemmConfig:
                 raise ConfigError("block_scale: rowwise scales do not combine with blockwise ones (fold them into "
                                   "the block scales)")
 
-    # --- sizes -----------------------------------------------------------------------------------------
-    @property
-    def in_itemsize(self) -> int:
-        return itemsize(self.in_dtype)
-
-    @property
-    def out_itemsize(self) -> int:
-        return itemsize(self.out_dtype)
-
-    @property
-    def cooperative(self) -> bool:
-        return self.schedule == "cooperative"
-
-    @property
-    def consumer_m(self) -> int:
-        """Rows of the tile one consumer computes: the whole tile (pingpong) or its half (cooperative)."""
-        return self.block_m // CONSUMERS if self.cooperative else self.block_m
-
-    @property
-    def consumers_per_tile(self) -> int:
-        return CONSUMERS if self.cooperative else 1
-
-    @property
-    def m_halves(self) -> int:
-        """wgmma row blocks (m64) per consumer tile, each with its own accumulator registers."""
-        return self.consumer_m // WGMMA_M
-
-    @property
-    def k_steps(self) -> int:
-        """wgmma instructions along K per stage (WGMMA_K_BYTES each)."""
-        return self.block_k * self.in_itemsize // WGMMA_K_BYTES
-
-    @property
-    def mma_k(self) -> int:
-        """K of one wgmma instruction: 16 for 16-bit inputs, 32 for fp8."""
-        return WGMMA_K_BYTES // self.in_itemsize
-
-    @property
-    def fp8(self) -> bool:
-        return self.in_dtype in FP8_DTYPES
-
-    @property
-    def acc_registers(self) -> int:
-        """fp32 accumulator registers per consumer thread: consumer_m*block_n / 128."""
-        return self.consumer_m * self.block_n // WARPGROUP_THREADS
-
-    @property
-    def acc_per_half(self) -> int:
-        return self.block_n // 2
-
-    @property
-    def a_stage_bytes(self) -> int:
-        return self.block_m * self.block_k * self.in_itemsize
-
-    @property
-    def b_panels(self) -> int:
-        """64-column panels an MN-major B tile is loaded as (one TMA box each); the last is loaded whole even when
-        block_n is not a multiple of 64, and wgmma reads only its first block_n % 64 columns."""
-        return -(-self.block_n // 64)
-
-    @property
-    def b_stage_bytes(self) -> int:
-        rows = self.b_panels * 64 if self.b_major == "mn" else self.block_n
-        return rows * self.block_k * self.in_itemsize
-
-    @property
-    def b_rows_per_cta(self) -> int:
-        """N extent of the B box each CTA of a cluster loads (and multicasts to the whole cluster)."""
-        return self.block_n // self.cluster_m
-
-    @property
-    def a_rows_per_cta(self) -> int:
-        """M extent of the A box each CTA of a cluster loads (and, with cluster_n 2, multicasts to the pair)."""
-        return self.block_m // self.cluster_n
-
-    @property
-    def cluster_size(self) -> int:
-        """CTAs per cluster: cluster_m x cluster_n (one of them is 1)."""
-        return self.cluster_m * self.cluster_n
-
-    @property
-    def empty_arrivals(self) -> int:
-        """Arrivals that release a stage: lane 0 of every consumer warp that read it (one consumer's 4 in pingpong,
-        both consumers' 8 in cooperative), in every CTA whose smem the stage's multicast writes (with a cluster,
-        the peer's producer refills our stage too)."""
-        return WARPS_PER_WARPGROUP * self.consumers_per_tile * self.cluster_size
-
-    @property
-    def consumer_a_offset(self) -> int:
-        """Bytes from a stage's A tile to the rows consumer 1 reads (cooperative; 0 in pingpong): consumer_m rows,
-        i.e. m_halves m64 row blocks of the operand's layout (K-major: 64 lines of 128 B; MN-major: one panel)."""
-        if not self.cooperative:
-            return 0
-        return self.m_halves * (self.descriptor_consts(self.a_major)["half_step"] << 4)
-
-    @property
-    def stage_bytes(self) -> int:
-        """Bytes one stage's TMA loads deliver: the full boxes, even where they hang past the matrix (zero fill)."""
-        return self.a_stage_bytes + self.b_stage_bytes
-
-    @property
-    def epi_panel_cols(self) -> int:
-        """Output columns per 128-byte swizzle panel of the C staging buffer (64 for 16-bit, 32 for fp32)."""
-        return SWIZZLE_BYTES // self.out_itemsize
-
-    @property
-    def transposed_store(self) -> bool:
-        return self.c_major == "m"
-
-    @property
-    def epi_panels(self) -> int:
-        """Output panels per tile: along N, the last one possibly a narrower tail (epi_tail_cols); with the
-        transposed store, along the consumer's M (a whole number: block_m is a multiple of 64)."""
-        if self.transposed_store:
-            return self.consumer_m // self.epi_panel_cols
-        return -(-self.block_n // self.epi_panel_cols)
-
-    @property
-    def epi_tail_cols(self) -> int:
-        """Columns of the last output panel when block_n is not a whole number of panels (0: no tail). The tail is
-        staged unswizzled, rows of epi_tail_bytes, and stored through a second tensor map whose box is that narrow:
-        a full-width box would overwrite the next tile's columns."""
-        return 0 if self.transposed_store else self.block_n % self.epi_panel_cols
-
-    @property
-    def epi_tail_bytes(self) -> int:
-        return self.epi_tail_cols * self.out_itemsize
-
-    @property
-    def epi_panel_bytes(self) -> int:
-        """One panel, one TMA store box: consumer_m rows x 128 B; transposed, block_n rows (of C^T's columns, i.e.
-        of C's rows) x 128 B of M."""
-        return (self.block_n if self.transposed_store else self.consumer_m) * SWIZZLE_BYTES
-
-    @property
-    def epi_box_rows(self) -> int:
-        """Rows of one store box: the consumer's M rows, or (transposed) the tile's N columns."""
-        return self.block_n if self.transposed_store else self.consumer_m
-
-    @property
-    def epi_slots(self) -> int:
-        """Panel slots of staging per consumer. Pingpong: the whole tile (one buffer the consumers take turns
-        with). Cooperative: as many as fit beside the stages, a divisor of epi_panels so that panel p always
-        goes to slot p % epi_slots; a slot is rewritten only once the store that read it last is done."""
-        if not self.cooperative:
-            return self.epi_panels
-        return self._cooperative_slots(self.num_stages)
-
-    def _cooperative_slots(self, stages: int) -> int:
-        room = SMEM_PER_BLOCK_OPTIN - self.barrier_bytes - self.source_bytes - stages * self.stage_bytes
-        fit = room // (CONSUMERS * self.epi_panel_bytes)
-        return max((d for d in range(1, self.epi_panels + 1) if self.epi_panels % d == 0 and d <= fit), default=0)
-
-    @property
-    def epilogue_bytes(self) -> int:
-        """C staging. Pingpong: one buffer of the whole tile, shared by both consumers in turn (the epilogue order
-        barrier serialises them). Cooperative: epi_slots panels per consumer, consumer g's after consumer 0's."""
-        if not self.cooperative:
-            return self.epi_panels * self.epi_panel_bytes
-        return CONSUMERS * self.epi_slots * self.epi_panel_bytes
-
-    @property
-    def consumer_staging_bytes(self) -> int:
-        """Bytes from consumer 0's staging to consumer 1's (cooperative); 0 in pingpong, where they share it."""
-        return self.epi_slots * self.epi_panel_bytes if self.cooperative else 0
-
-    @property
-    def barrier_bytes(self) -> int:
-        # full[] and empty[], sized for the largest ring; the source tile's full and empty
-        return 2 * MAX_STAGES * MBARRIER_BYTES + (2 * MBARRIER_BYTES if self.has_source else 0)
-
-    # --- the fused epilogue -------------------------------------------------------------------------------
-    @property
-    def has_source(self) -> bool:
-        return self.source_dtype is not None
-
-    @property
-    def fused(self) -> bool:
-        """Whether the epilogue does more than cast the accumulators (fusion.ptx.j2's `apply` is emitted)."""
-        return bool(self.alpha or self.device_scales or self.row_scale or self.col_scale or self.has_source
-                    or self.bias or self.activation)
-
-    @property
-    def fused_registers(self) -> int:
-        """Values the fused epilogue keeps live beside the accumulators (fusion.ptx.j2): two per row block for each
-        row vector, two for each column vector, the source's eight values per row block (16 columns of each), four
-        packed registers and its address, alpha, and the activation's two temporaries."""
-        row_vectors = int(self.row_scale) + int(self.bias == "row")
-        col_vectors = int(self.col_scale) + int(self.bias == "col")
-        return (2 * self.m_halves * row_vectors + 2 * col_vectors + (8 * self.m_halves + 6 if self.has_source else 0)
-                + int(self.alpha or self.device_scales) + (2 if self.activation else 0))
-
-    @property
-    def b_type(self) -> str:
-        return self.b_dtype or self.in_dtype
-
-    @property
-    def src_itemsize(self) -> int:
-        return itemsize(self.source_dtype) if self.has_source else 0
-
-    @property
-    def src_panel_cols(self) -> int:
-        """Source columns per 128-byte swizzle panel (one TMA box of block_m rows)."""
-        return SWIZZLE_BYTES // self.src_itemsize
-
-    @property
-    def src_panels(self) -> int:
-        return self.block_n // self.src_panel_cols
-
-    @property
-    def src_panel_bytes(self) -> int:
-        """One source panel: the whole tile's block_m rows (both consumers' halves in cooperative) x 128 B."""
-        return self.block_m * SWIZZLE_BYTES
-
-    @property
-    def source_bytes(self) -> int:
-        """The source tile's buffer: one tile, loaded by the producer once the tile's k-tiles are issued."""
-        return self.src_panels * self.src_panel_bytes if self.has_source else 0
-
-    @property
-    def source_readers(self) -> int:
-        """Arrivals that free the source buffer: every thread of the consumers that read it (each after its own
-        shared-memory loads)."""
-        return WARPGROUP_THREADS * self.consumers_per_tile
-
-    @property
-    def num_stages(self) -> int:
-        """Pipeline depth: `stages` if given, else as many stages as shared memory holds."""
-        return self.stages if self.stages is not None else self._max_stages()
-
-    def _max_stages(self) -> int:
-        # the cooperative epilogue makes do with one panel slot per consumer; stages come first
-        least_epilogue = (CONSUMERS * self.epi_panel_bytes if self.cooperative
-                          else self.epi_panels * self.epi_panel_bytes)
-        room = SMEM_PER_BLOCK_OPTIN - least_epilogue - self.source_bytes - self.barrier_bytes
-        return min(MAX_STAGES, room // self.stage_bytes)
-
-    # --- split-K -----------------------------------------------------------------------------------------
-    @property
-    def split_k(self) -> bool:
-        return self.splits > 1
-
-    @property
-    def partial_bytes(self) -> int:
-        """One consumer's fp32 partial tile in the workspace: its accumulators, stored as [quad][thread] float4s so
-        that a warp's 32 lanes write (and the fix-up reads) 512 contiguous bytes per instruction."""
-        return self.acc_registers * WARPGROUP_THREADS * 4
-
-    @property
-    def partial_quads(self) -> int:
-        """float4 stores per thread per partial tile."""
-        return self.acc_registers // 4
-
-    # --- shared-memory map (byte offsets from the 1024-aligned dynamic smem base) -------------------------
-    @property
-    def smem_a(self) -> int:
-        return 0
-
-    @property
-    def smem_b(self) -> int:
-        return self.num_stages * self.a_stage_bytes
-
-    @property
-    def smem_c(self) -> int:
-        return self.smem_b + self.num_stages * self.b_stage_bytes
-
-    @property
-    def smem_source(self) -> int:
-        return self.smem_c + self.epilogue_bytes
-
-    @property
-    def smem_full(self) -> int:
-        return self.smem_source + self.source_bytes
-
-    @property
-    def smem_empty(self) -> int:
-        return self.smem_full + self.num_stages * MBARRIER_BYTES
-
-    @property
-    def smem_src_full(self) -> int:
-        """The source tile's barriers (with a source): full, then empty, after the ring's."""
-        return self.smem_empty + self.num_stages * MBARRIER_BYTES
-
-    @property
-    def smem_bytes(self) -> int:
-        return self.smem_src_full + (2 * MBARRIER_BYTES if self.has_source else 0)
-
-    # --- registers -------------------------------------------------------------------------------------
-    @property
-    def threads(self) -> int:
-        return 3 * WARPGROUP_THREADS  # producer + two consumers
-
-    @property
-    def register_split(self) -> tuple[int, int]:
-        """(producer, consumer) registers per thread after setmaxnreg (CUTLASS's pingpong rule)."""
-        return (24, 240) if self.acc_registers >= 208 else (40, 232)
-
-    @property
-    def entry_registers(self) -> int:
-        """What ptxas gives every thread at entry with .maxntid 384 and 1 CTA/SM: 65536/384 rounded down to 8."""
-        return REGISTERS_PER_SM // self.threads // 8 * 8
-
-    # --- wgmma descriptors -----------------------------------------------------------------------------
-    def descriptor_consts(self, major: str) -> dict:
-        """Constant parts of a 128B-swizzled GMMA shared-memory descriptor for one operand tile.
-
-        K-major tile: rows of one 128-byte K line each; SBO = 8 rows x 128 B; LBO unused (1).
-          k16 step: +32 B. m64 half h: +h*64*128 B.
-        MN-major tile: panels of 64 MN-elements (128 B) x block_k rows of K, one TMA box each;
-          SBO = 8 K-rows x 128 B (next 8 K), LBO = one panel (next 64 MN-elements).
-          k16 step: +16 rows x 128 B. m64 half h: +h panels.
-        """
-        line = SWIZZLE_BYTES
-        if major == "k":
-            lbo, sbo = 16, 8 * line
-            k_step, half_step = WGMMA_K_BYTES, WGMMA_M * line
-        else:
-            panel = self.block_k * line
-            lbo, sbo = panel, 8 * line
-            k_step, half_step = (WGMMA_K_BYTES // self.in_itemsize) * line, panel
-        layout_128b = 1
-        hi = (layout_128b << 30) | (sbo >> 4)       # bits 62-63 layout, bits 32-45 SBO
-        lo_const = (lbo >> 4) << 16                  # bits 16-29 LBO; bits 0-13 take (address >> 4)
-        return {"hi": hi, "lo": lo_const, "k_step": k_step >> 4, "half_step": half_step >> 4}
-
     def describe(self) -> str:
         return (f"{self.schedule} GEMM {self.block_m}x{self.block_n}x{self.block_k}, {self.num_stages} stages, "
                 + (f"cluster {self.cluster_m}x1 (B multicast), " if self.cluster_m > 1 else "")
@@ -668,71 +322,31 @@ class GemmConfig:
     def kernel_name(self) -> str:
         return f"gemm_{self.schedule}"
 
-    # --- short names (bench rows, tune cache, CLI) --------------------------------------------------------
+    # --- the tile choice and its short name (bench rows, tune cache, CLI) ---------------------------------------
+    @property
+    def tile(self) -> Tile:
+        """The tile choice in this config: what the selection picks and the tune cache keeps."""
+        return Tile.of(self)
+
     @property
     def tag(self) -> str:
-        """The tile choice in a few characters: 'pp128x128', 'coop256x128c2' (cluster_m 2), 'coop128x256cn2'
-        (cluster_n 2), 'pp128x192g16rns5' (group 16, raster n, 5 stages), 'pp64x128k4' (split-K 4), 'pp128x16t'
-        (transposed store: swap-AB). Dtypes, layouts, debug and trace are not part of it (the operands decide
-        those)."""
-        return self._tag(with_splits=True)
-
-    def _tag(self, with_splits: bool) -> str:
-        t = f"{TAG_SCHEDULE[self.schedule]}{self.block_m}x{self.block_n}"
-        if self.transposed_store:
-            t += "t"
-        if self.cluster_m > 1:
-            t += f"c{self.cluster_m}"
-        if self.cluster_n > 1:
-            t += f"cn{self.cluster_n}"
-        if self.group_m != GemmConfig.group_m:
-            t += f"g{self.group_m}"
-        if self.raster != GemmConfig.raster:
-            t += f"r{RASTER_TAGS[self.raster]}"
-        if self.split_k and with_splits:
-            t += f"k{self.splits}"
-        if self.stages is not None:
-            t += f"s{self.stages}"
-        return t
+        """The tile choice's tag (Tile.tag); dtypes, layouts, the epilogue, debug and trace are not part of it."""
+        return self.tile.tag
 
     @property
     def tile_tag(self) -> str:
-        """The tag without the split count: what the cost model's per-tile tables are keyed by."""
-        return self._tag(with_splits=False)
+        return self.tile.tile_tag
 
     @classmethod
-    def from_tag(cls, tag: str, **fields) -> "GemmConfig":
-        """The config a tag names, with `fields` (dtypes, majors, ...) added; ConfigError on a malformed tag."""
-        import re
-
-        m = re.fullmatch(r"(pp|coop)(\d+)x(\d+)(t)?(?:c(\d+))?(?:cn(\d+))?(?:g(\d+))?(?:r([mnh]))?(?:k(\d+))?"
-                         r"(?:s(\d+))?", tag.strip())
-        if m is None:
-            raise ConfigError(f"config tag: {tag!r} is not <pp|coop><block_m>x<block_n>[t][c<cluster_m>][cn<cluster_n>]"
-                              f"[g<group_m>][r<m|n|h>][k<splits>][s<stages>], e.g. pp128x128, coop256x128c2, "
-                              f"pp64x128k4 or pp128x16tk4")
-        kw = {"schedule": {v: k for k, v in TAG_SCHEDULE.items()}[m[1]], "block_m": int(m[2]), "block_n": int(m[3])}
-        if m[4]:
-            kw["c_major"] = "m"
-        m = [None, *m.groups()[:3], *m.groups()[4:]]   # the fields below keep their numbers
-        if m[4]:
-            kw["cluster_m"] = int(m[4])
-        if m[5]:
-            kw["cluster_n"] = int(m[5])
-        if m[6]:
-            kw["group_m"] = int(m[6])
-        if m[7]:
-            kw["raster"] = {v: k for k, v in RASTER_TAGS.items()}[m[7]]
-        if m[8]:
-            kw["splits"] = int(m[8])
-        if m[9]:
-            kw["stages"] = int(m[9])
-        return cls(**{**kw, **fields})
+    def from_tag(cls, tag: str, **fields) -> GemmConfig:
+        """The config a tag names (Tile.from_tag), with `fields` (dtypes, majors, epilogue, ...) added."""
+        return cls(**{**Tile.from_tag(tag).fields(), **fields})
 
     def report_extras(self) -> dict:
         producer_regs, consumer_regs = self.register_split
         return {
             "config": dataclasses.asdict(self),
+            "block_k": self.block_k,
             "stages": self.num_stages,
             "smem_bytes": self.smem_bytes,
             "smem_map": {"a": self.smem_a, "b": self.smem_b, "c": self.smem_c, "source": self.smem_source,

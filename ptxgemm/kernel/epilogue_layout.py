@@ -9,7 +9,8 @@ the bytes.
 """
 from __future__ import annotations
 
-from .config import GemmConfig, SWIZZLE_BYTES
+from .config import GemmConfig
+from .hardware import SWIZZLE_BYTES
 from .swizzle import swizzle_address
 
 WARP_LANES = 32

@@ -23,9 +23,9 @@ def _resolve_config(config: GemmConfig | None, in_dtype: str, b_dtype: str | Non
     fused = fused or {}
     spill_check = spill_check or spills
 
-    def complete(base):   # block_k follows the input type (one 128-byte swizzle row of K): a 16-bit config serves fp8
+    def complete(base):   # the tile choice with the problem's dtypes, layouts and epilogue (block_k follows the dtype)
         return dataclasses.replace(base, in_dtype=in_dtype, out_dtype=out_dtype, a_major=a_major, b_major=b_major,
-                                   block_k=None, b_dtype=b_dtype, **fused)
+                                   b_dtype=b_dtype, **fused)
 
     if config is not None:
         return complete(config)  # GemmPlan checked that it is a GemmConfig before asking for the GPU

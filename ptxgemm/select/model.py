@@ -33,7 +33,8 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..kernel import schedule
-from ..kernel.config import GemmConfig, TAG_SCHEDULE
+from ..kernel.config import GemmConfig
+from ..kernel.tile import TAG_SCHEDULE
 from ..runtime import driver
 from . import tune_cache
 from .problem import Problem

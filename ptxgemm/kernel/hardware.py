@@ -1,0 +1,17 @@
+"""Hopper's numbers (sm_90a: H100, H200): what one block may hold, what one instruction moves, and the fixed
+shape of ptxgemm's CTA (a producer warpgroup and two consumers). kernel/layout.py derives every other number from
+these and a config's fields."""
+from __future__ import annotations
+
+SMEM_PER_BLOCK_OPTIN = 232448      # bytes of dynamic shared memory one block may use (227 KB)
+REGISTERS_PER_SM = 65536
+WARPGROUP_THREADS = 128
+SWIZZLE_BYTES = 128                # every operand and the epilogue use TMA's 128-byte swizzle
+SWIZZLE_PERIOD = 1024              # 8 lines x 128 B: swizzled buffers start on this boundary
+WGMMA_M = 64                       # rows of one wgmma instruction
+WGMMA_K_BYTES = 32                 # one wgmma consumes 32 bytes of K: k16 of a 16-bit type, k32 of an 8-bit one
+MBARRIER_BYTES = 8
+DESC_ADDRESS_MASK = 0x3FFFF        # a GMMA descriptor encodes bits 4..17 of the shared-memory address
+MAX_STAGES = 8
+WARPS_PER_WARPGROUP = 4           # a stage is released by lane 0 of every consumer warp that read it
+CONSUMERS = 2                      # consumer warpgroups per CTA (warpgroups 1 and 2; the producer is 0)

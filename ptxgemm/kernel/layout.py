@@ -1,0 +1,357 @@
+"""Every number a GEMM kernel derives from its config: tile and stage sizes, the shared-memory map, the epilogue's
+staging panels, split-K's workspace, the register split and the wgmma descriptor constants, plus the named
+barrier ids. They are properties of `KernelLayout`, which GemmConfig inherits, so each is read from the config it
+follows from (cfg.smem_a, cfg.stage_bytes, ...) and defined here alone; kernel/params.py hands them to the
+templates, the host reads the same properties, and the PTX and the launch can never disagree.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .hardware import (CONSUMERS, MAX_STAGES, MBARRIER_BYTES, REGISTERS_PER_SM, SMEM_PER_BLOCK_OPTIN, SWIZZLE_BYTES,
+                       WARPGROUP_THREADS, WARPS_PER_WARPGROUP, WGMMA_K_BYTES, WGMMA_M)
+
+# Named barrier ids (bar.sync / bar.arrive). 0 is the whole CTA (init only).
+BARRIER_CTA = 0
+BARRIER_EPILOGUE_SYNC = (1, 2)     # the 128 threads of consumer 0 / 1 around their TMA store
+BARRIER_MMA_ORDER = (3, 4)         # pingpong: consumer g waits on [g] before its mainloop; the other arrives on it
+BARRIER_EPILOGUE_ORDER = (5, 6)    # pingpong: same, for the epilogue (one shared C staging buffer)
+FLAG_BYTES = 4                     # split-K: one u32 arrival counter per output tile (and consumer half)
+
+
+def itemsize(name: str) -> int:
+    """Bytes per element of a dtype named as numpy names it (bfloat16 and fp8 too)."""
+    import ml_dtypes  # noqa: F401
+
+    return np.dtype(name).itemsize
+
+
+class KernelLayout:
+    """The derived numbers of a GemmConfig (mixed into it: `self` is the config, its fields validated)."""
+
+    @property
+    def block_k(self) -> int:
+        """K per pipeline stage: one 128-byte swizzle row of K (64 elements of a 16-bit type, 128 of fp8), the
+        only depth a stage can have with the 128-byte swizzle every operand uses."""
+        return SWIZZLE_BYTES // self.in_itemsize
+
+    # --- sizes -----------------------------------------------------------------------------------------
+    @property
+    def in_itemsize(self) -> int:
+        return itemsize(self.in_dtype)
+
+    @property
+    def out_itemsize(self) -> int:
+        return itemsize(self.out_dtype)
+
+    @property
+    def cooperative(self) -> bool:
+        return self.schedule == "cooperative"
+
+    @property
+    def consumer_m(self) -> int:
+        """Rows of the tile one consumer computes: the whole tile (pingpong) or its half (cooperative)."""
+        return self.block_m // CONSUMERS if self.cooperative else self.block_m
+
+    @property
+    def consumers_per_tile(self) -> int:
+        return CONSUMERS if self.cooperative else 1
+
+    @property
+    def m_halves(self) -> int:
+        """wgmma row blocks (m64) per consumer tile, each with its own accumulator registers."""
+        return self.consumer_m // WGMMA_M
+
+    @property
+    def k_steps(self) -> int:
+        """wgmma instructions along K per stage (WGMMA_K_BYTES each)."""
+        return self.block_k * self.in_itemsize // WGMMA_K_BYTES
+
+    @property
+    def mma_k(self) -> int:
+        """K of one wgmma instruction: 16 for 16-bit inputs, 32 for fp8."""
+        return WGMMA_K_BYTES // self.in_itemsize
+
+    @property
+    def acc_registers(self) -> int:
+        """fp32 accumulator registers per consumer thread: consumer_m*block_n / 128."""
+        return self.consumer_m * self.block_n // WARPGROUP_THREADS
+
+    @property
+    def acc_per_half(self) -> int:
+        return self.block_n // 2
+
+    @property
+    def a_stage_bytes(self) -> int:
+        return self.block_m * self.block_k * self.in_itemsize
+
+    @property
+    def b_panels(self) -> int:
+        """64-column panels an MN-major B tile is loaded as (one TMA box each); the last is loaded whole even when
+        block_n is not a multiple of 64, and wgmma reads only its first block_n % 64 columns."""
+        return -(-self.block_n // 64)
+
+    @property
+    def b_stage_bytes(self) -> int:
+        rows = self.b_panels * 64 if self.b_major == "mn" else self.block_n
+        return rows * self.block_k * self.in_itemsize
+
+    @property
+    def b_rows_per_cta(self) -> int:
+        """N extent of the B box each CTA of a cluster loads (and multicasts to the whole cluster)."""
+        return self.block_n // self.cluster_m
+
+    @property
+    def a_rows_per_cta(self) -> int:
+        """M extent of the A box each CTA of a cluster loads (and, with cluster_n 2, multicasts to the pair)."""
+        return self.block_m // self.cluster_n
+
+    @property
+    def cluster_size(self) -> int:
+        """CTAs per cluster: cluster_m x cluster_n (one of them is 1)."""
+        return self.cluster_m * self.cluster_n
+
+    @property
+    def empty_arrivals(self) -> int:
+        """Arrivals that release a stage: lane 0 of every consumer warp that read it (one consumer's 4 in pingpong,
+        both consumers' 8 in cooperative), in every CTA whose smem the stage's multicast writes (with a cluster,
+        the peer's producer refills our stage too)."""
+        return WARPS_PER_WARPGROUP * self.consumers_per_tile * self.cluster_size
+
+    @property
+    def consumer_a_offset(self) -> int:
+        """Bytes from a stage's A tile to the rows consumer 1 reads (cooperative; 0 in pingpong): consumer_m rows,
+        i.e. m_halves m64 row blocks of the operand's layout (K-major: 64 lines of 128 B; MN-major: one panel)."""
+        if not self.cooperative:
+            return 0
+        return self.m_halves * (self.descriptor_consts(self.a_major)["half_step"] << 4)
+
+    @property
+    def stage_bytes(self) -> int:
+        """Bytes one stage's TMA loads deliver: the full boxes, even where they hang past the matrix (zero fill)."""
+        return self.a_stage_bytes + self.b_stage_bytes
+
+    @property
+    def epi_panel_cols(self) -> int:
+        """Output columns per 128-byte swizzle panel of the C staging buffer (64 for 16-bit, 32 for fp32)."""
+        return SWIZZLE_BYTES // self.out_itemsize
+
+    @property
+    def transposed_store(self) -> bool:
+        return self.c_major == "m"
+
+    @property
+    def epi_panels(self) -> int:
+        """Output panels per tile: along N, the last one possibly a narrower tail (epi_tail_cols); with the
+        transposed store, along the consumer's M (a whole number: block_m is a multiple of 64)."""
+        if self.transposed_store:
+            return self.consumer_m // self.epi_panel_cols
+        return -(-self.block_n // self.epi_panel_cols)
+
+    @property
+    def epi_tail_cols(self) -> int:
+        """Columns of the last output panel when block_n is not a whole number of panels (0: no tail). The tail is
+        staged unswizzled, rows of epi_tail_bytes, and stored through a second tensor map whose box is that narrow:
+        a full-width box would overwrite the next tile's columns."""
+        return 0 if self.transposed_store else self.block_n % self.epi_panel_cols
+
+    @property
+    def epi_tail_bytes(self) -> int:
+        return self.epi_tail_cols * self.out_itemsize
+
+    @property
+    def epi_panel_bytes(self) -> int:
+        """One panel, one TMA store box: consumer_m rows x 128 B; transposed, block_n rows (of C^T's columns, i.e.
+        of C's rows) x 128 B of M."""
+        return (self.block_n if self.transposed_store else self.consumer_m) * SWIZZLE_BYTES
+
+    @property
+    def epi_box_rows(self) -> int:
+        """Rows of one store box: the consumer's M rows, or (transposed) the tile's N columns."""
+        return self.block_n if self.transposed_store else self.consumer_m
+
+    @property
+    def epi_slots(self) -> int:
+        """Panel slots of staging per consumer. Pingpong: the whole tile (one buffer the consumers take turns
+        with). Cooperative: as many as fit beside the stages, a divisor of epi_panels so that panel p always
+        goes to slot p % epi_slots; a slot is rewritten only once the store that read it last is done."""
+        if not self.cooperative:
+            return self.epi_panels
+        return self._cooperative_slots(self.num_stages)
+
+    def _cooperative_slots(self, stages: int) -> int:
+        room = SMEM_PER_BLOCK_OPTIN - self.barrier_bytes - self.source_bytes - stages * self.stage_bytes
+        fit = room // (CONSUMERS * self.epi_panel_bytes)
+        return max((d for d in range(1, self.epi_panels + 1) if self.epi_panels % d == 0 and d <= fit), default=0)
+
+    @property
+    def epilogue_bytes(self) -> int:
+        """C staging. Pingpong: one buffer of the whole tile, shared by both consumers in turn (the epilogue order
+        barrier serialises them). Cooperative: epi_slots panels per consumer, consumer g's after consumer 0's."""
+        if not self.cooperative:
+            return self.epi_panels * self.epi_panel_bytes
+        return CONSUMERS * self.epi_slots * self.epi_panel_bytes
+
+    @property
+    def consumer_staging_bytes(self) -> int:
+        """Bytes from consumer 0's staging to consumer 1's (cooperative); 0 in pingpong, where they share it."""
+        return self.epi_slots * self.epi_panel_bytes if self.cooperative else 0
+
+    @property
+    def barrier_bytes(self) -> int:
+        # full[] and empty[], sized for the largest ring; the source tile's full and empty
+        return 2 * MAX_STAGES * MBARRIER_BYTES + (2 * MBARRIER_BYTES if self.has_source else 0)
+
+    # --- the fused epilogue -------------------------------------------------------------------------------
+    @property
+    def has_source(self) -> bool:
+        return self.source_dtype is not None
+
+    @property
+    def fused(self) -> bool:
+        """Whether the epilogue does more than cast the accumulators (fusion.ptx.j2's `apply` is emitted)."""
+        return bool(self.alpha or self.device_scales or self.row_scale or self.col_scale or self.has_source
+                    or self.bias or self.activation)
+
+    @property
+    def fused_registers(self) -> int:
+        """Values the fused epilogue keeps live beside the accumulators (fusion.ptx.j2): two per row block for each
+        row vector, two for each column vector, the source's eight values per row block (16 columns of each), four
+        packed registers and its address, alpha, and the activation's two temporaries."""
+        row_vectors = int(self.row_scale) + int(self.bias == "row")
+        col_vectors = int(self.col_scale) + int(self.bias == "col")
+        return (2 * self.m_halves * row_vectors + 2 * col_vectors + (8 * self.m_halves + 6 if self.has_source else 0)
+                + int(self.alpha or self.device_scales) + (2 if self.activation else 0))
+
+    @property
+    def b_type(self) -> str:
+        return self.b_dtype or self.in_dtype
+
+    @property
+    def src_itemsize(self) -> int:
+        return itemsize(self.source_dtype) if self.has_source else 0
+
+    @property
+    def src_panel_cols(self) -> int:
+        """Source columns per 128-byte swizzle panel (one TMA box of block_m rows)."""
+        return SWIZZLE_BYTES // self.src_itemsize
+
+    @property
+    def src_panels(self) -> int:
+        return self.block_n // self.src_panel_cols
+
+    @property
+    def src_panel_bytes(self) -> int:
+        """One source panel: the whole tile's block_m rows (both consumers' halves in cooperative) x 128 B."""
+        return self.block_m * SWIZZLE_BYTES
+
+    @property
+    def source_bytes(self) -> int:
+        """The source tile's buffer: one tile, loaded by the producer once the tile's k-tiles are issued."""
+        return self.src_panels * self.src_panel_bytes if self.has_source else 0
+
+    @property
+    def source_readers(self) -> int:
+        """Arrivals that free the source buffer: every thread of the consumers that read it (each after its own
+        shared-memory loads)."""
+        return WARPGROUP_THREADS * self.consumers_per_tile
+
+    @property
+    def num_stages(self) -> int:
+        """Pipeline depth: `stages` if given, else as many stages as shared memory holds."""
+        return self.stages if self.stages is not None else self._max_stages()
+
+    def _max_stages(self) -> int:
+        # the cooperative epilogue makes do with one panel slot per consumer; stages come first
+        least_epilogue = (CONSUMERS * self.epi_panel_bytes if self.cooperative
+                          else self.epi_panels * self.epi_panel_bytes)
+        room = SMEM_PER_BLOCK_OPTIN - least_epilogue - self.source_bytes - self.barrier_bytes
+        return min(MAX_STAGES, room // self.stage_bytes)
+
+    # --- split-K -----------------------------------------------------------------------------------------
+    @property
+    def split_k(self) -> bool:
+        return self.splits > 1
+
+    @property
+    def partial_bytes(self) -> int:
+        """One consumer's fp32 partial tile in the workspace: its accumulators, stored as [quad][thread] float4s so
+        that a warp's 32 lanes write (and the fix-up reads) 512 contiguous bytes per instruction."""
+        return self.acc_registers * WARPGROUP_THREADS * 4
+
+    @property
+    def partial_quads(self) -> int:
+        """float4 stores per thread per partial tile."""
+        return self.acc_registers // 4
+
+    # --- shared-memory map (byte offsets from the 1024-aligned dynamic smem base) -------------------------
+    @property
+    def smem_a(self) -> int:
+        return 0
+
+    @property
+    def smem_b(self) -> int:
+        return self.num_stages * self.a_stage_bytes
+
+    @property
+    def smem_c(self) -> int:
+        return self.smem_b + self.num_stages * self.b_stage_bytes
+
+    @property
+    def smem_source(self) -> int:
+        return self.smem_c + self.epilogue_bytes
+
+    @property
+    def smem_full(self) -> int:
+        return self.smem_source + self.source_bytes
+
+    @property
+    def smem_empty(self) -> int:
+        return self.smem_full + self.num_stages * MBARRIER_BYTES
+
+    @property
+    def smem_src_full(self) -> int:
+        """The source tile's barriers (with a source): full, then empty, after the ring's."""
+        return self.smem_empty + self.num_stages * MBARRIER_BYTES
+
+    @property
+    def smem_bytes(self) -> int:
+        return self.smem_src_full + (2 * MBARRIER_BYTES if self.has_source else 0)
+
+    # --- registers -------------------------------------------------------------------------------------
+    @property
+    def threads(self) -> int:
+        return 3 * WARPGROUP_THREADS  # producer + two consumers
+
+    @property
+    def register_split(self) -> tuple[int, int]:
+        """(producer, consumer) registers per thread after setmaxnreg (CUTLASS's pingpong rule)."""
+        return (24, 240) if self.acc_registers >= 208 else (40, 232)
+
+    @property
+    def entry_registers(self) -> int:
+        """What ptxas gives every thread at entry with .maxntid 384 and 1 CTA/SM: 65536/384 rounded down to 8."""
+        return REGISTERS_PER_SM // self.threads // 8 * 8
+
+    # --- wgmma descriptors -----------------------------------------------------------------------------
+    def descriptor_consts(self, major: str) -> dict:
+        """Constant parts of a 128B-swizzled GMMA shared-memory descriptor for one operand tile.
+
+        K-major tile: rows of one 128-byte K line each; SBO = 8 rows x 128 B; LBO unused (1).
+          k16 step: +32 B. m64 half h: +h*64*128 B.
+        MN-major tile: panels of 64 MN-elements (128 B) x block_k rows of K, one TMA box each;
+          SBO = 8 K-rows x 128 B (next 8 K), LBO = one panel (next 64 MN-elements).
+          k16 step: +16 rows x 128 B. m64 half h: +h panels.
+        """
+        line = SWIZZLE_BYTES
+        if major == "k":
+            lbo, sbo = 16, 8 * line
+            k_step, half_step = WGMMA_K_BYTES, WGMMA_M * line
+        else:
+            panel = self.block_k * line
+            lbo, sbo = panel, 8 * line
+            k_step, half_step = (WGMMA_K_BYTES // self.in_itemsize) * line, panel
+        layout_128b = 1
+        hi = (layout_128b << 30) | (sbo >> 4)       # bits 62-63 layout, bits 32-45 SBO
+        lo_const = (lbo >> 4) << 16                  # bits 16-29 LBO; bits 0-13 take (address >> 4)
+        return {"hi": hi, "lo": lo_const, "k_step": k_step >> 4, "half_step": half_step >> 4}
