@@ -24,7 +24,7 @@ from .errors import ConfigError, CudaError
 from .kernel import schedule, trace_format
 from .kernel.config import GemmConfig, default_out_dtype
 from .plan import epilogue, operands
-from .plan.call import plan_call
+from .plan.call import parse_epilogue, plan_call
 from .plan.checks import check_config, check_dtypes, check_out_dtype, dtype_name, result_shape
 from .runtime import arrays, driver, relayout, tensormap
 from .runtime.arrays import as_device_array
@@ -180,7 +180,7 @@ class GemmPlan:
         check_dtypes(a, b)
         check_out_dtype(out.dtype, "out")
         if fused is None:
-            fused = _parse_epilogue(a, b, lambda x, name: as_device_array(x, name, stream), c=c, alpha=alpha,
+            fused = parse_epilogue(a, b, lambda x, name: as_device_array(x, name, stream), c=c, alpha=alpha,
                                     beta=beta, bias=bias, activation=activation, scale_a=scale_a, scale_b=scale_b)
         self.a, self.b, self.out = a, b, out
         self.config = self.kernel = self.schedule = self._launch = None
@@ -341,7 +341,7 @@ def matmul(a, b, out=None, *, c=None, alpha=1.0, beta=0.0, bias=None, activation
     a, b = as_device_array(a, "a", stream), as_device_array(b, "b", stream)
     in_dtype = check_dtypes(a, b)
     od = None if out_dtype is None else check_out_dtype(out_dtype)
-    fused = None if plain else _parse_epilogue(a, b, lambda x, name: as_device_array(x, name, stream), c=c,
+    fused = None if plain else parse_epilogue(a, b, lambda x, name: as_device_array(x, name, stream), c=c,
                                                alpha=alpha, beta=beta, bias=bias, activation=activation,
                                                scale_a=scale_a, scale_b=scale_b)
     if out is None:
@@ -353,13 +353,6 @@ def matmul(a, b, out=None, *, c=None, alpha=1.0, beta=0.0, bias=None, activation
             raise ConfigError(f"out_dtype: {od} contradicts out.dtype {dtype_name(out.dtype)}")
     _cached_plan(a, b, out, config, stream, fused).launch(stream)
     return out
-
-
-def _parse_epilogue(a, b, convert, **args) -> epilogue.Epilogue:
-    """The epilogue arguments checked against the problem of a @ b (the caller's M, N, K)."""
-    problem = operands.plan_matmul(a.shape, a.strides, 0, b.shape, b.strides, 0, a.dtype.itemsize, 4)
-    return epilogue.parse(**args, m=problem.m, n=problem.n, k=problem.k, in_dtype=dtype_name(a.dtype),
-                          batched=bool(problem.batch_shape), convert=convert)
 
 
 _ANY_ALIGNED = 1 << 32   # a stand-in device address for planning a layout before the upload (fresh allocations align)
@@ -426,7 +419,7 @@ def check_run(a, b, c=None, *, alpha=1.0, beta=0.0, bias=None, activation=None, 
     od = check_out_dtype(out_dtype if out_dtype is not None else default_out_dtype(in_dtype))
     shape = result_shape(a, b)
     args = dict(c=c, alpha=alpha, beta=beta, bias=bias, activation=activation, scale_a=scale_a, scale_b=scale_b)
-    fused = _parse_epilogue(a, b, _stand_in, **args)
+    fused = parse_epilogue(a, b, _stand_in, **args)
     out = _HostStandIn(shape, arrays.c_strides(shape, np.dtype(od).itemsize), np.dtype(od))  # run's C-order out
     planned = plan_call(_stand_in(a, "a"), _stand_in(b, "b"), out, config, fused, device=device,
                         spill_check=spill_check)

@@ -78,7 +78,7 @@ def operands(problem: Problem, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
 def candidate_configs(problem: Problem, given) -> list[GemmConfig]:
     """The configs to try: `given` (GemmConfigs or tags) with the problem's dtypes and layouts, or the model's."""
     if given is None:
-        return select._candidates(problem)
+        return select.problem_candidates(problem)
     if isinstance(given, str):
         given = [t for t in given.split(",") if t.strip()]
     configs = []

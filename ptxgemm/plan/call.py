@@ -109,3 +109,11 @@ def plan_call(a, b, out, config: GemmConfig | None, epi: epilogue.Epilogue, *, d
 
 def _problem_k(a, b) -> int:
     return int(a.shape[-1]) if len(a.shape) else 0
+
+
+def parse_epilogue(a, b, convert, **args) -> epilogue.Epilogue:
+    """The epilogue arguments checked against the problem of a @ b (the caller's M, N, K); `convert(x, name)`
+    makes an array argument a descriptor (a device array, or a host stand-in when planning before the upload)."""
+    problem = operands.plan_matmul(a.shape, a.strides, 0, b.shape, b.strides, 0, a.dtype.itemsize, 4)
+    return epilogue.parse(**args, m=problem.m, n=problem.n, k=problem.k, in_dtype=dtype_name(a.dtype),
+                          batched=bool(problem.batch_shape), convert=convert)

@@ -185,10 +185,10 @@ def resolve_device(device=None):
 def candidates(m: int, n: int, k: int, in_dtype: str = "bfloat16", out_dtype: str | None = None,
                a_major: str = "k", b_major: str = "mn") -> list[GemmConfig]:
     """Every config of CANDIDATE_TILES x CLUSTER_SHAPES that GemmConfig accepts for these dtypes and layouts."""
-    return _candidates(Problem(m, n, k, in_dtype, out_dtype, a_major, b_major))
+    return problem_candidates(Problem(m, n, k, in_dtype, out_dtype, a_major, b_major))
 
 
-def _candidates(problem: Problem) -> list[GemmConfig]:
+def problem_candidates(problem: Problem) -> list[GemmConfig]:
     return list(_candidates_for(CANDIDATE_TILES, CLUSTER_SHAPES, SPLIT_TILES, TRANSPOSED_TILES, SPLITS,
                                 *problem.config_fields().values()))
 
@@ -368,7 +368,7 @@ def _ranked(problem: Problem, sm_count: int, gpu_name: str = "", batches: int = 
     WAVE_FILL_TILES candidates come last. With a fused `epilogue`, only candidates that can carry it; when no
     SELECTABLE one can (blockwise scaling's two sets of accumulators), every candidate that can."""
     pairs, fillers, others = [], [], []
-    for c in _candidates(problem):
+    for c in problem_candidates(problem):
         c = with_epilogue(c, epilogue)
         if c is None or c.cluster_size > sm_count or not _cluster_fills(c, problem.m):
             continue

@@ -35,7 +35,7 @@ from ..errors import ConfigError
 from ..kernel import schedule
 from ..kernel.config import SCALE_BLOCK, default_out_dtype
 from ..plan import operands
-from ..plan.call import plan_call
+from ..plan.call import parse_epilogue, plan_call
 from ..plan.checks import check_config, check_dtypes, check_out_dtype, result_shape
 from ..runtime.arrays import byte_span, c_strides
 from ..select.model import DEFAULT_DEVICE
@@ -170,7 +170,7 @@ def matmul(a, b, out=None, *, c=None, alpha=1.0, beta=0.0, bias=None, activation
     od = None if out_dtype is None else check_out_dtype(out_dtype)
     plain = (c is None and bias is None and activation is None and scale_a is None and scale_b is None
              and alpha == 1.0 and beta == 0.0)
-    fused = None if plain else gemm._parse_epilogue(a, b, _as_host, c=c, alpha=alpha, beta=beta, bias=bias,
+    fused = None if plain else parse_epilogue(a, b, _as_host, c=c, alpha=alpha, beta=beta, bias=bias,
                                                     activation=activation, scale_a=scale_a, scale_b=scale_b)
     if out is None:
         result = HostArray.empty(result_shape(a, b), od or default_out_dtype(in_dtype))
@@ -192,7 +192,7 @@ class GemmPlan:
         check_dtypes(a, b)
         check_out_dtype(out.dtype, "out")
         if fused is None:
-            fused = gemm._parse_epilogue(a, b, _as_host, c=c, alpha=alpha, beta=beta, bias=bias,
+            fused = parse_epilogue(a, b, _as_host, c=c, alpha=alpha, beta=beta, bias=bias,
                                          activation=activation, scale_a=scale_a, scale_b=scale_b)
         self.planned = planned = plan_call(a, b, out, config, fused, device=device, ctas=ctas,
                                                 spill_check=_no_spills)
