@@ -81,7 +81,7 @@ def ptxgemm_cache_root(tmp_path_factory) -> Path:
 @pytest.fixture
 def cache_dir(ptxgemm_cache_root, request, monkeypatch) -> Path:
     """PTXGEMM_CACHE_DIR pointed at an empty directory of this test's own (under the session root)."""
-    name = re.sub(r"[^\w.-]+", "_", request.node.name)[:120]
+    name = re.sub(r"[^\w.-]+", "_", request.node.nodeid)[-120:]   # the file too: test names repeat across files
     path = ptxgemm_cache_root / name
     assert not path.exists(), f"cache directory {path} reused between tests"
     monkeypatch.setenv("PTXGEMM_CACHE_DIR", str(path))
