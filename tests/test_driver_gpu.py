@@ -269,7 +269,8 @@ STALL_SCRIPT = textwrap.dedent("""
     import ctypes, json, sys, time
     sys.path.insert(0, {root!r})
     sys.path.insert(0, {tests!r})
-    from ptxgemm import compiler, driver
+    from ptxgemm.build import compiler
+    from ptxgemm.runtime import driver
     from ptxgemm.runtime.debug import BarrierStall, StallRecords
     from ptxgemm.errors import CudaError
     from test_driver_gpu import STALL_THREADS, stall_ptx

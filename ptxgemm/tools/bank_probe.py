@@ -43,7 +43,7 @@ from ..runtime import arrays, driver
 from . import banks
 
 #: the directory holding this ptxgemm package: the profiled child process must import the same one
-PACKAGE_PARENT = Path(__file__).resolve().parent.parent
+PACKAGE_PARENT = Path(__file__).resolve().parents[2]   # the folder holding ptxgemm/
 
 TEMPLATE = "bank_probe.ptx.j2"
 PTX_VERSION = "8.0"
