@@ -9,7 +9,7 @@ import os
 import pytest
 
 from ptxgemm.__main__ import main
-from ptxgemm.tools import fuzz, fuzz_cases
+from ptxgemm.tools import fuzz, fuzz_build
 
 CI_CASES = 2000
 
@@ -30,7 +30,7 @@ def test_the_emulated_fuzzer_finds_nothing(capsys):
 
 
 def test_every_illegal_input_is_refused_naming_its_argument():
-    """fuzz_cases.bad_specs: each a ConfigError (raised before the GPU is asked for) that starts with the argument
+    """fuzz_illegal.bad_specs: each a ConfigError (raised before the GPU is asked for) that starts with the argument
     it breaks."""
     results = fuzz.bad_input_checks()
     assert len(results) >= 25
@@ -54,7 +54,7 @@ def test_a_failure_is_shrunk_and_printed_as_a_snippet(monkeypatch):
     assert report["wrong"] > 0
     first = report["failures"][0]
     small = first["shrunk"]
-    case = fuzz_cases.build(small)
+    case = fuzz_build.build(small)
     assert {case.a.dtype.name, case.b.dtype.name} == {"float8_e4m3fn", "float8_e5m2"}
     compile(first["snippet"], "<snippet>", "exec")
 

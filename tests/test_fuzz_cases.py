@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 
 import ptxgemm
-from ptxgemm.accuracy import activation64
+from ptxgemm.accuracy import DTYPES, activation64
 from ptxgemm.errors import ConfigError
-from ptxgemm.tools import fuzz_cases as fc
+from ptxgemm.tools import fuzz_build, fuzz_cases as fc, fuzz_illegal, fuzz_shrink, fuzz_snippets
 
 MAX_FLOPS = 2e7
 #: (seed, array kinds) of the 500 random specs: 100 per seed
@@ -102,8 +102,8 @@ def test_random_specs_are_valid_deterministic_and_cover_every_category():
         assert fc.is_valid(spec), fc.problems(spec)
         assert json.loads(json.dumps(spec)) == spec          # JSON-ready, nothing lost
         assert fc.flops(spec) <= MAX_FLOPS
-        seen |= fc.categories(spec)
-        one, two = fc.build(spec), fc.build(copy.deepcopy(spec))
+        seen |= fuzz_shrink.categories(spec)
+        one, two = fuzz_build.build(spec), fuzz_build.build(copy.deepcopy(spec))
         arrs = _arrays(one)
         assert arrs.keys() == _arrays(two).keys()
         for name, x in arrs.items():
@@ -114,7 +114,7 @@ def test_random_specs_are_valid_deterministic_and_cover_every_category():
         _check_layout(one.b, spec["b"]["layout"], "b")
         shape = _numpy_shape(one.a, one.b)
         assert fc.result_shape(spec) == shape
-        ref, bound = fc.reference(one)
+        ref, bound = fuzz_build.reference(one)
         assert ref.shape == bound.shape == shape
         assert np.all(np.isfinite(ref)) and np.all(bound > 0)
         if "c" in one.kwargs:
@@ -133,7 +133,7 @@ def test_random_specs_are_valid_deterministic_and_cover_every_category():
         if spec["entry"] == "run":
             assert one.out is None
         if spec["array_kind"] == "torch":
-            assert all(s >= 0 for x in arrs.values() for s in x.strides), fc.describe(spec)
+            assert all(s >= 0 for x in arrs.values() for s in x.strides), fuzz_snippets.describe(spec)
         for name in ("alpha", "beta", "activation", "out_dtype"):
             assert name not in one.kwargs or one.kwargs[name] == spec[name]
         assert ("c" in one.kwargs) == ("beta" in one.kwargs) == (spec["c"] is not None)
@@ -143,7 +143,7 @@ def test_random_specs_are_valid_deterministic_and_cover_every_category():
 
 def test_scales_and_values_are_in_their_ranges():
     for spec in SPECS[:150]:
-        case = fc.build(spec)
+        case = fuzz_build.build(spec)
         for name in ("scale_a", "scale_b"):
             s = case.kwargs.get(name)
             if isinstance(s, np.ndarray):
@@ -175,8 +175,8 @@ def make_spec(m=5, n=6, k=7, dtype="bfloat16", b_dtype=None, **kw) -> dict:
 
 def test_reference_of_a_plain_product_is_numpys_in_float64():
     spec = make_spec(m=70, n=33, k=129, a={"layout": "F"}, b={"layout": "reversed"})
-    case = fc.build(spec)
-    ref, bound = fc.reference(case)
+    case = fuzz_build.build(spec)
+    ref, bound = fuzz_build.reference(case)
     assert np.array_equal(ref, case.a.astype(np.float64) @ case.b.astype(np.float64))
     absprod = np.abs(case.a.astype(np.float64)) @ np.abs(case.b.astype(np.float64))
     want = 2.0 ** -8 * np.abs(ref) + (1 + 2.0 ** -8) * 1.13 * (8 * 2.0 ** -23 * np.sqrt(129) * absprod
@@ -191,10 +191,10 @@ def test_reference_of_an_epilogue_against_a_direct_formula():
                                                                  "layout": "offset"},
                      activation="gelu", scale_a={"form": "vec", "value": None, "layout": "offset"},
                      scale_b={"form": "arr11", "value": 1.5, "layout": "C"}, out_dtype="float32")
-    case = fc.build(spec)
+    case = fuzz_build.build(spec)
     kw = case.kwargs
     assert set(kw) == {"c", "alpha", "beta", "bias", "activation", "scale_a", "scale_b", "out_dtype"}
-    ref, _ = fc.reference(case)
+    ref, _ = fuzz_build.reference(case)
     want = np.empty((3, 9, 13))
     for p in range(3):
         for i in range(9):
@@ -211,7 +211,7 @@ def test_reference_of_blockwise_scales_against_a_loop_over_blocks():
                      scale_a={"form": "block", "value": None, "layout": "C"},
                      scale_b={"form": "block", "value": None, "layout": "C"}, bias={"shape": "n", "dtype": "float32",
                                                                                   "layout": "C"})
-    case = fc.build(spec)
+    case = fuzz_build.build(spec)
     sa, sb = case.kwargs["scale_a"], case.kwargs["scale_b"]
     assert sa.shape == (6, 3) and sb.shape == (3, 2)
     a, b = case.a.astype(np.float64), case.b.astype(np.float64)
@@ -221,7 +221,7 @@ def test_reference_of_blockwise_scales_against_a_loop_over_blocks():
         part = a[:, ks] @ b[ks, :]
         want += part * sa[:, kb][:, None] * np.repeat(sb[kb], 128)[None, :140]
     want += case.kwargs["bias"].astype(np.float64)
-    ref, bound = fc.reference(case)
+    ref, bound = fuzz_build.reference(case)
     assert np.allclose(ref, want, rtol=1e-12, atol=1e-12)
     absprod = np.abs(a * np.repeat(sa, 128, 1)[:, :300]) @ np.abs(b * np.repeat(np.repeat(sb, 128, 0), 128, 1)[:300,
                                                                                                          :140])
@@ -233,8 +233,8 @@ def test_k0_gives_the_activation_of_c_and_bias(act):
     spec = make_spec(m=4, n=6, k=0, alpha=1.75, beta=-0.5, c={"dtype": "float32", "layout": "reversed"},
                      bias={"shape": "1n", "dtype": "float16", "layout": "C"}, activation=act,
                      scale_a={"form": "vec2", "value": None, "layout": "C"})
-    case = fc.build(spec)
-    ref, bound = fc.reference(case)
+    case = fuzz_build.build(spec)
+    ref, bound = fuzz_build.reference(case)
     pre = -0.5 * case.kwargs["c"].astype(np.float64) + case.kwargs["bias"].astype(np.float64)
     assert np.allclose(ref, activation64(act, pre), rtol=1e-14, atol=0)
     assert np.all(bound <= 2.0 ** -8 * np.abs(ref) + 2.0 ** -10 * np.abs(pre) + 1e-30)   # no product term
@@ -243,20 +243,20 @@ def test_k0_gives_the_activation_of_c_and_bias(act):
 def test_vectors_and_empty_results():
     spec = make_spec(m=1, n=1, k=37, a={"vector": True, "layout": "reversed"}, b={"vector": True, "layout": "sliced"},
                      c={"dtype": "bfloat16", "layout": "C"}, beta=2.0 - 1 / 64, out_dtype="float16")
-    case = fc.build(spec)
-    ref, bound = fc.reference(case)
+    case = fuzz_build.build(spec)
+    ref, bound = fuzz_build.reference(case)
     assert ref.shape == () == bound.shape
     want = np.dot(case.a.astype(np.float64), case.b.astype(np.float64)) + (2 - 1 / 64) * float(case.kwargs["c"])
     assert np.isclose(float(ref), want, rtol=1e-14)
-    assert fc.verdict(case, ref.astype(np.float16)).ok
+    assert fuzz_build.verdict(case, ref.astype(np.float16)).ok
     spec = make_spec(m=0, n=6, k=9, a={"batch": [2, 1]}, b={"batch": [3]}, bias={"shape": "n", "dtype": "float32",
                                                                                 "layout": "C"})
-    case = fc.build(spec)
-    ref, bound = fc.reference(case)
+    case = fuzz_build.build(spec)
+    ref, bound = fuzz_build.reference(case)
     assert ref.shape == (2, 3, 0, 6)
-    assert fc.verdict(case, np.zeros((2, 3, 0, 6), ml_dtypes.bfloat16)).ok
+    assert fuzz_build.verdict(case, np.zeros((2, 3, 0, 6), ml_dtypes.bfloat16)).ok
     spec = make_spec(m=5, n=1, k=3, b={"vector": True})
-    ref, _ = fc.reference(fc.build(spec))
+    ref, _ = fuzz_build.reference(fuzz_build.build(spec))
     assert ref.shape == (5,)
 
 
@@ -266,30 +266,30 @@ def test_vectors_and_empty_results():
 def test_verdict_passes_the_exact_answer_and_catches_a_wrong_block_or_a_nan(out_dtype):
     spec = make_spec(m=64, n=80, k=256, dtype="bfloat16", a={"batch": [2]}, out_dtype=out_dtype, alpha=0.5,
                      activation="silu", bias={"shape": "n", "dtype": "float32", "layout": "C"})
-    case = fc.build(spec)
-    ref, _ = fc.reference(case)
-    dt = fc.accuracy.DTYPES[out_dtype]
-    assert fc.verdict(case, ref.astype(dt)).ok
+    case = fuzz_build.build(spec)
+    ref, _ = fuzz_build.reference(case)
+    dt = DTYPES[out_dtype]
+    assert fuzz_build.verdict(case, ref.astype(dt)).ok
     wrong = ref.copy()
     wrong[1, 16:32, 48:64] *= 1.03
-    v = fc.verdict(case, wrong.astype(dt))
+    v = fuzz_build.verdict(case, wrong.astype(dt))
     assert not v.ok and v.bad_blocks == [(5, 3)]   # problem 1's rows come after problem 0's 64
     nan = ref.astype(dt)
     nan[0, 3, 7] = np.nan
-    v = fc.verdict(case, nan)
+    v = fuzz_build.verdict(case, nan)
     assert not v.ok and v.nan_elements == 1
     with pytest.raises(ValueError):
-        fc.verdict(case, ref[0])
+        fuzz_build.verdict(case, ref[0])
 
 
 def test_verdict_on_vectors_and_0d():
     spec = make_spec(m=1, n=7, k=20, a={"vector": True})
-    case = fc.build(spec)
-    ref, _ = fc.reference(case)
-    assert fc.verdict(case, ref.astype(ml_dtypes.bfloat16)).ok
+    case = fuzz_build.build(spec)
+    ref, _ = fuzz_build.reference(case)
+    assert fuzz_build.verdict(case, ref.astype(ml_dtypes.bfloat16)).ok
     bad = ref.copy()
     bad[3] = -bad[3] - 1
-    assert not fc.verdict(case, bad).ok
+    assert not fuzz_build.verdict(case, bad).ok
 
 
 # --- shrinking -------------------------------------------------------------------------------------------------
@@ -316,17 +316,17 @@ def test_shrink_finds_a_small_spec_that_still_fails():
 
     start = _big_failing_spec()
     assert fails(start)
-    small = fc.shrink(start, fails)
+    small = fuzz_shrink.shrink(start, fails)
     assert fails(small) and fc.is_valid(small)
     assert len(calls) <= 300 + 2
     assert (small["m"], small["n"], small["k"]) == (4, 0, 0)
     assert small["a"]["dtype"] == small["b"]["dtype"] == "float8_e5m2"
     assert not small["a"]["batch"] and not small["b"]["batch"]
     assert small["a"]["layout"] == small["b"]["layout"] == "C"
-    assert fc.kwarg_names(small) == []
+    assert fuzz_build.kwarg_names(small) == []
     assert small["entry"] == "run" and small["out"] is None
     assert small["array_kind"] == start["array_kind"] and small["seed"] == start["seed"]
-    assert fc.size(small) < fc.size(start)
+    assert fuzz_shrink.size(small) < fuzz_shrink.size(start)
     assert start == _big_failing_spec()      # the input is left alone
 
 
@@ -338,9 +338,9 @@ def test_shrink_respects_max_tries_and_keeps_what_fails():
         return True   # everything fails: each try is kept
 
     start = _big_failing_spec()
-    small = fc.shrink(start, fails, max_tries=5)
+    small = fuzz_shrink.shrink(start, fails, max_tries=5)
     assert len(calls) == 5 and fc.is_valid(small)
-    assert fc.shrink(start, lambda s: False, max_tries=50) == start
+    assert fuzz_shrink.shrink(start, lambda s: False, max_tries=50) == start
 
 
 def test_shrink_keeps_c_and_beta_and_both_block_tables_together():
@@ -356,7 +356,7 @@ def test_shrink_keeps_c_and_beta_and_both_block_tables_together():
         assert fc.is_valid(s), fc.problems(s)
         return s["scale_a"] is not None and s["m"] >= 2
 
-    small = fc.shrink(spec, fails)
+    small = fuzz_shrink.shrink(spec, fails)
     assert small["scale_a"]["form"] == small["scale_b"]["form"] == "block" and small["m"] == 2
     assert small["c"] is None and small["beta"] == 0.0 and not small["c_is_out"]
 
@@ -390,17 +390,17 @@ def _stub_ptxgemm(result_shape):
 
 def test_snippets_compile_rebuild_the_arrays_and_compute_the_same_reference(monkeypatch):
     for spec in SPECS[::3]:
-        text = fc.snippet(spec)
+        text = fuzz_snippets.snippet(spec)
         compile(text, "<snippet>", "exec")
         emulated = {"run": "ptxgemm.tools.emulator.run", "matmul": "ptxgemm.tools.emulator.matmul",
                     "plan": "ptxgemm.tools.emulator.GemmPlan"}[spec["entry"]]
-        compile(fc.snippet(spec, entry_call=emulated), "<snippet>", "exec")
-        assert fc.array_code(spec) in text and "ptxgemm" not in fc.snippet_arrays(spec)
+        compile(fuzz_snippets.snippet(spec, entry_call=emulated), "<snippet>", "exec")
+        assert fuzz_build.array_code(spec) in text and "ptxgemm" not in fuzz_snippets.snippet_arrays(spec)
         ns = {}
-        exec(fc.snippet_arrays(spec), ns)
-        case = fc.build(spec)
+        exec(fuzz_snippets.snippet_arrays(spec), ns)
+        case = fuzz_build.build(spec)
         for name, x in _arrays(case).items():
-            assert _fingerprint(ns[name]) == _fingerprint(x), (name, fc.describe(spec))
+            assert _fingerprint(ns[name]) == _fingerprint(x), (name, fuzz_snippets.describe(spec))
         # the whole program, with a stand-in ptxgemm: its own float64 reference agrees with fuzz_cases.reference
         monkeypatch.setitem(sys.modules, "ptxgemm", _stub_ptxgemm(fc.result_shape(spec)))
         ns = {"__name__": "__main__"}
@@ -408,19 +408,19 @@ def test_snippets_compile_rebuild_the_arrays_and_compute_the_same_reference(monk
             exec(compile(text, "<snippet>", "exec"), ns)
         monkeypatch.setitem(sys.modules, "ptxgemm", ptxgemm)
         assert "worst |got - want|:" in printed.getvalue()
-        ref, _ = fc.reference(case)
+        ref, _ = fuzz_build.reference(case)
         assert ns["want"].shape == ref.shape
-        assert np.allclose(ns["want"], ref, rtol=1e-10, atol=1e-10), fc.describe(spec)
+        assert np.allclose(ns["want"], ref, rtol=1e-10, atol=1e-10), fuzz_snippets.describe(spec)
 
 
 def test_a_snippet_reads_like_a_bug_report():
     spec = _big_failing_spec()
-    text = fc.snippet(spec)
+    text = fuzz_snippets.snippet(spec)
     assert text.count("\n") < 40
     for needle in ("import ptxgemm", "def values(rng, shape, dtype)", "rng = np.random.default_rng(11)",
                    "ptxgemm.to_device", "ptxgemm.matmul(dev(a), dev(b), d_out", "np.maximum(want, 0)"):
         assert needle in text, needle
-    run = fc.snippet(make_spec(c={"dtype": "float32", "layout": "C"}, beta=0.5))
+    run = fuzz_snippets.snippet(make_spec(c={"dtype": "float32", "layout": "C"}, beta=0.5))
     assert "got = ptxgemm.run(a, b, c=c, beta=0.5)" in run and "to_device" not in run
 
 
@@ -429,7 +429,7 @@ def test_a_snippet_reads_like_a_bug_report():
 #: labels of bad_specs whose call ptxgemm.run does not refuse with a ConfigError naming the argument (none today)
 KNOWN_MISNAMED: set[str] = set()
 
-BAD = fc.bad_specs()
+BAD = fuzz_illegal.bad_specs()
 
 
 def test_bad_specs_catalog_is_complete():

@@ -13,7 +13,7 @@ import pytest
 
 import ptxgemm
 from ptxgemm.accuracy import activation64
-from ptxgemm.tools import fuzz, fuzz_cases
+from ptxgemm.tools import fuzz, fuzz_build
 
 gpu = pytest.mark.gpu
 
@@ -99,7 +99,7 @@ def test_without_the_source_fence_the_race_shows():
     from ptxgemm.runtime.arrays import DeviceArray
     from ptxgemm.gemm import GemmKernel
 
-    case = fuzz_cases.build(SOURCE_RACE_SPEC)
+    case = fuzz_build.build(SOURCE_RACE_SPEC)
     kw = {k: (DeviceArray.from_numpy(v) if isinstance(v, np.ndarray) else v) for k, v in case.kwargs.items()}
     a, b, out = (DeviceArray.from_numpy(x) for x in (case.a, case.b, case.out))
     config = ptxgemm.GemmPlan(a, b, out, **kw).config
@@ -113,7 +113,7 @@ def test_without_the_source_fence_the_race_shows():
     for _ in range(8):
         out.poison()
         plan.launch()
-        wrong.append(not fuzz_cases.verdict(case, out.to_numpy()).ok)
+        wrong.append(not fuzz_build.verdict(case, out.to_numpy()).ok)
     assert any(wrong), "the mutant survived eight launches"
 
 

@@ -9,8 +9,8 @@ argument, layout, dtype and epilogue), runs each through the library, and sorts 
 - refused: a ConfigError on an input numpy and the documented API accept, which is a bug like a wrong result;
 - crashed: any other exception.
 
-Each failure is shrunk (fuzz_cases.shrink: the smallest case failing the same way) and printed as a runnable
-snippet. The illegal inputs of fuzz_cases.bad_specs are walked too: each must raise a ConfigError whose message
+Each failure is shrunk (fuzz_shrink.shrink: the smallest case failing the same way) and printed as a runnable
+snippet. The illegal inputs of fuzz_illegal.bad_specs are walked too: each must raise a ConfigError whose message
 starts with the argument it names.
 
 Two backends: the GPU (`gpu`: device arrays of ptxgemm, torch or CuPy) and the plan emulator (`emulate`,
@@ -30,7 +30,7 @@ import numpy as np
 from ..errors import ConfigError
 from ..runtime import driver
 from ..runtime.arrays import DeviceArray, as_device_array
-from . import emulator, fuzz_cases
+from . import emulator, fuzz_build, fuzz_cases, fuzz_illegal, fuzz_shrink, fuzz_snippets
 
 OUTCOMES = ("correct", "wrong", "refused", "crashed")
 #: the largest problem (2·batches·M·N·K) a case draws: the GPU's cases reach a few thousand along an axis; the
@@ -145,8 +145,8 @@ def _torch_dtype(dtype):
 def evaluate(spec: dict, backend) -> Outcome:
     """Build, call and judge one case."""
     try:
-        case = fuzz_cases.build(spec)
-        ref, bound = fuzz_cases.reference(case)
+        case = fuzz_build.build(spec)
+        ref, bound = fuzz_build.reference(case)
         before = _snapshot(case)
     except Exception as e:   # the fuzzer's own bug: say so rather than blame the library
         return Outcome("crashed", f"fuzzer: {type(e).__name__}: {e}\n{traceback.format_exc(limit=4)}")
@@ -159,7 +159,7 @@ def evaluate(spec: dict, backend) -> Outcome:
     got = np.asarray(got)
     if got.shape != ref.shape:
         return Outcome("wrong", f"result shape {got.shape}, numpy's is {ref.shape}")
-    verdict = fuzz_cases.verdict(case, got)
+    verdict = fuzz_build.verdict(case, got)
     if not verdict.ok:
         return Outcome("wrong", str(verdict))
     if backend.name == "emulate":
@@ -213,12 +213,12 @@ def _touched(case, snap: dict) -> str:
 # --- the campaign --------------------------------------------------------------------------------------------
 
 def bad_input_checks() -> list[dict]:
-    """Each illegal call of fuzz_cases.bad_specs against ptxgemm.run (rejected before the GPU): its ConfigError must
+    """Each illegal call of fuzz_illegal.bad_specs against ptxgemm.run (rejected before the GPU): its ConfigError must
     start with the argument it names."""
     import ptxgemm
 
     results = []
-    for label, argument, make in fuzz_cases.bad_specs():
+    for label, argument, make in fuzz_illegal.bad_specs():
         args, kwargs = make()
         try:
             ptxgemm.run(*args, **kwargs)
@@ -246,9 +246,9 @@ def fuzz(cases: int, seed: int, backend, *, max_flops: float | None = None, shri
         if outcome.failed:
             record = {"case": i, "outcome": outcome.kind, "detail": outcome.detail, "spec": spec}
             if shrink and len(failures) < 20:
-                small = fuzz_cases.shrink(spec, lambda s: outcome.same_failure(evaluate(s, backend)))
+                small = fuzz_shrink.shrink(spec, lambda s: outcome.same_failure(evaluate(s, backend)))
                 record["shrunk"] = small
-                record["snippet"] = fuzz_cases.snippet(small)
+                record["snippet"] = fuzz_snippets.snippet(small)
                 record["shrunk_detail"] = evaluate(small, backend).detail
             failures.append(record)
             log(f"case {i}: {outcome.kind}: {outcome.detail.splitlines()[0] if outcome.detail else ''}")
