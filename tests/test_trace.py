@@ -13,7 +13,7 @@ from ptxgemm.kernel import trace_format as F
 from ptxgemm.kernel.trace_format import (CONSUMER0, CONSUMER1, EMPTY_ACQUIRED, EPILOGUE_START, MAINLOOP_START,
                                          MMA_ISSUED, MMA_RETIRED, ORDER_ACQUIRED, PRODUCER, ROLE_END, ROLE_START,
                                          STORE_DRAINED, STORE_ISSUED, TMA_ISSUED)
-from ptxgemm.tools import trace as T
+from ptxgemm.tools import trace as T, trace_decode, trace_synthetic
 from ptxgemm.tools.trace import Trace
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -50,7 +50,7 @@ def hand_events(tiles=None) -> dict:
 
 
 def hand_trace(events=None, capacity=16, **kw) -> Trace:
-    return Trace.from_buffer(T.build_buffer(1, capacity, events or hand_events(), smids=[SMID], **kw), 1, capacity)
+    return Trace.from_buffer(trace_synthetic.build_buffer(1, capacity, events or hand_events(), smids=[SMID], **kw), 1, capacity)
 
 
 def writable_header(buf: bytes, ctas: int) -> tuple[bytearray, np.ndarray]:
@@ -80,7 +80,7 @@ def test_capacity_and_sizes():
 def test_build_buffer_layout():
     """Header entry cta*3 + role at 16-byte steps, record j of (cta, role) at (cta*3 + role)*capacity + j, 32 bytes:
     u64 timer, u64 clock, u32 code, u32 value (what ptxgemm/kernel/templates/trace.ptx.j2 stores)."""
-    buf = T.build_buffer(2, 4, {(1, CONSUMER1): [(123, ROLE_START, 0), (456, ROLE_END, 7, 99)]}, smids=[9, 11])
+    buf = trace_synthetic.build_buffer(2, 4, {(1, CONSUMER1): [(123, ROLE_START, 0), (456, ROLE_END, 7, 99)]}, smids=[9, 11])
     words = np.frombuffer(buf[:F.header_bytes(2)], "<u4").reshape(6, 4)
     assert words[1 * 3 + 2].tolist() == [2, 11, 0, 0]
     record = F.header_bytes(2) + ((1 * 3 + 2) * 4 + 1) * 32
@@ -94,7 +94,7 @@ def test_build_buffer_layout():
 
 def test_synthetic_round_trip():
     ctas, per_consumer, k_tiles = 3, 2, 4
-    buf, capacity = T.synthetic_buffer(ctas, per_consumer, k_tiles)
+    buf, capacity = trace_synthetic.synthetic_buffer(ctas, per_consumer, k_tiles)
     assert len(buf) == F.buffer_bytes(ctas, capacity)
     trace = Trace.from_buffer(buf, ctas, capacity, meta={"shape": (256, 256, 256)})
     assert trace.warnings == []
@@ -115,7 +115,7 @@ def test_synthetic_round_trip():
 
 
 def test_synthetic_times_are_whole_ticks():
-    buf, capacity = T.synthetic_buffer(2, 1, 3)
+    buf, capacity = trace_synthetic.synthetic_buffer(2, 1, 3)
     trace = Trace.from_buffer(buf, 2, capacity)
     assert np.all(trace.spans["start"] % F.TIMER_TICK_NS == 0) and np.all(trace.spans["end"] % F.TIMER_TICK_NS == 0)
 
@@ -131,15 +131,15 @@ def test_hand_built_spans():
         (row,) = rows[rows["tile"] == tile]
         return int(row["start"]), int(row["end"]), int(row["mark"])
 
-    assert span("order_wait", 1) == (0, 250, T.NO_MARK)      # from ROLE_START
-    assert span("order_wait", 2) == (450, 460, T.NO_MARK)    # from the previous tile's STORE_DRAINED
-    assert span("mainloop", 3) == (680, 880, T.NO_MARK)
-    assert span("mma_tail", 3) == (880, 940, T.NO_MARK)
-    assert span("epilogue_wait", 3) == (940, 940, T.NO_MARK)
+    assert span("order_wait", 1) == (0, 250, trace_decode.NO_MARK)      # from ROLE_START
+    assert span("order_wait", 2) == (450, 460, trace_decode.NO_MARK)    # from the previous tile's STORE_DRAINED
+    assert span("mainloop", 3) == (680, 880, trace_decode.NO_MARK)
+    assert span("mma_tail", 3) == (880, 940, trace_decode.NO_MARK)
+    assert span("epilogue_wait", 3) == (940, 940, trace_decode.NO_MARK)
     assert span("epilogue", 0) == (300, 450, 400)            # STORE_ISSUED kept as the mark
-    assert span("empty_wait", 2) == (40, 300, T.NO_MARK)     # from the previous TMA_ISSUED
-    assert span("empty_wait", 0) == (0, 10, T.NO_MARK)       # from ROLE_START
-    assert span("issue", 2) == (300, 310, T.NO_MARK)
+    assert span("empty_wait", 2) == (40, 300, trace_decode.NO_MARK)     # from the previous TMA_ISSUED
+    assert span("empty_wait", 0) == (0, 10, trace_decode.NO_MARK)       # from ROLE_START
+    assert span("issue", 2) == (300, 310, trace_decode.NO_MARK)
     assert set(trace.spans["smid"].tolist()) == {SMID}
 
 
@@ -172,7 +172,7 @@ def test_mainloop_overlap_is_reported():
 
 
 def test_end_imbalance_and_default_sm():
-    buf, capacity = T.synthetic_buffer(5, 1, 2)
+    buf, capacity = trace_synthetic.synthetic_buffer(5, 1, 2)
     trace = Trace.from_buffer(buf, 5, capacity)
     end = trace.summary()["end_imbalance"]
     assert end["gap_ns"] == [4 * 32, 3 * 32, 2 * 32, 32, 0]  # CTA c starts (and ends) c ticks late
@@ -223,7 +223,7 @@ def test_missing_role_end():
 
 
 def test_count_over_capacity():
-    buf, header = writable_header(T.build_buffer(1, 16, hand_events(), smids=[SMID]), 1)
+    buf, header = writable_header(trace_synthetic.build_buffer(1, 16, hand_events(), smids=[SMID]), 1)
     header["count"][0, CONSUMER1] = 17
     with pytest.raises(ValueError, match=r"CTA 0 consumer 1 \(role 2\) header: count 17 exceeds the capacity 16"):
         Trace.from_buffer(buf, 1, 16)
@@ -235,7 +235,7 @@ def test_count_over_capacity():
     ("count", 1, "count 1: every role writes at least ROLE_START and ROLE_END"),
 ])
 def test_malformed_header(field, value, what):
-    buf, header = writable_header(T.build_buffer(1, 17, hand_events(), smids=[SMID]), 1)
+    buf, header = writable_header(trace_synthetic.build_buffer(1, 17, hand_events(), smids=[SMID]), 1)
     header[field][0, CONSUMER0] = value
     with pytest.raises(ValueError, match=r"CTA 0 consumer 0 \(role 1\) header") as info:
         Trace.from_buffer(buf, 1, 17)
@@ -243,7 +243,7 @@ def test_malformed_header(field, value, what):
 
 
 def test_wrong_buffer_size():
-    buf = T.build_buffer(1, 16, hand_events(), smids=[SMID])
+    buf = trace_synthetic.build_buffer(1, 16, hand_events(), smids=[SMID])
     with pytest.raises(ValueError, match="buffer has"):
         Trace.from_buffer(buf, 1, 17)
     with pytest.raises(ValueError, match="buffer has"):
@@ -266,7 +266,7 @@ def test_dropped_records_warn():
 
 def test_chrome_trace(tmp_path):
     meta = {"shape": [256, 256, 256], "config": "test", "gpu": "none"}
-    buf, capacity = T.synthetic_buffer(3, 2, 2)
+    buf, capacity = trace_synthetic.synthetic_buffer(3, 2, 2)
     trace = Trace.from_buffer(buf, 3, capacity, meta=meta)
     path = tmp_path / "trace.json"
     doc = trace.to_chrome(path)
@@ -286,14 +286,14 @@ def test_chrome_trace(tmp_path):
     assert all(e["tid"] in (1, 2) and isinstance(e["ts"], float) and e["dur"] > 0 for e in mainloops)
     assert all("store_issued_us" in e["args"] and "tile" in e["args"] for e in epilogues)
     assert all("pos" in e["args"] for e in spans if e["tid"] == 0)
-    assert {e["name"] for e in spans} == set(T.SPAN_KINDS)
+    assert {e["name"] for e in spans} == set(trace_decode.SPAN_KINDS)
     (first,) = [e for e in mainloops if e["pid"] == 0 and e["args"]["tile"] == 0]
     row = trace.spans_of("mainloop")[0]
     assert first["ts"] == row["start"] / 1e3 and first["dur"] == (row["end"] - row["start"]) / 1e3
 
 
 def test_chrome_trace_two_ctas_on_one_sm():
-    buf, capacity = T.synthetic_buffer(2, 1, 2)
+    buf, capacity = trace_synthetic.synthetic_buffer(2, 1, 2)
     buf, header = writable_header(buf, 2)
     header["smid"] = 5
     doc = Trace.from_buffer(buf, 2, capacity).to_chrome(None)
@@ -314,7 +314,7 @@ def png_size(path: Path) -> tuple[int, int]:
 
 def test_pngs(tmp_path):
     pytest.importorskip("matplotlib")
-    buf, capacity = T.synthetic_buffer(6, 3, 4)
+    buf, capacity = trace_synthetic.synthetic_buffer(6, 3, 4)
     trace = Trace.from_buffer(buf, 6, capacity, meta={"shape": (768, 768, 256), "config": "synthetic", "gpu": "CPU"})
     trace.plot_sm(tmp_path / "sm.png")
     trace.plot_sm(tmp_path / "sm10.png", sm=10)
@@ -329,7 +329,7 @@ def test_pngs(tmp_path):
 def test_compare_png_puts_traces_on_one_time_scale(tmp_path):
     pytest.importorskip("matplotlib")
     fast = Trace.from_buffer(*_synthetic(2, 2, 4), meta={"config": "fast"})
-    slow_buf, slow_cap = T.synthetic_buffer(2, 2, 4, k_tile_ns=16 * F.TIMER_TICK_NS)
+    slow_buf, slow_cap = trace_synthetic.synthetic_buffer(2, 2, 4, k_tile_ns=16 * F.TIMER_TICK_NS)
     slow = Trace.from_buffer(slow_buf, 2, slow_cap, meta={"config": "slow"})
     T.plot_compare([fast, slow], tmp_path / "compare.png", labels=["fast", "slow"])
     width, height = png_size(tmp_path / "compare.png")
@@ -339,12 +339,12 @@ def test_compare_png_puts_traces_on_one_time_scale(tmp_path):
 
 
 def _synthetic(ctas, per_consumer, k_tiles):
-    buf, capacity = T.synthetic_buffer(ctas, per_consumer, k_tiles)
+    buf, capacity = trace_synthetic.synthetic_buffer(ctas, per_consumer, k_tiles)
     return buf, ctas, capacity
 
 
 def test_anchor_without_timer_is_rejected():
-    raw = bytearray(T.build_buffer(1, 16, hand_events(), smids=[SMID]))
+    raw = bytearray(trace_synthetic.build_buffer(1, 16, hand_events(), smids=[SMID]))
     start = F.header_bytes(1) + (0 * F.ROLES + CONSUMER1) * 16 * F.RECORD_BYTES  # consumer 1's ROLE_START
     raw[start:start + 8] = bytes(8)
     with pytest.raises(ValueError, match=r"consumer 1 \(role 2\) record 0: ROLE_START \(1\) without its "
@@ -354,7 +354,7 @@ def test_anchor_without_timer_is_rejected():
 
 def test_overview_png_for_many_sms(tmp_path):
     pytest.importorskip("matplotlib")
-    buf, capacity = T.synthetic_buffer(132, 1, 2)
+    buf, capacity = trace_synthetic.synthetic_buffer(132, 1, 2)
     Trace.from_buffer(buf, 132, capacity).plot_overview(tmp_path / "overview.png")
     width, height = png_size(tmp_path / "overview.png")
     assert width <= MAX_PNG_WIDTH and height <= T.OVERVIEW_MAX_HEIGHT_IN * T.PNG_DPI

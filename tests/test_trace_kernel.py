@@ -15,7 +15,7 @@ from ptxgemm import GemmConfig
 from ptxgemm.build.kernels import render_gemm
 from ptxgemm.kernel import trace_format
 from ptxgemm.kernel.params import template_params
-from ptxgemm.tools import trace
+from ptxgemm.tools import trace_decode
 
 UNTRACED = [GemmConfig(), GemmConfig(block_n=192, out_dtype="float32"),
             GemmConfig(block_m=64, block_n=256, in_dtype="float16", out_dtype="float16", a_major="k", b_major="k"),
@@ -165,7 +165,7 @@ def test_refine_times_places_cycle_stamps_on_the_timer_through_the_anchors():
         records["code"][0, role] = trace_format.ROLE_START
         for j in (0, events - 1):                      # the anchors
             records["time_ns"][0, role, j] = true_ns[j] // trace_format.TIMER_TICK_NS * trace_format.TIMER_TICK_NS
-    fine, ns_per_cycle = trace.refine_times(records, np.full((1, trace_format.ROLES), events))
+    fine, ns_per_cycle = trace_decode.refine_times(records, np.full((1, trace_format.ROLES), events))
     assert np.all(np.diff(fine[0], axis=-1) >= 0)
     assert np.max(np.abs(fine[0] - truth)) <= trace_format.TIMER_TICK_NS
     assert abs(1e3 / ns_per_cycle[0] - 1755) < 2
@@ -176,7 +176,7 @@ def test_refine_times_needs_two_anchors():
     records["clock"][0, 0] = [1, 2, 3, 4]
     records["time_ns"][0, 0, 0] = 1000
     with pytest.raises(ValueError, match="CTA 0 has 1 timer anchors"):
-        trace.refine_times(records, np.array([[4, 0, 0]]))
+        trace_decode.refine_times(records, np.array([[4, 0, 0]]))
 
 
 def test_config_variants_for_side_by_side_traces():
