@@ -200,7 +200,7 @@ MUTANT_PRESETS = {"default": {}, "cluster": {"cluster_m": 2},
 
 def _add_mutants_parser(sub) -> None:
     from .cli import options as config_cli
-    from .tools import mutants
+    from .tools import mutant_catalog, mutants
 
     p = sub.add_parser("mutants", help="delete or weaken each synchronization instruction and show the GPU catches it",
                        description="Mutation testing of the GEMM's barriers, fences and waits (see ptxgemm/tools/mutants.py). "
@@ -222,7 +222,7 @@ def _add_mutants_parser(sub) -> None:
                                                           "ptxas rejects, finds equivalent ones) (default off)")
     p.add_argument("--kind", action="append", default=None,
                    help="only mutants of this instruction kind, one of "
-                        f"{', '.join(sorted(k.name for k in mutants.SYNC_KINDS))} (repeatable; default: all)")
+                        f"{', '.join(sorted(k.name for k in mutant_catalog.SYNC_KINDS))} (repeatable; default: all)")
     p.add_argument("--template", default=None,
                    help="only mutants of lines a template wrote, itself or through its macros, e.g. splitk.ptx.j2 "
                         "(default: all)")
@@ -238,13 +238,13 @@ def cmd_mutants(args) -> int:
     import dataclasses
 
     from .cli import options as config_cli
-    from .tools import mutants
+    from .tools import mutant_catalog, mutants
     from .kernel.config import GemmConfig
     from .errors import ConfigError
 
     if args.repeats < 1 or args.timeout <= 0:
         raise ConfigError("--repeats must be >= 1 and --timeout > 0")
-    known = {k.name for k in mutants.SYNC_KINDS}
+    known = {k.name for k in mutant_catalog.SYNC_KINDS}
     for kind in args.kind or ():
         if kind not in known:
             raise ConfigError(f"--kind: must be one of {', '.join(sorted(known))}, got {kind!r}")
@@ -257,11 +257,11 @@ def cmd_mutants(args) -> int:
     result = {"configs": []}
     unexplained = 0
     for config in configs:
-        ptx, found = mutants.enumerate_mutants(config)
+        ptx, found = mutant_catalog.enumerate_mutants(config)
         if args.kind:
             found = [m for m in found if m.kind in args.kind]
         if args.template:
-            found = [m for m in found if mutants.in_template(m, args.template)]
+            found = [m for m in found if mutant_catalog.in_template(m, args.template)]
         extra = {}
         if args.build or not args.list:
             texts = mutants.build(ptx, found, progress=lambda s: print(s, file=sys.stderr, flush=True))
@@ -272,7 +272,7 @@ def cmd_mutants(args) -> int:
         unexplained += sum(m.reason.startswith("unexplained") for m in found)
         result["configs"].append({"config": dataclasses.asdict(config), "description": config.describe(),
                                   "mutated_build": "debug (bounded waits, "
-                                                   f"{mutants.DEBUG_TIMEOUT_NS // 1_000_000} ms)",
+                                                   f"{mutant_catalog.DEBUG_TIMEOUT_NS // 1_000_000} ms)",
                                   **extra, "mutants": [m.record() for m in found]})
     if not args.list:
         from .runtime import driver

@@ -12,7 +12,7 @@ from ptxgemm.build import compiler
 from ptxgemm.kernel import codegen
 from ptxgemm.kernel.config import GemmConfig
 from ptxgemm.kernel.params import template_params
-from ptxgemm.tools import mutants
+from ptxgemm.tools import mutant_catalog
 
 KINDS_EVERY_CONFIG = {"mbarrier.init", "mbarrier.try_wait", "mbarrier.arrive.expect_tx", "mbarrier.arrive", "bar.sync",
                       "bar.arrive", "fence.proxy.async", "fence.mbarrier_init", "wgmma.fence", "wgmma.commit_group",
@@ -21,7 +21,7 @@ KINDS_EVERY_CONFIG = {"mbarrier.init", "mbarrier.try_wait", "mbarrier.arrive.exp
 
 @pytest.fixture(scope="module", params=[GemmConfig(), GemmConfig(cluster_m=2)], ids=["default", "cluster"])
 def enumerated(request):
-    return request.param, *mutants.enumerate_mutants(request.param)
+    return request.param, *mutant_catalog.enumerate_mutants(request.param)
 
 
 def test_source_map_names_the_template_lines():
@@ -58,7 +58,7 @@ def test_a_mutant_changes_exactly_its_line(enumerated):
     cfg, ptx, found = enumerated
     lines = ptx.split("\n")
     for m in found:
-        changed = mutants.apply(ptx, m).split("\n")
+        changed = mutant_catalog.apply(ptx, m).split("\n")
         assert len(changed) == len(lines)
         diff = [i for i, (x, y) in enumerate(zip(lines, changed)) if x != y]
         assert diff == [m.ptx_line - 1], m.id
@@ -67,12 +67,12 @@ def test_a_mutant_changes_exactly_its_line(enumerated):
 
 def test_weakened_forms_assemble():
     """The mutants that rewrite an instruction (not delete it) are valid PTX: ptxas accepts them."""
-    ptx, found = mutants.enumerate_mutants(GemmConfig())
+    ptx, found = mutant_catalog.enumerate_mutants(GemmConfig())
     picks = {}
     for m in found:
         picks.setdefault(m.mutation, m)
     for mutation in ("wrong parity", "skipped", "count weakened", "N+1", ".read added", "bytes/2", "count-1"):
-        compiler.compile_ptx(mutants.apply(ptx, picks[mutation]))
+        compiler.compile_ptx(mutant_catalog.apply(ptx, picks[mutation]))
 
 
 def test_cli_list_needs_no_gpu(tmp_path):
@@ -97,19 +97,19 @@ def test_cli_rejects_unknown_kind():
 def test_split_k_synchronization_is_found_and_its_weakened_forms_assemble():
     """Split-K's fix-up adds a publish (red.release), a poll (ld.acquire) and a reset (st.relaxed), each mutated;
     --template keeps the mutants of splitk.ptx.j2's lines (its two bar.syncs among them) and no others."""
-    ptx, found = mutants.enumerate_mutants(GemmConfig(splits=3))
-    split = [m for m in found if mutants.in_template(m, "splitk.ptx.j2")]
+    ptx, found = mutant_catalog.enumerate_mutants(GemmConfig(splits=3))
+    split = [m for m in found if mutant_catalog.in_template(m, "splitk.ptx.j2")]
     assert {(m.kind, m.mutation) for m in split} == {
         ("bar.sync", "deleted"), ("bar.sync", "count weakened"), ("red.release", "deleted"),
         ("red.release", "relaxed"), ("ld.acquire", "skipped"), ("ld.acquire", "relaxed"), ("st.relaxed", "deleted")}
     assert sum(m.kind == "bar.sync" and m.mutation == "deleted" for m in split) == 2
-    assert not any(m.kind in ("red.release", "ld.acquire", "st.relaxed") for m in mutants.enumerate_mutants(GemmConfig())[1])
+    assert not any(m.kind in ("red.release", "ld.acquire", "st.relaxed") for m in mutant_catalog.enumerate_mutants(GemmConfig())[1])
     for m in split:
         if m.mutation in ("relaxed", "skipped"):
-            assert "MUTANT" in mutants.apply(ptx, m).split("\n")[m.ptx_line - 1]
-            compiler.compile_ptx(mutants.apply(ptx, m))
+            assert "MUTANT" in mutant_catalog.apply(ptx, m).split("\n")[m.ptx_line - 1]
+            compiler.compile_ptx(mutant_catalog.apply(ptx, m))
     pre_publish = min((m for m in split if m.kind == "bar.sync" and m.mutation == "deleted"), key=lambda m: m.ptx_line)
-    assert "(split-K)" in mutants.explain(pre_publish) and "before the leader's release" in mutants.explain(pre_publish)
+    assert "(split-K)" in mutant_catalog.explain(pre_publish) and "before the leader's release" in mutant_catalog.explain(pre_publish)
 
 
 @pytest.mark.parametrize("preset", ["default", "epilogue", "cooperative-epilogue", "blockwise", "split"])
@@ -118,5 +118,5 @@ def test_presets_enumerate_with_every_line_traced_to_its_template(preset):
     an instruction line once broke that), and every synchronization instruction has mutants."""
     from ptxgemm.__main__ import MUTANT_PRESETS
 
-    _, found = mutants.enumerate_mutants(GemmConfig(**MUTANT_PRESETS[preset]))
+    _, found = mutant_catalog.enumerate_mutants(GemmConfig(**MUTANT_PRESETS[preset]))
     assert found and all(m.origin is not None for m in found)

@@ -1,0 +1,297 @@
+"""The mutants: each synchronization instruction of a rendered kernel deleted or weakened (the kinds below, by
+opcode), traced back to its PTX and template line, and the reasons a survivor may carry (equivalent, redundant,
+or a latent race the hardware's latencies hide), so that any other survivor counts as unexplained."""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import re
+
+from ..kernel import codegen
+from ..kernel.config import GemmConfig
+from ..kernel.params import template_params
+
+DEBUG_TIMEOUT_NS = 50_000_000      # a correct kernel here finishes in under a millisecond; 50 ms means "never"
+
+
+_INSTR = re.compile(r"^(?P<indent>\s*)(?P<guard>@!?%\w+\s+)?(?P<op>[a-z][\w.:]*)(?P<args>[^;]*);(?P<tail>.*)$")
+
+
+def _delete(m):
+    return f"{m['indent']}// MUTANT: deleted: {m['guard'] or ''}{m['op']}{m['args']};"
+
+
+def _replace_args(m, args: str, op: str | None = None) -> str:
+    return f"{m['indent']}{m['guard'] or ''}{op or m['op']}{args};   // MUTANT"
+
+
+def _last_int(args: str) -> int:
+    return int(re.findall(r"\d+", args)[-1])
+
+
+def _with_last_int(args: str, value: int) -> str:
+    head, _, _ = args.rpartition(re.findall(r"\d+", args)[-1])
+    return f"{head}{value}"
+
+
+def _init_plus(m):
+    return _replace_args(m, _with_last_int(m["args"], _last_int(m["args"]) + 1))
+
+
+def _init_minus(m):
+    count = _last_int(m["args"])
+    return _replace_args(m, _with_last_int(m["args"], count - 1)) if count > 1 else None
+
+
+def _wait_skipped(m):
+    ready = m["args"].split(",")[0].strip()
+    return f"{m['indent']}setp.eq.u32 {ready}, 0, 0;   // MUTANT: the wait passes at once"
+
+
+def _wait_wrong_parity(m):
+    parts = [p.strip() for p in m["args"].split(",")]
+    flipped = ", ".join(parts[:-1] + ["%mutant_parity"])
+    return (f"{m['indent']}{{ .reg .b32 %mutant_parity; xor.b32 %mutant_parity, {parts[-1]}, 1; "
+            f"{m['op']} {flipped}; }}   // MUTANT: waits for the other phase")
+
+
+def _bytes_halved(m):
+    return _replace_args(m, _with_last_int(m["args"], _last_int(m["args"]) // 2))
+
+
+def _count_weakened(m):
+    parts = [p.strip() for p in m["args"].split(",")]
+    if len(parts) < 2 or not parts[-1].isdigit():
+        return None
+    count = int(parts[-1])
+    weaker = count // 2 if count > 128 else count - 32
+    return _replace_args(m, " " + ", ".join(parts[:-1] + [str(weaker)]))
+
+
+def _group_plus_one(m):
+    return _replace_args(m, _with_last_int(m["args"], _last_int(m["args"]) + 1))
+
+
+def _read_only(m):
+    return None if ".read" in m["op"] else _replace_args(m, m["args"], op=m["op"] + ".read")
+
+
+def _relaxed(m):
+    """The ordering dropped: red.release / ld.acquire become .relaxed (the same scope and access)."""
+    op = re.sub(r"\.(release|acquire)\.", ".relaxed.", m["op"], count=1)
+    return None if op == m["op"] else _replace_args(m, m["args"], op=op)
+
+
+def _load_passes(m):
+    """A polled load that reads the value the wait wants at once (all ones: at least any target)."""
+    dest = m["args"].split(",")[0].strip()
+    return f"{m['indent']}mov.u32 {dest}, 0xffffffff;   // MUTANT: the poll sees its target at once"
+
+
+@dataclasses.dataclass(frozen=True)
+class SyncKind:
+    name: str                 # what the table calls it
+    prefix: str               # the instruction's opcode starts with this
+    mutations: tuple          # (mutation name, function(match) -> replacement line or None when not applicable)
+
+
+DELETE = ("deleted", _delete)
+
+
+SYNC_KINDS = (
+    SyncKind("mbarrier.init", "mbarrier.init", (("count+1", _init_plus), ("count-1", _init_minus))),
+    SyncKind("mbarrier.try_wait", "mbarrier.try_wait", (("skipped", _wait_skipped), ("wrong parity", _wait_wrong_parity))),
+    SyncKind("mbarrier.arrive.expect_tx", "mbarrier.arrive.expect_tx", (DELETE, ("bytes/2", _bytes_halved))),
+    SyncKind("mbarrier.arrive", "mbarrier.arrive", (DELETE,)),
+    SyncKind("bar.sync", "bar.sync", (DELETE, ("count weakened", _count_weakened))),
+    SyncKind("bar.arrive", "bar.arrive", (DELETE,)),
+    SyncKind("barrier.cluster", "barrier.cluster", (DELETE,)),
+    SyncKind("fence.proxy.async", "fence.proxy.async", (DELETE,)),
+    SyncKind("fence.mbarrier_init", "fence.mbarrier_init", (DELETE,)),
+    SyncKind("wgmma.fence", "wgmma.fence", (DELETE,)),
+    SyncKind("wgmma.commit_group", "wgmma.commit_group", (DELETE,)),
+    SyncKind("wgmma.wait_group", "wgmma.wait_group", (("N+1", _group_plus_one), DELETE)),
+    SyncKind("cp.async.bulk.commit_group", "cp.async.bulk.commit_group", (DELETE,)),
+    SyncKind("cp.async.bulk.wait_group", "cp.async.bulk.wait_group",
+             (("N+1", _group_plus_one), (".read added", _read_only), DELETE)),
+    SyncKind("setmaxnreg", "setmaxnreg", (DELETE,)),
+    # split-K's fix-up (splitk.ptx.j2): a partial's publish, the final's poll of the flag, the flag's reset
+    SyncKind("red.release", "red.release", (DELETE, ("relaxed", _relaxed))),
+    SyncKind("ld.acquire", "ld.acquire", (("skipped", _load_passes), ("relaxed", _relaxed))),
+    SyncKind("st.relaxed", "st.relaxed", (DELETE,)),
+)
+
+
+@dataclasses.dataclass
+class Mutant:
+    id: str
+    instruction: str          # the original PTX instruction, trimmed
+    kind: str
+    mutation: str
+    ptx_line: int             # 1-based line of the rendered (debug) PTX
+    origin: codegen.LineOrigin | None
+    replacement: str
+    site: str = ""            # the text of the template line that made it (the macro call site): names the role
+    status: str = "not run"   # "killed" | "survived" | "not run"
+    killed_by: str = ""
+    reason: str = ""
+
+    @property
+    def call_site(self) -> tuple[str, int]:
+        """(template, line) of the outermost call that made the line: where a reader would change it."""
+        if self.origin is None:
+            return "?", 0
+        return self.origin.calls[-1] if self.origin.calls else (self.origin.template, self.origin.line)
+
+    @property
+    def template(self) -> str:
+        return self.call_site[0]
+
+    @property
+    def source_line(self) -> str:
+        """The text of the template line that wrote the instruction (inside a macro: the macro's line)."""
+        return _template_lines(self.origin.template)[self.origin.line - 1].strip() if self.origin else ""
+
+    @property
+    def template_line(self) -> int:
+        return self.call_site[1]
+
+    def record(self) -> dict:
+        return {"id": self.id, "instruction": self.instruction, "mutation": self.mutation, "ptx_line": self.ptx_line,
+                "template": self.template, "template_line": self.template_line,
+                "macro": f"{self.origin.template}:{self.origin.line}" if self.origin and self.origin.calls else None,
+                "site": self.site, "status": self.status, "killed_by": self.killed_by, "reason": self.reason}
+
+
+def mutant_config(config: GemmConfig) -> GemmConfig:
+    """The build the mutants are made from: the config in debug mode, with waits that give up after 50 ms."""
+    return dataclasses.replace(config, debug=True, debug_timeout_ns=DEBUG_TIMEOUT_NS)
+
+
+def enumerate_mutants(config: GemmConfig) -> tuple[str, list[Mutant]]:
+    """(the debug build's PTX, every mutant of every synchronization instruction in it)."""
+    cfg = mutant_config(config)
+    params = template_params(cfg)
+    # the same text render_gemm (and so GemmKernel) makes, with each line's template origin beside it
+    ptx, origins = codegen.render_with_origins(params["template_name"], **params)
+    mutants = []
+    for number, (line, origin) in enumerate(zip(ptx.splitlines(), origins), start=1):
+        m = _INSTR.match(line)
+        if m is None:
+            continue
+        kind = next((k for k in SYNC_KINDS if m["op"].startswith(k.prefix)), None)
+        if kind is None:
+            continue
+        for mutation, make in kind.mutations:
+            replacement = make(m)
+            if replacement is None:
+                continue
+            instruction = f"{m['guard'] or ''}{m['op']}{m['args']};".strip()
+            mid = f"L{number}:{kind.name}:{mutation.replace(' ', '-')}"
+            mutants.append(Mutant(mid, instruction, kind.name, mutation, number, origin, replacement,
+                                  _site_text(origin)))
+    return ptx, mutants
+
+
+def in_template(mutant: Mutant, name: str) -> bool:
+    """Whether the mutated line comes from template `name`: written there, or by a macro called from there."""
+    o = mutant.origin
+    return o is not None and (o.template == name or any(t == name for t, _ in o.calls))
+
+
+@functools.lru_cache(maxsize=None)
+def _template_lines(name: str) -> tuple[str, ...]:
+    return tuple((codegen._template_dir() / name).read_text().splitlines())
+
+
+def _site_text(origin) -> str:
+    if origin is None:
+        return ""
+    name, line = origin.calls[-1] if origin.calls else (origin.template, origin.line)
+    return _template_lines(name)[line - 1].strip()
+
+
+def apply(ptx: str, mutant: Mutant) -> str:
+    lines = ptx.split("\n")
+    lines[mutant.ptx_line - 1] = mutant.replacement
+    return "\n".join(lines)
+
+
+_UNSEEN = "not observed on the H100 (docs/results/mutants_h100.json): "
+
+
+#: (kind, mutations, text found in the call-site template line) -> why the mutant survives. Written from device runs;
+#: a survivor not listed here is "unexplained", and the command exits 1 (the GPU test fails on it).
+_UNSEEN_SPLIT = "not observed on the H100 (docs/results/mutants_split_h100.json): "
+
+
+SURVIVOR_REASONS = (
+    ("bar.sync", ("deleted",), "every partial store is issued before the release",
+     _UNSEEN_SPLIT + "(split-K) a consumer's four warps run the same store sequence and reach the publish together, "
+     "and the final, on another SM, sees the flag through L2 and only then loads; only this barrier promises that "
+     "every warp's partial stores come before the leader's release"),
+    ("red.release", ("relaxed",), "red.release",
+     _UNSEEN_SPLIT + "(split-K) the partials are written with st.global and read with ld.global.cg, both served by "
+     "L2, the GPU's point of coherence, and the relaxed flag update still leaves the SM after the stores the "
+     "barrier ordered before it; the memory model promises the final sees them only through this release"),
+    ("ld.acquire", ("relaxed",), "ld.acquire",
+     _UNSEEN_SPLIT + "(split-K) the partials are read with ld.global.cg (L2, bypassing L1), issued only after the "
+     "poll's value decided the branch and the barrier that follows; the memory model promises they see the "
+     "partials only through this acquire"),
+    ("fence.mbarrier_init", ("deleted",), "mbar.fence_init()",
+     _UNSEEN + "the barrier inits reach the TMA unit long before the first complete_tx (microseconds later, after "
+     "the CTA barrier and setmaxnreg); kept because the memory model promises init visibility to the async proxy "
+     "and to the cluster only through this fence"),
+    ("bar.sync", ("deleted",), "bar_cta",
+     _UNSEEN + "a hidden order covers it: the consumers' setmaxnreg.inc cannot complete before the producer "
+     "warpgroup's setmaxnreg.dec frees registers, and warp 0 executes that after thread 0's inits; the memory model "
+     "does not promise that order, the barrier does"),
+    ("barrier.cluster", ("deleted",), "barrier.cluster",
+     _UNSEEN + "the two CTAs of a cluster start together, and a peer's first multicast or remote arrive comes "
+     "microseconds after its own inits; the race needs one CTA of the pair to start late"),
+    ("mbarrier.try_wait", ("skipped", "wrong parity"), "PRODUCER_WAIT_DRAIN",
+     "redundant without a cluster: a CTA stays resident until its consumers finish, and they wait for every load "
+     "they read (a drain wait on the other parity asks for a phase that has completed, so it passes at once, as a "
+     "skipped one does); the drain exists for the cluster build, where a CTA must not exit while its peer still "
+     "multicasts into it (killed there)"),
+    ("setmaxnreg", ("deleted",), "setmaxnreg.inc",
+     _UNSEEN + "this tile's consumer code fits in the 168 registers every thread gets at launch (128 accumulators "
+     "plus addresses); the increase is headroom for ptxas, not a register the 128x128 code needs"),
+    ("wgmma.wait_group", ("N+1", "deleted"), "mma.wait_group(1)",
+     _UNSEEN + "a stage released before its wgmmas retired is refilled only after the producer's empty wait, a TMA "
+     "issue and the load's latency from L2 (hundreds of ns), longer than the tensor cores need to finish reading it; "
+     "a latent race the hardware's latencies hide"),
+    ("fence.proxy.async", ("deleted",), "its shared stores become visible to the TMA unit",
+     _UNSEEN + "by the time the leader has passed the 128-thread barrier and issued the TMA store, the stmatrix "
+     "writes have reached shared memory; the memory model orders generic-proxy writes before an async-proxy read "
+     "only through this fence"),
+    ("fence.proxy.async", ("deleted",), "its reads of S are done",
+     "not observed in the debug build, whose bounded waits slow the producer's reload of the source tile; the release "
+     "build shows it (fuzz seed 22001, case 1133: S of the CTA's next tile in warp 0's rows), and "
+     "tests/test_fuzz_gpu.py kills this mutant there"),
+    ("bar.sync", ("deleted",), "the panel is complete",
+     _UNSEEN + "(cooperative) the four warps of a consumer leave the slot-free barrier together and run the same "
+     "stmatrix sequence, so all have written the panel before the leader's TMA store reads it; a latent race the "
+     "warps' lockstep hides"),
+    ("bar.sync", ("deleted",), "the staging buffer is complete",
+     _UNSEEN + "the four warps of a consumer leave the epilogue-order barrier together and run the same stmatrix "
+     "sequence, so all have written the staging buffer before the leader's TMA store reads it; a latent race the "
+     "warps' lockstep hides"),
+    ("cp.async.bulk.wait_group", ("N+1", ".read added", "deleted"), "may still be reading",
+     _UNSEEN + "(cooperative) the last tile's stores were never waited for, and the leader exits right after "
+     "issuing them; no later write targets their staging slots, and C was not seen incomplete, but only this "
+     "wait promises that the bulk stores have read shared memory and written C before the CTA retires"),
+    ("cp.async.bulk.wait_group", ("N+1", ".read added", "deleted"), "tma.wait_all(0)",
+     "redundant: every store group was already waited for with .read before the epilogue-order arrive, so at exit "
+     "only global writes can be pending, and the grid's completion includes them"),
+)
+
+
+def explain(mutant: Mutant) -> str:
+    """The reason of the first SURVIVOR_REASONS entry whose kind and mutation match and whose text is in the
+    call-site line or in the line that wrote the instruction; "" when none does."""
+    for kind, mutations, needle, reason in SURVIVOR_REASONS:
+        if (mutant.kind == kind and mutant.mutation in mutations
+                and (needle in mutant.site or needle in mutant.source_line)):
+            return reason
+    return ""

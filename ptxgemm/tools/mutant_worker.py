@@ -1,0 +1,234 @@
+"""The GPU side of the mutation tester: the workloads each mutant runs (operands, epilogue arguments and their
+float64 references, written to files once), and the worker process that loads a mutant's cubin, runs it on them
+and reports what killed it. A worker is its own process (`python -m ptxgemm.tools.mutant_worker --worker`) because
+a mutant that traps takes its CUDA context with it."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import queue
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+from .. import accuracy
+from ..errors import CudaError
+from ..gemm import GemmKernel
+from ..kernel.config import GemmConfig, SCALE_BLOCK
+from ..runtime.arrays import DeviceArray
+from ..runtime.debug import BarrierStall
+
+
+@dataclasses.dataclass(frozen=True)
+class Workload:
+    m: int
+    n: int
+    k: int
+    ctas: int | None      # None: one CTA per SM, the default launch
+    seed: int
+
+    def describe(self) -> str:
+        return f"{self.m}x{self.n}x{self.k}, " + (f"{self.ctas} CTAs" if self.ctas else "one CTA per SM")
+
+
+#: The full-grid shape is where a reviewer's deleted epilogue-order bar.sync went unnoticed by the old suite; the
+#: small-grid one gives every consumer 15 tiles and every tile 20 k-tiles (3+ passes over the ring).
+WORKLOADS = (Workload(4224, 9216, 128, None, 11), Workload(1900, 2040, 1256, 8, 12))
+
+
+def _operands(config: GemmConfig, w: Workload):
+    rng = np.random.default_rng(w.seed)
+    a = accuracy.random_matrix(rng, w.m, w.k, config.in_dtype, order="C" if config.a_major == "k" else "F")
+    b = accuracy.random_matrix(rng, w.k, w.n, config.in_dtype, order="F" if config.b_major == "k" else "C")
+    return a, b
+
+
+def _epilogue_args(config: GemmConfig, w: Workload, rng) -> dict:
+    """The fused epilogue's arguments (numbers and numpy arrays, as run() takes them) that make a plan carry the
+    config's epilogue: a source tile, a bias, scales (ptxgemm.plan.epilogue reads the kind from the shapes)."""
+
+    args = {}
+    if config.has_source:
+        args["c"], args["beta"] = accuracy.random_matrix(rng, w.m, w.n, config.source_dtype), 0.5
+    if config.bias:
+        shape = (w.n,) if config.bias == "col" else (w.m, 1)
+        args["bias"] = rng.standard_normal(shape).astype(accuracy.DTYPES[config.bias_dtype])
+    if config.activation:
+        args["activation"] = config.activation
+    if config.alpha:
+        args["alpha"] = -0.75
+    positive = (lambda shape: rng.uniform(0.5, 2.0, size=shape).astype(np.float32))
+    if config.device_scales:
+        args["scale_a"], args["scale_b"] = positive((1,)), positive((1,))   # the worker uploads them: device scalars
+    if config.row_scale:
+        args["scale_a"] = positive((w.m, 1))
+    if config.col_scale:
+        args["scale_b"] = positive((w.n,))
+    if config.block_scale:
+        kb = -(-w.k // SCALE_BLOCK)
+        args["scale_a"], args["scale_b"] = positive((w.m, kb)), positive((kb, -(-w.n // SCALE_BLOCK)))
+    return args
+
+
+def _raw(arr: np.ndarray) -> np.ndarray:
+    """An array as its raw words: .npy has no bfloat16 or fp8 (they would load back as void)."""
+    return arr.view(np.dtype(f"u{arr.dtype.itemsize}"))
+
+
+def prepare_workloads(config: GemmConfig, directory: Path, workloads=WORKLOADS) -> list[dict]:
+    """Operands, epilogue arguments, reference and bound of every workload, saved as .npy files the worker maps
+    (computed once)."""
+    jobs = []
+    for i, w in enumerate(workloads):
+        a, b = _operands(config, w)
+        args = _epilogue_args(config, w, np.random.default_rng(w.seed + 1))
+        if config.fused or config.block_scale:
+            ref, bound = accuracy.fused_reference(a, b, args, config.out_dtype, config.block_scale)
+        else:
+            ref, absp = accuracy.reference(a, b)
+            bound = accuracy.error_bound(ref, absp, w.k, config.out_dtype, config.in_dtype)
+        paths = {}
+        for name, arr in (("a", _raw(a)), ("b", _raw(b)), ("ref", ref.astype(np.float32)),
+                          ("bound", bound.astype(np.float32))):
+            paths[name] = str(directory / f"w{i}_{name}.npy")
+            np.save(paths[name], arr)
+        arrays, scalars = {}, {}
+        for name, value in args.items():
+            if isinstance(value, np.ndarray):
+                arrays[name] = {"path": str(directory / f"w{i}_{name}.npy"), "dtype": value.dtype.name}
+                np.save(arrays[name]["path"], _raw(value))
+            else:
+                scalars[name] = value
+        jobs.append({"workload": dataclasses.asdict(w), "paths": paths, "arrays": arrays, "scalars": scalars})
+    return jobs
+
+
+def _emit(**record):
+    sys.stdout.write(json.dumps(record) + "\n")
+    sys.stdout.flush()
+
+
+def _run_one(config: GemmConfig, ptx: str, jobs: list[dict], loaded: list, repeats: int) -> tuple[str, str]:
+    """("killed"|"survived", what killed it) for one kernel over every workload, `repeats` launches each."""
+    import ptxgemm
+
+    try:
+        kernel = GemmKernel(config, ptx=ptx)
+    except CudaError as e:
+        return "killed", f"module load failed: {e}"
+    for job, (da, db, ref, bound, epi) in zip(jobs, loaded):
+        w = job["workload"]
+        out = DeviceArray.empty((w["m"], w["n"]), accuracy.DTYPES[config.out_dtype])
+        try:
+            plan = ptxgemm.GemmPlan(da, db, out, config, ctas=w["ctas"], kernel=kernel, **epi)
+            for _ in range(repeats):
+                out.poison()
+                if plan.workspace is not None:   # split-K: stale partials (equal to this launch's) must not pass
+                    plan.workspace.poison()
+                plan.launch()     # debug build: synchronizes, and a stall becomes BarrierStall
+                verdict = accuracy.check_bound(out.to_numpy(), ref, bound)
+                if not verdict.ok:
+                    return "killed", f"wrong result on {w['m']}x{w['n']}x{w['k']}: {verdict}"
+        except BarrierStall as e:
+            return "killed", f"stall reported: {e}"
+        except CudaError as e:
+            return "killed", f"CUDA error: {e}"
+        finally:
+            try:
+                out.free()
+            except CudaError:
+                pass  # the context is gone (the error above says why); the worker exits after reporting it
+    return "survived", ""
+
+
+def context_lost(killed_by: str) -> bool:
+    """After these the worker's CUDA context is unusable, so it exits and the next mutant gets a fresh worker."""
+    return killed_by.startswith(("CUDA error", "stall reported", "module load"))
+
+
+def worker_main() -> int:
+    """Reads a setup line, then one mutant per line, from stdin; writes start/result lines to stdout. Exits after a
+    CUDA error (the context is gone) so that the parent starts a fresh worker for the next mutant."""
+    import ptxgemm
+
+    setup = json.loads(sys.stdin.readline())
+    config = GemmConfig(**setup["config"])
+    jobs = setup["jobs"]
+    loaded = []
+    in_dtype, b_dtype = accuracy.DTYPES[config.in_dtype], accuracy.DTYPES[config.b_type]
+    for job in jobs:
+        p = job["paths"]
+        epi = dict(job.get("scalars", {}))
+        for name, spec in job.get("arrays", {}).items():
+            epi[name] = ptxgemm.to_device(np.load(spec["path"]).view(accuracy.DTYPES.get(spec["dtype"], spec["dtype"])))
+        loaded.append((ptxgemm.to_device(np.load(p["a"]).view(in_dtype)), ptxgemm.to_device(np.load(p["b"]).view(b_dtype)),
+                       np.load(p["ref"], mmap_mode="r"), np.load(p["bound"], mmap_mode="r"), epi))
+    _emit(event="ready")
+    for line in sys.stdin:
+        task = json.loads(line)
+        _emit(event="start", id=task["id"])
+        status, killed_by = _run_one(config, Path(task["ptx_path"]).read_text(), jobs, loaded, setup["repeats"])
+        _emit(event="result", id=task["id"], status=status, killed_by=killed_by)
+        if context_lost(killed_by):
+            return 0
+    return 0
+
+
+class Worker:
+    """A worker process and a thread that turns its stdout into a queue (so reads can time out)."""
+
+    def __init__(self, setup: dict):
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        self.proc = subprocess.Popen([sys.executable, "-m", "ptxgemm.tools.mutant_worker", "--worker"], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                                     start_new_session=True)
+        self.lines: queue.Queue = queue.Queue()
+        self.stderr: list[str] = []
+        threading.Thread(target=self._pump, args=(self.proc.stdout, self.lines), daemon=True).start()
+        threading.Thread(target=self._pump, args=(self.proc.stderr, None), daemon=True).start()
+        self.send(setup)
+
+    def _pump(self, stream, sink):
+        for line in stream:
+            if sink is None:
+                self.stderr.append(line)
+                del self.stderr[:-20]
+            else:
+                sink.put(line)
+        if sink is not None:
+            sink.put(None)
+
+    def send(self, obj):
+        self.proc.stdin.write(json.dumps(obj) + "\n")
+        self.proc.stdin.flush()
+
+    def read(self, timeout: float):
+        """The next record, None at exit, or raises queue.Empty after `timeout` seconds. Lines that are not JSON
+        (something printed to stdout) are kept with stderr's tail for the report."""
+        deadline = time.monotonic() + timeout
+        while True:
+            line = self.lines.get(timeout=max(0.01, deadline - time.monotonic()))
+            if line is None:
+                return None
+            try:
+                return json.loads(line)
+            except json.JSONDecodeError:
+                self.stderr.append(line)
+
+    def kill(self):
+        try:
+            os.killpg(self.proc.pid, 9)
+        except ProcessLookupError:
+            pass
+        self.proc.wait()
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["--worker"]:
+        sys.exit(worker_main())
+    sys.exit("usage: python -m ptxgemm mutants --help (this module's own entry is the GPU worker: --worker)")
