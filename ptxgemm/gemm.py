@@ -1,4 +1,5 @@
-"""Host side of the GEMM: dtype checks, compilation (cached), tensor maps, plans and launches.
+"""The GEMM's entry points and bound plans: run, matmul and GemmPlan, each planned by ptxgemm.plan.call and launched
+with its kernel loaded, its tensor maps encoded and its arguments packed once.
 
 Two ways in:
 - `run(a, b)` on numpy arrays: numpy's `a @ b` (any shapes, batches, layouts); uploads, launches, copies back.

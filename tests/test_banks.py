@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from ptxgemm.__main__ import main
 from ptxgemm.cli import banks as cli_banks
-from ptxgemm.tools import bank_probe as probe, banks
+from ptxgemm.cli.main import main
+from ptxgemm.tools import bank_patterns, bank_probe as probe, banks
 
 REPO = Path(__file__).resolve().parent.parent
 DOC = REPO / "docs" / "bank_conflicts.md"
@@ -338,10 +338,9 @@ def test_cli_errors_are_one_line_and_exit_2(capsys, argv, message):
     assert err.count("\n") == 1 and err.startswith("python -m ptxgemm bank-conflicts: error: ") and message in err
 
 
-@pytest.mark.parametrize("command", [["-m", "ptxgemm", "bank-conflicts"], [str(REPO / "tools" / "bank_conflicts.py")]],
-                         ids=["python -m ptxgemm", "tools/bank_conflicts.py"])
-def test_cli_as_a_program(command, tmp_path):
-    """The real entry points, run from another directory: errors on stderr, exit 2."""
+def test_cli_as_a_program(tmp_path):
+    """The real entry point, run from another directory: errors on stderr, exit 2."""
+    command = ["-m", "ptxgemm", "bank-conflicts"]
     ok = subprocess.run([sys.executable, *command, "--op", "ld.b32", "--addresses", csv_addresses([0] * 32),
                          "--json"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert ok.returncode == 0 and json.loads(ok.stdout)["wavefronts"] == 1
@@ -472,7 +471,7 @@ def test_probe_assembles_to_exactly_one_shared_instruction_per_kernel():
 
 
 def test_pattern_catalogue_covers_the_issue():
-    patterns = probe.all_patterns()
+    patterns = bank_patterns.all_patterns()
     names = [p.name for p in patterns]
     assert len(names) == len(set(names))
     assert {p.op for p in patterns} == set(banks.OPS)
@@ -506,9 +505,9 @@ ran 2 bank-conflict patterns on NVIDIA H100 80GB HBM3
 def test_ncu_csv_is_paired_with_the_patterns():
     launches = probe.parse_ncu_csv(SAMPLE_NCU_CSV)
     assert [(l["id"], l["kernel"]) for l in launches] == [(0, "bank_probe_st_b32"), (1, "bank_probe_ld_v4_b32")]
-    patterns = [probe.Pattern("st.b32 stride 128", "st.b32", tuple(banks.strided_addresses(128)), "stride",
+    patterns = [bank_patterns.Pattern("st.b32 stride 128", "st.b32", tuple(banks.strided_addresses(128)), "stride",
                               ("BANK_MAPPING",)),
-                probe.Pattern("ld.v4.b32 stride 16", "ld.v4.b32", tuple(banks.strided_addresses(16)), "stride",
+                bank_patterns.Pattern("ld.v4.b32 stride 16", "ld.v4.b32", tuple(banks.strided_addresses(16)), "stride",
                               ("PHASE_BY_WIDTH",))]
     first, second = probe.pair(patterns, launches, iterations=64)
     assert (first.predicted, first.measured, first.other, first.ok) == (32, 32, 0, True)
@@ -540,7 +539,7 @@ ROW = re.compile(r"^\| (?P<group>[\w-]+) \| (?P<name>.+?) \| `(?P<op>[\w.]+)` \|
 
 
 def measured_rows(path: Path) -> list[dict]:
-    """The pattern rows of a table written by ptxgemm.tools.bank_probe --measure; checks none was skipped."""
+    """The pattern rows of a table written by `python -m ptxgemm bank-probe --measure`; checks none was skipped."""
     text = path.read_text()
     rows = [m.groupdict() for line in text.splitlines() if (m := ROW.match(line))]
     total = re.search(r"\*\*(\d+) of (\d+) patterns match the model\.\*\*", text)
@@ -550,7 +549,7 @@ def measured_rows(path: Path) -> list[dict]:
 
 
 def _measured_patterns(path):
-    patterns = {p.name: p for p in probe.all_patterns()}
+    patterns = {p.name: p for p in bank_patterns.all_patterns()}
     rows = measured_rows(path)
     for row in rows:
         assert row["name"] in patterns, f"measured pattern {row['name']!r} is no longer in the probe's catalogue"
@@ -602,7 +601,7 @@ def test_whole_warp_load_phases_do_not_fit_the_h200_run(h200_run1):
 
 
 def test_pairing_patterns_tell_the_packing_candidates_apart():
-    patterns = [p for p in probe.all_patterns() if p.group == "pairing"]
+    patterns = [p for p in bank_patterns.all_patterns() if p.group == "pairing"]
     candidates = [banks.HardwareRules(paired_load_lane_masks=m) for m in ((1, 2), (1,), (2,), ())]
     counts = {p.name: [banks.simulate(p.op, p.addresses, r).wavefronts for r in candidates] for p in patterns}
     # every pair of candidates disagrees on some pattern

@@ -1,6 +1,6 @@
 """The bank-conflict model against the hardware: ncu's shared-memory wavefront counters, pattern by pattern.
 
-Runs ptxgemm.tools.bank_probe under ncu once for the whole module (one kernel launch per pattern) and asserts
+Runs the bank probe (ptxgemm.tools.bank_probe) under ncu once for the whole module (one kernel launch per pattern) and asserts
 that the measured wavefronts per instruction equal ptxgemm.tools.banks' prediction for every pattern.  Needs a
 Hopper GPU and ncu (PATH or /usr/local/cuda/bin/ncu); skipped, with the reason, without either.
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from ptxgemm.tools import bank_probe as probe, banks
+from ptxgemm.tools import bank_patterns, bank_probe as probe, banks
 
 pytestmark = pytest.mark.gpu
 
@@ -50,13 +50,13 @@ def test_every_op_and_issue_pattern_was_measured(measured):
     ops = {m.pattern.op for m in measured}
     assert ops == set(banks.OPS)
     names = {m.pattern.name for m in measured}
-    for stride in probe.STRIDES:
+    for stride in bank_patterns.STRIDES:
         assert f"st.b32 stride {stride}" in names and f"ld.b32 stride {stride}" in names
     groups = {m.pattern.group for m in measured}
     assert {"stride", "broadcast", "permutation", "phase", "layout"} <= groups
 
 
 def test_ptxgemms_epilogue_layout_was_measured(measured):
-    _, missing = probe.epilogue_patterns()
+    _, missing = bank_patterns.epilogue_patterns()
     assert missing is None, missing
     assert any(m.pattern.group == "epilogue" for m in measured)

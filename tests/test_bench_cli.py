@@ -1,6 +1,6 @@
 """`python -m ptxgemm bench` without a GPU: --summarize over hand-written run files, and the argument checks that
 come before the GPU. Run as a subprocess from a temporary directory (the installed command must not need the
-checkout), and once through tools/bench.py, the old path."""
+checkout)."""
 from __future__ import annotations
 
 import importlib.util
@@ -106,14 +106,6 @@ def test_summarize_rejects_a_file_that_is_not_a_bench_run(tmp_path, runs):
     assert proc.stderr.startswith("python -m ptxgemm bench: error: --summarize: ") and proc.stderr.count("\n") == 1
     proc = bench("--summarize", str(tmp_path / "missing.json"), cwd=tmp_path)
     assert proc.returncode == 2 and "missing.json" in proc.stderr
-
-
-def test_summarize_through_the_old_tool_path(runs, tmp_path):
-    """tools/bench.py is a shim over the package's command: same output."""
-    new = bench("--summarize", *map(str, runs), cwd=tmp_path)
-    old = bench("--summarize", *map(str, runs), cwd=tmp_path, command=[str(REPO_ROOT / "tools" / "bench.py")])
-    assert old.returncode == new.returncode == 0, old.stderr
-    assert old.stdout == new.stdout and H100 in new.stdout
 
 
 @pytest.mark.parametrize("args,pattern", [

@@ -9,10 +9,10 @@ import sys
 import pytest
 
 import ptxgemm
-from ptxgemm.__main__ import build_parser, main
+from ptxgemm.cli.main import build_parser, main
 
 COMMANDS = ("demo", "info", "dump", "select", "tune", "bench", "trace", "mutants", "fuzz", "swizzle-probe",
-            "bank-conflicts")
+            "bank-conflicts", "bank-probe")
 
 
 def subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
@@ -100,17 +100,17 @@ def test_argparse_errors_are_one_line_and_exit_2(argv, line, capsys):
 
 
 def test_the_console_script_is_the_same_main():
-    """pyproject's [project.scripts] ptxgemm = ptxgemm.__main__:main; checked without installing."""
+    """pyproject's [project.scripts] ptxgemm = ptxgemm.cli.main:main; checked without installing."""
     import tomllib
     from pathlib import Path
 
     pyproject = tomllib.loads((Path(__file__).resolve().parent.parent / "pyproject.toml").read_text())
-    assert pyproject["project"]["scripts"] == {"ptxgemm": "ptxgemm.__main__:main"}
+    assert pyproject["project"]["scripts"] == {"ptxgemm": "ptxgemm.cli.main:main"}
     assert pyproject["project"]["version"] == ptxgemm.__version__
 
 
 def test_importing_ptxgemm_and_building_the_parser_imports_no_optional_peer():
-    code = ("import sys, ptxgemm; from ptxgemm.__main__ import build_parser; build_parser(); "
+    code = ("import sys, ptxgemm; from ptxgemm.cli.main import build_parser; build_parser(); "
             "print(sorted(m for m in ('torch', 'cupy', 'matplotlib') if m in sys.modules))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                           env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})

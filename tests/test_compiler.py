@@ -345,7 +345,7 @@ def test_dump_report_carries_warnings(tmp_path):
     (["--m", "256", "--n", "256", "--k", "128", "--block-n", "100"], "block_n: must be a multiple of 16"),
 ])
 def test_dump_bad_input(tmp_path, capsys, args, message):
-    from ptxgemm.__main__ import main
+    from ptxgemm.cli.main import main
 
     assert main(["dump", *args, "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -426,7 +426,7 @@ def test_dump_gemm_fp8(tmp_path, in_dtype, wgmma, majors):
 
 @pytest.mark.parametrize("option", ["--a-major", "--b-major"])
 def test_dump_gemm_fp8_refuses_mn_major(tmp_path, capsys, option):
-    from ptxgemm.__main__ import main
+    from ptxgemm.cli.main import main
 
     assert main(["dump", "--in-dtype", "float8_e4m3fn", option, "mn", "--m", "256", "--n", "256", "--k", "512",
                  "--out", str(tmp_path / "out")]) == 2
@@ -452,7 +452,7 @@ def test_info(tmp_path):
 
 
 def test_info_with_a_broken_override(monkeypatch, capsys):
-    from ptxgemm.__main__ import main
+    from ptxgemm.cli.main import main
 
     monkeypatch.setenv("PTXGEMM_NVDISASM", "/nonexistent/nvdisasm")
     assert main(["info"]) == 0

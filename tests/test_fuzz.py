@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from ptxgemm.__main__ import main
+from ptxgemm.cli.main import main
 from ptxgemm.tools import fuzz, fuzz_build
 
 CI_CASES = 2000

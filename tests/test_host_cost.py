@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from ptxgemm.__main__ import build_parser
+from ptxgemm.cli.main import build_parser
 from ptxgemm.bench import host_cost
 from ptxgemm.bench.host_cost import (GRAPH_REPLAY, MATMUL_NEW, MATMUL_SAME, PLAN_LAUNCH, PTXGEMM_NAMES, RUN,
                                      TORCH_NAMES, TORCH_NEW, TORCH_OUT)

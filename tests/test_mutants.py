@@ -116,7 +116,7 @@ def test_split_k_synchronization_is_found_and_its_weakened_forms_assemble():
 def test_presets_enumerate_with_every_line_traced_to_its_template(preset):
     """No GPU: each preset's debug build renders, its source map lines up with the plain render (a Jinja comment on
     an instruction line once broke that), and every synchronization instruction has mutants."""
-    from ptxgemm.__main__ import MUTANT_PRESETS
+    from ptxgemm.cli.mutants import MUTANT_PRESETS
 
     _, found = mutant_catalog.enumerate_mutants(GemmConfig(**MUTANT_PRESETS[preset]))
     assert found and all(m.origin is not None for m in found)

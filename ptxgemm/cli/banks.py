@@ -171,7 +171,6 @@ def report_kernel(config, as_json: bool) -> str:
 
 
 def add_parser(sub) -> None:
-    config_cli = options
 
     p = sub.add_parser("bank-conflicts", help="predict the shared-memory bank conflicts of one warp-wide "
                                               "instruction (no GPU needed)",
@@ -200,7 +199,7 @@ def add_parser(sub) -> None:
                       help="bytes per tile row for naive and padded (default %(default)s)")
     tile.add_argument("--pad", type=int, default=banks.DEFAULT_PAD_BYTES,
                       help="padding bytes per row for padded (default %(default)s)")
-    config_cli.add_config_arguments(p.add_argument_group(
+    options.add_config_arguments(p.add_argument_group(
         "--kernel options: the GEMM config (ptxgemm.kernel.config.GemmConfig), as for the other commands"))
     p.set_defaults(func=cmd_bank_conflicts)
 
@@ -226,10 +225,9 @@ def glue_address_list(argv: Sequence[str]) -> list[str]:
 
 
 def report(args: argparse.Namespace) -> str:
-    config_cli = options
 
-    config_options = config_cli.given(args, (*config_cli.TILE_OPTIONS, *config_cli.OPERAND_OPTIONS,
-                                             *config_cli.BUILD_FLAGS))
+    config_options = options.given(args, (*options.TILE_OPTIONS, *options.OPERAND_OPTIONS,
+                                             *options.BUILD_FLAGS))
     if config_options and not args.kernel:
         raise ConfigError(f"{', '.join(config_options)}: GEMM config options go with --kernel")
     if args.op is not None:
@@ -241,7 +239,7 @@ def report(args: argparse.Namespace) -> str:
     if args.pattern == TILE_PATTERN:
         layouts = args.layout or list(DEFAULT_LAYOUTS)
         return report_tile(list(dict.fromkeys(layouts)), args.row_bytes, args.pad, args.json)
-    return report_kernel(config_cli.config_from_args(args), args.json)
+    return report_kernel(options.config_from_args(args), args.json)
 
 
 def cmd_bank_conflicts(args: argparse.Namespace) -> int:

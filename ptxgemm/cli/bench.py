@@ -7,10 +7,7 @@ import os
 import re
 from pathlib import Path
 
-from ..bench import host_cost
-from ..bench import modes as bench_modes
-from ..bench import suite as bench
-from ..bench import summary as bench_summary
+from ..bench import host_cost, modes as bench_modes, suite as bench, summary as bench_summary
 from ..bench.modes import EPILOGUES, FP8_QUICK_SHAPES, FP8_SHAPES, IN_DTYPES, SCALINGS
 from ..bench.suite import QUICK_SHAPES, SEED_M, SEED_N, SMALL_M_MAX, default_shapes, parse_tag
 from ..errors import ConfigError

@@ -71,3 +71,17 @@ def run_demo(m: int, n: int, k: int, seed: int = 0) -> int:
     print(f"kernel time {ms:.3f} ms = {plan.flops / ms / 1e9:.0f} TFLOP/s (median of {TIMED_LAUNCHES}, "
           f"L2 flushed before each; `python -m ptxgemm bench` compares with cuBLAS)")
     return 0 if err < 1e-2 else 1
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("demo", help="multiply random matrices on the GPU, check and time it (no GPU: build only)",
+                       description="Multiply random bf16 matrices with ptxgemm.run, check the result against "
+                                   "float64 and time the kernel; without an H100/H200, build the kernel, show what "
+                                   "ptxas made of it and say why nothing ran.")
+    for dim in ("m", "n", "k"):
+        p.add_argument(f"--{dim}", type=int, default=4096, help=f"problem size {dim.upper()} (default 4096)")
+    p.set_defaults(func=cmd_demo)
+
+
+def cmd_demo(args) -> int:
+    return run_demo(args.m, args.n, args.k)

@@ -16,6 +16,8 @@ OPERAND_OPTIONS = ("in_dtype", "out_dtype", "a_major", "b_major")
 #: build switches that apply to whichever config runs
 BUILD_FLAGS = ("debug", "trace")
 
+SHAPE_OPTIONS = ("m", "n", "k")   # the problem size options of dump, trace, select and tune
+
 
 def flag(dest: str) -> str:
     return "--" + dest.replace("_", "-")
@@ -91,3 +93,21 @@ def config_from_args(args) -> GemmConfig:
     bad value)."""
     tile = {d: getattr(args, d) for d in TILE_OPTIONS if getattr(args, d, None) is not None}
     return GemmConfig(**tile, **operand_fields(args), **build_fields(args))
+
+
+def add_problem_arguments(p) -> None:
+    for dim in SHAPE_OPTIONS:
+        p.add_argument(f"--{dim}", type=int, required=True,
+                       help=f"problem size {dim.upper()}, >= 1 (required; no default)")
+    p.add_argument("--in-dtype", default="bfloat16", choices=INPUT_DTYPES,
+                   help=f"A and B's dtype: {', '.join(INPUT_DTYPES)} (default bfloat16)")
+    p.add_argument("--out-dtype", default=None, choices=OUTPUT_DTYPES,
+                   help=f"C's dtype: {', '.join(OUTPUT_DTYPES)} (default: the same as --in-dtype)")
+    p.add_argument("--a-major", default="k", choices=MAJORS,
+                   help="A's contiguous dimension: k (row-major (M, K)) or mn (default k)")
+    p.add_argument("--b-major", default="mn", choices=MAJORS,
+                   help="B's contiguous dimension: mn (row-major (K, N)) or k (default mn)")
+
+
+def problem_args(args) -> tuple:
+    return (args.m, args.n, args.k, args.in_dtype, args.out_dtype, args.a_major, args.b_major)

@@ -1,8 +1,10 @@
-"""GemmConfig: the one place where a GEMM kernel's parameters are validated and every number is derived.
+"""GemmConfig: the one place where a GEMM kernel's parameters are validated.
 
-The templates receive `config.template_params()` and compute nothing of their own: stage count, shared-memory
-map, register split, descriptor constants, barrier ids and transaction bytes all come from here, so the
-PTX, the host launch code and the inspection report can never disagree.
+Its fields fall in four groups: the tile choice (kernel/tile.py's Tile: what the selection picks), the operands
+(dtypes, majors), the fused epilogue (in the kernel's frame) and the build switches (debug, trace). Every number
+derived from them is a property defined in kernel/layout.py; the templates receive them through
+kernel/params.py and compute nothing of their own, so the PTX, the host launch code and the inspection report can
+never disagree.
 
 Shape comments use CUTLASS's convention: A is MxK, B is KxN, C = A*B is MxN.
 Operand layouts ("majors"): an operand is K-major when K is its contiguous dimension

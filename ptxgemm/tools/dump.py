@@ -1,4 +1,5 @@
-"""`python -m ptxgemm dump`: write a kernel's PTX, cubin, SASS and resource report to a directory. No GPU needed.
+"""A kernel's PTX, cubin, SASS and resource report written to a directory (`python -m ptxgemm dump`, in
+ptxgemm/cli/dump.py, decides what to build). No GPU needed.
 
 Files written to the output directory, for kernel NAME:
     NAME.ptx      the rendered PTX (written before ptxas runs, so a ptxas failure can be read against it)
@@ -13,22 +14,14 @@ Files written to the output directory, for kernel NAME:
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import re
 from pathlib import Path
 
 from ..build import compiler
 from ..build.compiler import CompiledKernel
-from ..build.kernels import compile_gemm
-from ..cli import options
-from ..errors import ConfigError, ToolchainError
-from ..kernel import schedule
-from ..kernel.config import GemmConfig
-from ..select import model as select
-from . import probes
+from ..errors import ToolchainError
 
-KERNELS = ("gemm", "swizzle_probe")
 
 
 def build_report(name: str, kernel: CompiledKernel, extras: dict | None = None) -> dict:
@@ -118,93 +111,6 @@ def summary(report: dict, out: Path) -> str:
     return "\n".join(lines)
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# swizzle_probe
-# ---------------------------------------------------------------------------------------------------------------
-
-def dump_swizzle_probe(args) -> dict:
-    """--kernel swizzle_probe [--mode M] [--rows R] [--cols C]. The mode only picks the default columns and the
-    rules the tile must meet: the swizzle itself lives in the tensor map, not in the PTX."""
-
-    mode = args.mode or "128B"
-    rows = args.rows if args.rows is not None else 8
-    cols = args.cols if args.cols is not None else probes.default_cols(mode) if mode in probes.MODES else 0
-    probes.check_tile(mode, rows, cols)
-    out = Path(args.out)
-    ptx = probes.swizzle_probe_ptx(rows, cols)
-    write_ptx("swizzle_probe", ptx, out)
-    kernel = compiler.compile_ptx(ptx)
-    extras = {
-        "params": {"mode": mode, "rows": rows, "cols": cols, "elem_bytes": probes.ELEM_BYTES,
-                   "threads": probes.PROBE_THREADS, "debug": True,
-                   # as launched by probes.run_swizzle_probe: the tile, then the load's 8-byte mbarrier (16 B
-                   # reserved)
-                   "dynamic_shared_bytes": rows * cols * probes.ELEM_BYTES + 16},
-    }
-    return write_dump("swizzle_probe", kernel, out, extras)
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# gemm
-# ---------------------------------------------------------------------------------------------------------------
-
-SHAPE_OPTIONS = ("m", "n", "k")
-
-
-def check_shape(args) -> tuple[int, int, int]:
-    """--m, --n and --k of --kernel gemm: all given, each >= 1."""
-    missing = [f"--{d}" for d in SHAPE_OPTIONS if getattr(args, d, None) is None]
-    if missing:
-        raise ConfigError(f"{', '.join(missing)}: --kernel gemm needs --m, --n and --k (they decide the tiles, the "
-                          f"grid and, without --config or tile options, the config)")
-    for d in SHAPE_OPTIONS:
-        if getattr(args, d) < 1:
-            raise ConfigError(f"--{d}: must be >= 1, got {getattr(args, d)}")
-    return args.m, args.n, args.k
-
-
-def gemm_config(args, m: int, n: int, k: int, device) -> tuple[GemmConfig, str]:
-    """(config, where it came from). --config TAG names one; tile options describe one (GemmConfig's defaults for
-    the rest); with neither, ptxgemm.select.model picks it for this shape, as GemmPlan would. The operand options
-    (dtypes, majors) and --debug/--trace apply in every case."""
-    config_cli = options
-
-    tiles = config_cli.given(args, config_cli.TILE_OPTIONS)
-    operands, build = config_cli.operand_fields(args), config_cli.build_fields(args)
-    if args.config is not None and tiles:
-        raise ConfigError(f"--config: the tag names the tile options itself; give --config or {', '.join(tiles)}, "
-                          f"not both")
-    if args.config is not None:
-        return GemmConfig.from_tag(args.config, **operands, **build), "--config"
-    if tiles:
-        return config_cli.config_from_args(args), f"tile options {' '.join(tiles)}"
-    config, source = select.choose(m, n, k, **operands, device=device)
-    return dataclasses.replace(config, **build), f"selected: {source}"
-
-
-def dump_gemm(args) -> dict:
-    """--kernel gemm --m M --n N --k K [--config TAG | tile options]: compile the GEMM and dump it, with what the
-    shape decides."""
-
-    m, n, k = check_shape(args)
-    device = select.resolve_device(None)  # the GPU's SM count; without one, select's 132-SM default
-    config, source = gemm_config(args, m, n, k, device)
-    kernel = compile_gemm(config)
-    predicted = config.report_extras()
-    fields = predicted.pop("config")
-    modeled = device is select.DEFAULT_DEVICE
-    extras = {
-        "config": {"tag": config.tag, "source": source, "description": config.describe(), "fields": fields},
-        "predicted": predicted,
-        "problem": {"m": m, "n": n, "k": k},
-        "schedule": {**schedule.plan_for(config, m, n, k, device.sm_count).describe(), "sm_count": device.sm_count,
-                     "device": (f"no GPU here: {device.sm_count} SMs assumed" if modeled else str(device.name))},
-    }
-    if kernel.cubin is not None:
-        extras["measured"] = {"consumer_k_loop_sass": k_loop_report(kernel.sass())}
-    return write_dump("gemm", kernel, Path(args.out), extras)
-
-
 _SASS_INSTRUCTION = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(.*?);")
 # wgmma in SASS: HGMMA for 16-bit inputs, QGMMA for fp8 (the report's "hgmma" counts both)
 _GMMA = re.compile(r"\b[HQ]GMMA\.")
@@ -230,10 +136,3 @@ def k_loop_report(sass: str) -> dict:
     loop = consumer_k_loop(sass)
     return {"instructions": len(loop), "hgmma": sum(bool(_GMMA.search(line)) for line in loop),
             "r2ur": sum("R2UR" in line for line in loop)}
-
-
-DUMPERS = {"gemm": dump_gemm, "swizzle_probe": dump_swizzle_probe}
-
-
-def dump(args) -> dict:
-    return DUMPERS[args.kernel](args)

@@ -1,0 +1,144 @@
+"""`python -m ptxgemm dump`: a kernel's PTX, cubin, SASS and report.json written to a folder (no GPU needed)."""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from ..build import compiler
+from ..build.kernels import compile_gemm
+from ..errors import ConfigError
+from ..kernel import schedule
+from ..kernel.config import GemmConfig
+from ..select import model as select
+from ..tools import dump, probes
+from ..tools.dump import k_loop_report, write_dump, write_ptx
+from . import options
+from .options import SHAPE_OPTIONS
+
+KERNELS = ("gemm", "swizzle_probe")
+PROBE_OPTIONS = ("mode", "rows", "cols")
+
+
+def add_parser(sub) -> None:
+
+    p = sub.add_parser("dump", help="write a kernel's PTX, cubin, SASS and report.json (no GPU needed)",
+                       description="Render a kernel, assemble it with ptxas and write NAME.ptx, NAME.cubin, NAME.sass, "
+                                   "ptxas.log and report.json to --out. No GPU needed. For the GEMM, --m, --n and --k "
+                                   "decide the tiles, the grid and the waves (for this GPU's SM count, or 132 without "
+                                   "one), and the config unless you give one: --config TAG, or tile options "
+                                   "(GemmConfig's defaults for the rest); with neither, the config ptxgemm selects "
+                                   "for the shape, as GemmPlan would. The operand options and --debug/--trace apply "
+                                   "either way.")
+    p.add_argument("--kernel", choices=KERNELS, default="gemm",
+                   help=f"which kernel: {' or '.join(KERNELS)} (default gemm)")
+    p.add_argument("--out", required=True, help="output directory, created if missing (required; no default)")
+    shape = p.add_argument_group("GEMM problem shape (--kernel gemm; required there)")
+    for dim in SHAPE_OPTIONS:
+        shape.add_argument(f"--{dim}", type=int, default=None,
+                           help=f"problem size {dim.upper()}, >= 1 (required with --kernel gemm; no default)")
+    group = p.add_argument_group("GEMM configuration (--kernel gemm)")
+    group.add_argument("--config", default=None, metavar="TAG",
+                       help="the config as a GemmConfig tag <pp|coop><block_m>x<block_n>[c2][cn2][g<group_m>]"
+                            "[r<m|n|h>][s<stages>], e.g. pp128x128 or coop256x128c2; not with tile options "
+                            "(default: the tile options below if any is given, else ptxgemm's selection)")
+    options.add_config_arguments(group)
+    probe = p.add_argument_group("swizzle probe (--kernel swizzle_probe)")
+    probe.add_argument("--mode", default=None, help="none, 32B, 64B or 128B (default 128B)")
+    probe.add_argument("--rows", type=int, default=None, help="tile rows (default 8)")
+    probe.add_argument("--cols", type=int, default=None,
+                       help="tile columns of 16-bit elements (default: one swizzle span, 64 for 128B)")
+    p.set_defaults(func=cmd_dump)
+
+
+def cmd_dump(args) -> int:
+
+    if args.kernel == "swizzle_probe":
+        gemm_options = (*SHAPE_OPTIONS, "config", *options.TILE_OPTIONS, *options.OPERAND_OPTIONS,
+                        *options.BUILD_FLAGS)
+        given = options.given(args, gemm_options)
+        if given:
+            raise ConfigError(f"{', '.join(given)}: GEMM options, not options of --kernel swizzle_probe")
+    else:
+        given = options.given(args, PROBE_OPTIONS)
+        if given:
+            raise ConfigError(f"{', '.join(given)}: options of --kernel swizzle_probe, not of --kernel {args.kernel}")
+    report = DUMPERS[args.kernel](args)
+    print(dump.summary(report, args.out))
+    return 0
+
+
+def dump_swizzle_probe(args) -> dict:
+    """--kernel swizzle_probe [--mode M] [--rows R] [--cols C]. The mode only picks the default columns and the
+    rules the tile must meet: the swizzle itself lives in the tensor map, not in the PTX."""
+
+    mode = args.mode or "128B"
+    rows = args.rows if args.rows is not None else 8
+    cols = args.cols if args.cols is not None else probes.default_cols(mode) if mode in probes.MODES else 0
+    probes.check_tile(mode, rows, cols)
+    out = Path(args.out)
+    ptx = probes.swizzle_probe_ptx(rows, cols)
+    write_ptx("swizzle_probe", ptx, out)
+    kernel = compiler.compile_ptx(ptx)
+    extras = {
+        "params": {"mode": mode, "rows": rows, "cols": cols, "elem_bytes": probes.ELEM_BYTES,
+                   "threads": probes.PROBE_THREADS, "debug": True,
+                   # as launched by probes.run_swizzle_probe: the tile, then the load's 8-byte mbarrier (16 B
+                   # reserved)
+                   "dynamic_shared_bytes": rows * cols * probes.ELEM_BYTES + 16},
+    }
+    return write_dump("swizzle_probe", kernel, out, extras)
+
+
+def check_shape(args) -> tuple[int, int, int]:
+    """--m, --n and --k of --kernel gemm: all given, each >= 1."""
+    missing = [f"--{d}" for d in SHAPE_OPTIONS if getattr(args, d, None) is None]
+    if missing:
+        raise ConfigError(f"{', '.join(missing)}: --kernel gemm needs --m, --n and --k (they decide the tiles, the "
+                          f"grid and, without --config or tile options, the config)")
+    for d in SHAPE_OPTIONS:
+        if getattr(args, d) < 1:
+            raise ConfigError(f"--{d}: must be >= 1, got {getattr(args, d)}")
+    return args.m, args.n, args.k
+
+
+def gemm_config(args, m: int, n: int, k: int, device) -> tuple[GemmConfig, str]:
+    """(config, where it came from). --config TAG names one; tile options describe one (GemmConfig's defaults for
+    the rest); with neither, ptxgemm.select.model picks it for this shape, as GemmPlan would. The operand options
+    (dtypes, majors) and --debug/--trace apply in every case."""
+    tiles = options.given(args, options.TILE_OPTIONS)
+    operands, build = options.operand_fields(args), options.build_fields(args)
+    if args.config is not None and tiles:
+        raise ConfigError(f"--config: the tag names the tile options itself; give --config or {', '.join(tiles)}, "
+                          f"not both")
+    if args.config is not None:
+        return GemmConfig.from_tag(args.config, **operands, **build), "--config"
+    if tiles:
+        return options.config_from_args(args), f"tile options {' '.join(tiles)}"
+    config, source = select.choose(m, n, k, **operands, device=device)
+    return dataclasses.replace(config, **build), f"selected: {source}"
+
+
+def dump_gemm(args) -> dict:
+    """--kernel gemm --m M --n N --k K [--config TAG | tile options]: compile the GEMM and dump it, with what the
+    shape decides."""
+
+    m, n, k = check_shape(args)
+    device = select.resolve_device(None)  # the GPU's SM count; without one, select's 132-SM default
+    config, source = gemm_config(args, m, n, k, device)
+    kernel = compile_gemm(config)
+    predicted = config.report_extras()
+    fields = predicted.pop("config")
+    modeled = device is select.DEFAULT_DEVICE
+    extras = {
+        "config": {"tag": config.tag, "source": source, "description": config.describe(), "fields": fields},
+        "predicted": predicted,
+        "problem": {"m": m, "n": n, "k": k},
+        "schedule": {**schedule.plan_for(config, m, n, k, device.sm_count).describe(), "sm_count": device.sm_count,
+                     "device": (f"no GPU here: {device.sm_count} SMs assumed" if modeled else str(device.name))},
+    }
+    if kernel.cubin is not None:
+        extras["measured"] = {"consumer_k_loop_sass": k_loop_report(kernel.sass())}
+    return write_dump("gemm", kernel, Path(args.out), extras)
+
+
+DUMPERS = {"gemm": dump_gemm, "swizzle_probe": dump_swizzle_probe}

@@ -1,0 +1,53 @@
+"""`python -m ptxgemm fuzz`: random calls of run, matmul and GemmPlan against float64 (ptxgemm.tools.fuzz), on the
+GPU or, with --emulate, on the plan emulator."""
+from __future__ import annotations
+
+import json
+import os
+
+from ..errors import ConfigError
+from ..tools.fuzz import EmulatedBackend, GpuBackend, MAX_FLOPS, fuzz, gpu_slug
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("fuzz", help="random calls of run/matmul/GemmPlan against float64; shrinks what fails "
+                                    "(--emulate: the plan emulator, no GPU)",
+                       description="Differential fuzzing: random calls of ptxgemm.run, matmul and GemmPlan (every "
+                                   "layout, dtype, scaling and epilogue argument; device arrays of ptxgemm, torch "
+                                   "and CuPy) against a float64 reference with ptxgemm.accuracy's elementwise "
+                                   "bounds. A failure is shrunk and printed as a runnable snippet. Exit status 1 when "
+                                   "any case is wrong, refused or crashed, or an illegal input's error does not "
+                                   "name its argument; 2 on bad input or without a GPU (unless --emulate).")
+    p.add_argument("--cases", type=int, default=1000, help="cases to run (default 1000)")
+    p.add_argument("--seed", type=int, default=None, help="random seed (default: a fresh one, printed)")
+    p.add_argument("--out", default=None, help="directory for the report, fuzz_<gpu>_<seed>.json (default: none)")
+    p.add_argument("--emulate", action="store_true",
+                   help="run the plan emulator on the CPU instead of the GPU (default off)")
+    p.add_argument("--max-flops", type=float, default=None,
+                   help=f"largest problem, 2*batches*M*N*K (default {MAX_FLOPS['gpu']:g} on the GPU, "
+                        f"{MAX_FLOPS['emulate']:g} emulated)")
+    p.add_argument("--no-shrink", action="store_true", help="report failures as drawn (default: shrink them)")
+    p.set_defaults(func=cmd_fuzz)
+
+
+def cmd_fuzz(args) -> int:
+    if args.cases < 1:
+        raise ConfigError(f"--cases: must be >= 1, got {args.cases}")
+    if args.max_flops is not None and args.max_flops <= 0:
+        raise ConfigError(f"--max-flops: must be > 0, got {args.max_flops}")
+    seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "little")
+    backend = EmulatedBackend() if args.emulate else GpuBackend()
+    print(f"fuzz: {args.cases} cases, seed {seed}, {backend.name} on {backend.device_name()}", flush=True)
+    report = fuzz(args.cases, seed, backend, max_flops=args.max_flops, shrink=not args.no_shrink,
+                  log=lambda s: print(s, flush=True))
+    print(f"{report['correct']} correct, {report['wrong']} wrong, {report['refused']} refused, "
+          f"{report['crashed']} crashed in {report['seconds']} s (seed {seed}); illegal inputs: "
+          f"{report['bad_inputs']['named']} of {report['bad_inputs']['checked']} name their argument")
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+        path = os.path.join(args.out, f"fuzz_{gpu_slug(report['gpu']) if not args.emulate else 'emulated'}_{seed}.json")
+        with open(path, "w") as f:
+            json.dump(report, f, indent=1, default=str)
+        print(f"wrote {path}")
+    failed = report["wrong"] or report["refused"] or report["crashed"] or report["bad_inputs"]["misnamed"]
+    return 1 if failed else 0

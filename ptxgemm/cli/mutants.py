@@ -1,0 +1,107 @@
+"""`python -m ptxgemm mutants`: each synchronization instruction of a kernel deleted or weakened, and what on the
+GPU kills each mutant (ptxgemm.tools.mutants). --list needs no GPU."""
+from __future__ import annotations
+
+import json
+import sys
+
+from ..errors import ConfigError
+from ..kernel.config import GemmConfig
+from ..runtime import driver
+from ..tools import mutant_catalog, mutants
+from . import options
+
+MUTANT_PRESETS = {"default": {}, "cluster": {"cluster_m": 2},
+                  "cooperative": {"schedule": "cooperative", "block_m": 256},
+                  "cooperative-cluster": {"schedule": "cooperative", "block_m": 256, "cluster_m": 2},
+                  "cooperative-cluster-n": {"schedule": "cooperative", "block_m": 128, "block_n": 256, "cluster_n": 2},
+                  "split": {"splits": 3},
+                  "cooperative-split": {"schedule": "cooperative", "block_m": 128, "block_n": 256, "splits": 3},
+                  # the fused epilogue's source tile (its full/empty mbarriers), and blockwise fp8 promotion
+                  # (col_pairs: the workloads' N are even and their bias a fresh allocation, so plans read it in pairs)
+                  "epilogue": {"source_dtype": "bfloat16", "bias": "col", "activation": "gelu", "col_pairs": True},
+                  "cooperative-epilogue": {"schedule": "cooperative", "block_m": 256, "source_dtype": "float16",
+                                           "bias": "row", "activation": "silu"},
+                  # the shape of the fuzzer's case that showed the source tile's read-then-reload race (issue 22):
+                  # 64-row pingpong tiles, fp32 S and out (the longest S reads), column scales
+                  "epilogue-fp32": {"block_m": 64, "in_dtype": "float16", "out_dtype": "float32",
+                                    "source_dtype": "float32", "alpha": True, "col_scale": True, "activation": "relu",
+                                    "col_pairs": True},
+                  "blockwise": {"schedule": "cooperative", "block_m": 128, "block_n": 128,
+                                "in_dtype": "float8_e4m3fn", "b_major": "k", "block_scale": True}}
+
+
+def add_parser(sub) -> None:
+
+    p = sub.add_parser("mutants", help="delete or weaken each synchronization instruction and show the GPU catches it",
+                       description="Mutation testing of the GEMM's barriers, fences and waits (see ptxgemm/tools/mutants.py). "
+                                   "--list needs no GPU; a run needs an sm_90 GPU.")
+    p.add_argument("--preset", action="append", choices=sorted(MUTANT_PRESETS), default=None,
+                   help="a named config to mutate (repeatable; default: the config options below, i.e. the default "
+                        "kernel); 'cluster' is the default kernel with cluster_m=2, 'cooperative' the "
+                        "cooperative 256x128 one, 'cooperative-cluster' that with cluster_m=2, "
+                        "'cooperative-cluster-n' the cooperative 128x256 with cluster_n=2 (A multicast), 'split' the "
+                        "default kernel with split-K 3, 'cooperative-split' the cooperative 128x256 with split-K 3, "
+                        "'epilogue' the default kernel adding a bf16 source tile, a column bias and gelu, "
+                        "'cooperative-epilogue' the cooperative 256x128 with an fp16 source, a row bias and silu, "
+                        "'epilogue-fp32' the pingpong 64x128 fp16 -> fp32 with an fp32 source, column scales and "
+                        "relu, "
+                        "'blockwise' the fp8 cooperative 128x128 with blockwise scales")
+    p.add_argument("--list", action="store_true",
+                   help="enumerate the mutants without a GPU and without running them (default off: run them)")
+    p.add_argument("--build", action="store_true", help="with --list: also assemble every mutant (kills the ones "
+                                                          "ptxas rejects, finds equivalent ones) (default off)")
+    p.add_argument("--kind", action="append", default=None,
+                   help="only mutants of this instruction kind, one of "
+                        f"{', '.join(sorted(k.name for k in mutant_catalog.SYNC_KINDS))} (repeatable; default: all)")
+    p.add_argument("--template", default=None,
+                   help="only mutants of lines a template wrote, itself or through its macros, e.g. splitk.ptx.j2 "
+                        "(default: all)")
+    p.add_argument("--json", default=None, help="write the results as JSON to this path (default: none)")
+    p.add_argument("--timeout", type=float, default=mutants.DEFAULT_TIMEOUT_S,
+                   help=f"seconds a mutant may run before it counts as hung (default {mutants.DEFAULT_TIMEOUT_S:.0f})")
+    p.add_argument("--repeats", type=int, default=2, help="launches per workload per mutant (default 2)")
+    options.add_config_arguments(p.add_argument_group("GEMM configuration (when no --preset is given)"))
+    p.set_defaults(func=cmd_mutants)
+
+
+def cmd_mutants(args) -> int:
+    import dataclasses
+
+    if args.repeats < 1 or args.timeout <= 0:
+        raise ConfigError("--repeats must be >= 1 and --timeout > 0")
+    known = {k.name for k in mutant_catalog.SYNC_KINDS}
+    for kind in args.kind or ():
+        if kind not in known:
+            raise ConfigError(f"--kind: must be one of {', '.join(sorted(known))}, got {kind!r}")
+    configs = ([GemmConfig(**MUTANT_PRESETS[p]) for p in args.preset] if args.preset
+               else [options.config_from_args(args)])
+    if not args.list:
+        driver.require_sm90("running mutants (use --list to enumerate them without a GPU)")
+    result = {"configs": []}
+    unexplained = 0
+    for config in configs:
+        ptx, found = mutant_catalog.enumerate_mutants(config)
+        if args.kind:
+            found = [m for m in found if m.kind in args.kind]
+        if args.template:
+            found = [m for m in found if mutant_catalog.in_template(m, args.template)]
+        extra = {}
+        if args.build or not args.list:
+            texts = mutants.build(ptx, found, progress=lambda s: print(s, file=sys.stderr, flush=True))
+            if not args.list:
+                extra = mutants.run_on_gpu(config, ptx, found, texts, timeout_s=args.timeout, repeats=args.repeats,
+                                           progress=lambda s: print(s, file=sys.stderr, flush=True))
+        print(mutants.format_table(config, found), flush=True)
+        unexplained += sum(m.reason.startswith("unexplained") for m in found)
+        result["configs"].append({"config": dataclasses.asdict(config), "description": config.describe(),
+                                  "mutated_build": "debug (bounded waits, "
+                                                   f"{mutant_catalog.DEBUG_TIMEOUT_NS // 1_000_000} ms)",
+                                  **extra, "mutants": [m.record() for m in found]})
+    if not args.list:
+        info = driver.device_info()
+        result = {"gpu": info.name, "driver": info.driver_version_str, "sm_count": info.sm_count, **result}
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=1)
+    return 1 if unexplained else 0
