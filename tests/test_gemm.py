@@ -185,7 +185,7 @@ def test_no_multi_line_macro_is_guarded_from_outside():
     from ptxgemm.kernel import codegen
 
     env = codegen.environment()
-    for path in sorted(pathlib.Path(codegen._template_dir()).glob("*.j2")):
+    for path in sorted(pathlib.Path(codegen.template_dir()).glob("*.j2")):
         for number, line in enumerate(path.read_text().splitlines(), 1):
             m = re.match(r"\s*@%\w+\s+\{\{\s*(\w+)\.(\w+)\(", line)
             if not m:

@@ -29,8 +29,8 @@ def test_source_map_names_the_template_lines():
     params = template_params(cfg)
     text, origins = codegen.render_with_origins(params["template_name"], **params)
     assert text == codegen.render(params["template_name"], **params)
-    template = (codegen._template_dir() / "gemm.ptx.j2").read_text().splitlines()
-    macros = {name: (codegen._template_dir() / name).read_text().splitlines()
+    template = (codegen.template_dir() / "gemm.ptx.j2").read_text().splitlines()
+    macros = {name: (codegen.template_dir() / name).read_text().splitlines()
               for name in ("mbarrier.ptx.j2", "tma.ptx.j2", "wgmma.ptx.j2")}
     for line, origin in zip(text.splitlines(), origins):
         if "bar.sync    %my_epi_bar" in line:  # written in the kernel template itself

@@ -32,7 +32,7 @@ def render_without_the_feature(config: GemmConfig) -> str:
     from ptxgemm.kernel import codegen
 
     name = "gemm.ptx.j2"
-    source = (codegen._template_dir() / name).read_text()
+    source = (codegen.template_dir() / name).read_text()
     cut = re.sub(r"^\{% if cfg\.trace %\}\n.*?^\{% endif %\}\n", "", source, flags=re.S | re.M)
     cut = cut.replace('{{ "," if cfg.trace }}', "").replace('{% import "trace.ptx.j2" as trace with context %}\n', "")
     assert "cfg.trace" not in cut and "trace." not in cut.replace("ptxgemm.tools.trace", "")

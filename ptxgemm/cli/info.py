@@ -23,7 +23,7 @@ def collect_info() -> dict:
                                "override": toolchain.ENV_VARS[tool] if os.environ.get(toolchain.ENV_VARS[tool]) else None}
     info["cache_dir"] = str(compiler.cache_dir())
     info["cache_dir_from"] = "PTXGEMM_CACHE_DIR" if os.environ.get("PTXGEMM_CACHE_DIR") else "default"
-    info["templates"] = str(codegen._template_dir())
+    info["templates"] = str(codegen.template_dir())
     try:
         from cuda.bindings import __version__ as bindings_version
     except ImportError:

@@ -6,7 +6,7 @@ import json
 
 from ..bench import tune as tuning
 from ..errors import ConfigError
-from ..kernel.config import TAG_SCHEDULE
+from ..kernel.tile import TAG_SCHEDULE
 from ..runtime import driver
 from ..select import model as select
 from ..select.problem import Problem

@@ -15,7 +15,7 @@ import jinja2
 TEMPLATE_DIR = Path(__file__).resolve().parent / "templates"
 
 
-def _template_dir() -> Path:
+def template_dir() -> Path:
     """The templates ship inside the package (ptxgemm/kernel/templates, package data), so this holds for an installed wheel
     and for a source checkout alike."""
     return TEMPLATE_DIR
@@ -24,7 +24,7 @@ def _template_dir() -> Path:
 @functools.lru_cache(maxsize=1)
 def environment() -> jinja2.Environment:
     env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(_template_dir())),
+        loader=jinja2.FileSystemLoader(str(template_dir())),
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
@@ -99,7 +99,7 @@ class _MarkingLoader(jinja2.FileSystemLoader):
 
 @functools.lru_cache(maxsize=1)
 def _marking_environment() -> jinja2.Environment:
-    env = environment().overlay(loader=_MarkingLoader(str(_template_dir())), cache_size=0)
+    env = environment().overlay(loader=_MarkingLoader(str(template_dir())), cache_size=0)
     env.filters["called_at"] = _called_at
     return env
 

@@ -20,14 +20,9 @@ import numbers
 import numpy as np
 
 from ..errors import ConfigError
-from .hardware import MAX_STAGES, SMEM_PER_BLOCK_OPTIN, SWIZZLE_BYTES
+from .hardware import MAX_STAGES, SMEM_PER_BLOCK_OPTIN
 from .layout import KernelLayout
 from .tile import Tile
-from .tile import RASTER_TAGS, TAG_SCHEDULE  # noqa: F401 - until the CLI imports them from kernel/tile.py
-# Until kernel/params.py imports them from where they now live (kernel/hardware.py, kernel/layout.py):
-from .hardware import DESC_ADDRESS_MASK, MBARRIER_BYTES, WARPGROUP_THREADS  # noqa: F401
-from .layout import (BARRIER_CTA, BARRIER_EPILOGUE_ORDER, BARRIER_EPILOGUE_SYNC, BARRIER_MMA_ORDER,  # noqa: F401
-                     FLAG_BYTES, itemsize)
 
 
 INPUT_DTYPES = ("bfloat16", "float16", "float8_e4m3fn", "float8_e5m2")

@@ -201,7 +201,7 @@ def in_template(mutant: Mutant, name: str) -> bool:
 
 @functools.lru_cache(maxsize=None)
 def _template_lines(name: str) -> tuple[str, ...]:
-    return tuple((codegen._template_dir() / name).read_text().splitlines())
+    return tuple((codegen.template_dir() / name).read_text().splitlines())
 
 
 def _site_text(origin) -> str:
