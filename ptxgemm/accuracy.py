@@ -33,7 +33,7 @@ DTYPES = {"bfloat16": ml_dtypes.bfloat16, "float16": np.float16, "float32": np.f
           "float8_e4m3fn": ml_dtypes.float8_e4m3fn, "float8_e5m2": ml_dtypes.float8_e5m2}
 #: fp8 inputs (provisional, issue 12): Hopper's fp8 wgmma adds each k32 block of products into the fp32
 #: accumulator with only ~14 significant bits (DeepSeek-V3's report; DeepGEMM promotes to fp32 registers for it), so
-#: the error grows with the running sum, far beyond fp32's. Measured on the H200 (docs/results/fp8_probe_h200_
+#: the error grows with the running sum, far beyond fp32's. Measured on the H200 (docs/results/h200/fp8/fp8_probe_h200_
 #: issue12.json, 64 sampled rows, standard-normal e4m3): max |err| / sum|ab| = 5.5e-4 .. 6.7e-4 at K = 4096 .. 8192
 #: without promotion (cuBLAS's _scaled_mm, which promotes: 2.0e-4 .. 3.8e-4). This unit, 2^-9 = 1.95e-3, is 3x the
 #: worst measured; a missing 128-wide k-tile at K = 2304 (the GPU tests' largest) is ~4x it. It stays empirical: a

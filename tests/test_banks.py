@@ -2,7 +2,7 @@
 
 The model's laws from issue 4: a conflict-free permutation costs the ideal count; 32 lanes on one bank cost
 32 wavefronts for 4-byte stores; broadcast reads cost one.  Whether the rules behind them hold on the
-hardware is tests/test_banks_gpu.py's job; the measured tables it wrote (docs/results/bank_conflicts_*.md)
+hardware is tests/test_banks_gpu.py's job; the measured tables it wrote (docs/results/h200/banks/)
 are checked here, row by row, without a GPU.
 """
 from __future__ import annotations
@@ -22,9 +22,9 @@ from ptxgemm.tools import bank_patterns, bank_probe as probe, banks
 
 REPO = Path(__file__).resolve().parent.parent
 DOC = REPO / "docs" / "bank_conflicts.md"
-H200_RUN1 = REPO / "docs" / "results" / "bank_conflicts_h200_run1.md"
-H200_RUN2 = REPO / "docs" / "results" / "bank_conflicts_h200_run2.md"  # + the GEMM epilogue patterns
-H200_RUN3 = REPO / "docs" / "results" / "bank_conflicts_h200.md"       # + the lane-pair packing patterns
+H200_RUN1 = REPO / "docs" / "results" / "h200" / "banks" / "archive" / "bank_conflicts_h200_run1.md"
+H200_RUN2 = REPO / "docs" / "results" / "h200" / "banks" / "archive" / "bank_conflicts_h200_run2.md"  # + the GEMM epilogue patterns
+H200_RUN3 = REPO / "docs" / "results" / "h200" / "banks" / "bank_conflicts_h200.md"                   # + the lane-pair packing patterns
 
 
 def permuted_conflict_free(op: banks.Op, rng: random.Random) -> list[int]:
@@ -531,7 +531,7 @@ def test_ncu_command_profiles_only_the_probe():
 
 
 # --------------------------------------------------------------------------------------------------------------
-# The measured tables (docs/results/): the model against every row, no GPU
+# The measured tables (docs/results/h200/banks/): the model against every row, no GPU
 # --------------------------------------------------------------------------------------------------------------
 
 ROW = re.compile(r"^\| (?P<group>[\w-]+) \| (?P<name>.+?) \| `(?P<op>[\w.]+)` \| (?P<predicted>\d+) \| "

@@ -1,6 +1,6 @@
 """The differential fuzzer on the CPU: 2000 emulated cases from a fresh seed every run (printed, and named in every
 failure, so a red run can be replayed with `python -m ptxgemm fuzz --emulate --seed S --cases 2000`), and the walk
-over the illegal inputs. The GPU's campaign: tests/test_fuzz_gpu.py and docs/results/fuzz_*.json."""
+over the illegal inputs. The GPU's campaign: tests/test_fuzz_gpu.py and docs/results/h100/fuzz/."""
 from __future__ import annotations
 
 import json

@@ -1,7 +1,7 @@
 """On the GPU: the wrong answers an outside fuzzer found (issue 22), each as it was reported, and a short fuzz run.
 
 The CPU side of the same cases (the plan emulator) is tests/test_emulator.py; the full campaign is
-`python -m ptxgemm fuzz --cases 5000` (docs/results/fuzz_*.json).
+`python -m ptxgemm fuzz --cases 5000` (docs/results/h100/fuzz/).
 """
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ At 8448x9216x1024 (66 x 72 tiles, 36 per CTA on 132 SMs, 18 per consumer, 16 k-t
 - epilogues running under the other consumer's mainloop: the point of pingpong;
 - a first-to-last event span within 5% of the CUDA-event time of the same launch: the spans account for the kernel.
 
-PTXGEMM_TRACE_OUT=DIR also writes that run's summary, Chrome trace and PNGs there (docs/results/ holds the
+PTXGEMM_TRACE_OUT=DIR also writes that run's summary, Chrome trace and PNGs there (docs/results/h100/trace/ holds the
 committed ones).
 """
 from __future__ import annotations

@@ -13,9 +13,9 @@ product of 16384x16384x8192 would take the CPU minutes).
 
     python -m ptxgemm bench                                    # default shapes -> bench_out/bench_<gpu>.json/.png
     python -m ptxgemm bench --quick                            # about a minute
-    python -m ptxgemm bench --out docs/results --name issue9_run1   # docs/results/bench_h100_issue9_run1.json
+    python -m ptxgemm bench --out docs/results/h100/bench --name issue9_run1   # .../bench_h100_issue9_run1.json
     python -m ptxgemm bench --variants pp128x192,coop256x128c2  # fixed configs timed beside the selected one
-    python -m ptxgemm bench --summarize docs/results/bench_h100_*.json   # min/median/max over runs; no GPU needed
+    python -m ptxgemm bench --summarize docs/results/h100/bench/bench_h100_*.json   # min/median/max over runs; no GPU needed
     python -m ptxgemm bench --in-dtype float8_e4m3fn [--scaling tensor|row|block]   # bench_<gpu>_fp8_<scaling>.json
     python -m ptxgemm bench --epilogue bias-gelu [--in-dtype D]    # fused vs plain vs plain + torch pass
 

@@ -40,8 +40,8 @@ from . import tune_cache
 from .problem import Problem
 
 # Per-SM costs in ns, keyed by GemmConfig.tag, fitted (tools/fit_select.py) to two H100 SXM runs of the benchmark
-# suite in which every candidate was timed side by side with cuBLAS (docs/results/bench_h100_issue9_fit.json and
-# docs/results/select_explore_h100_run1.json: 14 shapes each; bf16, A K-major, B MN-major) by minimizing the model's
+# suite in which every candidate was timed side by side with cuBLAS (docs/results/h100/select/bench_h100_issue9_fit.json and
+# docs/results/h100/select/select_explore_h100_run1.json: 14 shapes each; bf16, A K-major, B MN-major) by minimizing the model's
 # log error per tag. EPILOGUE_NS also absorbs what a launch costs beyond its k-loops (ramp-up, the last wave's tail,
 # the output's DRAM traffic), which is why it exceeds a bare store's time. The fit's RMS log error is 7-11% per tag.
 KTILE_NS = {
@@ -56,7 +56,7 @@ EPILOGUE_NS = {
     "pp64x128": 860,   # (the H200's 0.5 ratio to pp128x128's)
     "pp128x16t": 4980, "pp128x32t": 4980, "pp128x64t": 3260, "pp64x16t": 2590}
 
-# The same fitted to the H200 (docs/results/bench_h200_issue9_fit.json: the suite's 14 shapes with 10 candidates
+# The same fitted to the H200 (docs/results/h200/select/bench_h200_issue9_fit.json: the suite's 14 shapes with 10 candidates
 # side by side). GPU_TABLES maps a substring of the device name to its tables; other GPUs use the H100's.
 KTILE_NS_H200 = {
     "coop128x128": 362, "coop128x256": 685, "coop128x256c2": 681, "coop256x128": 695, "coop256x128c2": 712, "coop256x192": 1000,
@@ -71,7 +71,7 @@ GPU_TABLES = {"H200": (KTILE_NS_H200, EPILOGUE_NS_H200)}
 
 # The memory model's constants (memory_ns, fixup_ns), per GPU name substring.
 # H100: fitted by tools/fit_memory.py (Powell, least squares of the log error; RMS 12%) to
-# docs/results/bench_h100_issue11_explore.json, the
+# docs/results/h100/select/bench_h100_issue11_explore.json, the
 # small-M suite with 23 variants side by side (split-K, transposed and narrow tiles), together with the transposed
 # tiles' KTILE_NS / EPILOGUE_NS below. latency_ns absorbs a launch's fixed costs (ramp-up, the first loads' latency,
 # the last tile's epilogue); l2_sm_bytes_per_ns is split-K's partial traffic as one SM sees it.
@@ -263,7 +263,7 @@ def predict(config: GemmConfig, m: int, n: int, k: int, sm_count: int, gpu_name:
 
 
 # A dense operand whose lines are not whole 128-byte L2 lines (K or M/N not a multiple of 64 bf16 elements) makes
-# every 128-byte TMA row straddle two L2 lines. Measured on the H100 (docs/results/probe_h100_issue11_*.json): B
+# every 128-byte TMA row straddle two L2 lines. Measured on the H100 (docs/results/h100/select/probe_h100_issue11_*.json): B
 # row-major at N = 5000 slowed coop128x256 by 1.29x against the same B in 128-byte-padded lines, B's bytes being
 # 2/3 of a stage; with a cluster pair multicasting B (each CTA loads half), nothing was lost. So a k-tile costs
 # 1 + MISALIGNED_COST x (the share of the stage's bytes this CTA loads itself from misaligned lines).

@@ -7,7 +7,7 @@ instruction, which must equal the model's prediction.
 
   python -m ptxgemm bank-probe --list        the patterns and the model's predictions (no GPU)
   python -m ptxgemm bank-probe --run         run every pattern once: what ncu profiles
-  python -m ptxgemm bank-probe --measure [--results docs/results/bank_conflicts_<gpu>.md]
+  python -m ptxgemm bank-probe --measure [--results docs/results/<gpu>/banks/bank_conflicts_<gpu>.md]
                                        run --run under ncu, compare, print (and save) the table;
                                        exit 1 on any mismatch
 

@@ -69,7 +69,7 @@ class Rule:
     name: str
     statement: str
     # The evidence is data, not a flag: tests/test_banks.py checks the model against every row that ncu measured
-    # (docs/results/bank_conflicts_h200*.md).
+    # (docs/results/h200/banks/).
 
 
 RULES: Mapping[str, Rule] = MappingProxyType(
@@ -100,7 +100,7 @@ RULES: Mapping[str, Rule] = MappingProxyType(
                 "measured 2 and 4 and the 2-way split patterns 4 and 8, so it is not whole-warp "
                 "same-word broadcast.  H200 run 3 settled the general case: the 'pairing' patterns of "
                 "ptxgemm/tools/bank_probe.py (n^1 pairs, n^2 pairs, quads, a pair broken by one lane, "
-                "stores with pairs) all measured as this rule predicts (docs/results/bank_conflicts_h200.md).",
+                "stores with pairs) all measured as this rule predicts (docs/results/h200/banks/bank_conflicts_h200.md).",
             ),
             Rule(
                 "MATRIX_PHASE",

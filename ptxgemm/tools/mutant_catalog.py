@@ -217,12 +217,12 @@ def apply(ptx: str, mutant: Mutant) -> str:
     return "\n".join(lines)
 
 
-_UNSEEN = "not observed on the H100 (docs/results/mutants_h100.json): "
+_UNSEEN = "not observed on the H100 (docs/results/h100/mutants/mutants_h100.json): "
 
 
 #: (kind, mutations, text found in the call-site template line) -> why the mutant survives. Written from device runs;
 #: a survivor not listed here is "unexplained", and the command exits 1 (the GPU test fails on it).
-_UNSEEN_SPLIT = "not observed on the H100 (docs/results/mutants_split_h100.json): "
+_UNSEEN_SPLIT = "not observed on the H100 (docs/results/h100/mutants/mutants_split_h100.json): "
 
 
 SURVIVOR_REASONS = (

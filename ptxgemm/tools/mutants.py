@@ -39,7 +39,7 @@ DEFAULT_TIMEOUT_S = 20.0           # per mutant, from its start in the worker: m
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Why a mutant cannot be observed: reasons, checked on the device (see docs/results/mutants_*.json)
+# Why a mutant cannot be observed: reasons, checked on the device (see docs/results/*/mutants/)
 # ---------------------------------------------------------------------------------------------------------------
 
 
