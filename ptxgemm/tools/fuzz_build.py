@@ -11,7 +11,7 @@ import numpy as np
 
 from .. import accuracy
 from ..kernel.config import SCALE_BLOCK
-from .fuzz_cases import (DTYPE_EXPR, LAYOUTS, _BASE_NS, a_shape, b_shape, frame_shape, out_dtype_of, problems,
+from .fuzz_cases import (BASE_NS, DTYPE_EXPR, LAYOUTS, a_shape, b_shape, frame_shape, out_dtype_of, problems,
                          result_shape)
 
 
@@ -147,7 +147,7 @@ def build(spec: dict) -> Case:
     bad = problems(spec)
     if bad:
         raise ValueError(f"invalid spec ({'; '.join(bad)})")
-    ns = dict(_BASE_NS)
+    ns = dict(BASE_NS)
     exec(array_code(spec), ns)
     kwargs = {}
     for name in kwarg_names(spec):

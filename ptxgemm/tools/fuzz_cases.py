@@ -73,9 +73,11 @@ def values(rng, shape, dtype):
     x[x == 0] = 1
     return x
 '''
-_BASE_NS = {"np": np, "ml_dtypes": ml_dtypes}
-exec(VALUES_SOURCE, _BASE_NS)
-values = _BASE_NS["values"]
+#: the names a case's array code runs with (numpy, ml_dtypes, values): fuzz_build.build executes each case's code in
+#: a copy of it, so the arrays are made by the very statements a snippet prints
+BASE_NS = {"np": np, "ml_dtypes": ml_dtypes}
+exec(VALUES_SOURCE, BASE_NS)
+values = BASE_NS["values"]
 
 
 # --- the shapes a spec implies ---------------------------------------------------------------------------------

@@ -11,7 +11,9 @@ and is slow to read (reading it at every event delayed the kernel's barrier hand
 each CTA's cycles onto nanoseconds by the least-squares line through its anchors (six per CTA, spanning its whole
 run): ordering and spacing from the cycles, absolute time and alignment across SMs from the timer.
 
-Everything here is numpy on the host; matplotlib is imported only inside the PNG functions.
+Decoding, checking and the cycle-to-time mapping are ptxgemm.tools.trace_decode; this module holds the Trace they
+give, its summary, the Chrome trace export and the PNGs. Everything here is numpy on the host; matplotlib is
+imported only inside the PNG functions.
 """
 from __future__ import annotations
 
@@ -27,21 +29,6 @@ from ..runtime import driver
 from .trace_decode import (CONSUMER_SPANS, LOAD_DTYPE, NO_MARK, SPAN_KINDS, TENSOR_BUSY, TILE_DTYPE, clock_mhz,
                            cycle_table, decode, distribution, dropped_warnings, fraction, merge, overlap_length,
                            refine_times, span_table, union_length, validate)
-
-# --------------------------------------------------------------------------------------------------------------
-# Derived tables: one row per consumer tile / producer k-tile, and the spans between their events
-# --------------------------------------------------------------------------------------------------------------
-
-
-# --------------------------------------------------------------------------------------------------------------
-# Decoding and validation
-# --------------------------------------------------------------------------------------------------------------
-
-
-# --------------------------------------------------------------------------------------------------------------
-# Interval arithmetic
-# --------------------------------------------------------------------------------------------------------------
-
 
 # --------------------------------------------------------------------------------------------------------------
 # Plot helpers (matplotlib imported here only)
