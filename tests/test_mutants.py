@@ -29,17 +29,18 @@ def test_source_map_names_the_template_lines():
     params = template_params(cfg)
     text, origins = codegen.render_with_origins(params["template_name"], **params)
     assert text == codegen.render(params["template_name"], **params)
-    template = (codegen.template_dir() / "gemm.ptx.j2").read_text().splitlines()
+    kernel = params["template_name"]   # the pingpong kernel's own template
+    template = (codegen.template_dir() / kernel).read_text().splitlines()
     macros = {name: (codegen.template_dir() / name).read_text().splitlines()
               for name in ("mbarrier.ptx.j2", "tma.ptx.j2", "wgmma.ptx.j2")}
     for line, origin in zip(text.splitlines(), origins):
         if "bar.sync    %my_epi_bar" in line:  # written in the kernel template itself
-            assert origin.template == "gemm.ptx.j2" and not origin.calls
+            assert origin.template == kernel and not origin.calls
             assert "bar.sync    %my_epi_bar" in template[origin.line - 1]
         if "cp.async.bulk.wait_group.read" in line:  # a macro's text, called from the kernel template
             assert origin.template == "tma.ptx.j2" and "wait_group.read" in macros["tma.ptx.j2"][origin.line - 1]
             call_file, call_line = origin.calls[-1]
-            assert call_file == "gemm.ptx.j2" and "tma.wait_read" in template[call_line - 1]
+            assert call_file == kernel and "tma.wait_read" in template[call_line - 1]
 
 
 def test_every_kind_of_synchronization_is_found(enumerated):

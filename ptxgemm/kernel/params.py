@@ -7,7 +7,7 @@ import math
 
 from . import trace_format
 from .config import GELU_CUBIC, GemmConfig, PTX_FLOAT_TYPES, PTX_VERSION, SCALE_BLOCK, WGMMA_TYPES
-from .hardware import DESC_ADDRESS_MASK, MBARRIER_BYTES, WARPGROUP_THREADS
+from .hardware import DESC_ADDRESS_MASK, MBARRIER_BYTES, SWIZZLE_BYTES, WARPGROUP_THREADS
 from .layout import BARRIER_CTA, BARRIER_EPILOGUE_ORDER, BARRIER_EPILOGUE_SYNC, BARRIER_MMA_ORDER, FLAG_BYTES, itemsize
 from .stall_format import STALL_CODES
 
@@ -16,7 +16,7 @@ def template_params(cfg: GemmConfig) -> dict:
     """Everything the gemm templates read: the config itself (`cfg`) and the numbers and names it derives."""
     producer_regs, consumer_regs = cfg.register_split
     return {
-        "template_name": "gemm.ptx.j2",
+        "template_name": f"gemm_{cfg.schedule}.ptx.j2",   # one kernel template per schedule
         "summary": cfg.describe(),
         "ptx_version": PTX_VERSION,
         "cfg": cfg,
@@ -39,6 +39,8 @@ def template_params(cfg: GemmConfig) -> dict:
         "bar_mma_order": BARRIER_MMA_ORDER,
         "bar_epi_order": BARRIER_EPILOGUE_ORDER,
         "mbarrier_bytes": MBARRIER_BYTES,
+        "swizzle_bytes": SWIZZLE_BYTES,                       # one swizzled row of a tile: the TMA box's line
+        "panel_elems": SWIZZLE_BYTES // cfg.in_itemsize,      # elements of an MN-major operand per swizzled row
         "flag_bytes": FLAG_BYTES,
         "quad_stride": WARPGROUP_THREADS * 16,
         "scale_block": SCALE_BLOCK,

@@ -138,10 +138,11 @@ class Mutant:
 
     @property
     def call_site(self) -> tuple[str, int]:
-        """(template, line) of the outermost call that made the line: where a reader would change it."""
+        """(template, line) of the outermost call that made the line, past the schedule templates' bare
+        compositions (`{{ roles.producer() }}`): where a reader would change it."""
         if self.origin is None:
             return "?", 0
-        return self.origin.calls[-1] if self.origin.calls else (self.origin.template, self.origin.line)
+        return _call_site(self.origin)
 
     @property
     def template(self) -> str:
@@ -204,10 +205,20 @@ def _template_lines(name: str) -> tuple[str, ...]:
     return tuple((codegen.template_dir() / name).read_text().splitlines())
 
 
+#: a schedule template's line that only composes a shared part (gemm_pingpong.ptx.j2: `{{ consumer.mainloop() }}`)
+_COMPOSITION = re.compile(r"^\{\{ (roles|consumer)\.\w+\(\) \}\}$")
+
+
+def _call_site(origin) -> tuple[str, int]:
+    """The outermost call on the origin's chain that is not a bare composition; the line itself without calls."""
+    calls = [c for c in origin.calls if not _COMPOSITION.match(_template_lines(c[0])[c[1] - 1].strip())]
+    return calls[-1] if calls else (origin.template, origin.line)
+
+
 def _site_text(origin) -> str:
     if origin is None:
         return ""
-    name, line = origin.calls[-1] if origin.calls else (origin.template, origin.line)
+    name, line = _call_site(origin)
     return _template_lines(name)[line - 1].strip()
 
 
