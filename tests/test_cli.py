@@ -116,3 +116,58 @@ def test_importing_ptxgemm_and_building_the_parser_imports_no_optional_peer():
                           env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"
+
+
+def _cli_modules_loaded_by(argv) -> list[str]:
+    """The ptxgemm.cli modules imported by one main(argv) in a fresh interpreter."""
+    code = ("import sys\nfrom ptxgemm.cli.main import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+            "print(sorted(m for m in sys.modules if m.startswith('ptxgemm.cli.')))")
+    proc = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
+    assert proc.returncode == 0, proc.stderr
+    return eval(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("argv, loaded", [
+    (["--version"], ["ptxgemm.cli.main"]),
+    (["--help"], ["ptxgemm.cli.main"]),
+    (["select", "--help"], ["ptxgemm.cli.main", "ptxgemm.cli.options", "ptxgemm.cli.select"]),
+    (["bank-probe", "--list", "--only", "stride 4"], ["ptxgemm.cli.bank_probe", "ptxgemm.cli.main"]),
+])
+def test_only_the_command_that_runs_is_imported(argv, loaded):
+    assert _cli_modules_loaded_by(argv) == loaded
+
+
+def test_every_command_module_has_the_same_shape():
+    from ptxgemm.cli import main as cli_main
+
+    for name in cli_main.COMMANDS:
+        module = cli_main.command_module(name)
+        assert isinstance(module.DESCRIPTION, str) and module.DESCRIPTION, name
+        assert callable(module.add_arguments) and callable(module.run), name
+
+
+def test_the_library_never_imports_the_command_line():
+    """ptxgemm/tools (and every other layer) is a library the CLI drives; an import the other way would make the
+    CLI's parsing part of the library."""
+    import ast
+    from pathlib import Path
+
+    pkg = Path(ptxgemm.__file__).parent
+    bad = []
+    for path in pkg.rglob("*.py"):
+        if path.parent.name == "cli" or path.name == "__main__.py":
+            continue
+        depth = len(path.relative_to(pkg).parts) - 1   # how many dots lead from this module to ptxgemm
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):   # resolve the relative import, then each imported name
+                base = ".".join(["ptxgemm", *path.relative_to(pkg).parts[:-1]][:depth + 2 - node.level]
+                                + ([node.module] if node.module else []))
+                names = [base] + [f"{base}.{a.name}" for a in node.names]
+            else:
+                continue
+            if any(n == "ptxgemm.cli" or n.startswith("ptxgemm.cli.") for n in names):
+                bad.append(f"{path.relative_to(pkg)}: {names[0]}")
+    assert not bad, bad

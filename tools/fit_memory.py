@@ -13,12 +13,9 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-import numpy as np  # noqa: E402
+import numpy as np
 
 from ptxgemm.select import model as S
 from ptxgemm.kernel.config import GemmConfig

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Refit ptxgemm.select.model's cost tables (KTILE_NS, EPILOGUE_NS) from measured runs; no GPU needed.
 
-Input: bench JSON files (tools/bench.py, with --variants: every row times the selected config and each variant side
+Input: bench JSON files (python -m ptxgemm bench, with --variants: every row times the selected config and each variant side
 by side) or the tune cache (python -m ptxgemm tune stores every candidate's time). For each config tag it fits the
 model of ptxgemm.select.model.predict to that tag's times over all shapes: a grid over the epilogue cost and, for each,
 the k-tile cost that minimizes the squared relative error; the pair with the least RMS log error wins.
@@ -17,9 +17,7 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-import numpy as np  # noqa: E402
+import numpy as np
 
 EPILOGUE_GRID_NS = np.linspace(0.0, 6000.0, 601)
 

@@ -5,13 +5,10 @@ failure. Meant to run under `timeout` before the full GPU suite."""
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import numpy as np
 
-import numpy as np  # noqa: E402
-
-from ptxgemm.accuracy import check, random_matrix, reference  # noqa: E402
+from ptxgemm.accuracy import check, random_matrix, reference
 
 SHAPES = ((128, 128, 64), (256, 256, 128), (1000, 520, 264), (129, 136, 72), (8448, 9216, 256))
 

@@ -7,12 +7,8 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from ..tools.bank_patterns import Pattern, all_patterns, epilogue_patterns
+from ..tools.bank_patterns import Pattern, all_patterns, epilogue_patterns, select_patterns
 from ..tools.bank_probe import MeasureError, measure, results_markdown, run_patterns
-
-
-def select(patterns: Sequence[Pattern], only: str | None) -> list[Pattern]:
-    return [p for p in patterns if only is None or only in p.name]
 
 
 def list_table(patterns: Sequence[Pattern]) -> str:
@@ -23,12 +19,14 @@ def list_table(patterns: Sequence[Pattern]) -> str:
     return "\n".join(rows)
 
 
-def add_parser(sub) -> None:
-    p = sub.add_parser("bank-probe", help="check the bank-conflict model against ncu's counters (--list: no GPU)",
-                       description="Run one warp of each shared-memory access pattern under ncu and compare its "
-                                   "wavefronts with ptxgemm's bank-conflict model (docs/bank_conflicts.md). --list "
-                                   "prints the patterns and predictions without a GPU; --measure needs an sm_90 GPU "
-                                   "and ncu, and exits 1 on any mismatch.")
+#: the command's --help text (its one-line summary is in ptxgemm/cli/main.py's table)
+DESCRIPTION = ("Run one warp of each shared-memory access pattern under ncu and compare its "
+               "wavefronts with ptxgemm's bank-conflict model (docs/bank_conflicts.md). --list "
+               "prints the patterns and predictions without a GPU; --measure needs an sm_90 GPU "
+               "and ncu, and exits 1 on any mismatch.")
+
+
+def add_arguments(p) -> None:
     mode = p.add_mutually_exclusive_group(required=True)
     mode.add_argument("--list", action="store_true", help="print the patterns and predictions, no GPU (default off; one of --list, --run, --measure is required)")
     mode.add_argument("--run", action="store_true", help="run every pattern once: what --measure profiles under ncu (default off)")
@@ -37,18 +35,17 @@ def add_parser(sub) -> None:
     p.add_argument("--manifest", type=Path, help="--run: write the launched patterns and device facts here (default: none)")
     p.add_argument("--results", type=Path, help="--measure: write the markdown table here (default: none)")
     p.add_argument("--ncu", help="--measure: the ncu executable (default: PATH, then /usr/local/cuda/bin/ncu)")
-    p.set_defaults(func=cmd_bank_probe)
 
 
-def cmd_bank_probe(args) -> int:
+def run(args) -> int:
     if args.list:
         _, missing = epilogue_patterns()
-        print(list_table(select(all_patterns(), args.only)))
+        print(list_table(select_patterns(all_patterns(), args.only)))
         if missing:
             print(f"note: {missing}", file=sys.stderr)
         return 0
     if args.run:
-        patterns = select(all_patterns(), args.only)
+        patterns = select_patterns(all_patterns(), args.only)
         facts = run_patterns(patterns)
         if args.manifest:
             args.manifest.write_text(json.dumps({**facts, "patterns": [p.name for p in patterns]}))

@@ -130,7 +130,6 @@ def report_tile(layout_names: Sequence[str], row_bytes: int, pad: int, as_json: 
 
 def epilogue_instructions(config) -> list[tuple[str, list[int]]]:
     """Ask ptxgemm which shared-memory stores warp 0's epilogue issues for ``config``: [(op, addresses)]."""
-
     return [(op, list(addrs)) for op, addrs in epilogue_stores(config)]
 
 
@@ -170,14 +169,14 @@ def report_kernel(config, as_json: bool) -> str:
 # --------------------------------------------------------------------------- #
 
 
-def add_parser(sub) -> None:
+#: the command's --help text (its one-line summary is in ptxgemm/cli/main.py's table)
+DESCRIPTION = ("Predict how many wavefronts one warp-wide shared-memory instruction takes on "
+               "Hopper, and why: give one of --op (with --addresses), --pattern or --kernel. The "
+               "model's rules are in ptxgemm/tools/banks.py; docs/bank_conflicts.md says which ones ncu "
+               "confirmed. No GPU needed.")
 
-    p = sub.add_parser("bank-conflicts", help="predict the shared-memory bank conflicts of one warp-wide "
-                                              "instruction (no GPU needed)",
-                       description="Predict how many wavefronts one warp-wide shared-memory instruction takes on "
-                                   "Hopper, and why: give one of --op (with --addresses), --pattern or --kernel. The "
-                                   "model's rules are in ptxgemm/tools/banks.py; docs/bank_conflicts.md says which ones ncu "
-                                   "confirmed. No GPU needed.")
+
+def add_arguments(p) -> None:
     mode = p.add_mutually_exclusive_group(required=True)
     mode.add_argument("--op", metavar="OP",
                       help=f"one warp-wide instruction: {', '.join(banks.OPS)} (no default; one of --op, --pattern "
@@ -201,11 +200,10 @@ def add_parser(sub) -> None:
                       help="padding bytes per row for padded (default %(default)s)")
     options.add_config_arguments(p.add_argument_group(
         "--kernel options: the GEMM config (ptxgemm.kernel.config.GemmConfig), as for the other commands"))
-    p.set_defaults(func=cmd_bank_conflicts)
 
 
-def glue_address_list(argv: Sequence[str]) -> list[str]:
-    """Turn '--addresses -4,0,...' into '--addresses=-4,0,...'.
+def prepare_argv(argv: Sequence[str]) -> list[str]:
+    """Turn '--addresses -4,0,...' into '--addresses=-4,0,...' (ptxgemm/cli/main.py calls this before parsing).
 
     argparse takes a value that starts with '-' (and is not a plain negative
     number) for an option, so a list led by a negative address would fail with a
@@ -225,7 +223,6 @@ def glue_address_list(argv: Sequence[str]) -> list[str]:
 
 
 def report(args: argparse.Namespace) -> str:
-
     config_options = options.given(args, (*options.TILE_OPTIONS, *options.OPERAND_OPTIONS,
                                              *options.BUILD_FLAGS))
     if config_options and not args.kernel:
@@ -242,6 +239,6 @@ def report(args: argparse.Namespace) -> str:
     return report_kernel(options.config_from_args(args), args.json)
 
 
-def cmd_bank_conflicts(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     print(report(args))
     return 0

@@ -25,17 +25,19 @@ HOST_OPTIONS = (("shape", "--shape"), ("run_shape", "--run-shape"), ("calls", "-
                 ("json", "--json"))
 
 
-def add_parser(sub) -> None:
-    p = sub.add_parser("bench", help="time ptxgemm against cuBLAS side by side (--summarize: summarize runs, no GPU)",
-                       description="Time ptxgemm and cuBLAS (torch.matmul, else CuPy) on the same shapes in one "
-                                   "process with one method: L2 flushed before each launch, CUDA events around the "
-                                   "launch, interleaved rounds, median. ptxgemm runs the config it selects itself, "
-                                   "with the tune cache off unless --use-tune-cache. Writes bench_<gpu>[_<name>].json "
-                                   "and .png. --in-dtype float8_* compares fp8 with torch._scaled_mm (--scaling tensor "
-                                   "or row) or with ptxgemm bf16 (--scaling block); --epilogue bias-<act> compares the "
-                                   "fused epilogue with the plain GEMM and with the plain GEMM plus a separate torch "
-                                   "pass; those write bench_<gpu>_<mode>[_<name>].json. --host measures host "
-                                   "microseconds per call instead. Needs an sm_90 GPU, except --summarize.")
+#: the command's --help text (its one-line summary is in ptxgemm/cli/main.py's table)
+DESCRIPTION = ("Time ptxgemm and cuBLAS (torch.matmul, else CuPy) on the same shapes in one "
+               "process with one method: L2 flushed before each launch, CUDA events around the "
+               "launch, interleaved rounds, median. ptxgemm runs the config it selects itself, "
+               "with the tune cache off unless --use-tune-cache. Writes bench_<gpu>[_<name>].json "
+               "and .png. --in-dtype float8_* compares fp8 with torch._scaled_mm (--scaling tensor "
+               "or row) or with ptxgemm bf16 (--scaling block); --epilogue bias-<act> compares the "
+               "fused epilogue with the plain GEMM and with the plain GEMM plus a separate torch "
+               "pass; those write bench_<gpu>_<mode>[_<name>].json. --host measures host "
+               "microseconds per call instead. Needs an sm_90 GPU, except --summarize.")
+
+
+def add_arguments(p) -> None:
     p.add_argument("--quick", action="store_true",
                    help=f"{len(QUICK_SHAPES)} shapes ({len(FP8_QUICK_SHAPES)} for fp8: 8192^3, 4096^3, "
                         f"4096x14336x4096) and 7 rounds, about a minute (default off: the full suite of "
@@ -108,7 +110,6 @@ def add_parser(sub) -> None:
                       help=f"with --host: timed loops per row, >= 1 (default {host_cost.DEFAULT_REPEATS})")
     host.add_argument("--json", default=None, metavar="PATH",
                       help="with --host: also write the rows and checks as JSON here (default: none, print only)")
-    p.set_defaults(func=cmd_bench)
 
 
 def _tags(option: str, specs) -> list:
@@ -118,13 +119,13 @@ def _tags(option: str, specs) -> list:
         raise ConfigError(f"{option}: {e}") from None
 
 
-def cmd_bench(args) -> int:
+def run(args) -> int:
     # First of all: every selection in this process reads it (on every plan), and the bench decides it for its own
     # process so that it measures the untuned heuristic unless told otherwise.
     os.environ["PTXGEMM_TUNE_CACHE"] = tune_cache = "on" if args.use_tune_cache else "off"
 
     if args.host:
-        return cmd_bench_host(args)
+        return run_host(args)
     for dest, flag in HOST_OPTIONS:
         if getattr(args, dest) is not None:
             raise ConfigError(f"{flag}: only with --host")
@@ -163,7 +164,6 @@ def cmd_bench(args) -> int:
 def _mode(args):
     """The comparison --in-dtype, --scaling and --epilogue ask for, and what does not combine with it (all checked
     before the GPU)."""
-
     mode = bench_modes.mode_from_options(args.in_dtype, args.scaling, args.epilogue)
     if mode.is_default:
         return mode
@@ -176,9 +176,8 @@ def _mode(args):
     return mode
 
 
-def cmd_bench_host(args) -> int:
+def run_host(args) -> int:
     """`bench --host`: the options' checks (all before the GPU), host_cost.measure, the report and --json."""
-
     for dest, flag in GPU_BENCH_OPTIONS:
         if getattr(args, dest) not in (None, False, ""):
             raise ConfigError(f"{flag}: not with --host (--host takes --shape, --run-shape, --calls, --repeats, "

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 
+import ml_dtypes
 import numpy as np
 
 from .. import gemm
@@ -39,10 +40,6 @@ def describe_build(config: GemmConfig) -> str:
 
 
 def run_demo(m: int, n: int, k: int, seed: int = 0) -> int:
-    import ml_dtypes
-
-
-
     config, source = choose(m, n, k)  # what GemmPlan picks for this shape (the GPU's tables, or an H100's without one)
     print(f"config for {m}x{n}x{k}: {config.tag} ({source})")
     print(describe_build(config))
@@ -73,15 +70,16 @@ def run_demo(m: int, n: int, k: int, seed: int = 0) -> int:
     return 0 if err < 1e-2 else 1
 
 
-def add_parser(sub) -> None:
-    p = sub.add_parser("demo", help="multiply random matrices on the GPU, check and time it (no GPU: build only)",
-                       description="Multiply random bf16 matrices with ptxgemm.run, check the result against "
-                                   "float64 and time the kernel; without an H100/H200, build the kernel, show what "
-                                   "ptxas made of it and say why nothing ran.")
+#: the command's --help text (its one-line summary is in ptxgemm/cli/main.py's table)
+DESCRIPTION = ("Multiply random bf16 matrices with ptxgemm.run, check the result against "
+               "float64 and time the kernel; without an H100/H200, build the kernel, show what "
+               "ptxas made of it and say why nothing ran.")
+
+
+def add_arguments(p) -> None:
     for dim in ("m", "n", "k"):
         p.add_argument(f"--{dim}", type=int, default=4096, help=f"problem size {dim.upper()} (default 4096)")
-    p.set_defaults(func=cmd_demo)
 
 
-def cmd_demo(args) -> int:
+def run(args) -> int:
     return run_demo(args.m, args.n, args.k)

@@ -19,16 +19,17 @@ KERNELS = ("gemm", "swizzle_probe")
 PROBE_OPTIONS = ("mode", "rows", "cols")
 
 
-def add_parser(sub) -> None:
+#: the command's --help text (its one-line summary is in ptxgemm/cli/main.py's table)
+DESCRIPTION = ("Render a kernel, assemble it with ptxas and write NAME.ptx, NAME.cubin, NAME.sass, "
+               "ptxas.log and report.json to --out. No GPU needed. For the GEMM, --m, --n and --k "
+               "decide the tiles, the grid and the waves (for this GPU's SM count, or 132 without "
+               "one), and the config unless you give one: --config TAG, or tile options "
+               "(GemmConfig's defaults for the rest); with neither, the config ptxgemm selects "
+               "for the shape, as GemmPlan would. The operand options and --debug/--trace apply "
+               "either way.")
 
-    p = sub.add_parser("dump", help="write a kernel's PTX, cubin, SASS and report.json (no GPU needed)",
-                       description="Render a kernel, assemble it with ptxas and write NAME.ptx, NAME.cubin, NAME.sass, "
-                                   "ptxas.log and report.json to --out. No GPU needed. For the GEMM, --m, --n and --k "
-                                   "decide the tiles, the grid and the waves (for this GPU's SM count, or 132 without "
-                                   "one), and the config unless you give one: --config TAG, or tile options "
-                                   "(GemmConfig's defaults for the rest); with neither, the config ptxgemm selects "
-                                   "for the shape, as GemmPlan would. The operand options and --debug/--trace apply "
-                                   "either way.")
+
+def add_arguments(p) -> None:
     p.add_argument("--kernel", choices=KERNELS, default="gemm",
                    help=f"which kernel: {' or '.join(KERNELS)} (default gemm)")
     p.add_argument("--out", required=True, help="output directory, created if missing (required; no default)")
@@ -47,11 +48,9 @@ def add_parser(sub) -> None:
     probe.add_argument("--rows", type=int, default=None, help="tile rows (default 8)")
     probe.add_argument("--cols", type=int, default=None,
                        help="tile columns of 16-bit elements (default: one swizzle span, 64 for 128B)")
-    p.set_defaults(func=cmd_dump)
 
 
-def cmd_dump(args) -> int:
-
+def run(args) -> int:
     if args.kernel == "swizzle_probe":
         gemm_options = (*SHAPE_OPTIONS, "config", *options.TILE_OPTIONS, *options.OPERAND_OPTIONS,
                         *options.BUILD_FLAGS)
@@ -70,7 +69,6 @@ def cmd_dump(args) -> int:
 def dump_swizzle_probe(args) -> dict:
     """--kernel swizzle_probe [--mode M] [--rows R] [--cols C]. The mode only picks the default columns and the
     rules the tile must meet: the swizzle itself lives in the tensor map, not in the PTX."""
-
     mode = args.mode or "128B"
     rows = args.rows if args.rows is not None else 8
     cols = args.cols if args.cols is not None else probes.default_cols(mode) if mode in probes.MODES else 0
@@ -121,7 +119,6 @@ def gemm_config(args, m: int, n: int, k: int, device) -> tuple[GemmConfig, str]:
 def dump_gemm(args) -> dict:
     """--kernel gemm --m M --n N --k K [--config TAG | tile options]: compile the GEMM and dump it, with what the
     shape decides."""
-
     m, n, k = check_shape(args)
     device = select.resolve_device(None)  # the GPU's SM count; without one, select's 132-SM default
     config, source = gemm_config(args, m, n, k, device)

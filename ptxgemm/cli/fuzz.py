@@ -9,15 +9,16 @@ from ..errors import ConfigError
 from ..tools.fuzz import EmulatedBackend, GpuBackend, MAX_FLOPS, fuzz, gpu_slug
 
 
-def add_parser(sub) -> None:
-    p = sub.add_parser("fuzz", help="random calls of run/matmul/GemmPlan against float64; shrinks what fails "
-                                    "(--emulate: the plan emulator, no GPU)",
-                       description="Differential fuzzing: random calls of ptxgemm.run, matmul and GemmPlan (every "
-                                   "layout, dtype, scaling and epilogue argument; device arrays of ptxgemm, torch "
-                                   "and CuPy) against a float64 reference with ptxgemm.accuracy's elementwise "
-                                   "bounds. A failure is shrunk and printed as a runnable snippet. Exit status 1 when "
-                                   "any case is wrong, refused or crashed, or an illegal input's error does not "
-                                   "name its argument; 2 on bad input or without a GPU (unless --emulate).")
+#: the command's --help text (its one-line summary is in ptxgemm/cli/main.py's table)
+DESCRIPTION = ("Differential fuzzing: random calls of ptxgemm.run, matmul and GemmPlan (every "
+               "layout, dtype, scaling and epilogue argument; device arrays of ptxgemm, torch "
+               "and CuPy) against a float64 reference with ptxgemm.accuracy's elementwise "
+               "bounds. A failure is shrunk and printed as a runnable snippet. Exit status 1 when "
+               "any case is wrong, refused or crashed, or an illegal input's error does not "
+               "name its argument; 2 on bad input or without a GPU (unless --emulate).")
+
+
+def add_arguments(p) -> None:
     p.add_argument("--cases", type=int, default=1000, help="cases to run (default 1000)")
     p.add_argument("--seed", type=int, default=None, help="random seed (default: a fresh one, printed)")
     p.add_argument("--out", default=None, help="directory for the report, fuzz_<gpu>_<seed>.json (default: none)")
@@ -27,10 +28,9 @@ def add_parser(sub) -> None:
                    help=f"largest problem, 2*batches*M*N*K (default {MAX_FLOPS['gpu']:g} on the GPU, "
                         f"{MAX_FLOPS['emulate']:g} emulated)")
     p.add_argument("--no-shrink", action="store_true", help="report failures as drawn (default: shrink them)")
-    p.set_defaults(func=cmd_fuzz)
 
 
-def cmd_fuzz(args) -> int:
+def run(args) -> int:
     if args.cases < 1:
         raise ConfigError(f"--cases: must be >= 1, got {args.cases}")
     if args.max_flops is not None and args.max_flops <= 0:

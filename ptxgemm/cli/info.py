@@ -65,14 +65,15 @@ def format_info(info: dict) -> str:
     return "\n".join(lines)
 
 
-def cmd_info(args) -> int:
+def run(args) -> int:
     info = collect_info()
     print(json.dumps(info, indent=2) if args.json else format_info(info))
     return 0
 
 
-def add_parser(sub) -> None:
-    p = sub.add_parser("info", help="print the toolchain, the cache directory and the GPU",
-                       description="Print ptxas/nvdisasm paths and versions, the cubin cache directory and the GPU.")
+#: the command's --help text (its one-line summary is in ptxgemm/cli/main.py's table)
+DESCRIPTION = "Print ptxas/nvdisasm paths and versions, the cubin cache directory and the GPU."
+
+
+def add_arguments(p) -> None:
     p.add_argument("--json", action="store_true", help="print JSON (default off: lines of text)")
-    p.set_defaults(func=cmd_info)

@@ -1,4 +1,5 @@
-"""ptxgemm's command line (installed with the wheel: `python -m ptxgemm` or `ptxgemm`).
+"""ptxgemm's command line (installed with the wheel: `python -m ptxgemm` or `ptxgemm`): the top-level parser and
+the dispatch to one module per command.
 
     python -m ptxgemm --version
     python -m ptxgemm demo [--m M --n N --k K]
@@ -18,33 +19,57 @@
     python -m ptxgemm fuzz [--cases N] [--seed S] [--out DIR] [--emulate] [--max-flops F] [--no-shrink]
     python -m ptxgemm swizzle-probe [--simulate] [--mode 128B|all] [--direction both] [--rows R] [--cols C] [--json]
     python -m ptxgemm bank-conflicts --op OP --addresses A0,A1,... | --pattern stmatrix-tile | --kernel [...]
+    python -m ptxgemm bank-probe --list | --run | --measure [--only TEXT] [--results F.md] [--ncu PATH]
 
 No GPU needed: `dump` (renders the PTX, assembles it with ptxas, writes PTX, cubin, SASS and report.json, and says
 what M, N and K decide), `select` (the config select_config picks and the cost model's table), `info` (the
 toolchain, the cubin cache directory and the GPU, if there is one), `bench --summarize`, `mutants --list`,
-`swizzle-probe --simulate`, `fuzz --emulate` and `bank-conflicts`. `tune` runs every candidate on the GPU, checks
-and times them, and stores the winner in the tune cache, where select finds it. Each command's --help gives every
-option's default. Errors are one line on stderr (ptxas failures add ptxas's own log) and exit status 2. bench,
-fuzz, swizzle-probe and bank-conflicts bring their own subparsers (bench_cli, fuzz, swizzle_cli, bank_cli); the
-work of every command lives in a module of its own (dump, bench, bench_modes, bench_summary, host_cost, probes, banks, mutants, tracing, tuning, ...).
+`swizzle-probe --simulate`, `fuzz --emulate`, `bank-conflicts` and `bank-probe --list`. `tune` runs every candidate
+on the GPU, checks and times them, and stores the winner in the tune cache, where select finds it. Each command's
+--help gives every option's default. Errors are one line on stderr (ptxas failures add ptxas's own log) and exit
+status 2.
 
-The parser lives here; each command is a module of ptxgemm/cli/ with `add_parser(sub)` and its `cmd_*`; errors
-become one line on stderr and exit status 2 here alone.
+Each command is a module of ptxgemm/cli/ (COMMANDS below) with
+    DESCRIPTION                 the text of its --help
+    add_arguments(parser)       its options
+    run(args) -> int            the command itself; its return value is the exit status
+    prepare_argv(argv) -> list  optional: rewrites the command line before argparse sees it
+The work itself lives in the library (ptxgemm.tools, ptxgemm.bench, ptxgemm.select, ...); a command module parses,
+checks and prints. Only the module of the command that runs is imported, so `--version` and `--help` stay fast and
+one command's imports (the GPU driver, the benchmark's peers) never load for another.
 """
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
+from types import ModuleType
+from typing import Iterable, Sequence
 
 from .. import __version__
 from ..errors import PtxgemmError
-from . import bank_probe, banks, bench, demo, dump, fuzz, info, mutants, select, swizzle, trace, tune
-from .banks import glue_address_list
 
 PROG = "python -m ptxgemm"
 
-#: every command, one module each: add_parser(sub) adds its subparser, whose `func` runs it
-COMMANDS = (demo, info, dump, select, tune, bench, trace, mutants, fuzz, swizzle, banks, bank_probe)
+#: command -> (its module in ptxgemm/cli/, the one line `--help` shows for it), in the order of `--help`; the line
+#: lives here, not in the module, so that listing the commands imports none of them
+COMMANDS = {
+    "demo": ("demo", "multiply random matrices on the GPU, check and time it (no GPU: build only)"),
+    "info": ("info", "print the toolchain, the cache directory and the GPU"),
+    "dump": ("dump", "write a kernel's PTX, cubin, SASS and report.json (no GPU needed)"),
+    "select": ("select", "print the config ptxgemm picks for a problem and the cost model's table (no GPU needed)"),
+    "tune": ("tune", "time the candidate configs of a problem on the GPU and store the fastest"),
+    "bench": ("bench", "time ptxgemm against cuBLAS side by side (--summarize: summarize runs, no GPU)"),
+    "trace": ("trace", "record a per-warpgroup timeline of one GEMM launch on the GPU"),
+    "mutants": ("mutants", "delete or weaken each synchronization instruction and show the GPU catches it"),
+    "fuzz": ("fuzz", "random calls of run/matmul/GemmPlan against float64; shrinks what fails (--emulate: the plan "
+                     "emulator, no GPU)"),
+    "swizzle-probe": ("swizzle", "run TMA's swizzle on the GPU and compare with ptxgemm's model (--simulate: the "
+                                 "model alone, no GPU)"),
+    "bank-conflicts": ("banks", "predict the shared-memory bank conflicts of one warp-wide instruction (no GPU "
+                                "needed)"),
+    "bank-probe": ("bank_probe", "check the bank-conflict model against ncu's counters (--list: no GPU)"),
+}
 
 
 class Parser(argparse.ArgumentParser):
@@ -55,25 +80,43 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def command_module(name: str) -> ModuleType:
+    return importlib.import_module(f"{__package__}.{COMMANDS[name][0]}")
+
+
+def build_parser(commands: Iterable[str] | None = None) -> argparse.ArgumentParser:
+    """The whole parser: every command is listed, but only those in `commands` (all of them for None) get their
+    module imported and their options added; the others' subparsers stay empty, which is all `--help` shows."""
+    full = set(COMMANDS) if commands is None else set(commands)
     parser = Parser(prog=PROG, description="ptxgemm: Hopper GEMM from PTX templates. Every command's --help lists "
                                            "its options with their defaults.")
     parser.add_argument("--version", action="version", version=f"ptxgemm {__version__}",
                         help="print 'ptxgemm <version>' and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for command in COMMANDS:   # the order of `--help`
-        command.add_parser(sub)
+    for name, (_, summary) in COMMANDS.items():
+        p = sub.add_parser(name, help=summary)
+        if name in full:
+            module = command_module(name)
+            p.description = module.DESCRIPTION
+            module.add_arguments(p)
     return parser
+
+
+def chosen_command(argv: Sequence[str]) -> str | None:
+    """The command the command line names: its first word that is not an option (the top-level options, -h and
+    --version, take no value), if that is a command."""
+    word = next((a for a in argv if not a.startswith("-")), None)
+    return word if word in COMMANDS else None
 
 
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser()
-    # bank-conflicts' --addresses may start with '-' (a negative address), which argparse would take for an option;
-    # no other command has --addresses, so the rewrite touches nothing else
-    args = parser.parse_args(glue_address_list(argv))
+    name = chosen_command(argv)
+    module = command_module(name) if name else None
+    prepare = getattr(module, "prepare_argv", None)
+    args = build_parser([name] if name else []).parse_args(prepare(argv) if prepare else argv)
     try:
-        return args.func(args)
+        return module.run(args)
     except PtxgemmError as e:
         print(f"{PROG} {args.command}: error: {e}", file=sys.stderr)
         return 2

@@ -2,6 +2,7 @@
 GPU kills each mutant (ptxgemm.tools.mutants). --list needs no GPU."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 
@@ -31,11 +32,12 @@ MUTANT_PRESETS = {"default": {}, "cluster": {"cluster_m": 2},
                                 "in_dtype": "float8_e4m3fn", "b_major": "k", "block_scale": True}}
 
 
-def add_parser(sub) -> None:
+#: the command's --help text (its one-line summary is in ptxgemm/cli/main.py's table)
+DESCRIPTION = ("Mutation testing of the GEMM's barriers, fences and waits (see ptxgemm/tools/mutants.py). "
+               "--list needs no GPU; a run needs an sm_90 GPU.")
 
-    p = sub.add_parser("mutants", help="delete or weaken each synchronization instruction and show the GPU catches it",
-                       description="Mutation testing of the GEMM's barriers, fences and waits (see ptxgemm/tools/mutants.py). "
-                                   "--list needs no GPU; a run needs an sm_90 GPU.")
+
+def add_arguments(p) -> None:
     p.add_argument("--preset", action="append", choices=sorted(MUTANT_PRESETS), default=None,
                    help="a named config to mutate (repeatable; default: the config options below, i.e. the default "
                         "kernel); 'cluster' is the default kernel with cluster_m=2, 'cooperative' the "
@@ -62,12 +64,9 @@ def add_parser(sub) -> None:
                    help=f"seconds a mutant may run before it counts as hung (default {mutants.DEFAULT_TIMEOUT_S:.0f})")
     p.add_argument("--repeats", type=int, default=2, help="launches per workload per mutant (default 2)")
     options.add_config_arguments(p.add_argument_group("GEMM configuration (when no --preset is given)"))
-    p.set_defaults(func=cmd_mutants)
 
 
-def cmd_mutants(args) -> int:
-    import dataclasses
-
+def run(args) -> int:
     if args.repeats < 1 or args.timeout <= 0:
         raise ConfigError("--repeats must be >= 1 and --timeout > 0")
     known = {k.name for k in mutant_catalog.SYNC_KINDS}

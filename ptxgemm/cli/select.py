@@ -8,22 +8,21 @@ from ..select import model as select
 from .options import add_problem_arguments, problem_args
 
 
-def add_parser(sub) -> None:
-    p = sub.add_parser("select", help="print the config ptxgemm picks for a problem and the cost model's table "
-                                      "(no GPU needed)",
-                       description="Print the config select_config picks (the tune cache's winner for this GPU, or "
-                                   "else the cost model's) and the cost model's table of candidates, fastest first. "
-                                   "No GPU needed: without one the model assumes 132 SMs.")
+#: the command's --help text (its one-line summary is in ptxgemm/cli/main.py's table)
+DESCRIPTION = ("Print the config select_config picks (the tune cache's winner for this GPU, or "
+               "else the cost model's) and the cost model's table of candidates, fastest first. "
+               "No GPU needed: without one the model assumes 132 SMs.")
+
+
+def add_arguments(p) -> None:
     add_problem_arguments(p)
     p.add_argument("--sm-count", type=int, default=None,
                    help="model a GPU with this many SMs, >= 1 (default: the GPU's own count, or 132 without one); "
                         "skips the tune cache, which is keyed by a real GPU")
     p.add_argument("--json", action="store_true", help="print JSON instead of the table (default: the table)")
-    p.set_defaults(func=cmd_select)
 
 
-def cmd_select(args) -> int:
-
+def run(args) -> int:
     device = None
     if args.sm_count is not None:
         if args.sm_count < 1:

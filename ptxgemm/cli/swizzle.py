@@ -25,13 +25,14 @@ from ..runtime import driver
 from ..tools.probes import DIRECTIONS, check_tile, default_cols, run_swizzle_probe
 
 
-def add_parser(sub) -> None:
-    p = sub.add_parser("swizzle-probe", help="run TMA's swizzle on the GPU and compare with ptxgemm's model "
-                                             "(--simulate: the model alone, no GPU)",
-                       description="Where does TMA put my bytes? Run one TMA store and one TMA load of a tile of "
-                                   "16-bit indices with the swizzle and compare where they landed with "
-                                   "ptxgemm.kernel.swizzle's model. Exit status 1 when the hardware disagrees anywhere, 2 "
-                                   "on bad input or without a GPU (unless --simulate).")
+#: the command's --help text (its one-line summary is in ptxgemm/cli/main.py's table)
+DESCRIPTION = ("Where does TMA put my bytes? Run one TMA store and one TMA load of a tile of "
+               "16-bit indices with the swizzle and compare where they landed with "
+               "ptxgemm.kernel.swizzle's model. Exit status 1 when the hardware disagrees anywhere, 2 "
+               "on bad input or without a GPU (unless --simulate).")
+
+
+def add_arguments(p) -> None:
     p.add_argument("--mode", default="128B",
                    help=f"swizzle mode: {', '.join(MODES)} or all (default 128B)")
     p.add_argument("--direction", default="both", help="TMA store, load or both (default both)")
@@ -42,7 +43,6 @@ def add_parser(sub) -> None:
                    help="no GPU: print the model's prediction (default off: probe the hardware)")
     p.add_argument("--json", action="store_true",
                    help="print one JSON list of {mode, direction, rows, cols, grid} (default off: the grids as text)")
-    p.set_defaults(func=cmd_swizzle_probe)
 
 
 def plan(args) -> list[tuple[str, str, int, int]]:
@@ -61,7 +61,7 @@ def plan(args) -> list[tuple[str, str, int, int]]:
     return cases
 
 
-def cmd_swizzle_probe(args) -> int:
+def run(args) -> int:
     cases = plan(args)
     if not args.simulate:
         reason = driver.no_device_reason()

@@ -3,6 +3,7 @@ the cost of tracing measured (ptxgemm.tools.tracing)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from ..errors import ConfigError
 from ..runtime import driver
@@ -11,13 +12,14 @@ from . import options
 from .options import SHAPE_OPTIONS
 
 
-def add_parser(sub) -> None:
+#: the command's --help text (its one-line summary is in ptxgemm/cli/main.py's table)
+DESCRIPTION = ("Run the GEMM once with GemmConfig(trace=True) and write what every warpgroup did "
+               "and when: trace.json.gz (Chrome trace / Perfetto: a process per SM, a track per "
+               "role), summary.json, sm<N>.png and overview.png (with the 'plot' extra); then "
+               "time the traced kernel against the untraced one. Needs an sm_90 GPU.")
 
-    p = sub.add_parser("trace", help="record a per-warpgroup timeline of one GEMM launch on the GPU",
-                       description="Run the GEMM once with GemmConfig(trace=True) and write what every warpgroup did "
-                                   "and when: trace.json.gz (Chrome trace / Perfetto: a process per SM, a track per "
-                                   "role), summary.json, sm<N>.png and overview.png (with the 'plot' extra); then "
-                                   "time the traced kernel against the untraced one. Needs an sm_90 GPU.")
+
+def add_arguments(p) -> None:
     for dim in SHAPE_OPTIONS:
         p.add_argument(f"--{dim}", type=int, required=True,
                        help=f"problem size {dim.upper()}, >= 1 (required; no default)")
@@ -33,12 +35,9 @@ def add_parser(sub) -> None:
                    help="also trace this variant of the config on the same problem and draw it under the first in "
                         "compare.png (repeatable; e.g. --also block_n=192 --also cluster_m=2; default: none)")
     options.add_config_arguments(p.add_argument_group("GEMM configuration"))
-    p.set_defaults(func=cmd_trace)
 
 
-def cmd_trace(args) -> int:
-    from pathlib import Path
-
+def run(args) -> int:
     for dim in SHAPE_OPTIONS:
         if getattr(args, dim) < 1:
             raise ConfigError(f"--{dim}: must be >= 1, got {getattr(args, dim)}")

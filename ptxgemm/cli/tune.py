@@ -2,6 +2,7 @@
 stored in the tune cache."""
 from __future__ import annotations
 
+import dataclasses
 import json
 
 from ..bench import tune as tuning
@@ -13,14 +14,16 @@ from ..select.problem import Problem
 from .options import add_problem_arguments, problem_args
 
 
-def add_parser(sub) -> None:
-    p = sub.add_parser("tune", help="time the candidate configs of a problem on the GPU and store the fastest",
-                       description="Run every candidate config once and check its result on sampled rows against "
-                                   "float64 (a wrong one is reported and never chosen), time the rest together "
-                                   "(ptxgemm.runtime.timing: L2 flushed before each launch, interleaved rounds, median) and "
-                                   "store the winner in <cache dir>/tune.json, where select_config finds it "
-                                   "(PTXGEMM_TUNE_CACHE=off disables both). Needs an sm_90 GPU. Exit status 1 when a "
-                                   "candidate failed to run or produced a wrong result.")
+#: the command's --help text (its one-line summary is in ptxgemm/cli/main.py's table)
+DESCRIPTION = ("Run every candidate config once and check its result on sampled rows against "
+               "float64 (a wrong one is reported and never chosen), time the rest together "
+               "(ptxgemm.runtime.timing: L2 flushed before each launch, interleaved rounds, median) and "
+               "store the winner in <cache dir>/tune.json, where select_config finds it "
+               "(PTXGEMM_TUNE_CACHE=off disables both). Needs an sm_90 GPU. Exit status 1 when a "
+               "candidate failed to run or produced a wrong result.")
+
+
+def add_arguments(p) -> None:
     add_problem_arguments(p)
     tags = [f"{TAG_SCHEDULE[sched]}{bm}x{bn}" for sched, bm, bn in select.CANDIDATE_TILES]
     p.add_argument("--candidates", default=None, metavar="TAG,TAG,...",
@@ -34,12 +37,9 @@ def add_parser(sub) -> None:
                    help=f"rows checked against float64, >= 1 (default {tuning.CHECK_ROWS})")
     p.add_argument("--json", default=None, metavar="PATH",
                    help="also write the winner and every candidate's record as JSON here (default: none)")
-    p.set_defaults(func=cmd_tune)
 
 
-def cmd_tune(args) -> int:
-    import dataclasses
-
+def run(args) -> int:
     problem = Problem(*problem_args(args))  # bad arguments fail before the GPU question
     for name in ("rounds", "check_rows"):
         if getattr(args, name) < 1:

@@ -1,4 +1,10 @@
-"""TODO"""
+"""The shared-memory access patterns the bank probe measures: one warp-wide instruction at 32 lane addresses each,
+with the rules of ptxgemm's bank-conflict model (ptxgemm/tools/banks.py) it exercises.
+
+Strides, packed and broadcast lanes, permuted phases, pairings, tile layouts and ptxgemm's own epilogue stores;
+ptxgemm/tools/bank_probe.py launches them and compares ncu's counts with the model. Everything here is fixed (no
+GPU, no randomness the profiled child process could draw differently).
+"""
 from __future__ import annotations
 
 import dataclasses
@@ -11,16 +17,12 @@ from . import banks
 
 WARP_THREADS = banks.WARP_SIZE
 
-
 STRIDES = (4, 8, 16, 32, 64, 128, 132)
-
-
+"""Row-major strides from the issue: lane l at l * stride (where the op's alignment allows)."""
 MATRIX_ROW_PITCHES = (16, 32, 64, 128, 144)
-
-
+"""ldmatrix/stmatrix rows must be 16-byte aligned: 144 (128 + 16 pad) stands in for 132."""
 SWIZZLE_COLUMN_BLOCKS = (0, 16, 32, 48)
-
-
+"""Columns of the 16x16 blocks of a 64-column swizzle128 tile: each hits another XOR of the chunk index."""
 EPILOGUE_CONFIGS = (
     {},
     {"block_n": 64},
@@ -30,12 +32,13 @@ EPILOGUE_CONFIGS = (
     {"out_dtype": "float32"},
     {"block_n": 64, "out_dtype": "float32"},
 )
-
-
+"""GemmConfig keyword sets whose epilogue stores are probed (defaults for the rest): stmatrix.x4 for 16-bit
+outputs, st.v2.b32 for fp32."""
 EPILOGUE_STORES_PER_CONFIG = 8
-
-
+"""The first 8 distinct stores of a config already cycle through every chunk XOR and both swizzle panels of
+a 128-column tile; more would only repeat those bank patterns at other rows and cost ncu time."""
 PERMUTATION_SEED = 90
+"""Fixed, so the profiled child process and the comparing parent build identical patterns."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -280,3 +283,9 @@ def all_patterns() -> list[Pattern]:
     epilogue, _ = epilogue_patterns()
     return (stride_patterns() + packed_patterns() + broadcast_patterns() + permutation_patterns()
             + phase_patterns() + pairing_patterns() + layout_patterns() + epilogue)
+
+
+def select_patterns(patterns: Sequence[Pattern], only: str | None) -> list[Pattern]:
+    """The patterns whose name contains `only` (all of them for None), in order: --only of `bank-probe`. The parent
+    that compares and the profiled child select with this same function, so their launch lists agree."""
+    return [p for p in patterns if only is None or only in p.name]

@@ -34,11 +34,10 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from ..build import compiler
-from ..cli import select
 from ..kernel import codegen
 from ..runtime import arrays, driver
 from . import banks
-from .bank_patterns import Pattern, WARP_THREADS, all_patterns
+from .bank_patterns import Pattern, WARP_THREADS, all_patterns, select_patterns
 
 #: the directory holding this ptxgemm package: the profiled child process must import the same one
 PACKAGE_PARENT = Path(__file__).resolve().parents[2]   # the folder holding ptxgemm/
@@ -55,20 +54,6 @@ METRICS = {
 """ncu counts stmatrix under _op_st and ldmatrix under _op_ld (checked on an H200)."""
 NCU_FALLBACK = Path("/usr/local/cuda/bin/ncu")
 NCU_TIMEOUT_S = 540
-
-"""Row-major strides from the issue: lane l at l * stride (where the op's alignment allows)."""
-"""ldmatrix/stmatrix rows must be 16-byte aligned: 144 (128 + 16 pad) stands in for 132."""
-"""Columns of the 16x16 blocks of a 64-column swizzle128 tile: each hits another XOR of the chunk index."""
-"""GemmConfig keyword sets whose epilogue stores are probed (defaults for the rest): stmatrix.x4 for 16-bit
-outputs, st.v2.b32 for fp32."""
-"""The first 8 distinct stores of a config already cycle through every chunk XOR and both swizzle panels of
-a 128-column tile; more would only repeat those bank patterns at other rows and cost ncu time."""
-"""Fixed, so the profiled child process and the comparing parent build identical patterns."""
-
-
-# --------------------------------------------------------------------------------------------------------------
-# Patterns
-# --------------------------------------------------------------------------------------------------------------
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -227,7 +212,7 @@ def measure(only: str | None = None, ncu: str | None = None) -> tuple[list[Measu
     ncu = ncu or find_ncu()
     if ncu is None:
         raise MeasureError("ncu not found on PATH or at /usr/local/cuda/bin/ncu")
-    patterns = select(all_patterns(), only)
+    patterns = select_patterns(all_patterns(), only)
     with tempfile.TemporaryDirectory(prefix="bank-probe-") as tmp:
         log_file, manifest = Path(tmp) / "ncu.csv", Path(tmp) / "manifest.json"
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(PACKAGE_PARENT),
@@ -298,5 +283,3 @@ def results_markdown(measurements: Sequence[Measurement], facts: dict) -> str:
         lines.append(f"| {m.pattern.group} | {m.pattern.name} | `{m.pattern.op}` | {m.predicted} | {m.ideal} | "
                      f"{_fmt(m.measured)} | {_fmt(m.other)} | {'yes' if m.ok else '**NO**'} |")
     return "\n".join(lines) + "\n"
-
-
