@@ -137,8 +137,8 @@ def test_no_gpu_exits_2(tmp_path):
     (("--in-dtype", "bfloat16", "--scaling", "tensor"), "--scaling: only with an fp8 --in-dtype"),
     (("--in-dtype", "float8_e4m3fn", "--scaling", "block", "--epilogue", "bias-gelu"),
      "--scaling block: not with --epilogue bias-gelu"),
-    (("--in-dtype", "float8_e4m3fn", "--variants", "pp128x128"), "--variants: only with the bf16 bench"),
-    (("--epilogue", "bias-relu", "--variants", "pp128x128"), "--variants: only with the bf16 bench"),
+    (("--set", "deepgemm", "--quick"), "--set: the shape set deepgemm"),
+    (("--epilogue", "bias-relu", "--variants", "pp128x128"), "--variants: not with --epilogue"),
     (("--in-dtype", "float8_e5m2", "--b-major", "mn"), "--b-major: mn with --in-dtype float8_e5m2"),
     (("--in-dtype", "float16"), "argument --in-dtype: invalid choice"),
     (("--epilogue", "bias-tanh"), "argument --epilogue: invalid choice"),
@@ -337,6 +337,9 @@ def _fake_gpu(monkeypatch, gpu: str, fake_ms: dict, torch) -> None:
     monkeypatch.setattr(timing, "time_interleaved",
                         lambda launchers, rounds, warmup=3: {n: (f(), fake_ms.get(n, 1.0))[1]
                                                              for n, f in launchers.items()})
+    monkeypatch.setattr(timing, "time_back_to_back",
+                        lambda launchers, launches=20, rounds=3, warmup=3: {n: (f(), fake_ms.get(n, 1.0) * 0.9)[1]
+                                                                            for n, f in launchers.items()})
     monkeypatch.setattr(bench_modes, "_torch", torch)
     monkeypatch.setattr(bench_modes, "read_clocks", lambda: {})
 
@@ -363,7 +366,7 @@ def test_mode_bench_with_the_gpu_faked(monkeypatch, tmp_path, options, stem, pee
     result = json.loads((tmp_path / f"{stem}.json").read_text())
     assert (result["in_dtype"], result["scaling"], result["epilogue"]) == (mode.in_dtype, mode.scaling, mode.epilogue)
     assert result["gpu"] == H100 and result["peer"] == peer and result["mode"] == mode.slug
-    assert result["ratio_means"] == bench_modes.ratio_means(mode)
+    assert result["ratio_means"] == bench_modes.ratio_means(mode, torch_present=False)
     rows = result["rows"]
     assert [(r["M"], r["N"], r["K"]) for r in rows] == shapes
     for r in rows:
@@ -383,6 +386,30 @@ def test_mode_bench_with_the_gpu_faked(monkeypatch, tmp_path, options, stem, pee
     proc = bench("--summarize", str(tmp_path / f"{stem}.json"), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert f"== {H100} [{bench_summary.run_mode(result)}]: 1 run(s)" in proc.stdout
+
+
+def test_deepgemm_rows_carry_the_published_figure_and_the_variants(monkeypatch, tmp_path):
+    """A blockwise run on one of DeepGEMM's shapes, faked GPU, no torch: the row carries DeepGEMM's published TFLOP/s
+    and ptxgemm's over it, and a --variants config timed in the same rounds; the summary their geomean."""
+    from ptxgemm.bench import deepgemm, modes as bench_modes
+    from ptxgemm.kernel.config import GemmConfig
+
+    shape = (64, 2112, 7168)
+    assert shape in deepgemm.SHAPES and deepgemm.published(*shape) == 206
+    _fake_gpu(monkeypatch, H100, {"ptxgemm float8_e4m3fn": 0.1, "ptxgemm pp64x64k4": 0.2}, lambda: None)
+    mode = bench_modes.mode_from_options("float8_e4m3fn", "block", None)
+    variant = GemmConfig.from_tag("pp64x64k4")
+    assert bench_modes.run_mode_bench([shape], 2, mode, out=tmp_path, name="dg", variants=[variant]) == 0
+    result = json.loads((tmp_path / "bench_h100_fp8_block_dg.json").read_text())
+    row = result["rows"][0]
+    tflops = 2 * 64 * 2112 * 7168 / 0.1e-3 / 1e12
+    assert row["published_tflops"] == 206 and row["vs_published"] == pytest.approx(tflops / 206)
+    assert result["summary"]["geomean_vs_published"] == pytest.approx(tflops / 206)
+    assert [v["ms"] for v in row["variants"].values()] == [0.2] and row["rel_err"] < 4e-3
+    assert row["max_err"] < 8e-3 and row["peer"] == "ptxgemm bf16"
+    # timed back to back too (faked: 0.9 of the burst time), and the published figure against that
+    assert row["ptxgemm_b2b_ms"] == pytest.approx(0.09) and row["vs_published_b2b"] == pytest.approx(tflops / 0.9 / 206)
+    assert result["summary"]["geomean_vs_published_b2b"] == pytest.approx(tflops / 0.9 / 206)
 
 
 class _FakeTensor:

@@ -62,7 +62,8 @@ def test_the_walk_sees_every_command_and_its_options():
     seen = {command: {f for a, _ in opts for f in a.option_strings} for command, _, opts in every_option()}
     assert set(seen) == {"python -m ptxgemm", *COMMANDS}
     assert {"--m", "--config", "--block-n", "--debug", "--out"} <= seen["dump"]
-    assert {"--quick", "--rounds", "--shapes", "--small-m", "--b-major", "--out", "--name", "--config", "--variants", "--use-tune-cache",
+    assert {"--quick", "--rounds", "--shapes", "--set", "--small-m", "--b-major", "--out", "--name", "--config", "--variants",
+            "--use-tune-cache",
             "--summarize", "--summarize-out", "--host", "--shape", "--run-shape", "--calls", "--repeats",
             "--json", "--in-dtype", "--scaling", "--epilogue"} == seen["bench"]
     assert {"--mode", "--direction", "--rows", "--cols", "--simulate", "--json"} == seen["swizzle-probe"]

@@ -8,8 +8,9 @@ re-records (and shows, on the device, the SASS identical or no regression), sayi
 
 Re-record: `python tests/test_ptx_hashes.py record` (the selection's candidates and epilogue variants, and every
 config the CPU suite renders, found by running it with template_params watched). A change aimed at one kind of
-kernel re-digests only the recorded configs that set a field: `python tests/test_ptx_hashes.py update FIELD`
-(issue 24's blockwise mainloop: `update block_scale`), so every other config still proves itself unchanged.
+kernel re-digests only the recorded configs that set a field, adding the selectable ones with it set:
+`python tests/test_ptx_hashes.py update FIELD` (issue 24's blockwise mainloop: `update block_scale`), so every
+other config still proves itself unchanged.
 """
 from __future__ import annotations
 
@@ -143,7 +144,8 @@ def test_the_record_holds_every_selectable_config():
 
 
 def update(field: str) -> None:
-    """Re-digest the recorded configs whose `field` is set (truthy); the others keep their recorded digest."""
+    """Re-digest the recorded configs whose `field` is set (truthy), and add the selectable configs with it set that
+    the record lacks (a change that widens what carries the field); the others keep their recorded digest."""
     if field not in DEFAULTS:
         raise SystemExit(f"update: {field!r} is not a GemmConfig field")
     entries, changed = load(), 0
@@ -152,10 +154,15 @@ def update(field: str) -> None:
             new = digest(config_from(entry[0]))
             changed += new != entry[1]
             entry[1] = new
+    recorded = {json.dumps(fields_of(config_from(e[0])), sort_keys=True) for e in entries}
+    added = [c for c in selection_configs() if getattr(c, field) and json.dumps(fields_of(c), sort_keys=True)
+             not in recorded]
+    entries += [[fields_of(c), digest(c)] for c in added]
+    entries.sort(key=lambda e: json.dumps(e[0], sort_keys=True))
     with gzip.open(DATA, "wt") as f:
         json.dump({"normalization": "comments after //, trailing blanks and blank lines removed; sha256[:20]",
                    "configs": entries}, f, separators=(",", ":"))
-    print(f"re-digested the configs with {field} set: {changed} changed")
+    print(f"re-digested the configs with {field} set: {changed} changed; {len(added)} selectable ones added")
 
 
 if __name__ == "__main__":

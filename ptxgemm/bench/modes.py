@@ -11,9 +11,13 @@ values cast to the fp8 type; bf16 output), by --scaling:
              torch._scaled_mm both read on the device; the peer is torch._scaled_mm (cuBLAS)
     row      scale_a (M, 1) and scale_b (1, N), random positive fp32 (the shapes torch._scaled_mm's rowwise scaling
              takes), the same tensors for both; the peer is torch._scaled_mm
-    block    ptxgemm's blockwise scales (M, ceil(K/128)) and (ceil(K/128), ceil(N/128)); torch's blockwise support
-             varies by version, so the peer is ptxgemm bf16 on bf16 copies of the same values: the ratio is fp8's
-             speed over bf16's, not a comparison with another library
+    block    ptxgemm's blockwise scales (M, ceil(K/128)) and (ceil(K/128), ceil(N/128)) (DeepSeek-V3's recipe); the
+             peer is cuBLAS's blockwise fp8 GEMM through torch on the same values, in the first call form the
+             device's torch takes and that agrees with the float64 reference (bench/fp8_peers.py; each row names
+             it, or says why each form was refused). Without torch the peer is ptxgemm bf16 on bf16 copies of the
+             same values (the ratio is then fp8's speed over bf16's). On DeepGEMM's shapes (`--set deepgemm`)
+             each row also carries DeepGEMM's published TFLOP/s and ptxgemm's over it (bench/deepgemm.py says
+             what those figures are)
 cuBLAS multiplies no e5m2 x e5m2: for float8_e5m2 the peer runs e5m2 x e5m2 when torch accepts it, else A e4m3 (the
 same values cast) x B e5m2, and each row says which ("peer_dtypes").
 
@@ -39,8 +43,10 @@ from ..accuracy import activation64, dequantize
 from ..errors import ConfigError
 from ..kernel.config import SCALE_BLOCK
 from ..runtime import arrays, timing
+from .fp8_peers import (SCALED_MM_BLOCK_PEER, SCALED_MM_PEER, PeerRefused, ScaledMmBlockImpl, ScaledMmImpl)
+from . import deepgemm
 from .suite import (PtxgemmImpl, QUICK_SHAPES, SAMPLE_ROWS, SAMPLE_SEED, SQUARE_LLM_SHAPES, float64_reference, geomean,
-                    geomeans, gpu_slug, group_of, read_clocks, rel_err, require_device, sample_rows, torch_rows)
+                    geomeans, gpu_slug, group_of, max_err, read_clocks, rel_err, require_device, sample_rows, torch_rows)
 
 IN_DTYPES = ("bfloat16", "float8_e4m3fn", "float8_e5m2")
 FP8 = ("float8_e4m3fn", "float8_e5m2")
@@ -51,7 +57,6 @@ FP8_SHAPES = ((8192, 8192, 8192),) + tuple(s for s in SQUARE_LLM_SHAPES if s != 
 FP8_QUICK_SHAPES = ((8192, 8192, 8192), (4096, 4096, 4096), (4096, 14336, 4096))
 SCALE_RANGE = (0.5, 2.0)          # random positive scales: uniform in [0.5, 2), so no product over- or underflows
 FP8_LINE_ELEMENTS = 16            # fp8 elements per 16-byte line (group_of's unaligned rule)
-SCALED_MM_PEER = "torch._scaled_mm (cuBLAS)"
 BF16_PEER = "ptxgemm bf16"
 SEPARATE_PEER = "ptxgemm plain GEMM + separate torch elementwise pass"
 # the separate pass as an eager torch user writes it (two elementwise kernels: the add, then the activation)
@@ -59,10 +64,11 @@ SEPARATE_PASS = {"gelu": "torch.nn.functional.gelu(out + bias, approximate='tanh
                  "relu": "torch.nn.functional.relu(out + bias)",
                  "silu": "torch.nn.functional.silu(out + bias)"}
 METHOD = "L2 flushed before each launch, CUDA events around the launch, interleaved rounds, median"
-
-
-class PeerRefused(Exception):
-    """The peer does not run this problem (torch refused it); the row records why and goes on without it."""
+# DeepGEMM's shapes are also timed back to back (ptxgemm.runtime.timing.time_back_to_back), the way its published
+# figures were taken, in runs of this many launches; the rows' *_b2b_* fields
+BACK_TO_BACK_LAUNCHES = 20
+METHOD_B2B = (f"back to back: no L2 flush, {BACK_TO_BACK_LAUNCHES} launches queued back to back, CUDA events around "
+              "the run, mean per launch, median of 3 interleaved rounds (DeepGEMM's shapes only)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -143,12 +149,6 @@ def _torch():
     except ImportError:
         return None
     return torch if torch.cuda.is_available() else None
-
-
-def torch_fp8(torch, x: np.ndarray, dtype: str):
-    """A C-contiguous numpy fp8 array as a CUDA torch tensor of the same bytes (neither numpy nor DLPack knows the
-    other's fp8 types, so it goes as uint8)."""
-    return torch.from_numpy(np.ascontiguousarray(x).view(np.uint8)).cuda().view(getattr(torch, dtype))
 
 
 def scaled_reference(a_rows: np.ndarray, b: np.ndarray, scaling: str | None, sa_rows=None, sb=None) -> np.ndarray:
@@ -236,9 +236,11 @@ class PlanImpl(PtxgemmImpl):
     activation fused (`fused`), or on the bf16 copies of the operands, unscaled (`bf16`: the blockwise peer).
     The bf16 bench's PtxgemmImpl gives `tag` and `result`."""
 
-    def __init__(self, name: str, config, scaled: bool = True, fused: bool = False, bf16: bool = False):
+    def __init__(self, name: str, config, scaled: bool = True, fused: bool = False, bf16: bool = False,
+                 variant: bool = False):
         super().__init__(config, name)
         self.scaled, self.fused, self.bf16 = scaled and not bf16, fused, bf16
+        self.variant = variant   # a fixed config timed beside the selection's (bench --variants)
         self.plan = self.out = None
 
     def prepare(self, p: Problem):
@@ -258,59 +260,6 @@ class PlanImpl(PtxgemmImpl):
 
     def reference(self, p: Problem, rows):
         return p.reference(rows, scaled=self.scaled, fused=self.fused)
-
-
-def peer_dtype_pairs(in_dtype: str) -> list[tuple[str, str]]:
-    """(A, B) dtypes to try with torch._scaled_mm, in order: the bench's own; for e5m2 then A e4m3 x B e5m2 (cuBLAS
-    has no e5m2 x e5m2 kernel, and torch refuses the pair)."""
-    pairs = [(in_dtype, in_dtype)]
-    if in_dtype == "float8_e5m2":
-        pairs.append(("float8_e4m3fn", "float8_e5m2"))
-    return pairs
-
-
-class ScaledMmImpl:
-    """torch._scaled_mm (cuBLAS) with bf16 output and torch's default use_fast_accum=False, on the same operand
-    bytes (B column-major: the transposed view of a row-major (N, K) tensor) and the same scale tensors."""
-
-    name = SCALED_MM_PEER
-
-    def __init__(self, torch):
-        self.torch = torch
-        self.out = None
-        self.dtypes = None       # (A, B) dtypes it ran
-        self.a_values = None     # the A it ran when not the bench's own (e4m3 for an e5m2 bench), else None
-
-    def prepare(self, p: Problem):
-        import ml_dtypes
-
-        torch = self.torch
-        tb = torch_fp8(torch, p.b.T, p.mode.in_dtype).t()   # p.b is column-major: p.b.T is row-major (N, K)
-        sa, sb = p.dscale_a, p.dscale_b
-        refusals = []
-        for a_dtype, b_dtype in peer_dtype_pairs(p.mode.in_dtype):
-            a = p.a if a_dtype == p.mode.in_dtype else p.a.astype(np.float32).astype(getattr(ml_dtypes, a_dtype))
-            ta = torch_fp8(torch, a, a_dtype)
-            try:   # once, synchronously: torch's checks raise here, and this is one more warm-up
-                self.out = torch._scaled_mm(ta, tb, scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16)
-                torch.cuda.synchronize()
-            except (RuntimeError, NotImplementedError, TypeError, ValueError) as e:
-                first_line = (str(e).strip().splitlines() or [repr(e)])[0]   # torch appends C++ frames below it
-                refusals.append(f"{a_dtype} x {b_dtype}: {first_line}")
-                continue
-            self.dtypes = (a_dtype, b_dtype)
-            self.a_values = None if a is p.a else a
-
-            def launch():
-                self.out = torch._scaled_mm(ta, tb, scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16)
-            return launch
-        raise PeerRefused("; ".join(refusals))
-
-    def result(self, rows):
-        return torch_rows(self.torch, self.out, rows)
-
-    def reference(self, p: Problem, rows):
-        return p.reference(rows, scaled=True, fused=False, a=self.a_values)
 
 
 TORCH_ACTIVATIONS = {"gelu": lambda F, x: F.gelu(x, approximate="tanh"), "relu": lambda F, x: F.relu(x),
@@ -352,40 +301,48 @@ def peer_name(mode: Mode, torch) -> str | None:
     if mode.fused:
         return SEPARATE_PEER if torch is not None else None
     if mode.scaling == "block":
-        return BF16_PEER
+        return SCALED_MM_BLOCK_PEER if torch is not None else BF16_PEER
     return SCALED_MM_PEER if torch is not None else None
 
 
-def ratio_means(mode: Mode) -> str:
+def ratio_means(mode: Mode, torch_present: bool = True) -> str:
     """What a row's ratio is, for the table, the JSON and --summarize."""
     if mode.fused:
         return "separate ms / fused ms (the GEMM plus a separate torch pass over the fused kernel): above 1, fusing " \
                "is faster"
-    if mode.scaling == "block":
+    if mode.scaling == "block" and not torch_present:
         return f"{BF16_PEER} ms / ptxgemm {mode.in_dtype} ms (speed vs bf16, not a comparison with another " \
                "library): above 1, fp8 is faster"
-    return f"{SCALED_MM_PEER} ms / ptxgemm ms: above 1, ptxgemm is faster"
+    peer = SCALED_MM_BLOCK_PEER if mode.scaling == "block" else SCALED_MM_PEER
+    return f"{peer} ms / ptxgemm ms: above 1, ptxgemm is faster"
 
 
-def _impls(mode: Mode, config, torch) -> list:
-    """The implementations of one shape, ptxgemm's first (a fresh set per shape: each holds that shape's memory)."""
+def _impls(mode: Mode, config, torch, variants=()) -> list:
+    """The implementations of one shape, ptxgemm's first, then the peer, then ptxgemm's fixed `variants` (a fresh
+    set per shape: each holds that shape's memory)."""
     if mode.fused:
         plain = PlanImpl("ptxgemm plain", config)
         impls = [PlanImpl("ptxgemm fused", config, fused=True), plain]
         return impls + ([SeparateImpl(torch, plain)] if torch is not None else [])
     main = PlanImpl(f"ptxgemm {mode.in_dtype}", config)
+    extra = [PlanImpl(f"ptxgemm {v.tag}", v, variant=True) for v in variants]
     if mode.scaling == "block":
-        return [main, PlanImpl(BF16_PEER, None, bf16=True)]
-    return [main] + ([ScaledMmImpl(torch)] if torch is not None else [])
+        return [main, ScaledMmBlockImpl(torch) if torch is not None else PlanImpl(BF16_PEER, None, bf16=True)] + extra
+    return [main] + ([ScaledMmImpl(torch)] if torch is not None else []) + extra
 
 
 def _prepare(impls, p: Problem) -> tuple[dict, dict]:
-    """({name: launcher}, {name: why the peer refused}); only a PeerRefused is tolerated."""
+    """({name: launcher}, {name: why the peer or a variant refused}); only a PeerRefused, or a ConfigError of a
+    --variants config, is tolerated."""
     launchers, refused = {}, {}
     for impl in impls:
         try:
             launchers[impl.name] = impl.prepare(p)
         except PeerRefused as e:
+            refused[impl.name] = str(e)
+        except ConfigError as e:   # a fixed variant that cannot run this shape is left out of its row
+            if not getattr(impl, "variant", False):
+                raise
             refused[impl.name] = str(e)
     return launchers, refused
 
@@ -398,21 +355,42 @@ def _ratio(num, den):
     return num / den if num and den else None
 
 
-def peer_row(p: Problem, impls, times: dict, errs: dict, refused: dict) -> dict:
-    main, peer = impls[0], (impls[1] if len(impls) > 1 else None)
+def peer_row(p: Problem, impls, times: dict, errs: dict, refused: dict, worst: dict | None = None,
+             warm: dict | None = None) -> dict:
+    main = impls[0]
+    peer = next((i for i in impls[1:] if not getattr(i, "variant", False)), None)
+    worst = worst or {}
     ours = times[main.name]
     theirs = times.get(peer.name) if peer else None
     row = {"ptxgemm": main.name, "peer": peer.name if peer else None, "config": main.tag,
            "ptxgemm_ms": ours, "peer_ms": theirs, "ratio": _ratio(theirs, ours),
            "ptxgemm_tflops": _tflops(p, ours), "peer_tflops": _tflops(p, theirs),
-           "rel_err": errs[main.name], "peer_rel_err": errs.get(peer.name) if peer else None}
-    if isinstance(peer, ScaledMmImpl):
+           "rel_err": errs[main.name], "peer_rel_err": errs.get(peer.name) if peer else None,
+           "max_err": worst.get(main.name), "peer_max_err": worst.get(peer.name) if peer else None}
+    if isinstance(peer, (ScaledMmImpl, ScaledMmBlockImpl)):
         row["peer_dtypes"] = " x ".join(peer.dtypes) if peer.dtypes else None
+        if isinstance(peer, ScaledMmBlockImpl):
+            row["peer_form"] = peer.form
     elif isinstance(peer, PlanImpl):
         row["peer_config"] = peer.tag
         row["peer_dtypes"] = "bfloat16 x bfloat16"
     if peer and peer.name in refused:
         row["peer_error"] = refused[peer.name]
+    variants = [i for i in impls if getattr(i, "variant", False) and i.name in times]
+    if variants:
+        row["variants"] = {i.tag: {"ms": times[i.name], "tflops": _tflops(p, times[i.name]),
+                                   "rel_err": errs.get(i.name)} for i in variants}
+    if warm:   # the back-to-back figures (timing.time_back_to_back), beside the burst ones
+        row["ptxgemm_b2b_ms"], row["peer_b2b_ms"] = warm.get(main.name), warm.get(peer.name) if peer else None
+        row["ptxgemm_b2b_tflops"], row["peer_b2b_tflops"] = _tflops(p, row["ptxgemm_b2b_ms"]), _tflops(p, row["peer_b2b_ms"])
+        row["b2b_ratio"] = _ratio(row["peer_b2b_ms"], row["ptxgemm_b2b_ms"])
+    published = deepgemm.published(p.m, p.n, p.k) if p.mode.scaling == "block" else None
+    if published is not None:
+        row["published_tflops"] = published
+        row["published_source"] = "DeepGEMM README (2025-02), H800; see ptxgemm/bench/deepgemm.py"
+        row["vs_published"] = _ratio(row["ptxgemm_tflops"], published)
+        if row.get("ptxgemm_b2b_tflops"):
+            row["vs_published_b2b"] = _ratio(row["ptxgemm_b2b_tflops"], published)
     return row
 
 
@@ -442,7 +420,7 @@ def _header(mode: Mode, peer: str | None) -> tuple[str, str]:
                 "(vs peer = separate ms / fused ms; overhead = fused/plain - 1; saved = 1 - fused/separate)")
     return ((f"{'M':>6} {'N':>6} {'K':>6} | {'config':<14} | {'ptxgemm ms':>10} {'TFLOP/s':>8} | {'peer ms':>10} "
              f"{'TFLOP/s':>8} | {'ratio':>6} | {'rel_err':>9} {'peer err':>9}"),
-            f"(peer: {peer or 'none'}; ratio = {ratio_means(mode)})")
+            f"(peer: {peer or 'none'}; ratio = {ratio_means(mode, peer != BF16_PEER)})")
 
 
 def _line(mode: Mode, r: dict) -> str:
@@ -457,16 +435,25 @@ def _line(mode: Mode, r: dict) -> str:
                    f"{_fmt(r['peer_rel_err'], '>9.2e')}")
     if r.get("peer") == SCALED_MM_PEER and r.get("peer_dtypes") not in (None, f"{mode.in_dtype} x {mode.in_dtype}"):
         text += f" | peer ran {r['peer_dtypes']}"
+    if r.get("b2b_ratio") is not None:
+        text += f" | b2b {r['ptxgemm_b2b_tflops']:.0f} vs {r['peer_b2b_tflops']:.0f}: {r['b2b_ratio']:.3f}"
+    if r.get("vs_published") is not None:
+        text += f" | DeepGEMM {r['published_tflops']:.0f} -> {r['vs_published']:.3f}"
+        if r.get("vs_published_b2b") is not None:
+            text += f" (b2b {r['vs_published_b2b']:.3f})"
+    for tag, v in (r.get("variants") or {}).items():
+        text += f" | {tag} {v['tflops']:.0f}"
     if r.get("peer_error"):
         text += f" | peer refused: {r['peer_error']}"
     return text
 
 
 def run_mode_bench(shapes, rounds: int, mode: Mode, config=None, out="bench_out", name: str | None = None,
-                   tune_cache: str = "off", b_major: str = "mn") -> int:
-    """Time every shape in `mode` (see the module's docstring) with all its implementations in one set of
-    interleaved rounds; print the table and write bench_<gpu>_<mode.slug>[_<name>].json and .png to `out`.
-    `b_major` applies to bf16 inputs (fp8's B is always column-major)."""
+                   tune_cache: str = "off", b_major: str = "mn", variants=()) -> int:
+    """Time every shape in `mode` (see the module's docstring) with all its implementations, and the fixed configs
+    `variants` (not with --epilogue), in one set of interleaved rounds; print the table and write
+    bench_<gpu>_<mode.slug>[_<name>].json and .png to `out`. `b_major` applies to bf16 inputs (fp8's B is always
+    column-major)."""
 
     info = require_device()
     torch = _torch()
@@ -481,19 +468,26 @@ def run_mode_bench(shapes, rounds: int, mode: Mode, config=None, out="bench_out"
     print(legend)
     rows, peer_dtypes = [], []
     rng = np.random.default_rng(0)
-    make_row = epilogue_row if mode.fused else peer_row
     for m, n, k in shapes:
         p = Problem(m, n, k, mode, b_major, rng, torch)
-        impls = _impls(mode, config, torch)
+        impls = _impls(mode, config, torch, variants)
         launchers, refused = _prepare(impls, p)
         times = timing.time_interleaved(launchers, rounds, warmup=3)
+        compared = [i.name for i in impls[:2] if i.name in launchers]   # ptxgemm's selection and the peer
+        warm = (timing.time_back_to_back({n: launchers[n] for n in compared}, BACK_TO_BACK_LAUNCHES, rounds=3)
+                if mode.scaling and deepgemm.published(m, n, k) is not None else {})
         picked = sample_rows(m)
-        errs = {i.name: rel_err(i.result(picked), i.reference(p, picked)) for i in impls if i.name in launchers}
+        errs, worst = {}, {}
+        for i in impls:
+            if i.name in launchers:
+                got, want = i.result(picked), i.reference(p, picked)
+                errs[i.name], worst[i.name] = rel_err(got, want), max_err(got, want)
         row = {"M": m, "N": n, "K": k, "group": group_of(m, n, k, mode.line_elements), "in_dtype": mode.in_dtype,
                "scaling": mode.scaling, "epilogue": mode.epilogue,
                "config_source": "fixed (--config)" if config is not None else f"library selection (tune cache "
                                                                                f"{tune_cache})",
-               **make_row(p, impls, times, errs, refused), "rel_err_rows": len(picked)}
+               **(epilogue_row(p, impls, times, errs, refused) if mode.fused else
+                  peer_row(p, impls, times, errs, refused, worst, warm)), "rel_err_rows": len(picked)}
         rows.append(row)
         if row.get("peer_dtypes") and row["peer_dtypes"] not in peer_dtypes:
             peer_dtypes.append(row["peer_dtypes"])
@@ -509,17 +503,35 @@ def run_mode_bench(shapes, rounds: int, mode: Mode, config=None, out="bench_out"
         print("-" * len(header))
         print("geomean ratio: " + ", ".join(f"{g} {v:.3f}" if v is not None else f"{g} -" for g, v in means.items())
               + f"; min {min_ratio:.3f}")
+    published = [r for r in rows if r.get("vs_published") is not None]
+    if published:
+        summary["published"] = deepgemm.PUBLISHED_SOURCE
+        summary["geomean_vs_published"] = geomean([r["vs_published"] for r in published])
+        summary["min_vs_published"] = min(r["vs_published"] for r in published)
+        summary["vs_published_shapes"] = len(published)
+        print(f"ptxgemm TFLOP/s over DeepGEMM's published, {len(published)} shapes: geomean "
+              f"{summary['geomean_vs_published']:.3f}, min {summary['min_vs_published']:.3f} (burst)")
+        b2b = [r["vs_published_b2b"] for r in published if r.get("vs_published_b2b")]
+        if b2b:
+            summary["geomean_vs_published_b2b"], summary["min_vs_published_b2b"] = geomean(b2b), min(b2b)
+            print(f"... back to back ({BACK_TO_BACK_LAUNCHES} launches, L2 warm): geomean "
+                  f"{summary['geomean_vs_published_b2b']:.3f}, min {summary['min_vs_published_b2b']:.3f}")
+    b2b_ratios = [r["b2b_ratio"] for r in rows if r.get("b2b_ratio")]
+    if b2b_ratios:
+        summary["geomean_b2b_ratio"], summary["min_b2b_ratio"] = geomean(b2b_ratios), min(b2b_ratios)
+        print(f"geomean ratio back to back: {summary['geomean_b2b_ratio']:.3f}; min {summary['min_b2b_ratio']:.3f}")
     if mode.fused:
         summary["geomean_fused_over_plain"] = geomean([r["fused_ms"] / r["plain_ms"] for r in rows])
         print(f"geomean fused ms / plain ms: {summary['geomean_fused_over_plain']:.3f}")
     result = {"gpu": info.name, "driver": info.driver_version_str, "sm_count": info.sm_count, "clocks": read_clocks(),
               "tune_cache": tune_cache, "in_dtype": mode.in_dtype, "scaling": mode.scaling, "epilogue": mode.epilogue,
-              "mode": mode.slug, "peer": peer, "peer_dtypes": peer_dtypes or None, "ratio_means": ratio_means(mode),
-              "implementations": [i.name for i in _impls(mode, config, torch)],
+              "mode": mode.slug, "peer": peer, "peer_dtypes": peer_dtypes or None,
+              "ratio_means": ratio_means(mode, torch is not None),
+              "implementations": [i.name for i in _impls(mode, config, torch, variants)],
               "torch": torch.__version__ if torch is not None else None,
               "config": config_desc, "rounds": rounds, "a_major": "k", "b_major": b_major,
               "operands": _operands_text(mode),
-              "method": METHOD,
+              "method": METHOD, "method_b2b": METHOD_B2B if any(r.get("b2b_ratio") for r in rows) else None,
               "rel_err_method": f"{SAMPLE_ROWS} fixed rows (seed {SAMPLE_SEED}) against float64 of the dequantized "
                                 f"inputs each implementation ran" + (", then act(. + bias)" if mode.fused else ""),
               "date": time.strftime("%Y-%m-%d %H:%M:%S"), "geomeans": means, "min_ratio": min_ratio,

@@ -231,6 +231,12 @@ def rel_err(out, ref):
     return float(np.linalg.norm(out.astype(np.float64) - ref) / (denom if denom else 1.0))
 
 
+def max_err(out, ref):
+    """max |out - ref| / max |ref| over the sampled rows: the largest single error, on the scale of the output."""
+    denom = float(np.max(np.abs(ref))) if ref.size else 0.0
+    return float(np.max(np.abs(out.astype(np.float64) - ref)) / (denom if denom else 1.0)) if ref.size else 0.0
+
+
 def read_clocks() -> dict:
     query = "clocks.sm,clocks.mem,clocks.max.sm,power.draw,temperature.gpu"
     try:

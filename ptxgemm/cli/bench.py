@@ -7,14 +7,15 @@ import os
 import re
 from pathlib import Path
 
-from ..bench import host_cost, modes as bench_modes, suite as bench, summary as bench_summary
+from ..bench import deepgemm, host_cost, modes as bench_modes, suite as bench, summary as bench_summary
 from ..bench.modes import EPILOGUES, FP8_QUICK_SHAPES, FP8_SHAPES, IN_DTYPES, SCALINGS
 from ..bench.suite import QUICK_SHAPES, SEED_M, SEED_N, SMALL_M_MAX, default_shapes, parse_tag
 from ..errors import ConfigError
 
 DEFAULT_OUT = "bench_out"
 # the GPU-time bench's own options, which mean nothing to --host (dest, flag); compared with their defaults below
-GPU_BENCH_OPTIONS = (("quick", "--quick"), ("rounds", "--rounds"), ("shapes", "--shapes"), ("name", "--name"),
+SHAPE_SETS = ("deepgemm",)
+GPU_BENCH_OPTIONS = (("quick", "--quick"), ("rounds", "--rounds"), ("shapes", "--shapes"), ("set", "--set"), ("name", "--name"),
                      ("config", "--config"), ("variants", "--variants"), ("summarize", "--summarize"),
                      ("summarize_out", "--summarize-out"), ("b_major", "--b-major"), ("in_dtype", "--in-dtype"),
                      ("scaling", "--scaling"), ("epilogue", "--epilogue"))
@@ -48,6 +49,11 @@ def add_arguments(p) -> None:
                         "fp8: 8192^3 and the square/LLM shapes); "
                         f"grouped for geomeans as seed_sweep (M,N = {SEED_M},{SEED_N}), small_m (M <= {SMALL_M_MAX}) "
                         "or square_llm")
+    p.add_argument("--set", default=None, choices=SHAPE_SETS,
+                   help=f"a named shape set instead of the suite: deepgemm, DeepGEMM's {len(deepgemm.SHAPES)} dense "
+                        "fp8 shapes (M in {64, 128, 4096}); with --scaling block each row carries DeepGEMM's "
+                        "published TFLOP/s beside ptxgemm's (an H800 figure from its README, not measured here: "
+                        "ptxgemm/bench/deepgemm.py) (default: none)")
     p.add_argument("--small-m", action="store_true",
                    help="the small-M suite: M in {1, 16, 64, 128, 256, 512} x (N, K) in {(4096, 4096), (8192, 8192), "
                         "(14336, 4096), (4096, 14336)} (default off)")
@@ -148,8 +154,12 @@ def run(args) -> int:
         raise ConfigError(f"--name: letters, digits, '.', '_' or '-' only, got {args.name!r}")
     if args.small_m and (args.shapes or args.quick):
         raise ConfigError("--small-m: a suite of its own; not with --shapes or --quick")
+    if args.set and (args.shapes or args.quick or args.small_m):
+        raise ConfigError(f"--set: the shape set {args.set} is the run's shapes; not with --shapes, --quick or "
+                          f"--small-m")
     mode = _mode(args)
     shapes = (bench.parse_shapes(args.shapes) if args.shapes else list(bench.SMALL_M_SUITE) if args.small_m else
+              list(deepgemm.SHAPES) if args.set == "deepgemm" else
               bench_modes.default_shapes(mode, args.quick, bench.default_shapes))
     config = _tags("--config", [args.config])[0] if args.config else None
     variants = _tags("--variants", filter(None, args.variants.split(",")))
@@ -158,7 +168,7 @@ def run(args) -> int:
         return bench.run_bench(shapes, rounds, config, variants, out=args.out, name=args.name, tune_cache=tune_cache,
                                b_major=args.b_major or "mn")
     return bench_modes.run_mode_bench(shapes, rounds, mode, config, out=args.out, name=args.name,
-                                      tune_cache=tune_cache, b_major=args.b_major or "mn")
+                                      tune_cache=tune_cache, b_major=args.b_major or "mn", variants=variants)
 
 
 def _mode(args):
@@ -167,9 +177,9 @@ def _mode(args):
     mode = bench_modes.mode_from_options(args.in_dtype, args.scaling, args.epilogue)
     if mode.is_default:
         return mode
-    if args.variants:
-        raise ConfigError(f"--variants: only with the bf16 bench without --epilogue (this run: {mode.describe()}); "
-                          f"use --config TAG to time one fixed config")
+    if args.variants and mode.fused:
+        raise ConfigError(f"--variants: not with --epilogue (this run: {mode.describe()}); use --config TAG to time "
+                          f"one fixed config")
     if mode.fp8 and args.b_major not in (None, "k"):
         raise ConfigError(f"--b-major: {args.b_major} with --in-dtype {mode.in_dtype}: fp8 operands are K-major only "
                           f"(B column-major, as torch._scaled_mm takes it); leave --b-major out")

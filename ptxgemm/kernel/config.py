@@ -44,6 +44,12 @@ GELU_CUBIC = 0.044715                       # the tanh form's cubic coefficient
 # KNOWN_SPILLS), so the selection compiles its fused pick and walks past one that spills (gemm._resolve_config).
 FUSED_REGISTER_BUDGET = 196
 SCALE_BLOCK = 128                           # blockwise scaling: A's scales per 1x128, B's per 128x128 block
+# Blockwise scaling keeps three sets of accumulators live per consumer thread: the promoted sums and the products
+# of two k-tiles (one retiring and promoted while the next one's wgmmas run: blockscale.ptx.j2). 192 of them, with
+# the scale addresses and the loop's registers, fit the consumers' 232 without spills (ptxas 13, coop128x128 and
+# pp64x128); the next size up, 128 columns of 128 rows per consumer, would need 384.
+BLOCK_SCALE_ACC_SETS = 3
+BLOCK_SCALE_ACC_BUDGET = 192
 
 
 def default_out_dtype(in_dtype: str) -> str:
@@ -280,13 +286,13 @@ class GemmConfig(KernelLayout):
             if not self.fp8:
                 raise ConfigError(f"block_scale: blockwise scaling is for fp8 inputs (one k-tile is one "
                                   f"{SCALE_BLOCK}-wide scale block), got {self.in_dtype}")
-            if SCALE_BLOCK % self.block_n or self.split_k or self.transposed_store:
+            if SCALE_BLOCK % self.block_n or self.transposed_store:
                 raise ConfigError(f"block_scale: block_n must divide {SCALE_BLOCK} (one B scale per tile and "
-                                  f"k-tile), without split-K or the transposed store; got {self.block_n}")
-            if 2 * self.acc_registers > 192:
+                                  f"k-tile), without the transposed store; got {self.block_n}")
+            if BLOCK_SCALE_ACC_SETS * self.acc_registers > BLOCK_SCALE_ACC_BUDGET:
                 raise ConfigError(f"block_scale: {self.consumer_m}x{self.block_n} per consumer needs "
-                                  f"{2 * self.acc_registers} accumulator registers (the k-tile's products beside "
-                                  f"the promoted sums); at most 192")
+                                  f"{BLOCK_SCALE_ACC_SETS * self.acc_registers} accumulator registers (the promoted "
+                                  f"sums and two k-tiles' products); at most {BLOCK_SCALE_ACC_BUDGET}")
             if self.row_scale or self.col_scale:
                 raise ConfigError("block_scale: rowwise scales do not combine with blockwise ones (fold them into "
                                   "the block scales)")

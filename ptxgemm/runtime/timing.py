@@ -1,7 +1,14 @@
-"""The one timing method every ptxgemm number uses (`python -m ptxgemm bench`, `python -m ptxgemm demo`).
+"""The timing methods of ptxgemm's numbers (`python -m ptxgemm bench`, `python -m ptxgemm demo`).
 
-L2 flushed (a memset twice its size) before each launch, CUDA events around the launch alone on one stream,
-implementations interleaved round by round with the order alternating, median over rounds.
+burst (time_interleaved; every figure unless a row says otherwise): L2 flushed (a memset twice its size) before
+each launch, CUDA events around the launch alone on one stream, implementations interleaved round by round with
+the order alternating, median over rounds.
+
+back to back (time_back_to_back; only beside a burst figure, for comparison with numbers measured that way, such
+as DeepGEMM's published ones): no flush, a run of launches queued back to back, CUDA events around the whole run,
+its mean per launch; the median over rounds, implementations interleaved. The L2 stays warm with the operands and
+the launch gaps overlap the previous kernel, so a small kernel times close to its own duration. Short runs: this is
+not the sustained, power-limited figure of a long run.
 """
 from __future__ import annotations
 
@@ -31,6 +38,27 @@ def time_interleaved(launchers: dict[str, Callable[[], object]], rounds: int, wa
             launchers[name]()
             end.record()
             samples[name].append(start.elapsed_ms(end))
+    return {n: statistics.median(s) for n, s in samples.items()}
+
+
+def time_back_to_back(launchers: dict[str, Callable[[], object]], launches: int = 20, rounds: int = 3,
+                      warmup: int = 3) -> dict[str, float]:
+    """Median over rounds of the mean milliseconds per launch of `launches` back-to-back launches (see the module's
+    docstring); each launcher enqueues one launch on the default stream."""
+    names = list(launchers)
+    for name in names:
+        for _ in range(warmup):
+            launchers[name]()
+    driver.synchronize("warming up")
+    samples = {n: [] for n in names}
+    start, end = driver.Event(), driver.Event()
+    for r in range(rounds):
+        for name in (names if r % 2 == 0 else names[::-1]):
+            start.record()
+            for _ in range(launches):
+                launchers[name]()
+            end.record()
+            samples[name].append(start.elapsed_ms(end) / launches)
     return {n: statistics.median(s) for n, s in samples.items()}
 
 

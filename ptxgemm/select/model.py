@@ -102,11 +102,26 @@ TIE_FRACTION = 0.03
 # probe3_h100_issue11_3000x5000x2048.json): coop128x256 fills 480 / (4 x 132) = 91% and ran 93.5 and 95.4 us;
 # pp128x192 fills 648 / (5 x 132) = 98% and ran 90.8 and 92.2 us; the model ties them (93.1 against 93.2 us).
 WAVE_FILL_TILES = ("pp128x192",)
-# Blockwise fp8 scaling needs two accumulator sets per consumer (64 x 128 each), and a cooperative pair of consumers
-# keeps the tensor cores busy while one promotes: measured on the H200 at 8192^3 and 4096^3
-# (bench_h200_fp8_block_issue12_*.json), coop128x128 ran 1120 and 1031 TFLOP/s against pp64x128's 801 and 743
-# (bf16: 880 and 837). Chosen whenever it can carry the problem; the cost model has no blockwise tables.
-BLOCK_SCALE_TILE = "coop128x128"
+# Blockwise fp8 scaling keeps three accumulator sets per consumer (the sums and two k-tiles' products, 64 x 128 at
+# most: GemmConfig's BLOCK_SCALE_ACC_BUDGET), so only these tiles carry it; each is also offered with every split-K
+# count and, the cooperative 128x128, in cluster pairs. They are ranked by the cost model's prediction (their
+# k-tile costs: the measured tile's, or the 128x128 pingpong's scaled by area, as for other unmeasured tiles); a
+# candidate within TIE_FRACTION of the fastest yields to one that pads less (a 128-row tile at M = 64 multiplies as
+# many zero rows as real ones), then to one earlier in BLOCK_SCALE_TILES, then to fewer splits.
+# Measured before the two-set mainloop on the H200 at 8192^3 and 4096^3 (bench_h200_fp8_block_issue12_*.json):
+# coop128x128 1120 and 1031 TFLOP/s against pp64x128's 801 and 743.
+# Their k-tile costs (ns per SM), from the H100 at 4096x7168x16384 (118 k-tiles per tile, so the store hardly counts):
+# coop128x128 1108 TFLOP/s, pp64x128 714, coop128x64 685, pp64x64 510 (bench_h100_fp8_block_issue24_calib.json):
+# ns = 2 * block_m * block_n * 128 / (TFLOP/s * 1e12 / 132) * 1e9. Cluster pairs take their tile's.
+BLOCK_SCALE_KTILE_NS = {"coop128x128": 500, "pp64x128": 388, "coop128x64": 404, "pp64x64": 271}
+# ... and the cooperative 128x128's store, from 4096x32768x512 (4 k-tiles per tile): 888 TFLOP/s over 63 steps of
+# 8192 tiles leaves about 460 ns a tile beyond its k-tiles (the table's guess for it, 1730, picked pp64x128 there:
+# 786 TFLOP/s). The other tiles keep the tables' estimates.
+BLOCK_SCALE_EPILOGUE_NS = {"coop128x128": 460}
+# Split counts offered with them: up to 4, which fills 132 SMs from 33 tiles (M = 64, N = 2112); more splits only
+# add partial tiles to sum (split-K's fixup) where the memory model cannot tell them apart.
+BLOCK_SCALE_SPLITS = (1, 2, 3, 4)
+BLOCK_SCALE_TILES = (("cooperative", 128, 128), ("pingpong", 64, 128), ("cooperative", 128, 64), ("pingpong", 64, 64))
 WAVE_FILL_MARGIN = 0.05
 
 # (schedule, block_m, block_n), each with every cluster shape in CLUSTER_SHAPES: what `tune` tries. Single-CTA
@@ -130,7 +145,7 @@ TRANSPOSED_TILES = (("pingpong", 128, 16), ("pingpong", 128, 32), ("pingpong", 1
 # SELECTABLE (the one selectable estimate, pp64x128 on the H100, is set explicitly above); they only give `tune` a
 # prediction to print beside its measurement.
 def _fill_unmeasured(ktile_ns: dict, epilogue_ns: dict) -> None:
-    for sched, block_m, block_n in CANDIDATE_TILES:
+    for sched, block_m, block_n in CANDIDATE_TILES + BLOCK_SCALE_TILES:
         base = f"{TAG_SCHEDULE[sched]}{block_m}x{block_n}"
         if base not in ktile_ns:
             area = block_m * block_n / (128 * 128)
@@ -250,15 +265,19 @@ def predict(config: GemmConfig, m: int, n: int, k: int, sm_count: int, gpu_name:
     m, n, k = _kernel_mnk(config, m, n, k)
     sched = schedule.plan_for(config, m, n, k, sm_count, batches=batches)
     steps = steps_per_cta(sched)
-    ktile = ktile_ns[tile] * misaligned_factor(config, m, n, k)   # m, n already the kernel's
-    compute = model_ns(config.cooperative, steps, sched.k_tiles, ktile, epilogue_ns[tile])
+    base_ns, epi_ns = ktile_ns[tile], epilogue_ns[tile]
+    if config.block_scale:   # blockwise tiles have costs of their own (the promotion, their stage counts)
+        bs_tag = f"{TAG_SCHEDULE[config.schedule]}{config.block_m}x{config.block_n}"
+        base_ns, epi_ns = BLOCK_SCALE_KTILE_NS.get(bs_tag, base_ns), BLOCK_SCALE_EPILOGUE_NS.get(bs_tag, epi_ns)
+    ktile = base_ns * misaligned_factor(config, m, n, k)   # m, n already the kernel's
+    compute = model_ns(config.cooperative, steps, sched.k_tiles, ktile, epi_ns)
     if sched.splits > 1:
         compute += steps * fixup_ns(config, sched.splits, gpu_name)
     memory = memory_ns(config, sched, steps, m, n, k, batches, gpu_name)
     total = combine(compute, memory, gpu_name)
     area = batches * sched.tiles_m * config.block_m * sched.tiles_n * config.block_n
-    return Prediction(config.tag, sched.tiles_m, sched.tiles_n, sched.k_tiles, steps, sched.k_tiles * ktile_ns[tile],
-                      epilogue_ns[tile], float(total), bool(memory > compute), area,
+    return Prediction(config.tag, sched.tiles_m, sched.tiles_n, sched.k_tiles, steps, sched.k_tiles * base_ns,
+                      epi_ns, float(total), bool(memory > compute), area,
                       sched.waves / steps)
 
 
@@ -367,6 +386,8 @@ def _ranked(problem: Problem, sm_count: int, gpu_name: str = "", batches: int = 
     WAVE_FILL_TILES candidate tied with them that fills the grid better than all of them goes first. The other
     WAVE_FILL_TILES candidates come last. With a fused `epilogue`, only candidates that can carry it; when no
     SELECTABLE one can (blockwise scaling's two sets of accumulators), every candidate that can."""
+    if dict(epilogue).get("block_scale"):
+        return _ranked_blockwise(problem, sm_count, gpu_name, batches, epilogue)
     pairs, fillers, others = [], [], []
     for c in problem_candidates(problem):
         c = with_epilogue(c, epilogue)
@@ -374,10 +395,6 @@ def _ranked(problem: Problem, sm_count: int, gpu_name: str = "", batches: int = 
             continue
         pred = (predict(c, problem.m, problem.n, problem.k, sm_count, gpu_name, batches), c)
         (pairs if c.tile_tag in SELECTABLE else fillers if c.tile_tag in WAVE_FILL_TILES else others).append(pred)
-    if dict(epilogue).get("block_scale"):
-        preferred = [pair for pair in pairs + fillers + others if pair[1].tag == BLOCK_SCALE_TILE]
-        if preferred:
-            return preferred + [pair for pair in pairs + fillers + others if pair[1].tag != BLOCK_SCALE_TILE]
     if not pairs:
         pairs, fillers = others, []
     if not pairs:
@@ -400,6 +417,38 @@ def _ranked(problem: Problem, sm_count: int, gpu_name: str = "", batches: int = 
         return (0, 0, order, c.splits, 0)
 
     pairs += fillers
+    return sorted(pairs, key=rank)
+
+
+def blockwise_candidates(problem: Problem) -> list[GemmConfig]:
+    """The configs that can carry blockwise scaling for this problem's dtypes and layouts (without the epilogue
+    fields yet): BLOCK_SCALE_TILES x CLUSTER_SHAPES, and each single-CTA tile with every split count."""
+    return list(_candidates_for(BLOCK_SCALE_TILES, CLUSTER_SHAPES, BLOCK_SCALE_TILES, (), BLOCK_SCALE_SPLITS,
+                                *problem.config_fields().values()))
+
+
+def _ranked_blockwise(problem: Problem, sm_count: int, gpu_name: str, batches: int, epilogue: tuple):
+    """_ranked for blockwise scaling: the BLOCK_SCALE_TILES candidates by predicted time, ties (TIE_FRACTION) to
+    the least padded work, then the earlier tile, then fewer splits."""
+    order = [f"{TAG_SCHEDULE[s]}{bm}x{bn}" for s, bm, bn in BLOCK_SCALE_TILES]
+    pairs = []
+    for c in blockwise_candidates(problem):
+        c = with_epilogue(c, epilogue)
+        if c is None or c.cluster_size > sm_count or not _cluster_fills(c, problem.m):
+            continue
+        pairs.append((predict(c, problem.m, problem.n, problem.k, sm_count, gpu_name, batches), c))
+    if not pairs:
+        raise ConfigError(f"scale_a, scale_b: no blockwise-capable config fits {problem.describe()}")
+    fastest = min(p.total_ns for p, _ in pairs)
+
+    def rank(pair):
+        p, c = pair
+        base = f"{TAG_SCHEDULE[c.schedule]}{c.block_m}x{c.block_n}"
+        tied = p.total_ns <= fastest * (1 + TIE_FRACTION)
+        if not tied:
+            return (1, p.total_ns, 0, 0, 0, 0)
+        busy = min(p.tiles_m * p.tiles_n * c.splits, sm_count)   # CTAs with work: each streams its own B columns
+        return (0, -busy, p.padded_area, order.index(base), c.splits, c.cluster_size)
     return sorted(pairs, key=rank)
 
 

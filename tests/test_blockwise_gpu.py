@@ -1,0 +1,103 @@
+"""Blockwise fp8 scaling (DeepSeek-V3's recipe: 1x128 scales per row of A, 128x128 per block of B) on every tile
+that carries it, with split-K and cluster pairs, against a float64 reference of the dequantized inputs.
+
+The mainloop keeps two sets of k-tile products and alternates them by the k-tile's parity (blockscale.ptx.j2), so
+the cases vary what that can get wrong: one k-tile (only the drain of the even set), an odd and an even count (the
+loop leaves through either drain), a last k-tile cut short by K (TMA fills zeros), several tiles per consumer on 3
+CTAs (the sets and the ring's phase carry from tile to tile), and split-K ranges of which the last runs past K (its
+scale reads are clamped to the table's last block). Inputs are random (never zero), scales random positive, the
+output NaN-poisoned, every element checked against ptxgemm.accuracy's bound.
+"""
+from __future__ import annotations
+
+import dataclasses
+import zlib
+
+import numpy as np
+import pytest
+from gemm_reference import matmul64, random_matrix
+
+from ptxgemm import accuracy
+from ptxgemm.kernel.config import GemmConfig, SCALE_BLOCK
+from ptxgemm.kernel.schedule import plan_for
+
+gpu = pytest.mark.gpu
+CTAS = 3
+FP8 = "float8_e4m3fn"
+
+#: (tile tag, (M, N, K), what the case is for)
+CASES = (
+    ("coop128x128", (300, 260, 128), "one k-tile: only the even set, drained at once"),
+    ("coop128x128", (300, 260, 384), "3 k-tiles: the loop leaves through the even drain"),
+    ("coop128x128", (300, 260, 2048), "16 k-tiles: the odd drain; the ring wraps"),
+    ("coop128x128", (333, 390, 2100), "17 k-tiles, the last cut short by K"),
+    ("pp64x128", (200, 390, 1216), "pingpong, 10 k-tiles, K not a multiple of 128"),
+    ("pp64x128", (130, 260, 2176), "pingpong, 17 k-tiles"),
+    ("coop128x64", (300, 200, 1920), "64-column tiles: one B scale column per two tiles"),
+    ("pp64x64", (150, 330, 1408), "the smallest tile, 11 k-tiles"),
+    ("coop128x128c2", (520, 260, 1536), "a cluster pair multicasting B"),
+    ("coop128x128cn2", (260, 520, 1664), "a cluster pair multicasting A"),
+    ("pp64x128k3", (130, 390, 2176), "split-K 3 of 17 k-tiles: 6, 6 and 5, the last range past K"),
+    ("coop128x128k2", (260, 260, 1920), "split-K 2 of 15 k-tiles: 8 and 7"),
+    ("pp64x64k4", (64, 330, 7168), "split-K 4 at M = 64, DeepGEMM's small-M shape class"),
+)
+
+
+def _ctas(cfg: GemmConfig) -> int:
+    """CTAS, rounded up to whole clusters."""
+    return -(-CTAS // cfg.cluster_size) * cfg.cluster_size
+
+
+def _config(tag: str) -> GemmConfig:
+    return dataclasses.replace(GemmConfig.from_tag(tag), in_dtype=FP8, out_dtype="bfloat16", a_major="k",
+                               b_major="k", block_scale=True)
+
+
+@pytest.mark.parametrize("tag, shape, why", CASES, ids=[f"{c[0]}-{'x'.join(map(str, c[1]))}" for c in CASES])
+def test_each_case_exercises_what_it_claims(tag, shape, why):
+    cfg = _config(tag)
+    s = plan_for(cfg, *shape, 132, _ctas(cfg))
+    k_blocks = -(-shape[2] // SCALE_BLOCK)
+    if "one k-tile" in why:
+        assert s.k_tiles == 1
+    if "split-K" in why:
+        assert s.splits == cfg.splits > 1 and s.splits * s.k_tiles >= k_blocks
+        if "past K" in why:
+            assert s.splits * s.k_tiles > k_blocks
+    else:
+        assert s.k_tiles == k_blocks
+    if "cut short" in why or "not a multiple" in why:
+        assert shape[2] % SCALE_BLOCK
+    if "odd drain" in why:
+        assert s.k_tiles % 2 == 0 and s.k_tiles > cfg.num_stages
+    if "even drain" in why:
+        assert s.k_tiles % 2 == 1
+    assert s.units > _ctas(cfg), s.describe()   # a CTA runs several units: the sets carry across tiles
+
+
+@gpu
+@pytest.mark.parametrize("tag, shape, why", CASES, ids=[f"{c[0]}-{'x'.join(map(str, c[1]))}" for c in CASES])
+def test_blockwise_case(tag, shape, why):
+    import ptxgemm
+
+    rng = np.random.default_rng(zlib.crc32(f"{tag}{shape}".encode()))
+    m, n, k = shape
+    a = random_matrix(rng, m, k, FP8)
+    b = random_matrix(rng, k, n, FP8, order="F")
+    kb, nb = -(-k // SCALE_BLOCK), -(-n // SCALE_BLOCK)
+    args = {"scale_a": rng.uniform(0.5, 2.0, (m, kb)).astype(np.float32),
+            "scale_b": rng.uniform(0.5, 2.0, (kb, nb)).astype(np.float32)}
+    out = ptxgemm.DeviceArray.empty((m, n), np.dtype(accuracy.DTYPES["bfloat16"]))
+    out.poison()
+    cfg = _config(tag)
+    plan = ptxgemm.GemmPlan(ptxgemm.to_device(a), ptxgemm.to_device(b), out, GemmConfig.from_tag(tag), ctas=_ctas(cfg),
+                            **{key: ptxgemm.to_device(v) for key, v in args.items()})
+    assert plan.config == cfg, plan.config.describe()
+    plan.launch()
+    ref, bound = accuracy.fused_reference(a, b, args, "bfloat16", True, matmul64)
+    verdict = accuracy.check_bound(out.to_numpy(), ref, bound)
+    assert verdict.ok, f"{why}; {cfg.describe()}: {verdict}"
+    plan.launch()   # again, on the same plan: split-K's flags were reset, the result is bitwise the same
+    again = out.to_numpy()
+    plan.launch()
+    assert np.array_equal(again.view(np.uint16), out.to_numpy().view(np.uint16)), "not deterministic"
