@@ -221,6 +221,55 @@ def test_cache_round_trip(cache_dir):
     assert tuning.lookup(96, 80, 72, a_major="mn", device=H100) is None
 
 
+class FakeBlockPlans:
+    """The blockwise GemmPlan on the CPU: each 128-wide block of K scaled by its row and column-block scales."""
+
+    def __init__(self):
+        self.made = []
+
+    def __call__(self, a, b, config, scales):
+        self.made.append((config, scales))
+        runner = FakeRunner(a, b, config)
+        sa, sb = scales["scale_a"], scales["scale_b"]
+
+        def launch():
+            a64, b64 = a.astype(np.float64), b.astype(np.float64)
+            c = np.zeros((a.shape[0], b.shape[1]))
+            cols = np.arange(b.shape[1]) // 128
+            for kb in range(sa.shape[1]):
+                ks = slice(128 * kb, 128 * (kb + 1))
+                c += (a64[:, ks] @ b64[ks]) * sa[:, kb:kb + 1] * sb[kb, cols][None, :]
+            runner.out = c.astype(DTYPES[config.out_dtype])
+        runner.launch = launch
+        return runner
+
+
+def test_blockwise_tuning_tries_the_blockwise_tiles_and_keeps_its_own_entry(cache_dir):
+    """tune(scaling="block"): the blockwise candidates (splits included), each checked against the dequantized
+    product, the winner stored under the blockwise key: select_config returns it for blockwise calls only."""
+    fp8 = dict(in_dtype="float8_e4m3fn", out_dtype="bfloat16", a_major="k", b_major="k")
+    problem = Problem(130, 200, 1000, **fp8)
+    tags = [c.tag for c in tuning.candidate_configs(problem, None, "block")]
+    assert {"coop128x128", "pp64x128", "coop128x64", "pp64x64", "pp64x64k4", "coop128x128c2"} <= set(tags)
+    assert all(c.block_scale for c in tuning.candidate_configs(problem, None, "block"))
+    plans = FakeBlockPlans()
+    ms = {"pp64x64k2": 0.1, "coop128x128": 0.2}
+    winner, records = ptxgemm.tune(130, 200, 1000, **fp8, candidates=["coop128x128", "pp64x64k2"], rounds=2,
+                                   progress=None, plan_factory=plans, timer=fake_timer(ms), device=H100,
+                                   scaling="block")
+    assert winner.tag == "pp64x64k2" and winner.block_scale and all(r["ok"] for r in records)
+    assert {tuple(s["scale_a"].shape) for _, s in plans.made} == {(130, 8)}
+    (key, entry), = json.loads((cache_dir / "tune.json").read_text())["entries"].items()
+    assert key.endswith(";scaling=block") and entry["scaling"] == "block"
+    block = (("block_scale", True),)
+    assert select_config(130, 200, 1000, **fp8, device=H100, epilogue=block) == winner
+    assert S.choose(130, 200, 1000, **fp8, device=H100)[1] == "cost model"   # the plain problem has no entry
+    with pytest.raises(ConfigError, match="scaling: blockwise scaling is for fp8 inputs"):
+        tuning.candidate_configs(Problem(130, 200, 1000), None, "block")
+    with pytest.raises(ConfigError, match="scaling: 'row' is not tuned"):
+        tuning.candidate_configs(problem, None, "row")
+
+
 def test_entries_accumulate_and_replace(cache_dir):
     run_tune()
     run_tune(m=128)

@@ -19,7 +19,7 @@ import numpy as np
 
 from .. import accuracy, gemm
 from ..errors import ConfigError, PtxgemmError
-from ..kernel.config import GemmConfig
+from ..kernel.config import FP8_DTYPES, SCALE_BLOCK, GemmConfig
 from ..runtime import arrays, driver, timing
 from ..select import model as select, tune_cache
 from ..select.problem import Problem
@@ -29,10 +29,11 @@ CHECK_ROWS = 64          # rows of the float64 reference: a wrong 16x16 block sh
 
 
 def lookup(m: int, n: int, k: int, in_dtype: str = "bfloat16", out_dtype: str | None = None, a_major: str = "k",
-           b_major: str = "mn", device=None) -> GemmConfig | None:
-    """The tune cache's winner for this problem on `device` (None: the current GPU), or None."""
+           b_major: str = "mn", device=None, scaling: str | None = None) -> GemmConfig | None:
+    """The tune cache's winner for this problem on `device` (None: the current GPU), or None; `scaling` "block":
+    the blockwise problem's."""
     problem = Problem(m, n, k, in_dtype, out_dtype, a_major, b_major)
-    return tune_cache.lookup(problem, select.resolve_device(device))
+    return tune_cache.lookup(problem, select.resolve_device(device), scaling)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -57,13 +58,14 @@ class GpuPlans:
     def __init__(self):
         self._host = self._device = None
 
-    def __call__(self, a: np.ndarray, b: np.ndarray, config: GemmConfig) -> PlanRunner:
+    def __call__(self, a: np.ndarray, b: np.ndarray, config: GemmConfig, scales: dict | None = None) -> PlanRunner:
         if self._host is None or self._host[0] is not a or self._host[1] is not b:
             self._host = (a, b)
             self._device = (arrays.DeviceArray.from_numpy(a), arrays.DeviceArray.from_numpy(b))
+            self._scales = {name: arrays.DeviceArray.from_numpy(v) for name, v in (scales or {}).items()}
         out = arrays.DeviceArray.empty((a.shape[0], b.shape[1]), np.dtype(config.out_dtype))
         out.poison()  # an element the kernel never writes stays NaN and fails the check
-        return PlanRunner(gemm.GemmPlan(*self._device, out, config), out)
+        return PlanRunner(gemm.GemmPlan(*self._device, out, config, **self._scales), out)
 
 
 def operands(problem: Problem, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -75,21 +77,41 @@ def operands(problem: Problem, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     return a, b
 
 
-def candidate_configs(problem: Problem, given) -> list[GemmConfig]:
-    """The configs to try: `given` (GemmConfigs or tags) with the problem's dtypes and layouts, or the model's."""
+SCALINGS = ("block",)   # what tune can measure besides the plain GEMM: blockwise fp8 (its own kernels and cache entries)
+
+
+def block_scales(problem: Problem, seed: int = 0) -> dict:
+    """Random positive blockwise tables for the problem: scale_a (M, ceil(K/128)), scale_b (ceil(K/128),
+    ceil(N/128)), as the benchmark draws them."""
+    rng = np.random.default_rng(seed + 2)
+    kb, nb = -(-problem.k // SCALE_BLOCK), -(-problem.n // SCALE_BLOCK)
+    return {"scale_a": rng.uniform(0.5, 2.0, (problem.m, kb)).astype(np.float32),
+            "scale_b": rng.uniform(0.5, 2.0, (kb, nb)).astype(np.float32)}
+
+
+def candidate_configs(problem: Problem, given, scaling: str | None = None) -> list[GemmConfig]:
+    """The configs to try: `given` (GemmConfigs or tags) with the problem's dtypes and layouts, or the model's;
+    with scaling "block", the blockwise tiles (select.blockwise_candidates) carrying the blockwise scales."""
+    if scaling is not None and scaling not in SCALINGS:
+        raise ConfigError(f"scaling: {scaling!r} is not tuned; tune measures the plain GEMM or 'block'")
+    if scaling == "block" and problem.in_dtype not in FP8_DTYPES:
+        raise ConfigError(f"scaling: blockwise scaling is for fp8 inputs, got in_dtype {problem.in_dtype}")
+    fields = {"block_scale": True} if scaling == "block" else {}
     if given is None:
+        if scaling == "block":
+            return [dataclasses.replace(c, **fields) for c in select.blockwise_candidates(problem)]
         return select.problem_candidates(problem)
     if isinstance(given, str):
         given = [t for t in given.split(",") if t.strip()]
     configs = []
     for c in given:
         if isinstance(c, str):
-            c = GemmConfig.from_tag(c, **problem.config_fields())
+            c = GemmConfig.from_tag(c, **problem.config_fields(), **fields)
         elif isinstance(c, GemmConfig):
             if c.debug or c.trace:
                 raise ConfigError(f"candidates: {c.tag} has debug or trace on; tune times the kernels people run, "
                                   f"so pass configs without them")
-            c = dataclasses.replace(c, **problem.config_fields())
+            c = dataclasses.replace(c, **problem.config_fields(), **fields)
         else:
             raise ConfigError(f"candidates: each must be a GemmConfig or a tag such as 'pp128x128', got {c!r}")
         if any(c.tag == d.tag for d in configs):
@@ -104,7 +126,7 @@ def tune(m: int, n: int, k: int, in_dtype: str = "bfloat16", out_dtype: str | No
          b_major: str = "mn", candidates=None, rounds: int = 20, store: bool = True,
          progress: Callable[[str], object] | None = print, *, seed: int = 0, check_rows: int = CHECK_ROWS,
          plan_factory: Callable | None = None, timer: Callable | None = None,
-         device=None) -> tuple[GemmConfig, list[dict]]:
+         device=None, scaling: str | None = None) -> tuple[GemmConfig, list[dict]]:
     """Time every candidate config on this problem and return (the fastest correct one, one record per candidate).
 
     candidates: GemmConfigs or tags ('pp128x128,coop256x128c2' or a list); None: ptxgemm.select.model.candidates.
@@ -115,13 +137,17 @@ def tune(m: int, n: int, k: int, in_dtype: str = "bfloat16", out_dtype: str | No
     .result() (the host output after one launch); timer(launchers, rounds) returns {tag: ms}; device (with
     .name, .sm_count, .driver_version_str) keys the cache. By default: GemmPlans on the GPU, time_interleaved,
     and the GPU's own device_info().
+    scaling "block": fp8 with blockwise scales (random positive tables, the same for every candidate), the
+    blockwise tiles as candidates, the result checked against the dequantized float64 product, and the winner
+    stored under the blockwise key, which select_config reads for blockwise calls only. plan_factory then also
+    takes the scales: plan_factory(a, b, config, {"scale_a": ..., "scale_b": ...}).
     """
     problem = Problem(m, n, k, in_dtype, out_dtype, a_major, b_major)
     if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
         raise ConfigError(f"rounds: must be a whole number >= 1, got {rounds!r}")
     if isinstance(check_rows, bool) or not isinstance(check_rows, int) or check_rows < 1:
         raise ConfigError(f"check_rows: must be a whole number >= 1, got {check_rows!r}")
-    configs = candidate_configs(problem, candidates)
+    configs = candidate_configs(problem, candidates, scaling)
     say = progress if progress is not None else (lambda line: None)
     if plan_factory is None:
         info = driver.require_sm90("tuning a GEMM (ptxgemm.tune runs every candidate kernel)")
@@ -133,9 +159,15 @@ def tune(m: int, n: int, k: int, in_dtype: str = "bfloat16", out_dtype: str | No
 
     a, b = operands(problem, seed)
     rows = np.sort(np.random.default_rng(seed + 1).choice(problem.m, size=min(check_rows, problem.m), replace=False))
-    ref, abs_product = accuracy.reference(a[rows], b)
-    bound = accuracy.error_bound(ref, abs_product, problem.k, problem.out_dtype)
-    say(f"tuning {problem.describe()} on {device.name} ({device.sm_count} SMs): {len(configs)} candidates, "
+    scales = block_scales(problem, seed) if scaling == "block" else None
+    if scales is None:
+        ref, abs_product = accuracy.reference(a[rows], b)
+        bound = accuracy.error_bound(ref, abs_product, problem.k, problem.out_dtype)
+    else:
+        ref, bound = accuracy.fused_reference(a[rows], b, {"scale_a": scales["scale_a"][rows],
+                                                           "scale_b": scales["scale_b"]}, problem.out_dtype, True)
+    what = problem.describe() + (", blockwise scales" if scales else "")
+    say(f"tuning {what} on {device.name} ({device.sm_count} SMs): {len(configs)} candidates, "
         f"result checked on {len(rows)} rows")
 
     records, launchers, ran = [], {}, {}
@@ -144,7 +176,7 @@ def tune(m: int, n: int, k: int, in_dtype: str = "bfloat16", out_dtype: str | No
                "ms": None, "tflops": None, "predicted_us": _predicted_us(config, problem, device)}
         records.append(rec)
         try:
-            runner = plan_factory(a, b, config)
+            runner = plan_factory(a, b, config) if scales is None else plan_factory(a, b, config, scales)
             rec["tag"] = runner.config.tag  # what actually runs (the same config, as the operands match it)
             runner.launch()
             verdict = accuracy.check_bound(np.asarray(runner.result())[rows], ref, bound)
@@ -181,7 +213,8 @@ def tune(m: int, n: int, k: int, in_dtype: str = "bfloat16", out_dtype: str | No
             say(f"not stored: {tune_cache.ENV_VAR} is off")
         else:
             try:
-                where = tune_cache.store(problem, device, winner.tag, {r["tag"]: r["ms"] for r in timed}, rounds)
+                where = tune_cache.store(problem, device, winner.tag, {r["tag"]: r["ms"] for r in timed}, rounds,
+                                         scaling=scaling)
             except OSError as e:  # the measurement is still worth returning
                 say(f"could not store the winner in {tune_cache.path()}: {e}")
             else:

@@ -30,6 +30,10 @@ def add_arguments(p) -> None:
                    help="configs to try, as GemmConfig tags <pp|coop><block_m>x<block_n>[c2] (e.g. "
                         f"{tags[0]},{tags[-3]}c2) (default: select's candidates: every one of {', '.join(tags)}, "
                         f"with and without c2, that GemmConfig accepts)")
+    p.add_argument("--scaling", default=None, choices=tuning.SCALINGS,
+                   help="block: fp8 with blockwise scales (1x128 per row of A, 128x128 per block of B): the blockwise "
+                        "tiles and split counts are the candidates, and the winner is stored for blockwise calls "
+                        "only (default: none, the plain GEMM)")
     p.add_argument("--rounds", type=int, default=20, help="interleaved timing rounds, >= 1 (default 20)")
     p.add_argument("--no-store", action="store_true", help="do not write the tune cache (default: store the winner)")
     p.add_argument("--seed", type=int, default=0, help="random operands' seed (default 0)")
@@ -44,19 +48,19 @@ def run(args) -> int:
     for name in ("rounds", "check_rows"):
         if getattr(args, name) < 1:
             raise ConfigError(f"--{name.replace('_', '-')}: must be >= 1, got {getattr(args, name)}")
-    if args.candidates is not None:
-        tuning.candidate_configs(problem, args.candidates)
+    tuning.candidate_configs(problem, args.candidates, args.scaling)   # checks the tags and the scaling
     reason = driver.no_device_reason()
     if reason is not None:
         raise ConfigError(f"tune runs the kernel, so it needs an sm_90 GPU (H100/H200), and there is none here: "
                           f"{reason.rstrip('.')}. `python -m ptxgemm select` shows the cost model's choice without one")
     winner, records = tuning.tune(*problem_args(args), candidates=args.candidates, rounds=args.rounds,
                                   store=not args.no_store, progress=lambda line: print(line, flush=True),
-                                  seed=args.seed, check_rows=args.check_rows)
+                                  seed=args.seed, check_rows=args.check_rows, scaling=args.scaling)
     if args.json:
         info = driver.device_info()
         with open(args.json, "w") as f:
             json.dump({"gpu": info.name, "sm_count": info.sm_count, "driver": info.driver_version_str,
-                       "problem": dataclasses.asdict(problem), "winner": winner.tag, "rounds": args.rounds,
+                       "problem": dataclasses.asdict(problem), "scaling": args.scaling, "winner": winner.tag,
+                       "rounds": args.rounds,
                        "candidates": records}, f, indent=1)
     return 0 if all(r["ok"] for r in records) else 1  # a candidate that failed or computed wrong is a bug

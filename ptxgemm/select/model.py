@@ -461,7 +461,8 @@ def preferences(m: int, n: int, k: int, in_dtype: str = "bfloat16", out_dtype: s
     that ptxas spills, see ptxgemm.gemm)."""
     problem = Problem(m, n, k, in_dtype, out_dtype, a_major, b_major)
     device = resolve_device(device)
-    cached = tune_cache.lookup(problem, device) if batches == 1 else None
+    scaling = "block" if dict(epilogue).get("block_scale") else None   # blockwise winners have entries of their own
+    cached = tune_cache.lookup(problem, device, scaling) if batches == 1 else None
     if cached is not None and with_epilogue(cached, epilogue) is not None:
         yield with_epilogue(cached, epilogue), "tune cache"
     for _, config in _ranked(problem, device.sm_count, str(device.name), batches, epilogue):

@@ -53,10 +53,13 @@ def device_identity(device) -> dict:
     return {"gpu": str(device.name), "sm_count": int(device.sm_count), "driver": str(driver)}
 
 
-def key(problem, device) -> str:
+def key(problem, device, scaling: str | None = None) -> str:
+    """The entry's key: the device, the problem and, for blockwise scaling ("block"), the scaling (whose kernels
+    differ: the winner of the plain problem is not the blockwise one's)."""
     d = device_identity(device)
     return (f"gpu={d['gpu']};sms={d['sm_count']};driver={d['driver']};mnk={problem.m}x{problem.n}x{problem.k};"
-            f"dtypes={problem.in_dtype}->{problem.out_dtype};majors=a:{problem.a_major},b:{problem.b_major}")
+            f"dtypes={problem.in_dtype}->{problem.out_dtype};majors=a:{problem.a_major},b:{problem.b_major}"
+            + (f";scaling={scaling}" if scaling else ""))
 
 
 def load(file: Path | None = None) -> dict:
@@ -82,13 +85,13 @@ def load(file: Path | None = None) -> dict:
     return entries
 
 
-def lookup(problem, device):
+def lookup(problem, device, scaling: str | None = None):
     """The stored winner for `problem` on `device` as a GemmConfig, or None (no entry, cache off, or an entry the
     current GemmConfig rules reject: a stale winner falls back to the heuristic instead of failing)."""
 
     if not enabled():
         return None
-    entry = load().get(key(problem, device))
+    entry = load().get(key(problem, device, scaling))
     if entry is None:
         return None
     try:
@@ -98,17 +101,18 @@ def lookup(problem, device):
         return None
 
 
-def store(problem, device, winner_tag: str, timings: dict, rounds: int, file: Path | None = None) -> Path:
+def store(problem, device, winner_tag: str, timings: dict, rounds: int, file: Path | None = None,
+          scaling: str | None = None) -> Path:
     """Add or replace the entry for (problem, device) and write the file atomically: a temporary file in the same
     directory, then os.replace, so a reader (or a crash) never sees half a file. Two tunes storing at the same moment
     can lose one of the two entries (last writer wins), never corrupt the file. OSError when it cannot be written."""
     file = Path(file) if file is not None else path()
     entries = dict(load(file))
     ident = device_identity(device)
-    entries[key(problem, device)] = {
+    entries[key(problem, device, scaling)] = {
         **ident, "m": problem.m, "n": problem.n, "k": problem.k, "in_dtype": problem.in_dtype,
         "out_dtype": problem.out_dtype, "a_major": problem.a_major, "b_major": problem.b_major,
-        "config": winner_tag, "ms": timings.get(winner_tag), "timings_ms": timings, "rounds": rounds,
+        **({"scaling": scaling} if scaling else {}), "config": winner_tag, "ms": timings.get(winner_tag), "timings_ms": timings, "rounds": rounds,
         "date": time.strftime("%Y-%m-%d %H:%M:%S"),
     }
     text = json.dumps({"format": FORMAT, "entries": entries}, indent=1, sort_keys=True)
