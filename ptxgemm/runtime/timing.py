@@ -22,44 +22,47 @@ from . import driver
 from .arrays import DeviceArray
 
 
-def time_interleaved(launchers: dict[str, Callable[[], object]], rounds: int, warmup: int = 3) -> dict[str, float]:
-    """Median milliseconds per launcher; each launcher enqueues one launch on the default stream."""
+def _median_of_rounds(launchers: dict[str, Callable[[], object]], rounds: int, warmup: int, sample) -> dict[str, float]:
+    """Each launcher warmed up, then `rounds` rounds of sample(launcher) -> ms over all of them, the order
+    alternating round by round; the median per launcher."""
     names = list(launchers)
     for name in names:
         for _ in range(warmup):
             launchers[name]()
     driver.synchronize("warming up")
     samples = {n: [] for n in names}
-    start, end = driver.Event(), driver.Event()
     for r in range(rounds):
         for name in (names if r % 2 == 0 else names[::-1]):
-            flush_l2()
-            start.record()
-            launchers[name]()
-            end.record()
-            samples[name].append(start.elapsed_ms(end))
+            samples[name].append(sample(launchers[name]))
     return {n: statistics.median(s) for n, s in samples.items()}
+
+
+def time_interleaved(launchers: dict[str, Callable[[], object]], rounds: int, warmup: int = 3) -> dict[str, float]:
+    """Median milliseconds per launcher (burst); each launcher enqueues one launch on the default stream."""
+    start, end = driver.Event(), driver.Event()
+
+    def one_launch(launch):
+        flush_l2()
+        start.record()
+        launch()
+        end.record()
+        return start.elapsed_ms(end)
+    return _median_of_rounds(launchers, rounds, warmup, one_launch)
 
 
 def time_back_to_back(launchers: dict[str, Callable[[], object]], launches: int = 20, rounds: int = 3,
                       warmup: int = 3) -> dict[str, float]:
     """Median over rounds of the mean milliseconds per launch of `launches` back-to-back launches (see the module's
     docstring); each launcher enqueues one launch on the default stream."""
-    names = list(launchers)
-    for name in names:
-        for _ in range(warmup):
-            launchers[name]()
-    driver.synchronize("warming up")
-    samples = {n: [] for n in names}
     start, end = driver.Event(), driver.Event()
-    for r in range(rounds):
-        for name in (names if r % 2 == 0 else names[::-1]):
-            start.record()
-            for _ in range(launches):
-                launchers[name]()
-            end.record()
-            samples[name].append(start.elapsed_ms(end) / launches)
-    return {n: statistics.median(s) for n, s in samples.items()}
+
+    def one_run(launch):
+        start.record()
+        for _ in range(launches):
+            launch()
+        end.record()
+        return start.elapsed_ms(end) / launches
+    return _median_of_rounds(launchers, rounds, warmup, one_run)
 
 
 @functools.lru_cache(maxsize=1)
