@@ -1,0 +1,124 @@
+"""The grouped GEMM's argument rules (ptxgemm/plan/grouped.py) and its float64 reference, on the CPU: each form from
+its shapes, every rule failing with the argument it names, host counts checked by value, and the reference's
+treatment of empty, unaligned and clamped groups."""
+from __future__ import annotations
+
+import dataclasses
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from ptxgemm.errors import ConfigError
+from ptxgemm.plan import grouped
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+
+
+@dataclasses.dataclass(frozen=True)
+class Like:
+    """A device array as the rules see it: a shape and a dtype, no values."""
+
+    shape: tuple
+    dtype: np.dtype = BF16
+
+
+I32 = np.dtype(np.int32)
+
+
+def test_each_form_from_its_shapes():
+    p = grouped.parse(Like((700, 256)), Like((8, 256, 512)), offs=Like((8,), I32))
+    assert (p.form, p.groups, p.m, p.n, p.k, p.out_shape) == ("contiguous", 8, 700, 512, 256, (700, 512))
+    p = grouped.parse(Like((4, 96, 256)), Like((4, 256, 512)), masked_m=Like((4,), I32))
+    assert (p.form, p.groups, p.m, p.n, p.k, p.out_shape) == ("masked", 4, 96, 512, 256, (4, 96, 512))
+    p = grouped.parse(Like((128, 3000)), Like((3000, 512)), offs=Like((5,), I32))
+    assert (p.form, p.groups, p.m, p.n, p.k, p.out_shape) == ("k", 5, 128, 512, 3000, (5, 128, 512))
+    assert p.out_dtype == "bfloat16" and p.counts_name == "offs" and "total_K 3000" in p.describe()
+    fp8 = np.dtype(ml_dtypes.float8_e4m3fn)
+    p = grouped.parse(Like((700, 256), fp8), Like((8, 256, 512), fp8), offs=Like((8,), I32))
+    assert p.in_dtype == "float8_e4m3fn" and p.out_dtype == "bfloat16"
+
+
+@pytest.mark.parametrize("a, b, kw, message", [
+    ((700, 256), (8, 256, 512), {}, "offs, masked_m: a grouped GEMM needs the group sizes"),
+    ((700, 256), (8, 256, 512), {"offs": (8,), "masked_m": (8,)}, "offs, masked_m: give one"),
+    ((700, 256), (8, 256, 512), {"masked_m": (8,)}, "a, b: with masked_m, a is \\(G, M_max, K\\)"),
+    ((2, 700, 256), (8, 256, 512), {"offs": (8,)}, "a, b: with offs, a is 2-D and b is 3-D"),
+    ((700, 256), (8, 256, 512), {"offs": (7,)}, "offs: one entry per group: b has 8 groups"),
+    ((700, 256), (8, 256, 512), {"offs": (8, 1)}, "offs: must be a 1-D vector"),
+    ((700, 255), (8, 256, 512), {"offs": (8,)}, "a, b: K differs"),
+    ((4, 96, 256), (5, 256, 512), {"masked_m": (5,)}, "a, b: one matrix per group in each"),
+    ((4, 96, 256), (4, 128, 512), {"masked_m": (4,)}, "a, b: K differs"),
+    ((128, 3000), (2999, 512), {"offs": (5,)}, "a, b: total_K differs"),
+    ((128, 3000), (3000, 512), {"offs": (0,)}, "offs: 1 to 1024 groups"),
+    ((128, 3000), (3000, 512), {"offs": (1025,)}, "offs: 1 to 1024 groups"),
+])
+def test_each_rule_names_its_argument(a, b, kw, message):
+    counts = {name: Like(shape, I32) for name, shape in kw.items()}
+    with pytest.raises(ConfigError, match=message):
+        grouped.parse(Like(a), Like(b), **counts)
+
+
+def test_dtypes_out_and_out_dtype():
+    with pytest.raises(ConfigError, match="offs: must be int32"):
+        grouped.parse(Like((700, 256)), Like((8, 256, 512)), offs=Like((8,), np.dtype(np.int64)))
+    with pytest.raises(ConfigError, match="b: dtype float16 differs from a's bfloat16"):
+        grouped.parse(Like((700, 256)), Like((8, 256, 512), np.dtype(np.float16)), offs=Like((8,), I32))
+    with pytest.raises(ConfigError, match="out: the contiguous form's result is \\(700, 512\\)"):
+        grouped.parse(Like((700, 256)), Like((8, 256, 512)), offs=Like((8,), I32), out=Like((8, 700, 512)))
+    with pytest.raises(ConfigError, match="out_dtype: float16 differs from out's dtype bfloat16"):
+        grouped.parse(Like((700, 256)), Like((8, 256, 512)), offs=Like((8,), I32), out=Like((700, 512)),
+                      out_dtype=np.float16)
+    p = grouped.parse(Like((700, 256)), Like((8, 256, 512)), offs=Like((8,), I32), out_dtype=np.float32)
+    assert p.out_dtype == "float32"
+
+
+@pytest.mark.parametrize("form, counts, message", [
+    ("contiguous", [0, 100, 90, 700], "offs: cumulative ends never decrease; offs\\[2\\] = 90 < offs\\[1\\] = 100"),
+    ("contiguous", [-1, 100, 200, 700], "offs: cumulative ends start at 0 or more"),
+    ("contiguous", [10, 100, 200, 701], "offs: the last end \\(701\\) is past total_M \\(700\\)"),
+    ("k", [0, 1000, 2000, 3001], "offs: the last end \\(3001\\) is past total_K \\(3000\\)"),
+    ("masked", [0, 96, 97, 5], "masked_m: each entry must lie in 0..M_max \\(96\\); masked_m\\[2\\] is 97"),
+])
+def test_host_counts_are_checked_by_value(form, counts, message):
+    counts = np.array(counts, np.int32)
+    shapes = {"contiguous": ((700, 256), (4, 256, 512), "offs"), "k": ((128, 3000), (3000, 512), "offs"),
+              "masked": ((4, 96, 256), (4, 256, 512), "masked_m")}[form]
+    with pytest.raises(ConfigError, match=message):
+        grouped.parse(Like(shapes[0]), Like(shapes[1]), **{shapes[2]: counts})
+
+
+def test_device_counts_are_not_read_and_the_ranges_clamp_as_the_kernel_does():
+    p = grouped.parse(Like((700, 256)), Like((4, 256, 512)), offs=Like((4,), I32))   # no values: no check
+    assert grouped.group_ranges(p, np.array([100, 50, 900, 650])) == [(0, 100), (100, 100), (100, 700), (700, 700)]
+    m = grouped.parse(Like((3, 96, 256)), Like((3, 256, 512)), masked_m=Like((3,), I32))
+    assert grouped.group_ranges(m, np.array([-5, 40, 200])) == [(0, 0), (0, 40), (0, 96)]
+
+
+def test_the_reference_computes_each_group_and_leaves_the_rest():
+    rng = np.random.default_rng(0)
+
+    def normal(*shape):   # bf16 values, the dtype a grouped GEMM takes
+        return rng.standard_normal(shape).astype(BF16)
+    a = normal(37, 20)
+    b = normal(3, 20, 11)
+    offs = np.array([5, 5, 30], np.int32)       # an empty group, an unaligned one, rows 30..36 in no group
+    p = grouped.parse(a, b, offs=offs, out_dtype=np.float32)
+    out = np.full((37, 11), 7.0)
+    ref = grouped.reference(p, a, b, offs, out)
+    f = np.float64
+    assert np.allclose(ref[:5], a[:5].astype(f) @ b[0].astype(f))
+    assert np.allclose(ref[5:30], a[5:30].astype(f) @ b[2].astype(f))
+    assert (ref[30:] == 7.0).all()
+    am = normal(2, 9, 20)
+    masked = np.array([0, 4], np.int32)
+    pm = grouped.parse(am, b[:2], masked_m=masked, out_dtype=np.float32)
+    refm = grouped.reference(pm, am, b[:2], masked)
+    assert np.isnan(refm[0]).all() and np.isnan(refm[1, 4:]).all()
+    assert np.allclose(refm[1, :4], am[1, :4].astype(f) @ b[1].astype(f))
+    ak, bk = normal(6, 50), normal(50, 8)
+    koffs = np.array([10, 10, 50], np.int32)
+    pk = grouped.parse(ak, bk, offs=koffs, out_dtype=np.float32)
+    refk = grouped.reference(pk, ak, bk, koffs)
+    assert np.allclose(refk[0], ak[:, :10].astype(f) @ bk[:10].astype(f)) and (refk[1] == 0).all()
+    assert np.allclose(refk[2], ak[:, 10:].astype(f) @ bk[10:].astype(f))
