@@ -122,3 +122,55 @@ def test_the_reference_computes_each_group_and_leaves_the_rest():
     refk = grouped.reference(pk, ak, bk, koffs)
     assert np.allclose(refk[0], ak[:, :10].astype(f) @ bk[:10].astype(f)) and (refk[1] == 0).all()
     assert np.allclose(refk[2], ak[:, 10:].astype(f) @ bk[10:].astype(f))
+
+
+def test_the_grouped_shape_set_is_fixed_and_covers_what_the_issue_names():
+    from ptxgemm.bench import grouped_shapes
+
+    cases = {c.name: c for c in grouped_shapes.CASES}
+    published = [c for c in cases.values() if c.published_tflops]
+    assert len(published) == 10 and sum(c.layout == "masked" for c in published) == 6
+    assert cases["deepgemm-contiguous-4x8192-4096x7168"].published_tflops == 1297
+    mixtral = cases["mixtral-8x7b-prefill-up"]
+    assert mixtral.groups == 8 and sum(mixtral.counts) == 32768 and (mixtral.n, mixtral.k) == (14336, 4096)
+    deepseek = cases["deepseek-v3-experts-gate-up"]
+    assert deepseek.groups == 256 and sum(deepseek.counts) == 32768 and max(deepseek.counts) > 20 * min(deepseek.counts)
+    assert deepseek.counts == cases["deepseek-v3-experts-down"].counts        # one routing, both projections
+    assert deepseek.counts[:4] == grouped_shapes.CASES[12].counts[:4]          # the draw is the module's, once
+    decode = cases["deepseek-v3-decode-gate-up"]
+    assert decode.layout == "masked" and decode.m_max == 128 and all(0 <= c <= 128 for c in decode.counts)
+    assert (decode.offs()[-1], decode.flops) == (sum(decode.counts), 2.0 * sum(decode.counts) * 4096 * 7168)
+    # the draws do not move: a change to them changes every grouped benchmark row
+    assert (sum(deepseek.counts[:16]), max(deepseek.counts), sum(decode.counts)) == (
+        sum(grouped_shapes.routed_counts(256, 32768, grouped_shapes.zipf_popularity(256, 1.1, 2502), 2503)[:16]),
+        6730, 2016)
+
+
+def test_the_walk_covers_every_row_of_every_group_once_and_balances_the_ctas():
+    """The grouped walk's model (ptxgemm/kernel/grouped_walk.py): each output row and column block of each group
+    in exactly one unit, no unit of an empty group, row_end the group's own end, and the busiest CTA at most one
+    unit over the idlest, for skewed counts with empty and unaligned groups."""
+    from ptxgemm.bench import grouped_shapes
+    from ptxgemm.kernel import grouped_walk
+
+    counts = list(grouped_shapes.CASES[12].counts[:40]) + [0, 1, 129, 0]
+    offs = list(np.cumsum(counts))
+    total, n, bm, bn = offs[-1] + 50, 300, 128, 128        # rows past the last group belong to none
+    per_cta = grouped_walk.walk("contiguous", offs, total, 0, n, bm, bn, ctas=132)
+    units = [u for cta in per_cta for u in cta]
+    covered = {}
+    for u in units:
+        s, e = grouped_walk.ranges("contiguous", offs, total)[u.group]
+        assert s <= u.m0 < e and u.row_end == e and u.n0 % bn == 0 and u.n0 < n
+        for r in range(u.m0, min(u.m0 + bm, u.row_end)):
+            assert (r, u.n0) not in covered
+            covered[(r, u.n0)] = u.group
+    assert len(covered) == sum(counts) * 3                 # every row of every group, in each of the 3 column blocks
+    assert not any(u.group in (40, 43) for u in units)      # the empty groups have no unit
+    sizes = [len(c) for c in per_cta]
+    assert max(sizes) - min(sizes) <= 1
+    masked = grouped_walk.walk("masked", [0, 5, 200], 128, 0, 256, 64, 128, ctas=4)
+    assert sorted((u.group, u.m0, u.n0, u.row_end) for c in masked for u in c) == \
+        [(1, 0, 0, 5), (1, 0, 128, 5), (2, 0, 0, 128), (2, 0, 128, 128), (2, 64, 0, 128), (2, 64, 128, 128)]
+    kgrouped = grouped_walk.walk("k", [10, 10, 300], 300, 200, 128, 128, 128, ctas=3)
+    assert len([u for c in kgrouped for u in c]) == 3 * 2 * 1 and {u.row_end for c in kgrouped for u in c} == {200}

@@ -16,6 +16,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from .checks import b_dtype_of, check_dtypes, check_out_dtype, dtype_name
+from ..kernel import grouped_walk
 from ..kernel.config import default_out_dtype
 
 FORMS = ("contiguous", "masked", "k")
@@ -154,18 +155,10 @@ def parse(a, b, *, offs=None, masked_m=None, out=None, out_dtype=None) -> Groupe
 
 def group_ranges(problem: GroupedProblem, counts: np.ndarray) -> list[tuple[int, int]]:
     """[start, end) of each group along its grouped dimension (rows: contiguous and masked, where a masked group
-    starts at 0 of its own matrix; K: k-grouped), clamped as the kernel clamps device counts: each end into
-    [previous end, total], a masked count into [0, M_max]."""
-    v = [int(x) for x in np.asarray(counts)]
-    if problem.form == "masked":
-        return [(0, min(max(x, 0), problem.m)) for x in v]
-    total = problem.m if problem.form == "contiguous" else problem.k
-    ranges, start = [], 0
-    for x in v:
-        end = min(max(x, start), total)
-        ranges.append((start, end))
-        start = end
-    return ranges
+    starts at 0 of its own matrix; K: k-grouped), clamped as the kernel clamps device counts
+    (ptxgemm.kernel.grouped_walk.ranges)."""
+    total = problem.k if problem.form == "k" else problem.m
+    return grouped_walk.ranges(problem.form, np.asarray(counts).tolist(), total)
 
 
 def reference(problem: GroupedProblem, a: np.ndarray, b: np.ndarray, counts: np.ndarray,

@@ -1,0 +1,81 @@
+"""The grouped GEMM's persistent walk in Python (issue 25; docs/design/grouped-gemm-issue25.md): which (group, tile)
+each scheduler unit is, from the group counts alone, as the kernel will compute it on the device.
+
+Every CTA turns the counts into prefix sums of units per group (group g has ceil(rows_g / block_m) x tiles_n
+units: the contiguous and masked forms; the k-grouped form has tiles_m x tiles_n units in every group, whatever its
+K), then walks units b, b + grid, b + 2 grid, ... as the dense schedule does; unit u belongs to the first group whose
+prefix exceeds u (a binary search, ceil(log2 G) steps) and is tile u - prefix_before of it, row-major over (m-tile,
+n-tile). So the groups need no host work, an empty group has no unit, and a launch's units spread over the CTAs
+round-robin whatever the group sizes: the busiest CTA has at most one unit more than the idlest.
+
+The kernel is to mirror `walk` (tests/test_grouped.py holds this model to its rules). A grouped plan cannot size its
+grid from the units, whose number only the device knows: it launches one CTA per SM.
+"""
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import math
+
+FORMS = ("contiguous", "masked", "k")
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupedUnit:
+    """One unit of the walk: its group, the first row of its tile (in the group's frame: contiguous rows count from
+    row 0 of a, masked ones from row 0 of the group's matrix), the first column, and the row where its group ends
+    (rows from there on belong to another group, or to none, and must not be stored)."""
+
+    group: int
+    m0: int
+    n0: int
+    row_end: int
+
+
+def ranges(form: str, counts, total: int) -> list[tuple[int, int]]:
+    """[start, end) of each group along its grouped dimension, clamped as the kernel clamps counts it cannot trust:
+    offs (contiguous, k-grouped) into [previous end, total], masked_m into [0, total] (total: M_max)."""
+    if form not in FORMS:
+        raise ValueError(f"form: one of {FORMS}, got {form!r}")
+    out, start = [], 0
+    for c in counts:
+        if form == "masked":
+            out.append((0, min(max(int(c), 0), total)))
+        else:
+            end = min(max(int(c), start), total)
+            out.append((start, end))
+            start = end
+    return out
+
+
+def units_per_group(form: str, counts, total: int, m: int, n: int, block_m: int, block_n: int) -> list[int]:
+    """Units of each group: ceil(rows / block_m) x tiles_n, or, k-grouped, ceil(m / block_m) x tiles_n for every
+    group (its K range sets the length of each unit's k-loop, not the number of units)."""
+    tiles_n = math.ceil(n / block_n)
+    if form == "k":
+        return [math.ceil(m / block_m) * tiles_n] * len(counts)
+    return [math.ceil((e - s) / block_m) * tiles_n for s, e in ranges(form, counts, total)]
+
+
+def walk(form: str, counts, total: int, m: int, n: int, block_m: int, block_n: int, ctas: int) -> list[list[GroupedUnit]]:
+    """The units each CTA runs, in order: CTA b takes units b, b + ctas, ...; `total` is total_M (contiguous),
+    M_max (masked) or total_K (k-grouped); m is the rows of the k-grouped form's output (unused otherwise)."""
+    spans = ranges(form, counts, total)
+    per_group = units_per_group(form, counts, total, m, n, block_m, block_n)
+    prefix, acc = [], 0
+    for c in per_group:
+        acc += c
+        prefix.append(acc)
+    tiles_n = math.ceil(n / block_n)
+    out = [[] for _ in range(ctas)]
+    for u in range(acc):
+        g = bisect.bisect_right(prefix, u)          # the first group whose prefix exceeds u
+        local = u - (prefix[g - 1] if g else 0)
+        mt, nt = divmod(local, tiles_n)
+        start, end = spans[g]
+        if form == "k":
+            m0, row_end = mt * block_m, m
+        else:
+            m0, row_end = start + mt * block_m, end
+        out[u % ctas].append(GroupedUnit(g, m0, nt * block_n, row_end))
+    return out
