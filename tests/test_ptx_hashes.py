@@ -10,7 +10,8 @@ Re-record: `python tests/test_ptx_hashes.py record` (the selection's candidates 
 config the CPU suite renders, found by running it with template_params watched). A change aimed at one kind of
 kernel re-digests only the recorded configs that set a field, adding the selectable ones with it set:
 `python tests/test_ptx_hashes.py update FIELD` (issue 24's blockwise mainloop: `update block_scale`), so every
-other config still proves itself unchanged.
+other config still proves itself unchanged. A change that only adds candidates records the new ones:
+`python tests/test_ptx_hashes.py add-missing`.
 """
 from __future__ import annotations
 
@@ -165,10 +166,26 @@ def update(field: str) -> None:
     print(f"re-digested the configs with {field} set: {changed} changed; {len(added)} selectable ones added")
 
 
+def add_missing() -> None:
+    """Record the selectable configs the record lacks (a change that adds candidates, e.g. a tile for `tune`); every
+    recorded digest stays as it is."""
+    entries = load()
+    recorded = {json.dumps(fields_of(config_from(e[0])), sort_keys=True) for e in entries}
+    added = [c for c in selection_configs() if json.dumps(fields_of(c), sort_keys=True) not in recorded]
+    entries += [[fields_of(c), digest(c)] for c in added]
+    entries.sort(key=lambda e: json.dumps(e[0], sort_keys=True))
+    with gzip.open(DATA, "wt") as f:
+        json.dump({"normalization": "comments after //, trailing blanks and blank lines removed; sha256[:20]",
+                   "configs": entries}, f, separators=(",", ":"))
+    print(f"added {len(added)} selectable configs")
+
+
 if __name__ == "__main__":
     if sys.argv[1:] == ["record"]:
         record()
     elif len(sys.argv) == 3 and sys.argv[1] == "update":
         update(sys.argv[2])
+    elif sys.argv[1:] == ["add-missing"]:
+        add_missing()
     else:
-        sys.exit("usage: python tests/test_ptx_hashes.py record | update FIELD")
+        sys.exit("usage: python tests/test_ptx_hashes.py record | update FIELD | add-missing")

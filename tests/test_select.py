@@ -24,7 +24,7 @@ BF16_TAGS = {"pp128x128", "pp128x128c2", "pp128x192", "pp64x256", "pp64x256c2", 
              "coop128x256", "coop128x256c2", "coop256x192", "pp128x128cn2", "pp128x192cn2", "coop256x128cn2",
              "coop128x256cn2", "coop256x192cn2", "pp64x128", "pp64x128c2", "coop128x128", "coop128x128c2",
              "coop128x128cn2", "pp128x160", "pp128x160cn2", "coop128x208", "coop128x208cn2", "coop256x160",
-             "coop256x160cn2",
+             "coop256x160cn2", "pp64x64", "pp64x64c2", "pp64x64cn2",
              # transposed tiles (swap-AB); split-K variants of any tile share its tile tag
              "pp128x16t", "pp128x32t", "pp128x64t", "pp64x16t", "pp64x32t", "pp64x64t"}
 
