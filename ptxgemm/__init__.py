@@ -11,6 +11,7 @@ from .bench.tune import tune
 from .build.kernels import compile_gemm, render_gemm
 from .errors import ConfigError, CudaError, NoGpuError, PtxgemmError, ToolchainError
 from .gemm import GemmPlan, clear_plan_cache, matmul, run
+from .grouped import GroupedPlan, grouped_matmul
 from .kernel.config import GemmConfig
 from .runtime.arrays import DeviceArray
 from .runtime.driver import device_available
@@ -25,6 +26,6 @@ def to_device(array) -> DeviceArray:
     return DeviceArray.from_numpy(array)
 
 
-__all__ = ["run", "matmul", "GemmPlan", "Graph", "clear_plan_cache", "GemmConfig", "DeviceArray", "to_device",
+__all__ = ["run", "matmul", "GemmPlan", "grouped_matmul", "GroupedPlan", "Graph", "clear_plan_cache", "GemmConfig", "DeviceArray", "to_device",
            "device_available",
            "select_config", "tune", "compile_gemm", "render_gemm", "PtxgemmError", "ConfigError", "CudaError", "NoGpuError", "ToolchainError"]

@@ -14,7 +14,7 @@ from ..errors import ConfigError
 
 DEFAULT_OUT = "bench_out"
 # the GPU-time bench's own options, which mean nothing to --host (dest, flag); compared with their defaults below
-SHAPE_SETS = ("deepgemm",)
+SHAPE_SETS = ("deepgemm", "grouped")
 GPU_BENCH_OPTIONS = (("quick", "--quick"), ("rounds", "--rounds"), ("shapes", "--shapes"), ("set", "--set"), ("name", "--name"),
                      ("config", "--config"), ("variants", "--variants"), ("summarize", "--summarize"),
                      ("summarize_out", "--summarize-out"), ("b_major", "--b-major"), ("in_dtype", "--in-dtype"),
@@ -53,7 +53,10 @@ def add_arguments(p) -> None:
                    help=f"a named shape set instead of the suite: deepgemm, DeepGEMM's {len(deepgemm.SHAPES)} dense "
                         "fp8 shapes (M in {64, 128, 4096}); with --scaling block each row carries DeepGEMM's "
                         "published TFLOP/s beside ptxgemm's (an H800 figure from its README, not measured here: "
-                        "ptxgemm/bench/deepgemm.py) (default: none)")
+                        "ptxgemm/bench/deepgemm.py); grouped, the MoE expert GEMMs of ptxgemm/bench/grouped_shapes.py "
+                        "through ptxgemm.grouped_matmul against torch._grouped_mm / torch.bmm / a loop of matmul "
+                        "per group (bf16, or --in-dtype float8_e4m3fn against torch._scaled_grouped_mm) "
+                        "(default: none)")
     p.add_argument("--small-m", action="store_true",
                    help="the small-M suite: M in {1, 16, 64, 128, 256, 512} x (N, K) in {(4096, 4096), (8192, 8192), "
                         "(14336, 4096), (4096, 14336)} (default off)")
@@ -157,6 +160,13 @@ def run(args) -> int:
     if args.set and (args.shapes or args.quick or args.small_m):
         raise ConfigError(f"--set: the shape set {args.set} is the run's shapes; not with --shapes, --quick or "
                           f"--small-m")
+    if args.set == "grouped":
+        from ..bench import grouped_bench   # imports torch when it runs: only this set needs it
+
+        if args.scaling not in (None, "tensor") or args.epilogue or args.config or args.variants:
+            raise ConfigError("--set grouped: takes --in-dtype (bfloat16, float16 or float8_e4m3fn), --rounds and "
+                              "--name only")
+        return grouped_bench.run(args.rounds or 7, args.in_dtype or "bfloat16", args.out, args.name)
     mode = _mode(args)
     shapes = (bench.parse_shapes(args.shapes) if args.shapes else list(bench.SMALL_M_SUITE) if args.small_m else
               list(deepgemm.SHAPES) if args.set == "deepgemm" else

@@ -73,6 +73,10 @@ SCHEDULES = ("pingpong", "cooperative")
 # run at the same time stay close in both directions; the host computes the order once per grid shape and the kernel
 # reads it from a table.
 RASTERS = ("m", "n", "hilbert")
+# Grouped GEMM (gemm_grouped.ptx.j2): the forms whose groups run along M. "contiguous": group g is rows
+# [offs[g-1], offs[g]) of one (total_M, K) A and of C; "masked": rows [g*M_max, g*M_max + masked_m[g]) of A and C
+# seen as (G*M_max, K) and (G*M_max, N). B is one matrix per group either way; the counts are read on the device.
+GROUPED_FORMS = ("contiguous", "masked")
 PTX_VERSION = "8.0"
 
 
@@ -149,6 +153,7 @@ class GemmConfig(KernelLayout):
     activation: str | None = None  # ACTIVATIONS, after the bias, before the output cast
     col_pairs: bool = False       # column vectors read two adjacent values per load: the host saw each aligned to two
     #                               elements and N even (Epilogue.config_fields); off for a config without one
+    grouped: str | None = None    # GROUPED_FORMS: one launch over G groups along M (None: the dense GEMM)
 
     def __post_init__(self):
         self._check_types()
@@ -253,6 +258,7 @@ class GemmConfig(KernelLayout):
         if self.raster not in RASTERS:
             raise ConfigError(f"raster: must be one of {RASTERS}, got {self.raster!r}")
         self._validate_epilogue()
+        self._validate_grouped()
         if self._max_stages() < 2:
             raise ConfigError(f"block_m x block_n: {self.block_m}x{self.block_n} leaves room for fewer than 2 stages"
                               + (f" beside the {self.source_bytes} B source tile" if self.source_bytes else ""))
@@ -297,8 +303,27 @@ class GemmConfig(KernelLayout):
                 raise ConfigError("block_scale: rowwise scales do not combine with blockwise ones (fold them into "
                                   "the block scales)")
 
+    def _validate_grouped(self):
+        if self.grouped is None:
+            return
+        if self.grouped not in GROUPED_FORMS:
+            raise ConfigError(f"grouped: must be None or one of {GROUPED_FORMS}, got {self.grouped!r}")
+        refused = [name for name, on in (("schedule='pingpong'", not self.cooperative),
+                                         ("cluster_m/cluster_n", self.cluster_size > 1),
+                                         ("splits", self.split_k), ("c_major='m'", self.transposed_store),
+                                         ("raster='hilbert'", self.raster == "hilbert"),
+                                         ("source_dtype", self.has_source), ("block_scale", self.block_scale),
+                                         ("row_scale/col_scale/bias", self.row_scale or self.col_scale or self.bias),
+                                         ("trace", self.trace)) if on]
+        if refused:
+            raise ConfigError(f"grouped: the grouped kernel is the cooperative schedule on single CTAs with a per-"
+                              f"tensor epilogue; it does not take {', '.join(refused)}")
+        if self.epi_tail_cols:
+            raise ConfigError(f"grouped: block_n must be a whole number of {self.epi_panel_cols}-column output "
+                              f"panels (a group's last rows are stored panel by panel), got {self.block_n}")
+
     def describe(self) -> str:
-        return (f"{self.schedule} GEMM {self.block_m}x{self.block_n}x{self.block_k}, {self.num_stages} stages, "
+        return ((f"grouped ({self.grouped}) " if self.grouped else "") + f"{self.schedule} GEMM {self.block_m}x{self.block_n}x{self.block_k}, {self.num_stages} stages, "
                 + (f"cluster {self.cluster_m}x1 (B multicast), " if self.cluster_m > 1 else "")
                 + (f"cluster 1x{self.cluster_n} (A multicast), " if self.cluster_n > 1 else "")
                 + (f"raster {self.raster}, " if self.raster != GemmConfig.raster else "")
@@ -323,7 +348,7 @@ class GemmConfig(KernelLayout):
 
     @property
     def kernel_name(self) -> str:
-        return f"gemm_{self.schedule}"
+        return "gemm_grouped" if self.grouped else f"gemm_{self.schedule}"
 
     # --- the tile choice and its short name (bench rows, tune cache, CLI) ---------------------------------------
     @property

@@ -15,3 +15,7 @@ DESC_ADDRESS_MASK = 0x3FFFF        # a GMMA descriptor encodes bits 4..17 of the
 MAX_STAGES = 8
 WARPS_PER_WARPGROUP = 4           # a stage is released by lane 0 of every consumer warp that read it
 CONSUMERS = 2                      # consumer warpgroups per CTA (warpgroups 1 and 2; the producer is 0)
+# Grouped GEMM: the kernel keeps two tables of G + 1 u32 in shared memory (each group's row end and its running unit
+# count, after a leading 0), so G is bounded by the room they take (8 KB at this many groups, beside the stages);
+# models of 2025 route to at most 384 experts.
+MAX_GROUPS = 1024

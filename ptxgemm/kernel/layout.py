@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .hardware import (CONSUMERS, MAX_STAGES, MBARRIER_BYTES, REGISTERS_PER_SM, SMEM_PER_BLOCK_OPTIN, SWIZZLE_BYTES,
+from .hardware import (CONSUMERS, MAX_GROUPS, MAX_STAGES, MBARRIER_BYTES, REGISTERS_PER_SM, SMEM_PER_BLOCK_OPTIN, SWIZZLE_BYTES,
                        WARPGROUP_THREADS, WARPS_PER_WARPGROUP, WGMMA_K_BYTES, WGMMA_M)
 
 # Named barrier ids (bar.sync / bar.arrive). 0 is the whole CTA (init only).
@@ -180,7 +180,8 @@ class KernelLayout:
         return self._cooperative_slots(self.num_stages)
 
     def _cooperative_slots(self, stages: int) -> int:
-        room = SMEM_PER_BLOCK_OPTIN - self.barrier_bytes - self.source_bytes - stages * self.stage_bytes
+        room = (SMEM_PER_BLOCK_OPTIN - self.barrier_bytes - self.source_bytes - self.group_table_bytes
+                - stages * self.stage_bytes)
         fit = room // (CONSUMERS * self.epi_panel_bytes)
         return max((d for d in range(1, self.epi_panels + 1) if self.epi_panels % d == 0 and d <= fit), default=0)
 
@@ -265,7 +266,8 @@ class KernelLayout:
         # the cooperative epilogue makes do with one panel slot per consumer; stages come first
         least_epilogue = (CONSUMERS * self.epi_panel_bytes if self.cooperative
                           else self.epi_panels * self.epi_panel_bytes)
-        room = SMEM_PER_BLOCK_OPTIN - least_epilogue - self.source_bytes - self.barrier_bytes
+        room = (SMEM_PER_BLOCK_OPTIN - least_epilogue - self.source_bytes - self.barrier_bytes
+                - self.group_table_bytes)
         return min(MAX_STAGES, room // self.stage_bytes)
 
     # --- split-K -----------------------------------------------------------------------------------------
@@ -315,8 +317,27 @@ class KernelLayout:
         return self.smem_empty + self.num_stages * MBARRIER_BYTES
 
     @property
-    def smem_bytes(self) -> int:
+    def smem_groups(self) -> int:
+        """The grouped kernel's tables, after every barrier: group_ends (G + 1 u32: a leading 0, then each group's
+        row end) at smem_groups, then group_units (G + 1 u32: a leading 0, then the units of groups 0..g)."""
         return self.smem_src_full + (2 * MBARRIER_BYTES if self.has_source else 0)
+
+    @property
+    def group_table_entries(self) -> int:
+        return MAX_GROUPS + 1
+
+    @property
+    def group_table_bytes(self) -> int:
+        """Both tables of the grouped kernel (0 for the dense one), rounded up to 16 bytes."""
+        return -(-2 * 4 * self.group_table_entries // 16) * 16 if self.grouped else 0
+
+    @property
+    def smem_group_units(self) -> int:
+        return self.smem_groups + 4 * self.group_table_entries
+
+    @property
+    def smem_bytes(self) -> int:
+        return self.smem_groups + self.group_table_bytes
 
     # --- registers -------------------------------------------------------------------------------------
     @property

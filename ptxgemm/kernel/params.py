@@ -7,7 +7,7 @@ import math
 
 from . import trace_format
 from .config import GELU_CUBIC, GemmConfig, PTX_FLOAT_TYPES, PTX_VERSION, SCALE_BLOCK, WGMMA_TYPES
-from .hardware import DESC_ADDRESS_MASK, MBARRIER_BYTES, SWIZZLE_BYTES, WARPGROUP_THREADS
+from .hardware import DESC_ADDRESS_MASK, MAX_GROUPS, MBARRIER_BYTES, SWIZZLE_BYTES, WARPGROUP_THREADS
 from .layout import BARRIER_CTA, BARRIER_EPILOGUE_ORDER, BARRIER_EPILOGUE_SYNC, BARRIER_MMA_ORDER, FLAG_BYTES, itemsize
 from .stall_format import STALL_CODES
 
@@ -16,7 +16,11 @@ def template_params(cfg: GemmConfig) -> dict:
     """Everything the gemm templates read: the config itself (`cfg`) and the numbers and names it derives."""
     producer_regs, consumer_regs = cfg.register_split
     return {
-        "template_name": f"gemm_{cfg.schedule}.ptx.j2",   # one kernel template per schedule
+        # one kernel template per schedule (the grouped kernel is a schedule of its own), and its tile walk
+        "template_name": "gemm_grouped.ptx.j2" if cfg.grouped else f"gemm_{cfg.schedule}.ptx.j2",
+        "scheduler_template": "grouped_scheduler.ptx.j2" if cfg.grouped else "scheduler.ptx.j2",
+        "max_groups": MAX_GROUPS,
+        "group_search_steps": [1 << i for i in reversed(range((MAX_GROUPS - 1).bit_length()))],
         "summary": cfg.describe(),
         "ptx_version": PTX_VERSION,
         "cfg": cfg,

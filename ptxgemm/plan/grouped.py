@@ -19,10 +19,9 @@ from .checks import b_dtype_of, check_dtypes, check_out_dtype, dtype_name
 from ..kernel import grouped_walk
 from ..kernel.config import default_out_dtype
 
+from ..kernel.hardware import MAX_GROUPS
+
 FORMS = ("contiguous", "masked", "k")
-# The kernel keeps the counts' prefix sums in shared memory, one u32 per group: 4 KB at this many groups, beside the
-# pipeline's stages (models of 2025 route to at most 384 experts).
-MAX_GROUPS = 1024
 
 
 @dataclasses.dataclass(frozen=True)

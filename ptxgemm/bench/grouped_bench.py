@@ -1,0 +1,167 @@
+"""`python -m ptxgemm bench --set grouped`: the grouped GEMM against its peers on the `grouped` shape set
+(ptxgemm/bench/grouped_shapes.py), in one process, by one method.
+
+Peers (torch is an optional peer: the benchmark needs it, the library does not):
+- contiguous: torch._grouped_mm (offs on the device, like ptxgemm), and a loop of ptxgemm GemmPlans, one per
+  non-empty group (plans made beforehand; the loop only launches);
+- masked: torch.bmm over every group's M_max rows (what a masked decode step does without a grouped kernel), and
+  the same loop of ptxgemm plans over each group's masked_m rows;
+- fp8 (--in-dtype float8_e4m3fn): torch._scaled_grouped_mm with rowwise scales (ptxgemm runs per-tensor scales:
+  the peer does a little more epilogue work per element, the same GEMM otherwise).
+
+Method: burst (L2 flushed before each launch, CUDA events around the launch, implementations interleaved, median of
+`rounds`) and, beside it, back to back (20 launches in a row, warm L2: the method of DeepGEMM's published figures).
+TFLOP/s count the rows the groups hold (2 x rows x N x K), never padding. B is K-major for every implementation
+(a (G, N, K) array viewed as (G, K, N), as torch._grouped_mm wants it). Each row also carries the largest
+difference between ptxgemm's output and the first peer's on the groups' rows, relative to the peer's largest value.
+"""
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from pathlib import Path
+
+from . import grouped_shapes
+
+METHOD = ("burst: L2 flushed before each launch, CUDA events around it, implementations interleaved, median of "
+          "rounds; b2b: 20 launches back to back, warm L2, mean per launch, median of 3 rounds")
+
+
+def _inputs(torch, case, dtype):
+    """a, b (G, K, N) K-major, counts (int32, on the device) and the rows each group holds, for one case."""
+    g, n, k = case.groups, case.n, case.k
+    gen = torch.Generator(device="cuda").manual_seed(25)
+    make = torch.bfloat16 if dtype == "float8_e4m3fn" else getattr(torch, dtype)
+    if case.layout == "contiguous":
+        a = torch.randn(sum(case.counts), k, device="cuda", dtype=make, generator=gen)
+        counts = torch.tensor(case.offs(), device="cuda", dtype=torch.int32)
+    else:
+        a = torch.randn(g, case.m_max, k, device="cuda", dtype=make, generator=gen)
+        counts = torch.tensor(case.counts, device="cuda", dtype=torch.int32)
+    b = torch.randn(g, n, k, device="cuda", dtype=make, generator=gen).transpose(1, 2)
+    if dtype == "float8_e4m3fn":
+        a, b = a.to(torch.float8_e4m3fn), b.to(torch.float8_e4m3fn)
+    return a, b, counts
+
+
+def _group_rows(case):
+    """(group, first row, end row) of each non-empty group: rows of a (contiguous) or of the group's matrix."""
+    out, start = [], 0
+    for g, c in enumerate(case.counts):
+        if case.layout == "contiguous":
+            if c:
+                out.append((g, start, start + c))
+            start += c
+        elif c:
+            out.append((g, 0, c))
+    return out
+
+
+def _peers(torch, ptxgemm, case, a, b, counts, dtype):
+    """name -> (launcher, output tensor) of each peer this case has."""
+    peers = {}
+    if dtype == "float8_e4m3fn":
+        if case.layout == "contiguous" and hasattr(torch, "_scaled_grouped_mm"):
+            sa = torch.ones(a.shape[0], device="cuda", dtype=torch.float32)
+            sb = torch.ones(case.groups, case.n, device="cuda", dtype=torch.float32)
+            out = torch.empty(a.shape[0], case.n, device="cuda", dtype=torch.bfloat16)
+            peers["torch._scaled_grouped_mm"] = (
+                lambda: out.copy_(torch._scaled_grouped_mm(a, b, sa, sb, offs=counts, out_dtype=torch.bfloat16)), out)
+    elif case.layout == "contiguous":
+        out = torch.empty(a.shape[0], case.n, device="cuda", dtype=a.dtype)
+        peers["torch._grouped_mm"] = (lambda: torch._grouped_mm(a, b, offs=counts, out=out)
+                                      if _takes_out(torch) else out.copy_(torch._grouped_mm(a, b, offs=counts)), out)
+    else:
+        out = torch.empty(case.groups, case.m_max, case.n, device="cuda", dtype=a.dtype)
+        peers["torch.bmm"] = (lambda: torch.bmm(a, b, out=out), out)
+    # the loop of dense ptxgemm plans, one per non-empty group
+    loop_out = torch.empty(*(a.shape[:-1]), case.n, device="cuda",
+                           dtype=torch.bfloat16 if dtype == "float8_e4m3fn" else a.dtype)
+    plans = []
+    for g, s, e in _group_rows(case):
+        if case.layout == "contiguous":
+            plans.append(ptxgemm.GemmPlan(a[s:e], b[g], loop_out[s:e]))
+        else:
+            plans.append(ptxgemm.GemmPlan(a[g, s:e], b[g], loop_out[g, s:e]))
+    peers["ptxgemm matmul per group"] = (lambda: [p.launch() for p in plans], loop_out)
+    return peers
+
+
+def _takes_out(torch) -> bool:
+    return False   # torch._grouped_mm has no out= in torch 2.11: the copy is part of its figure only where noted
+
+
+def run(rounds: int, in_dtype: str, out_dir: str, name: str | None) -> int:
+    import torch
+
+    import ptxgemm
+    from ..runtime import driver, timing
+
+    info = driver.require_sm90("the grouped benchmark")
+    gpu = info.name
+    rows = []
+    for case in grouped_shapes.CASES:
+        if case.layout == "k":
+            continue
+        a, b, counts = _inputs(torch, case, in_dtype)
+        kw = {"offs" if case.layout == "contiguous" else "masked_m": counts}
+        scale = {"scale_a": 1.0, "scale_b": 1.0} if in_dtype == "float8_e4m3fn" else {}
+        plan = ptxgemm.GroupedPlan(a, b, **kw, **scale)
+        mine = torch.from_dlpack(plan.out)
+        peers, refused = {}, {}
+        for peer, (launch, peer_out) in _peers(torch, ptxgemm, case, a, b, counts, in_dtype).items():
+            try:   # a peer that refuses these groups (alignment rules) is reported, not timed
+                launch()
+                torch.cuda.synchronize()
+                peers[peer] = (launch, peer_out)
+            except Exception as e:  # noqa: BLE001 - the peer's own error, recorded in the results
+                refused[peer] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
+                print(f"{case.name:34s} {peer:26s} refused: {refused[peer]}", flush=True)
+        launchers = {"ptxgemm": plan.launch, **{p: f for p, (f, _) in peers.items()}}
+        burst = timing.time_interleaved(launchers, rounds)
+        b2b = timing.time_back_to_back(launchers)
+        torch.cuda.synchronize()
+        if refused:
+            rows.append({"case": case.name, "layout": case.layout, "groups": case.groups, "N": case.n, "K": case.k,
+                         "in_dtype": in_dtype, "refused": refused})
+        first_peer, (_, peer_out) = next(iter(peers.items()))
+        diffs = []
+        for g, s, e in _group_rows(case):
+            mine_rows = mine[s:e] if case.layout == "contiguous" else mine[g, s:e]
+            peer_rows = peer_out[s:e] if case.layout == "contiguous" else peer_out[g, s:e]
+            ref = peer_rows.float()
+            diffs.append(float((mine_rows.float() - ref).abs().max() / ref.abs().max().clamp_min(1e-30)))
+        flops = case.flops
+        for peer in peers:
+            rows.append({
+                "case": case.name, "layout": case.layout, "groups": case.groups,
+                "m_per_group": case.m_per_group, "N": case.n, "K": case.k, "in_dtype": in_dtype,
+                "scaling": "tensor" if in_dtype == "float8_e4m3fn" else None,
+                "ptxgemm_ms": burst["ptxgemm"], "peer": peer, "peer_ms": burst[peer],
+                "ptxgemm_tflops": flops / burst["ptxgemm"] / 1e9, "peer_tflops": flops / burst[peer] / 1e9,
+                "speedup": burst[peer] / burst["ptxgemm"],
+                "ptxgemm_b2b_ms": b2b["ptxgemm"], "peer_b2b_ms": b2b[peer],
+                "speedup_b2b": b2b[peer] / b2b["ptxgemm"],
+                "published_tflops": case.published_tflops, "config": plan.config.tag,
+                "max_rel_diff_vs_" + first_peer: max(diffs) if diffs else 0.0,
+            })
+            r = rows[-1]
+            print(f"{case.name:34s} {peer:26s} ptxgemm {r['ptxgemm_tflops']:7.1f}  peer {r['peer_tflops']:7.1f}  "
+                  f"x{r['speedup']:.3f} (b2b x{r['speedup_b2b']:.3f})  {r['config']}  diff {max(diffs):.2e}",
+                  flush=True)
+        del a, b, counts, plan, peers, mine
+        torch.cuda.empty_cache()
+    summary = {}
+    for peer in sorted({r["peer"] for r in rows if "peer" in r}):
+        sp = [r["speedup"] for r in rows if r.get("peer") == peer]
+        summary[peer] = {"shapes": len(sp), "geomean": math.exp(statistics.fmean(math.log(x) for x in sp)),
+                         "min": min(sp)}
+        print(f"geomean vs {peer}: {summary[peer]['geomean']:.3f} over {len(sp)} shapes (min {min(sp):.3f})")
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    slug = gpu.replace(" ", "_")
+    path = Path(out_dir) / f"bench_{slug}_grouped_{in_dtype}{'_' + name if name else ''}.json"
+    path.write_text(json.dumps({"gpu": gpu, "method": METHOD, "rounds": rounds, "rows": rows,
+                                "summary": summary, "published_source": grouped_shapes.DEEPGEMM_SOURCE}, indent=1))
+    print(f"wrote {path}")
+    return 0

@@ -1,0 +1,207 @@
+"""The grouped GEMM's entry points (issue 25; docs/design/grouped-gemm-issue25.md): `grouped_matmul` and
+`GroupedPlan`, one launch over every group, the counts read by the kernel on the device.
+
+    contiguous   a (total_M, K), b (G, K, N), offs (G,) cumulative row ends      -> (total_M, N)
+    masked       a (G, M_max, K), b (G, K, N), masked_m (G,) rows per group     -> (G, M_max, N)
+
+Rows outside every group (contiguous: past offs[-1]; masked: past masked_m[g]) are never written. A plan depends
+on the shapes, never on the counts' values, so one plan serves every step and a CUDA graph that captured its
+launch replays correctly after the counts change in place. The argument rules are ptxgemm.plan.grouped's; the
+memory rules (what the kernel reads in place) are checked here, each naming its argument.
+"""
+from __future__ import annotations
+
+import ctypes
+import math
+
+import numpy as np
+
+from .errors import ConfigError
+from .gemm import LOAD_L2_PROMOTION, MN_PANEL, get_kernel
+from .kernel.config import GemmConfig
+from .plan import epilogue, grouped
+from .plan.checks import check_config
+from .runtime import arrays, driver, tensormap
+from .runtime.arrays import as_device_array
+from .runtime.tensormap import TensorMapSpec
+
+# The tile when no config is given: the wide cooperative tile where the groups are tall enough to give every SM a
+# few of them, else the narrower one, which makes twice as many units of a short group (decode, many experts).
+WIDE_TILE = dict(schedule="cooperative", block_m=128, block_n=256)
+NARROW_TILE = dict(schedule="cooperative", block_m=128, block_n=128)
+
+
+def _rows_view(x, name: str, rows: int, cols: int) -> int:
+    """The row pitch in bytes of `x` read as a (rows, cols) matrix with unit column stride (a 2-D array, or a 3-D
+    one whose leading axes fold into rows); ConfigError names `x` where it cannot be read so in place."""
+    item = x.dtype.itemsize
+    shape, strides = tuple(x.shape), tuple(x.strides)
+    if cols > 1 and strides[-1] != item:
+        raise ConfigError(f"{name}: its last axis must be contiguous (stride {item} bytes), got strides {strides}; "
+                          f"pass a contiguous array")
+    pitch = strides[-2] if len(shape) >= 2 and shape[-2] > 1 else cols * item
+    if len(shape) == 3 and shape[0] > 1 and shape[1] > 0 and strides[0] != shape[1] * pitch:
+        raise ConfigError(f"{name}: its groups' matrices must follow each other (stride of axis 0 = rows x row "
+                          f"pitch = {shape[1] * pitch} bytes), got strides {strides}")
+    if pitch % 16 or x.ptr % 16:
+        raise ConfigError(f"{name}: rows must start on 16-byte boundaries (TMA): row pitch {pitch} bytes, address "
+                          f"0x{x.ptr:x}; a row of a {item}-byte dtype must hold a multiple of {16 // item} elements")
+    return pitch
+
+
+def _b_layout(b, in_fp8: bool) -> tuple[str, int, int]:
+    """B (G, K, N) as the kernel reads it: ("mn", K-row pitch, group stride) when N is contiguous, ("k", N-row
+    pitch, group stride) when K is (a transposed view of a (G, N, K) array); fp8 must be K-major."""
+    g, k, n = b.shape
+    item = b.dtype.itemsize
+    sg, sk, sn = b.strides
+    if (sn == item or n == 1) and not (in_fp8 and n > 1):
+        major, pitch = "mn", (sk if k > 1 else n * item)
+    elif sk == item or k == 1:
+        major, pitch = "k", (sn if n > 1 else k * item)
+    else:
+        raise ConfigError(f"b: one of its last two axes must be contiguous (N: b is (G, K, N) row-major; K: b is a "
+                          f"transposed (G, N, K) array), got strides {b.strides}"
+                          + ("; fp8 B must be K-major (wgmma reads 8-bit types only so)" if in_fp8 else ""))
+    rows = k if major == "mn" else n
+    if g > 1 and sg < rows * pitch:
+        raise ConfigError(f"b: its groups' matrices overlap (stride of axis 0 = {sg} bytes < {rows * pitch})")
+    if pitch % 16 or sg % 16 or b.ptr % 16:
+        raise ConfigError(f"b: rows and groups must start on 16-byte boundaries (TMA): row pitch {pitch}, group "
+                          f"stride {sg}, address 0x{b.ptr:x}")
+    return major, pitch, max(sg, rows * pitch)
+
+
+def default_config(problem: grouped.GroupedProblem, b_major: str, sm_count: int = 132) -> GemmConfig:
+    """The tile for a grouped problem whose counts are unknown to the host: the wide tile when the mean group's
+    units over all groups fill every SM at least twice, else the narrow one."""
+    rows = problem.m if problem.form == "masked" else problem.m / problem.groups
+    wide_units = problem.groups * math.ceil(rows / WIDE_TILE["block_m"]) * math.ceil(problem.n / WIDE_TILE["block_n"])
+    tile = WIDE_TILE if wide_units >= 2 * sm_count else NARROW_TILE
+    return GemmConfig(**tile, in_dtype=problem.in_dtype, b_dtype=problem.b_dtype, out_dtype=problem.out_dtype,
+                      a_major="k", b_major=b_major, grouped=problem.form)
+
+
+class GroupedPlan:
+    """A grouped GEMM bound to its arrays, with tensor maps encoded and arguments packed once: `launch()` only
+    enqueues. The counts array is read by every launch, on the device, so it may change between launches."""
+
+    def __init__(self, a, b, *, offs=None, masked_m=None, out=None, alpha=1.0, scale_a=None, scale_b=None,
+                 activation=None, out_dtype=None, config: GemmConfig | None = None, ctas: int | None = None,
+                 stream=None):
+        check_config(config)
+        counts_host = masked_m if masked_m is not None else offs
+        problem = grouped.parse(a, b, offs=offs, masked_m=masked_m, out=out, out_dtype=out_dtype)
+        if problem.form == "k":
+            raise ConfigError("offs: the k-grouped form (a (M, total_K), b (total_K, N)) is not built yet; the "
+                              "contiguous and masked forms are")
+        self.problem = problem
+        name = problem.counts_name
+        a, b = as_device_array(a, "a", stream), as_device_array(b, "b", stream)
+        if isinstance(counts_host, np.ndarray):   # checked by value in parse; uploaded once, read by every launch
+            counts = arrays.DeviceArray.from_numpy(np.ascontiguousarray(counts_host, dtype=np.int32), stream=stream)
+        else:
+            counts = as_device_array(counts_host, name, stream)
+        if counts.shape[0] > 1 and counts.strides[0] != 4:
+            raise ConfigError(f"{name}: must be contiguous (stride 4 bytes), got strides {counts.strides}")
+        if out is None:
+            out = arrays.DeviceArray.empty(problem.out_shape, problem.out_dtype, stream=stream)
+        else:
+            out = as_device_array(out, "out", stream)
+        self.a, self.b, self.out, self.counts = a, b, out, counts
+        fused = epilogue.parse(alpha=alpha, scale_a=scale_a, scale_b=scale_b, activation=activation, m=problem.m,
+                               n=problem.n, k=problem.k, in_dtype=problem.in_dtype, batched=False,
+                               convert=lambda x, nm: as_device_array(x, nm, stream))
+        for nm, x in (("scale_a", fused.row_scale), ("scale_b", fused.col_scale), ("scale_a", fused.block_a)):
+            if x is not None:
+                raise ConfigError(f"{nm}: the grouped GEMM takes per-tensor scales (a number, or a 1-element "
+                                  f"float32 array) so far; rowwise and blockwise scales per group are not built yet")
+        self.epilogue = fused
+
+        groups, n, k = problem.groups, problem.n, problem.k
+        rows = problem.m * groups if problem.form == "masked" else problem.m   # A and C as 2-D matrices
+        self.rows = rows
+        in_fp8 = problem.in_dtype.startswith("float8")
+        b_major, b_pitch, b_group = _b_layout(b, in_fp8)
+        info = driver.require_sm90("running the grouped GEMM")
+        cfg = config if config is not None else default_config(problem, b_major, info.sm_count)
+        cfg = GemmConfig(**{**_fields(cfg), **fused.config_fields(False, n), "grouped": problem.form,
+                            "in_dtype": problem.in_dtype, "b_dtype": problem.b_dtype,
+                            "out_dtype": problem.out_dtype, "a_major": "k", "b_major": b_major})
+        self.config = cfg
+        if rows == 0 or n == 0:
+            self._launch = None
+            return
+        if k == 0:
+            raise ConfigError("a, b: K is 0; the grouped GEMM needs K >= 1 (the product would be zeros)")
+        a_pitch = _rows_view(a, "a", rows, k)
+        c_pitch = _rows_view(out, "out", rows, n)
+        if c_pitch != n * out.dtype.itemsize:
+            raise ConfigError(f"out: must be C-contiguous (rows of {n * out.dtype.itemsize} bytes), got strides "
+                              f"{out.strides}")
+        specs = {
+            "tmap_a": TensorMapSpec(a.ptr, a.dtype, (k, rows, 1), (a_pitch, rows * a_pitch),
+                                    (cfg.block_k, cfg.a_rows_per_cta, 1), l2_promotion=LOAD_L2_PROMOTION),
+            "tmap_b": (TensorMapSpec(b.ptr, b.dtype, (k, n, groups), (b_pitch, b_group),
+                                     (cfg.block_k, cfg.b_rows_per_cta, 1), l2_promotion=LOAD_L2_PROMOTION)
+                       if b_major == "k" else
+                       TensorMapSpec(b.ptr, b.dtype, (n, k, groups), (b_pitch, b_group), (MN_PANEL, cfg.block_k, 1),
+                                     l2_promotion=LOAD_L2_PROMOTION)),
+            "tmap_c": TensorMapSpec(out.ptr, out.dtype, (n, rows, 1), (c_pitch, rows * c_pitch),
+                                    (cfg.epi_panel_cols, cfg.epi_box_rows, 1), l2_promotion="none"),
+        }
+        self.specs = specs
+        self.kernel = get_kernel(cfg)
+        maps = {nm: tensormap.encode(spec) for nm, spec in specs.items()}
+        self.tiles_n = -(-n // cfg.block_n)
+        self.k_tiles = -(-k // cfg.block_k)
+        self.grid = info.sm_count if ctas is None else max(1, min(int(ctas), info.sm_count))
+        args = [maps["tmap_a"], maps["tmap_b"], maps["tmap_c"], *fused.kernel_args(False, k, n),
+                *kernel_arguments(cfg, rows, n, k, problem, counts.ptr, out.ptr, c_pitch)]
+        self._maps = maps
+        self._launch = driver.PreparedLaunch(self.kernel.function, (self.grid,), (cfg.threads,), args,
+                                             smem_bytes=cfg.smem_bytes)
+
+    @property
+    def flops(self) -> int:
+        """2 x K x N per row of A that the counts may cover (the rows actually computed depend on the counts)."""
+        return 2 * self.rows * self.problem.n * self.problem.k
+
+    def launch(self, stream=None):
+        if self._launch is not None:
+            self._launch(stream)
+
+
+def _fields(cfg: GemmConfig) -> dict:
+    import dataclasses
+
+    return {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}
+
+
+def kernel_arguments(cfg: GemmConfig, rows: int, n: int, k: int, problem: grouped.GroupedProblem, counts_ptr: int,
+                     c_ptr: int, c_pitch: int) -> list:
+    """The grouped kernel's scalar arguments after the tensor maps and the epilogue's, in gemm_roles.ptx.j2's and
+    grouped_scheduler.ptx.j2's order (pure: tests check them without a GPU)."""
+    return [ctypes.c_uint32(rows), ctypes.c_uint32(n), ctypes.c_uint32(-(-rows // cfg.block_m)),
+            ctypes.c_uint32(-(-n // cfg.block_n)), ctypes.c_uint32(-(-k // cfg.block_k)),
+            ctypes.c_uint32(1), ctypes.c_uint32(0), ctypes.c_uint32(1),      # one A and C; B's batch is the group
+            ctypes.c_uint64(counts_ptr), ctypes.c_uint32(problem.groups),
+            ctypes.c_uint32(problem.m if problem.form == "masked" else 0),
+            ctypes.c_uint64(c_ptr), ctypes.c_uint32(c_pitch),
+            ctypes.c_uint64(0)]                                               # debug records: none
+
+
+def grouped_matmul(a, b, *, offs=None, masked_m=None, out=None, alpha=1.0, scale_a=None, scale_b=None,
+                   activation=None, out_dtype=None, config: GemmConfig | None = None, stream=None):
+    """One launch over G groups (asynchronous on `stream`), torch._grouped_mm's forms:
+
+    contiguous  a (total_M, K), b (G, K, N), offs (G,) int32 cumulative row ends  -> (total_M, N)
+    masked      a (G, M_max, K), b (G, K, N), masked_m (G,) int32 rows per group  -> (G, M_max, N)
+
+    out = act(alpha * scale_a * scale_b * a_g @ b_g) on each group's rows; rows outside every group are not
+    written (a new `out` holds whatever the allocator gave there). The counts are device int32 vectors read by the
+    kernel (host numpy ones are checked by value and uploaded). Any group sizes, 0 included. Returns `out`."""
+    plan = GroupedPlan(a, b, offs=offs, masked_m=masked_m, out=out, alpha=alpha, scale_a=scale_a, scale_b=scale_b,
+                       activation=activation, out_dtype=out_dtype, config=config, stream=stream)
+    plan.launch(stream)
+    return plan.out if out is None else out

@@ -1,0 +1,219 @@
+"""The grouped GEMM on the device (issue 25): the contiguous and masked forms with empty, single-row and unaligned
+groups, G from 1 to 256, every tile the grouped kernel takes, B in both majors, fp16, bf16 and fp8 with per-tensor
+scales and an activation; new counts on the same plan, and a CUDA graph replayed after the counts changed in place.
+
+Inputs are random (never zero); `out` is NaN-poisoned first; each group's rows are checked element by element
+against the float64 product with ptxgemm.accuracy's bound, and every row outside the groups must still hold its
+poison bit for bit (no tile wrote another group's rows, or past a mask).
+"""
+from __future__ import annotations
+
+import zlib
+
+import numpy as np
+import pytest
+from gemm_reference import matmul64, random_matrix
+
+from ptxgemm import accuracy
+from ptxgemm.kernel.config import GemmConfig
+from ptxgemm.plan import grouped as grouped_rules
+
+gpu = pytest.mark.gpu
+
+
+def _counts_contiguous(sizes):
+    return np.cumsum(sizes).astype(np.int32)
+
+
+def _b(rng, groups, k, n, dtype, major):
+    """(G, K, N): row-major (N contiguous) for major 'mn', a transposed (G, N, K) array for 'k'."""
+    mats = [random_matrix(rng, n, k, dtype) if major == "k" else random_matrix(rng, k, n, dtype)
+            for _ in range(groups)]
+    stack = np.stack(mats)
+    return stack.transpose(0, 2, 1) if major == "k" else stack
+
+
+def _device_b(ptxgemm, b, major):
+    if major == "k":   # upload the (G, N, K) array and view it as (G, K, N)
+        dev = ptxgemm.to_device(np.ascontiguousarray(b.transpose(0, 2, 1)))
+        g, n, k = dev.shape
+        item = dev.dtype.itemsize
+        return dev.view((g, k, n), (n * k * item, item, k * item))
+    return ptxgemm.to_device(np.ascontiguousarray(b))
+
+
+def _check(out, poisoned, a, b, problem, counts, in_dtype, out_dtype, scale=1.0, activation=None):
+    """Each group's rows against the float64 product (times `scale`, through `activation`); every other row bitwise
+    the poison."""
+    spans = grouped_rules.group_ranges(problem, counts)
+    covered = np.zeros(out.shape[:-1], dtype=bool)
+    for g, (s, e) in enumerate(spans):
+        if e == s:
+            continue
+        if problem.form == "contiguous":
+            rows, got, idx = a[s:e], out[s:e], (slice(s, e),)
+        else:
+            rows, got, idx = a[g, :e], out[g, :e], (g, slice(0, e))
+        covered[idx] = True
+        ref, absprod = accuracy.reference(rows, b[g], matmul64)
+        if scale == 1.0 and activation is None:
+            bound = accuracy.error_bound(ref, absprod, rows.shape[1], out_dtype, in_dtype)
+        else:   # the fused epilogue's bound: the scaled accumulation error, the epilogue's roundings, the activation
+            pre = scale * ref
+            gemm_error = scale * accuracy.accumulation_error(absprod, rows.shape[1], in_dtype)
+            ref, bound = accuracy.fused_bound(pre, gemm_error, np.abs(pre), activation, out_dtype)
+        verdict = accuracy.check_bound(got.astype(np.float64), ref, bound)
+        assert verdict.ok, f"group {g} rows [{s}, {e}): {verdict}"
+    bits = out.view(np.uint16 if out.dtype.itemsize == 2 else np.uint32)
+    pbits = poisoned.view(bits.dtype)
+    assert np.array_equal(bits[~covered], pbits[~covered]), "a row outside every group was written"
+
+
+#: (name, form, sizes (contiguous) or (M_max, masked_m), N, K, dtype, B major, tile or None)
+CASES = (
+    ("one-group", "contiguous", [300], 256, 512, "bfloat16", "mn", None),
+    ("empty-single-unaligned", "contiguous", [0, 1, 130, 257, 0], 384, 328, "bfloat16", "mn", "coop128x256"),
+    ("rows-past-last-end", "contiguous", [70, 0, 190], 256, 256, "bfloat16", "k", "coop128x128"),
+    ("fp16-kmajor-8", "contiguous", [33, 517, 64, 128, 1, 255, 0, 300], 512, 1024, "float16", "k", "coop256x128"),
+    ("masked-4", "masked", (200, [0, 1, 129, 200]), 256, 256, "bfloat16", "mn", None),
+    ("masked-narrow", "masked", (256, [256, 17, 0, 128, 255, 3]), 128, 640, "bfloat16", "k", "coop128x128"),
+)
+
+
+def _make(rng, form, sizes, n, k, dtype, major):
+    if form == "contiguous":
+        total = sum(sizes) + (37 if sizes == [70, 0, 190] else 0)   # rows after the last end stay unwritten
+        counts = _counts_contiguous(sizes)
+        a = random_matrix(rng, total, k, dtype)
+        groups = len(sizes)
+    else:
+        m_max, masked = sizes
+        groups = len(masked)
+        counts = np.array(masked, dtype=np.int32)
+        a = np.stack([random_matrix(rng, m_max, k, dtype) for _ in range(groups)])
+    return a, _b(rng, groups, k, n, dtype, major), counts
+
+
+@gpu
+@pytest.mark.parametrize("name, form, sizes, n, k, dtype, major, tag", CASES, ids=[c[0] for c in CASES])
+def test_grouped_case(name, form, sizes, n, k, dtype, major, tag):
+    import ptxgemm
+
+    rng = np.random.default_rng(zlib.crc32(name.encode()))
+    a, b, counts = _make(rng, form, sizes, n, k, dtype, major)
+    out_shape = (a.shape[0], n) if form == "contiguous" else (a.shape[0], a.shape[1], n)
+    out = ptxgemm.DeviceArray.empty(out_shape, np.dtype(accuracy.DTYPES[dtype]))
+    out.poison()
+    poisoned = out.to_numpy()
+    config = GemmConfig.from_tag(tag) if tag else None
+    kw = {"offs": ptxgemm.to_device(counts)} if form == "contiguous" else {"masked_m": ptxgemm.to_device(counts)}
+    plan = ptxgemm.GroupedPlan(ptxgemm.to_device(a), _device_b(ptxgemm, b, major), out=out, config=config, **kw)
+    assert plan.config.grouped == form and plan.config.b_major == major
+    if tag:
+        assert plan.config.tag == tag
+    plan.launch()
+    problem = grouped_rules.parse(a, b, out=poisoned, **{k2: counts for k2 in kw})
+    _check(out.to_numpy(), poisoned, a, b, problem, counts, dtype, dtype)
+
+
+@gpu
+def test_many_groups_skewed_and_few_ctas():
+    """256 experts with Zipf-drawn counts (many empty), on the default grid and on 3 CTAs (each walks many units
+    across groups, so the ring's phase and the search carry from group to group)."""
+    import ptxgemm
+
+    rng = np.random.default_rng(25256)
+    sizes = np.minimum(rng.zipf(1.3, 256), 600) - 1
+    sizes[rng.choice(256, 40, replace=False)] = 0
+    k, n = 384, 256
+    a = random_matrix(rng, int(sizes.sum()), k, "bfloat16")
+    b = _b(rng, 256, k, n, "bfloat16", "mn")
+    counts = _counts_contiguous(sizes)
+    problem = grouped_rules.parse(a, b, offs=counts)
+    for ctas in (None, 3):
+        out = ptxgemm.DeviceArray.empty((a.shape[0], n), np.dtype(accuracy.DTYPES["bfloat16"]))
+        out.poison()
+        poisoned = out.to_numpy()
+        plan = ptxgemm.GroupedPlan(ptxgemm.to_device(a), ptxgemm.to_device(b), offs=ptxgemm.to_device(counts),
+                                   out=out, ctas=ctas)
+        plan.launch()
+        _check(out.to_numpy(), poisoned, a, b, problem, counts, "bfloat16", "bfloat16")
+
+
+@gpu
+@pytest.mark.parametrize("form", ["contiguous", "masked"])
+def test_fp8_per_tensor_scales_and_activation(form):
+    import ptxgemm
+
+    fp8 = "float8_e4m3fn"
+    rng = np.random.default_rng(2508 + (form == "masked"))
+    k, n = 896, 256
+    if form == "contiguous":
+        sizes = [0, 200, 1, 333, 64]
+        counts = _counts_contiguous(sizes)
+        a = random_matrix(rng, sum(sizes), k, fp8)
+    else:
+        counts = np.array([77, 0, 160, 5], dtype=np.int32)
+        a = np.stack([random_matrix(rng, 160, k, fp8) for _ in range(4)])
+    b = _b(rng, len(counts), k, n, fp8, "k")
+    out_shape = (a.shape[0], n) if form == "contiguous" else (4, 160, n)
+    out = ptxgemm.DeviceArray.empty(out_shape, np.dtype(accuracy.DTYPES["bfloat16"]))
+    out.poison()
+    poisoned = out.to_numpy()
+    kw = {"offs" if form == "contiguous" else "masked_m": ptxgemm.to_device(counts)}
+    ptxgemm.grouped_matmul(ptxgemm.to_device(a), _device_b(ptxgemm, b, "k"), out=out, scale_a=0.75, scale_b=1.5,
+                           activation="silu", **kw)
+    problem = grouped_rules.parse(a, b, out=poisoned, **{key: counts for key in kw})
+    _check(out.to_numpy(), poisoned, a, b, problem, counts, fp8, "bfloat16", scale=1.125, activation="silu")
+
+
+@gpu
+def test_new_counts_same_plan_and_graph_replay():
+    """One plan, launched with one set of counts, then (in place, on the device) another: the result follows the
+    counts. Then a graph captured once and replayed after a third set was written: it follows them too."""
+    import ptxgemm
+    from ptxgemm.runtime import driver
+    from ptxgemm.runtime.graph import Graph
+
+    rng = np.random.default_rng(2525)
+    k, n, total = 256, 256, 700
+    a = random_matrix(rng, total, k, "bfloat16")
+    b = _b(rng, 6, k, n, "bfloat16", "mn")
+    counts_dev = ptxgemm.to_device(_counts_contiguous([100, 100, 100, 100, 100, 100]))
+    out = ptxgemm.DeviceArray.empty((total, n), np.dtype(accuracy.DTYPES["bfloat16"]))
+    plan = ptxgemm.GroupedPlan(ptxgemm.to_device(a), ptxgemm.to_device(b), offs=counts_dev, out=out)
+    stream = driver.Stream()
+    graph = Graph()
+    with graph.capture(stream, keep=(plan,)):
+        plan.launch(stream)
+    for sizes, runner in (([0, 300, 1, 129, 0, 200], lambda: plan.launch()),
+                          ([10, 0, 0, 680, 0, 0], lambda: (graph.replay(stream), stream.synchronize())),
+                          ([117, 117, 117, 117, 117, 115], lambda: (graph.replay(stream), stream.synchronize()))):
+        counts = _counts_contiguous(sizes)
+        counts_dev.copy_from_host(counts)
+        out.poison()
+        poisoned = out.to_numpy()
+        runner()
+        problem = grouped_rules.parse(a, b, offs=counts)
+        _check(out.to_numpy(), poisoned, a, b, problem, counts, "bfloat16", "bfloat16")
+
+
+@gpu
+def test_device_counts_out_of_range_are_clamped():
+    """Device counts the host cannot check (decreasing, past total_M, negative) give clamped ranges, as the walk's
+    model says, and never a write outside the groups' clamped rows."""
+    import ptxgemm
+
+    rng = np.random.default_rng(2599)
+    k, n, total = 256, 128, 300
+    a = random_matrix(rng, total, k, "bfloat16")
+    b = _b(rng, 4, k, n, "bfloat16", "mn")
+    counts = np.array([-5, 200, 150, 10_000], dtype=np.int32)
+    out = ptxgemm.DeviceArray.empty((total, n), np.dtype(accuracy.DTYPES["bfloat16"]))
+    out.poison()
+    poisoned = out.to_numpy()
+    ptxgemm.grouped_matmul(ptxgemm.to_device(a), ptxgemm.to_device(b), offs=ptxgemm.to_device(counts), out=out)
+    clamped = np.array([0, 200, 200, 300], dtype=np.int32)   # ends: max(0, -5), 200, max(200, 150), min(10000, 300)
+    assert grouped_rules.group_ranges(grouped_rules.parse(a, b, offs=clamped), counts) == [(0, 0), (0, 200),
+                                                                                          (200, 200), (200, 300)]
+    _check(out.to_numpy(), poisoned, a, b, grouped_rules.parse(a, b, offs=clamped), clamped, "bfloat16", "bfloat16")

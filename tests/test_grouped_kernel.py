@@ -1,0 +1,97 @@
+"""The grouped kernel without a GPU: its config rules, its shared-memory tables, its PTX (assembled by ptxas without
+spills, the parameters in the order the host packs them) and the dense kernels left as they were."""
+from __future__ import annotations
+
+import ctypes
+import re
+
+import pytest
+
+from ptxgemm.build.kernels import compile_gemm, render_gemm
+from ptxgemm.errors import ConfigError
+from ptxgemm.grouped import kernel_arguments
+from ptxgemm.kernel.config import GemmConfig
+from ptxgemm.kernel.hardware import MAX_GROUPS, SMEM_PER_BLOCK_OPTIN
+from ptxgemm.plan import grouped as rules
+
+TILES = ("coop128x256", "coop128x128", "coop256x128")
+
+
+def _cfg(tag, form, **kw):
+    return GemmConfig.from_tag(tag, grouped=form, **kw)
+
+
+@pytest.mark.parametrize("form", ["contiguous", "masked"])
+@pytest.mark.parametrize("tag", TILES)
+def test_grouped_kernels_assemble_without_spills(tag, form):
+    cfg = _cfg(tag, form)
+    fn = compile_gemm(cfg).report.functions["gemm_grouped"]
+    assert fn.spill_store_bytes == 0 and fn.spill_load_bytes == 0, fn
+    assert cfg.smem_bytes <= SMEM_PER_BLOCK_OPTIN
+    # the tables sit after every barrier and hold G + 1 entries each
+    assert cfg.smem_groups >= cfg.smem_src_full and cfg.smem_group_units == cfg.smem_groups + 4 * (MAX_GROUPS + 1)
+    assert cfg.smem_group_units + 4 * (MAX_GROUPS + 1) <= cfg.smem_bytes
+
+
+def test_fp8_and_fp16_grouped_kernels_assemble():
+    for kw in (dict(in_dtype="float8_e4m3fn", out_dtype="bfloat16", a_major="k", b_major="k", alpha=True,
+                    activation="silu"),
+               dict(in_dtype="float16", out_dtype="float16", b_major="k")):
+        fn = compile_gemm(_cfg("coop128x256", "contiguous", **kw)).report.functions["gemm_grouped"]
+        assert fn.spill_store_bytes == 0, fn
+
+
+@pytest.mark.parametrize("kw, rule", [
+    (dict(schedule="pingpong", block_m=128, block_n=128), "pingpong"),
+    (dict(schedule="cooperative", cluster_m=2, block_n=256), "cluster"),
+    (dict(schedule="cooperative", splits=2), "splits"),
+    (dict(schedule="cooperative", bias="col"), "bias"),
+    (dict(schedule="cooperative", block_n=208), "whole number"),
+    (dict(schedule="cooperative", raster="hilbert"), "hilbert"),
+])
+def test_grouped_config_rules_name_what_they_refuse(kw, rule):
+    with pytest.raises(ConfigError, match=rule):
+        GemmConfig(grouped="contiguous", **kw)
+    with pytest.raises(ConfigError, match="grouped: must be"):
+        GemmConfig(schedule="cooperative", grouped="k-major")
+
+
+def test_dense_kernels_keep_their_smem_map():
+    """grouped=None adds nothing: the dense kernels' maps end where their barriers do."""
+    for tag in ("coop128x256", "pp128x192"):
+        cfg = GemmConfig.from_tag(tag)
+        assert cfg.group_table_bytes == 0 and cfg.smem_bytes == cfg.smem_groups
+        assert cfg.kernel_name == f"gemm_{cfg.schedule}"
+
+
+def _entry_params(ptx: str) -> list[tuple[str, str]]:
+    head = ptx[ptx.index(".visible .entry"):ptx.index(")\n.maxntid")]
+    return re.findall(r"\.param \.(?:align \d+ \.b8|(\w+)) (\w+)", head)
+
+
+@pytest.mark.parametrize("form", ["contiguous", "masked"])
+def test_the_host_packs_the_parameters_the_kernel_declares(form):
+    cfg = _cfg("coop128x256", form)
+    params = _entry_params(render_gemm(cfg))
+    names = [n for _, n in params]
+    assert names[:3] == ["tmap_a", "tmap_b", "tmap_c"]
+    problem = rules.GroupedProblem(form, 4, 300, 512, 256, "bfloat16", None, "bfloat16",
+                                   (300, 512) if form == "contiguous" else (4, 300, 512))
+    args = kernel_arguments(cfg, 300 * (4 if form == "masked" else 1), 512, 256, problem, 0x1000, 0x2000, 1024)
+    scalars = params[3:]
+    assert len(args) == len(scalars), names
+    width = {"u32": ctypes.c_uint32, "u64": ctypes.c_uint64, "f32": ctypes.c_float}
+    for (ptype, pname), value in zip(scalars, args):
+        assert isinstance(value, width[ptype]), (pname, value)
+    by_name = dict(zip([n for _, n in scalars], [v.value for v in args]))
+    assert by_name["param_groups"] == 4 and by_name["param_counts"] == 0x1000 and by_name["param_ldc"] == 1024
+    assert by_name["param_group_rows"] == (300 if form == "masked" else 0)
+    assert by_name["param_b_batch_step"] == 1 and by_name["param_a_batch_step"] == 0
+
+
+def test_the_search_covers_every_group():
+    """The unit -> group search takes power-of-two steps from 0: their sum reaches the last group MAX_GROUPS - 1."""
+    from ptxgemm.kernel.params import template_params
+
+    steps = template_params(_cfg("coop128x256", "contiguous"))["group_search_steps"]
+    assert sum(steps) >= MAX_GROUPS - 1 and all(s & (s - 1) == 0 for s in steps)
