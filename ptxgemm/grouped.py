@@ -17,6 +17,7 @@ import math
 import numpy as np
 
 from .errors import ConfigError
+from .build.kernels import spills
 from .gemm import LOAD_L2_PROMOTION, MN_PANEL, get_kernel
 from .kernel.config import GemmConfig
 from .plan import epilogue, grouped
@@ -25,10 +26,16 @@ from .runtime import arrays, driver, tensormap
 from .runtime.arrays import as_device_array
 from .runtime.tensormap import TensorMapSpec
 
-# The tile when no config is given: the wide cooperative tile where the groups are tall enough to give every SM a
-# few of them, else the narrower one, which makes twice as many units of a short group (decode, many experts).
-WIDE_TILE = dict(schedule="cooperative", block_m=128, block_n=256)
-NARROW_TILE = dict(schedule="cooperative", block_m=128, block_n=128)
+# The grouped kernel's tiles (cooperative, single CTAs, whole output panels) and how fast each runs a full tile,
+# relative to the widest, on the H100's dense GEMM: the default config takes the one that finishes the mean group's
+# units soonest over all SMs (whole waves of units, each as long as its tile's area over its efficiency).
+GROUPED_TILES = {"coop128x256": 1.0, "coop256x128": 0.97, "coop128x192": 0.95, "coop128x128": 0.85}
+# The tables' size is rounded up to a power of two from G, at least this: few kernels serve every G.
+MIN_GROUP_CAPACITY = 16
+
+
+def group_capacity(groups: int) -> int:
+    return max(MIN_GROUP_CAPACITY, 1 << (groups - 1).bit_length())
 
 
 def _rows_view(x, name: str, rows: int, cols: int) -> int:
@@ -72,14 +79,28 @@ def _b_layout(b, in_fp8: bool) -> tuple[str, int, int]:
     return major, pitch, max(sg, rows * pitch)
 
 
-def default_config(problem: grouped.GroupedProblem, b_major: str, sm_count: int = 132) -> GemmConfig:
-    """The tile for a grouped problem whose counts are unknown to the host: the wide tile when the mean group's
-    units over all groups fill every SM at least twice, else the narrow one."""
+def default_config(problem: grouped.GroupedProblem, b_major: str, sm_count: int = 132, fused: dict | None = None,
+                   spill_check=None) -> GemmConfig:
+    """The tile for a grouped problem whose counts the host does not know: each group taken as the mean one (M_max
+    rows when masked), the tile whose waves of units over `sm_count` SMs cost least (GROUPED_TILES). With a fused
+    epilogue (`fused`: Epilogue.config_fields), a tile that ptxas spills yields to the next one, as the dense
+    selection's picks do (`spill_check`: build.kernels.spills)."""
     rows = problem.m if problem.form == "masked" else problem.m / problem.groups
-    wide_units = problem.groups * math.ceil(rows / WIDE_TILE["block_m"]) * math.ceil(problem.n / WIDE_TILE["block_n"])
-    tile = WIDE_TILE if wide_units >= 2 * sm_count else NARROW_TILE
-    return GemmConfig(**tile, in_dtype=problem.in_dtype, b_dtype=problem.b_dtype, out_dtype=problem.out_dtype,
-                      a_major="k", b_major=b_major, grouped=problem.form)
+
+    def cost(tag):
+        t = GemmConfig.from_tag(tag)
+        units = problem.groups * math.ceil(rows / t.block_m) * math.ceil(problem.n / t.block_n)
+        return math.ceil(units / sm_count) * t.block_m * t.block_n / GROUPED_TILES[tag]
+
+    configs = [GemmConfig.from_tag(tag, in_dtype=problem.in_dtype, b_dtype=problem.b_dtype,
+                                   out_dtype=problem.out_dtype, a_major="k", b_major=b_major, grouped=problem.form,
+                                   group_capacity=group_capacity(problem.groups), **(fused or {}))
+               for tag in sorted(GROUPED_TILES, key=cost)]
+    if spill_check is not None:
+        for cfg in configs:
+            if not cfg.fused or not spill_check(cfg):
+                return cfg
+    return configs[0]
 
 
 class GroupedPlan:
@@ -90,24 +111,26 @@ class GroupedPlan:
                  activation=None, out_dtype=None, config: GemmConfig | None = None, ctas: int | None = None,
                  stream=None):
         check_config(config)
-        counts_host = masked_m if masked_m is not None else offs
-        problem = grouped.parse(a, b, offs=offs, masked_m=masked_m, out=out, out_dtype=out_dtype)
+        # any framework's device arrays, read in place (DLPack or __cuda_array_interface__); host counts are
+        # checked by value (in parse) and uploaded once, then read by every launch
+        a, b = as_device_array(a, "a", stream), as_device_array(b, "b", stream)
+        name = "masked_m" if masked_m is not None else "offs"
+        counts = masked_m if masked_m is not None else offs
+        if counts is not None and not isinstance(counts, np.ndarray):
+            counts = as_device_array(counts, name, stream)
+        if out is not None:
+            out = as_device_array(out, "out", stream)
+        problem = grouped.parse(a, b, out=out, out_dtype=out_dtype, **({} if counts is None else {name: counts}))
         if problem.form == "k":
             raise ConfigError("offs: the k-grouped form (a (M, total_K), b (total_K, N)) is not built yet; the "
                               "contiguous and masked forms are")
         self.problem = problem
-        name = problem.counts_name
-        a, b = as_device_array(a, "a", stream), as_device_array(b, "b", stream)
-        if isinstance(counts_host, np.ndarray):   # checked by value in parse; uploaded once, read by every launch
-            counts = arrays.DeviceArray.from_numpy(np.ascontiguousarray(counts_host, dtype=np.int32), stream=stream)
-        else:
-            counts = as_device_array(counts_host, name, stream)
+        if isinstance(counts, np.ndarray):
+            counts = arrays.DeviceArray.from_numpy(np.ascontiguousarray(counts, dtype=np.int32), stream=stream)
         if counts.shape[0] > 1 and counts.strides[0] != 4:
             raise ConfigError(f"{name}: must be contiguous (stride 4 bytes), got strides {counts.strides}")
         if out is None:
             out = arrays.DeviceArray.empty(problem.out_shape, problem.out_dtype, stream=stream)
-        else:
-            out = as_device_array(out, "out", stream)
         self.a, self.b, self.out, self.counts = a, b, out, counts
         fused = epilogue.parse(alpha=alpha, scale_a=scale_a, scale_b=scale_b, activation=activation, m=problem.m,
                                n=problem.n, k=problem.k, in_dtype=problem.in_dtype, batched=False,
@@ -124,10 +147,15 @@ class GroupedPlan:
         in_fp8 = problem.in_dtype.startswith("float8")
         b_major, b_pitch, b_group = _b_layout(b, in_fp8)
         info = driver.require_sm90("running the grouped GEMM")
-        cfg = config if config is not None else default_config(problem, b_major, info.sm_count)
+        cfg = config if config is not None else default_config(problem, b_major, info.sm_count,
+                                                               fused.config_fields(False, n), spills)
+        if config is not None and config.group_capacity is not None and config.group_capacity < problem.groups:
+            raise ConfigError(f"config.group_capacity: {config.group_capacity} groups fit its tables, these "
+                              f"operands have {problem.groups}")
         cfg = GemmConfig(**{**_fields(cfg), **fused.config_fields(False, n), "grouped": problem.form,
                             "in_dtype": problem.in_dtype, "b_dtype": problem.b_dtype,
-                            "out_dtype": problem.out_dtype, "a_major": "k", "b_major": b_major})
+                            "out_dtype": problem.out_dtype, "a_major": "k", "b_major": b_major,
+                            "group_capacity": cfg.group_capacity or group_capacity(problem.groups)})
         self.config = cfg
         if rows == 0 or n == 0:
             self._launch = None

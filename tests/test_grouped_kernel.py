@@ -29,16 +29,31 @@ def test_grouped_kernels_assemble_without_spills(tag, form):
     assert fn.spill_store_bytes == 0 and fn.spill_load_bytes == 0, fn
     assert cfg.smem_bytes <= SMEM_PER_BLOCK_OPTIN
     # the tables sit after every barrier and hold G + 1 entries each
-    assert cfg.smem_groups >= cfg.smem_src_full and cfg.smem_group_units == cfg.smem_groups + 4 * (MAX_GROUPS + 1)
-    assert cfg.smem_group_units + 4 * (MAX_GROUPS + 1) <= cfg.smem_bytes
+    entries = cfg.group_table_entries
+    assert entries == MAX_GROUPS + 1   # no capacity given: the most the kernel takes
+    assert cfg.smem_groups >= cfg.smem_src_full and cfg.smem_group_units == cfg.smem_groups + 4 * entries
+    assert cfg.smem_group_units + 4 * entries <= cfg.smem_bytes
 
 
 def test_fp8_and_fp16_grouped_kernels_assemble():
-    for kw in (dict(in_dtype="float8_e4m3fn", out_dtype="bfloat16", a_major="k", b_major="k", alpha=True,
-                    activation="silu"),
+    for kw in (dict(in_dtype="float8_e4m3fn", out_dtype="bfloat16", a_major="k", b_major="k", alpha=True),
                dict(in_dtype="float16", out_dtype="float16", b_major="k")):
         fn = compile_gemm(_cfg("coop128x256", "contiguous", **kw)).report.functions["gemm_grouped"]
         assert fn.spill_store_bytes == 0, fn
+
+
+def test_a_fused_default_that_spills_yields_to_the_next_tile():
+    """fp8 with alpha and SiLU spills on coop128x256 (as the dense cooperative kernel does, by 4 bytes); the
+    default config then takes the next tile that does not."""
+    from ptxgemm.build.kernels import spills
+    from ptxgemm.grouped import default_config
+
+    fp8 = dict(in_dtype="float8_e4m3fn", out_dtype="bfloat16", a_major="k", b_major="k")
+    p = rules.GroupedProblem("contiguous", 8, 32768, 4096, 7168, "float8_e4m3fn", None, "bfloat16", (32768, 4096))
+    first = default_config(p, "k", fused=dict(alpha=True, activation="silu"))
+    assert first.tag == "coop128x256" and spills(first)
+    cfg = default_config(p, "k", fused=dict(alpha=True, activation="silu"), spill_check=spills)
+    assert cfg.tag != "coop128x256" and not spills(cfg) and cfg.alpha and cfg.activation == "silu"
 
 
 @pytest.mark.parametrize("kw, rule", [
@@ -95,3 +110,25 @@ def test_the_search_covers_every_group():
 
     steps = template_params(_cfg("coop128x256", "contiguous"))["group_search_steps"]
     assert sum(steps) >= MAX_GROUPS - 1 and all(s & (s - 1) == 0 for s in steps)
+
+
+def test_a_smaller_capacity_gives_the_staging_its_second_slot():
+    """The tables for 1024 groups (8 KB) cost coop128x256 one of its two staging slots per consumer; up to 256
+    groups they do not."""
+    big = _cfg("coop128x256", "contiguous")
+    small = _cfg("coop128x256", "contiguous", group_capacity=256)
+    assert (big.epi_slots, small.epi_slots) == (1, 2)
+    assert small.num_stages == big.num_stages
+    with pytest.raises(ConfigError, match="power of two"):
+        _cfg("coop128x256", "contiguous", group_capacity=100)
+    with pytest.raises(ConfigError, match="only for a grouped kernel"):
+        GemmConfig.from_tag("coop128x256", group_capacity=16)
+
+
+def test_the_default_tile_and_capacity():
+    from ptxgemm.grouped import default_config, group_capacity
+
+    assert [group_capacity(g) for g in (1, 16, 17, 256, 257, 1024)] == [16, 16, 32, 256, 512, 1024]
+    p = rules.GroupedProblem("masked", 4, 256, 4096, 7168, "bfloat16", None, "bfloat16", (4, 256, 4096))
+    cfg = default_config(p, "k")
+    assert cfg.grouped == "masked" and cfg.group_capacity == 16 and cfg.tag == "coop128x256"

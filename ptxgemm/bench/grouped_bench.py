@@ -92,10 +92,11 @@ def _takes_out(torch) -> bool:
     return False   # torch._grouped_mm has no out= in torch 2.11: the copy is part of its figure only where noted
 
 
-def run(rounds: int, in_dtype: str, out_dir: str, name: str | None) -> int:
+def run(rounds: int, in_dtype: str, out_dir: str, name: str | None, with_variants: bool = False) -> int:
     import torch
 
     import ptxgemm
+    from .. import grouped as grouped_mod
     from ..runtime import driver, timing
 
     info = driver.require_sm90("the grouped benchmark")
@@ -118,9 +119,13 @@ def run(rounds: int, in_dtype: str, out_dir: str, name: str | None) -> int:
             except Exception as e:  # noqa: BLE001 - the peer's own error, recorded in the results
                 refused[peer] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
                 print(f"{case.name:34s} {peer:26s} refused: {refused[peer]}", flush=True)
-        launchers = {"ptxgemm": plan.launch, **{p: f for p, (f, _) in peers.items()}}
+        # the grouped kernel's other tiles, timed beside the default's (what the default config should learn)
+        variants = {} if not with_variants else {
+            f"ptxgemm {tag}": ptxgemm.GroupedPlan(a, b, **kw, **scale, config=ptxgemm.GemmConfig.from_tag(tag)).launch
+            for tag in grouped_mod.GROUPED_TILES if tag != plan.config.tag}
+        launchers = {"ptxgemm": plan.launch, **variants, **{p: f for p, (f, _) in peers.items()}}
         burst = timing.time_interleaved(launchers, rounds)
-        b2b = timing.time_back_to_back(launchers)
+        b2b = timing.time_back_to_back({k: v for k, v in launchers.items() if k not in variants})
         torch.cuda.synchronize()
         if refused:
             rows.append({"case": case.name, "layout": case.layout, "groups": case.groups, "N": case.n, "K": case.k,
@@ -145,6 +150,7 @@ def run(rounds: int, in_dtype: str, out_dir: str, name: str | None) -> int:
                 "speedup_b2b": b2b[peer] / b2b["ptxgemm"],
                 "published_tflops": case.published_tflops, "config": plan.config.tag,
                 "max_rel_diff_vs_" + first_peer: max(diffs) if diffs else 0.0,
+                "variants_ms": {v.split(" ", 1)[1]: burst[v] for v in variants},
             })
             r = rows[-1]
             print(f"{case.name:34s} {peer:26s} ptxgemm {r['ptxgemm_tflops']:7.1f}  peer {r['peer_tflops']:7.1f}  "

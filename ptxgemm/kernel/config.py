@@ -20,7 +20,7 @@ import numbers
 import numpy as np
 
 from ..errors import ConfigError
-from .hardware import MAX_STAGES, SMEM_PER_BLOCK_OPTIN
+from .hardware import MAX_GROUPS, MAX_STAGES, SMEM_PER_BLOCK_OPTIN
 from .layout import KernelLayout
 from .tile import Tile
 
@@ -154,6 +154,8 @@ class GemmConfig(KernelLayout):
     col_pairs: bool = False       # column vectors read two adjacent values per load: the host saw each aligned to two
     #                               elements and N even (Epilogue.config_fields); off for a config without one
     grouped: str | None = None    # GROUPED_FORMS: one launch over G groups along M (None: the dense GEMM)
+    group_capacity: int | None = None  # grouped: the most groups the kernel's tables hold, a power of two up to
+    #                                    MAX_GROUPS (None: MAX_GROUPS); smaller tables leave room for staging
 
     def __post_init__(self):
         self._check_types()
@@ -305,6 +307,8 @@ class GemmConfig(KernelLayout):
 
     def _validate_grouped(self):
         if self.grouped is None:
+            if self.group_capacity is not None:
+                raise ConfigError("group_capacity: only for a grouped kernel (grouped='contiguous' or 'masked')")
             return
         if self.grouped not in GROUPED_FORMS:
             raise ConfigError(f"grouped: must be None or one of {GROUPED_FORMS}, got {self.grouped!r}")
@@ -318,6 +322,10 @@ class GemmConfig(KernelLayout):
         if refused:
             raise ConfigError(f"grouped: the grouped kernel is the cooperative schedule on single CTAs with a per-"
                               f"tensor epilogue; it does not take {', '.join(refused)}")
+        cap = self.group_capacity
+        if cap is not None and not (1 <= cap <= MAX_GROUPS and cap & (cap - 1) == 0):
+            raise ConfigError(f"group_capacity: must be a power of two in 1..{MAX_GROUPS} (the kernel's tables hold "
+                              f"that many groups), got {cap}")
         if self.epi_tail_cols:
             raise ConfigError(f"grouped: block_n must be a whole number of {self.epi_panel_cols}-column output "
                               f"panels (a group's last rows are stored panel by panel), got {self.block_n}")

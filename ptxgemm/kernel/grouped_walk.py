@@ -4,8 +4,8 @@ each scheduler unit is, from the group counts alone, as the kernel will compute 
 Every CTA turns the counts into prefix sums of units per group (group g has ceil(rows_g / block_m) x tiles_n
 units: the contiguous and masked forms; the k-grouped form has tiles_m x tiles_n units in every group, whatever its
 K), then walks units b, b + grid, b + 2 grid, ... as the dense schedule does; unit u belongs to the first group whose
-prefix exceeds u (a binary search, ceil(log2 G) steps) and is tile u - prefix_before of it, row-major over (m-tile,
-n-tile). So the groups need no host work, an empty group has no unit, and a launch's units spread over the CTAs
+prefix exceeds u (a binary search, ceil(log2 G) steps) and is tile u - prefix_before of it, in the dense raster "m"
+order: bands of group_m tile rows, each walked down its rows before moving one column right. So the groups need no host work, an empty group has no unit, and a launch's units spread over the CTAs
 round-robin whatever the group sizes: the busiest CTA has at most one unit more than the idlest.
 
 The kernel is to mirror `walk` (tests/test_grouped.py holds this model to its rules). A grouped plan cannot size its
@@ -57,7 +57,17 @@ def units_per_group(form: str, counts, total: int, m: int, n: int, block_m: int,
     return [math.ceil((e - s) / block_m) * tiles_n for s, e in ranges(form, counts, total)]
 
 
-def walk(form: str, counts, total: int, m: int, n: int, block_m: int, block_n: int, ctas: int) -> list[list[GroupedUnit]]:
+def band_order(local: int, tiles_m: int, tiles_n: int, group_m: int) -> tuple[int, int]:
+    """(tile row, tile column) of unit `local` of a tiles_m x tiles_n grid walked in bands of group_m rows (the
+    dense raster "m"; the last band may be narrower)."""
+    band, inside = divmod(local, group_m * tiles_n)
+    first = band * group_m
+    size = min(tiles_m - first, group_m)
+    return first + inside % size, inside // size
+
+
+def walk(form: str, counts, total: int, m: int, n: int, block_m: int, block_n: int, ctas: int,
+         group_m: int = 8) -> list[list[GroupedUnit]]:
     """The units each CTA runs, in order: CTA b takes units b, b + ctas, ...; `total` is total_M (contiguous),
     M_max (masked) or total_K (k-grouped); m is the rows of the k-grouped form's output (unused otherwise)."""
     spans = ranges(form, counts, total)
@@ -71,8 +81,9 @@ def walk(form: str, counts, total: int, m: int, n: int, block_m: int, block_n: i
     for u in range(acc):
         g = bisect.bisect_right(prefix, u)          # the first group whose prefix exceeds u
         local = u - (prefix[g - 1] if g else 0)
-        mt, nt = divmod(local, tiles_n)
         start, end = spans[g]
+        rows = m if form == "k" else end - start
+        mt, nt = band_order(local, math.ceil(rows / block_m), tiles_n, group_m)
         if form == "k":
             m0, row_end = mt * block_m, m
         else:

@@ -324,7 +324,8 @@ class KernelLayout:
 
     @property
     def group_table_entries(self) -> int:
-        return MAX_GROUPS + 1
+        """Entries of each table: a leading 0, then one per group the kernel can take."""
+        return (self.group_capacity or MAX_GROUPS) + 1
 
     @property
     def group_table_bytes(self) -> int:

@@ -7,7 +7,7 @@ import math
 
 from . import trace_format
 from .config import GELU_CUBIC, GemmConfig, PTX_FLOAT_TYPES, PTX_VERSION, SCALE_BLOCK, WGMMA_TYPES
-from .hardware import DESC_ADDRESS_MASK, MAX_GROUPS, MBARRIER_BYTES, SWIZZLE_BYTES, WARPGROUP_THREADS
+from .hardware import DESC_ADDRESS_MASK, MBARRIER_BYTES, SWIZZLE_BYTES, WARPGROUP_THREADS
 from .layout import BARRIER_CTA, BARRIER_EPILOGUE_ORDER, BARRIER_EPILOGUE_SYNC, BARRIER_MMA_ORDER, FLAG_BYTES, itemsize
 from .stall_format import STALL_CODES
 
@@ -19,8 +19,9 @@ def template_params(cfg: GemmConfig) -> dict:
         # one kernel template per schedule (the grouped kernel is a schedule of its own), and its tile walk
         "template_name": "gemm_grouped.ptx.j2" if cfg.grouped else f"gemm_{cfg.schedule}.ptx.j2",
         "scheduler_template": "grouped_scheduler.ptx.j2" if cfg.grouped else "scheduler.ptx.j2",
-        "max_groups": MAX_GROUPS,
-        "group_search_steps": [1 << i for i in reversed(range((MAX_GROUPS - 1).bit_length()))],
+        # the unit -> group search: power-of-two steps from group 0 whose sum reaches the last group the tables hold
+        "max_groups": cfg.group_table_entries - 1,
+        "group_search_steps": [1 << i for i in reversed(range((cfg.group_table_entries - 2).bit_length()))],
         "summary": cfg.describe(),
         "ptx_version": PTX_VERSION,
         "cfg": cfg,
