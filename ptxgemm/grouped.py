@@ -16,7 +16,7 @@ import math
 
 import numpy as np
 
-from .errors import ConfigError
+from .errors import ConfigError, CudaError
 from .build.kernels import spills
 from .gemm import LOAD_L2_PROMOTION, MN_PANEL, get_kernel
 from .kernel.config import GemmConfig
@@ -24,6 +24,7 @@ from .plan import epilogue, grouped
 from .plan.checks import check_config
 from .runtime import arrays, driver, tensormap
 from .runtime.arrays import as_device_array
+from .runtime.debug import StallRecords
 from .runtime.tensormap import TensorMapSpec
 
 # The grouped kernel's tiles (cooperative, single CTAs, whole output panels) and how fast each runs a full tile,
@@ -109,7 +110,10 @@ class GroupedPlan:
 
     def __init__(self, a, b, *, offs=None, masked_m=None, out=None, alpha=1.0, scale_a=None, scale_b=None,
                  activation=None, out_dtype=None, config: GemmConfig | None = None, ctas: int | None = None,
-                 stream=None):
+                 stream=None, kernel=None):
+        """`ctas` caps the grid (default: one CTA per SM; fewer give each CTA more units, as the tests and mutants
+        want); `kernel` replaces the config's compiled kernel (ptxgemm.tools.mutants runs edited PTX this way; its
+        config must be the plan's)."""
         check_config(config)
         # any framework's device arrays, read in place (DLPack or __cuda_array_interface__); host counts are
         # checked by value (in parse) and uploaded once, then read by every launch
@@ -157,6 +161,10 @@ class GroupedPlan:
                             "out_dtype": problem.out_dtype, "a_major": "k", "b_major": b_major,
                             "group_capacity": cfg.group_capacity or group_capacity(problem.groups)})
         self.config = cfg
+        self.records = None
+        if kernel is not None and kernel.config != cfg:
+            raise ConfigError(f"kernel: built for {kernel.config.describe()}, but these operands need "
+                              f"{cfg.describe()}")
         if rows == 0 or n == 0:
             self._launch = None
             return
@@ -179,13 +187,17 @@ class GroupedPlan:
                                     (cfg.epi_panel_cols, cfg.epi_box_rows, 1), l2_promotion="none"),
         }
         self.specs = specs
-        self.kernel = get_kernel(cfg)
+        self.kernel = kernel if kernel is not None else get_kernel(cfg)
         maps = {nm: tensormap.encode(spec) for nm, spec in specs.items()}
         self.tiles_n = -(-n // cfg.block_n)
         self.k_tiles = -(-k // cfg.block_k)
         self.grid = info.sm_count if ctas is None else max(1, min(int(ctas), info.sm_count))
+        debug_ptr = 0
+        if cfg.debug:   # bounded waits that report the stalled barrier (ptxgemm.runtime.debug)
+            self.records = StallRecords(self.grid, cfg.threads)
+            debug_ptr = self.records.device_pointer
         args = [maps["tmap_a"], maps["tmap_b"], maps["tmap_c"], *fused.kernel_args(False, k, n),
-                *kernel_arguments(cfg, rows, n, k, problem, counts.ptr, out.ptr, c_pitch)]
+                *kernel_arguments(cfg, rows, n, k, problem, counts.ptr, out.ptr, c_pitch, debug_ptr)]
         self._maps = maps
         self._launch = driver.PreparedLaunch(self.kernel.function, (self.grid,), (cfg.threads,), args,
                                              smem_bytes=cfg.smem_bytes)
@@ -198,6 +210,13 @@ class GroupedPlan:
     def launch(self, stream=None):
         if self._launch is not None:
             self._launch(stream)
+        if self.records is not None:  # debug: wait here so a stall becomes an exception that names the barrier
+            what = f"running {self.config.describe()}"
+            try:
+                driver.synchronize(what)
+            except CudaError as e:
+                self.records.raise_if_stalled(what, e)
+                raise
 
 
 def _fields(cfg: GemmConfig) -> dict:
@@ -207,7 +226,7 @@ def _fields(cfg: GemmConfig) -> dict:
 
 
 def kernel_arguments(cfg: GemmConfig, rows: int, n: int, k: int, problem: grouped.GroupedProblem, counts_ptr: int,
-                     c_ptr: int, c_pitch: int) -> list:
+                     c_ptr: int, c_pitch: int, debug_ptr: int = 0) -> list:
     """The grouped kernel's scalar arguments after the tensor maps and the epilogue's, in gemm_roles.ptx.j2's and
     grouped_scheduler.ptx.j2's order (pure: tests check them without a GPU)."""
     return [ctypes.c_uint32(rows), ctypes.c_uint32(n), ctypes.c_uint32(-(-rows // cfg.block_m)),
@@ -216,7 +235,7 @@ def kernel_arguments(cfg: GemmConfig, rows: int, n: int, k: int, problem: groupe
             ctypes.c_uint64(counts_ptr), ctypes.c_uint32(problem.groups),
             ctypes.c_uint32(problem.m if problem.form == "masked" else 0),
             ctypes.c_uint64(c_ptr), ctypes.c_uint32(c_pitch),
-            ctypes.c_uint64(0)]                                               # debug records: none
+            ctypes.c_uint64(debug_ptr)]                                       # debug records (0: none)
 
 
 def grouped_matmul(a, b, *, offs=None, masked_m=None, out=None, alpha=1.0, scale_a=None, scale_b=None,

@@ -132,3 +132,35 @@ def test_the_default_tile_and_capacity():
     p = rules.GroupedProblem("masked", 4, 256, 4096, 7168, "bfloat16", None, "bfloat16", (4, 256, 4096))
     cfg = default_config(p, "k")
     assert cfg.grouped == "masked" and cfg.group_capacity == 16 and cfg.tag == "coop128x256"
+
+
+def test_the_fuzzers_grouped_cases_are_legal_and_reproducible():
+    """Every drawn grouped case satisfies the argument rules (the fuzzer tests the kernel, not the checks), the
+    draws repeat from the seed, and they cover both forms, every dtype, empty groups and G up to 256."""
+    import numpy as np
+
+    from ptxgemm.accuracy import DTYPES
+    from ptxgemm.tools import fuzz_grouped
+
+    class Like:
+        def __init__(self, shape, dtype):
+            self.shape, self.dtype = shape, np.dtype(DTYPES.get(dtype, dtype))
+
+    specs = [fuzz_grouped.draw(np.random.default_rng([7, 25])) for _ in range(1)]
+    rng = np.random.default_rng([7, 25])
+    specs = [fuzz_grouped.draw(rng) for _ in range(300)]
+    again = np.random.default_rng([7, 25])
+    assert specs[:5] == [fuzz_grouped.draw(again) for _ in range(5)]
+    for s in specs:
+        g, n, k = s["groups"], s["n"], s["k"]
+        b = Like((g, k, n), s["dtype"])
+        if s["form"] == "contiguous":
+            counts = np.cumsum(s["sizes"]).astype(np.int32)
+            p = rules.parse(Like((sum(s["sizes"]) + s["extra_rows"], k), s["dtype"]), b, offs=counts)
+        else:
+            counts = np.array(s["sizes"], dtype=np.int32)
+            p = rules.parse(Like((g, s["m_max"], k), s["dtype"]), b, masked_m=counts)
+        assert p.groups == g and (k * np.dtype(DTYPES[s["dtype"]]).itemsize) % 16 == 0
+    assert {s["form"] for s in specs} == {"contiguous", "masked"}
+    assert {s["dtype"] for s in specs} == set(fuzz_grouped.DTYPES)
+    assert any(0 in s["sizes"] for s in specs) and max(s["groups"] for s in specs) == 256

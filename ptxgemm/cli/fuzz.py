@@ -28,6 +28,10 @@ def add_arguments(p) -> None:
                    help=f"largest problem, 2*batches*M*N*K (default {MAX_FLOPS['gpu']:g} on the GPU, "
                         f"{MAX_FLOPS['emulate']:g} emulated)")
     p.add_argument("--no-shrink", action="store_true", help="report failures as drawn (default: shrink them)")
+    p.add_argument("--grouped", type=int, default=0, metavar="N",
+                   help="also N random grouped_matmul cases (contiguous and masked forms, G up to 256, empty and "
+                        "unaligned groups, rows outside the groups checked untouched) and the grouped API's illegal "
+                        "inputs; GPU only (default 0)")
 
 
 def run(args) -> int:
@@ -35,6 +39,11 @@ def run(args) -> int:
         raise ConfigError(f"--cases: must be >= 1, got {args.cases}")
     if args.max_flops is not None and args.max_flops <= 0:
         raise ConfigError(f"--max-flops: must be > 0, got {args.max_flops}")
+    if args.grouped < 0:
+        raise ConfigError(f"--grouped: must be >= 0, got {args.grouped}")
+    if args.grouped and args.emulate:
+        raise ConfigError("--grouped: the grouped cases run on the GPU only (the emulator models the dense plans); "
+                          "leave out --emulate")
     seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "little")
     backend = EmulatedBackend() if args.emulate else GpuBackend()
     print(f"fuzz: {args.cases} cases, seed {seed}, {backend.name} on {backend.device_name()}", flush=True)
@@ -43,11 +52,23 @@ def run(args) -> int:
     print(f"{report['correct']} correct, {report['wrong']} wrong, {report['refused']} refused, "
           f"{report['crashed']} crashed in {report['seconds']} s (seed {seed}); illegal inputs: "
           f"{report['bad_inputs']['named']} of {report['bad_inputs']['checked']} name their argument")
+    failed_grouped = False
+    if args.grouped:
+        from ..tools.fuzz_grouped import fuzz_grouped
+
+        g = report["grouped"] = fuzz_grouped(args.grouped, seed, log=lambda s: print(s, flush=True))
+        print(f"grouped: {g['correct']} correct, {g['wrong']} wrong, {g['refused']} refused, {g['crashed']} crashed "
+              f"in {g['seconds']} s; illegal inputs: {g['bad_inputs']['named']} of {g['bad_inputs']['checked']} "
+              f"name their argument")
+        for r in g["bad_inputs"]["misnamed"]:
+            print(f"  misnamed: {r['label']}: expected {r['argument']!r}, got {r['error'][:150]}")
+        failed_grouped = bool(g["wrong"] or g["refused"] or g["crashed"] or g["bad_inputs"]["misnamed"])
     if args.out:
         os.makedirs(args.out, exist_ok=True)
         path = os.path.join(args.out, f"fuzz_{gpu_slug(report['gpu']) if not args.emulate else 'emulated'}_{seed}.json")
         with open(path, "w") as f:
             json.dump(report, f, indent=1, default=str)
         print(f"wrote {path}")
-    failed = report["wrong"] or report["refused"] or report["crashed"] or report["bad_inputs"]["misnamed"]
+    failed = (report["wrong"] or report["refused"] or report["crashed"] or report["bad_inputs"]["misnamed"]
+              or failed_grouped)
     return 1 if failed else 0

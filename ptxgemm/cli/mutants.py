@@ -29,7 +29,12 @@ MUTANT_PRESETS = {"default": {}, "cluster": {"cluster_m": 2},
                                     "source_dtype": "float32", "alpha": True, "col_scale": True, "activation": "relu",
                                     "col_pairs": True},
                   "blockwise": {"schedule": "cooperative", "block_m": 128, "block_n": 128,
-                                "in_dtype": "float8_e4m3fn", "b_major": "k", "block_scale": True}}
+                                "in_dtype": "float8_e4m3fn", "b_major": "k", "block_scale": True},
+                  # the grouped kernel (issue 25): its walk's scan and tables, and the row copy past a group's end
+                  "grouped": {"schedule": "cooperative", "block_m": 128, "block_n": 256, "b_major": "k",
+                              "grouped": "contiguous", "group_capacity": 512},
+                  "grouped-masked": {"schedule": "cooperative", "block_m": 128, "block_n": 128,
+                                     "grouped": "masked", "group_capacity": 512}}
 
 
 #: the command's --help text (its one-line summary is in ptxgemm/cli/main.py's table)

@@ -115,6 +115,8 @@ SYNC_KINDS = (
     SyncKind("cp.async.bulk.wait_group", "cp.async.bulk.wait_group",
              (("N+1", _group_plus_one), (".read added", _read_only), DELETE)),
     SyncKind("setmaxnreg", "setmaxnreg", (DELETE,)),
+    # the grouped walk's scan (grouped_scheduler.ptx.j2): warp 0's shuffles carry each lane's running max and sum
+    SyncKind("shfl.sync.up", "shfl.sync.up", (DELETE,)),
     # split-K's fix-up (splitk.ptx.j2): a partial's publish, the final's poll of the flag, the flag's reset
     SyncKind("red.release", "red.release", (DELETE, ("relaxed", _relaxed))),
     SyncKind("ld.acquire", "ld.acquire", (("skipped", _load_passes), ("relaxed", _relaxed))),

@@ -41,6 +41,72 @@ class Workload:
 WORKLOADS = (Workload(4224, 9216, 128, None, 11), Workload(1900, 2040, 1256, 8, 12))
 
 
+@dataclasses.dataclass(frozen=True)
+class GroupedWorkload:
+    """A grouped kernel's workload (GemmConfig.grouped): rows per group (contiguous) or masked_m (masked, each group
+    a matrix of m_max rows), N, K, the grid and the seed."""
+
+    sizes: tuple[int, ...]
+    n: int
+    k: int
+    ctas: int | None
+    seed: int
+    m_max: int | None = None
+
+    @property
+    def rows(self) -> int:
+        """Rows of A and C as the kernel sees them (2-D)."""
+        return len(self.sizes) * self.m_max if self.m_max else sum(self.sizes) + 40   # 40 rows past the last end
+
+    def describe(self) -> str:
+        form = f"masked, M_max {self.m_max}" if self.m_max else "contiguous"
+        return (f"{len(self.sizes)} groups ({form}, {sum(self.sizes)} rows), N {self.n}, K {self.k}, "
+                + (f"{self.ctas} CTAs" if self.ctas else "one CTA per SM"))
+
+
+#: 300 small groups (empty ones among them; counts read by ten warps, scanned by warp 0 in chunks of 10) on the full
+#: grid, and a few tall unaligned ones on 8 CTAs, whose units walk the ring several times across groups.
+GROUPED_WORKLOADS = {
+    "contiguous": (GroupedWorkload(tuple((7 * i) % 29 for i in range(300)), 1024, 128, None, 21),
+                   GroupedWorkload((0, 300, 1, 640, 129, 0, 1100), 1024, 1256, 8, 22)),
+    "masked": (GroupedWorkload(tuple((5 * i) % 67 for i in range(300)), 512, 128, None, 23, m_max=64),
+               GroupedWorkload((0, 256, 1, 129, 200, 77), 768, 1256, 8, 24, m_max=256)),
+}
+
+
+def workloads_for(config: GemmConfig):
+    return GROUPED_WORKLOADS[config.grouped] if config.grouped else WORKLOADS
+
+
+def _grouped_job(config: GemmConfig, w: GroupedWorkload, directory: Path, i: int) -> dict:
+    """A grouped workload's operands (A as the kernel's 2-D rows, B as (G, N, K) when K-major else (G, K, N)), its
+    counts, and the reference and bound of every row (NaN where no group covers the row)."""
+    rng = np.random.default_rng(w.seed)
+    g = len(w.sizes)
+    a = accuracy.random_matrix(rng, w.rows, w.k, config.in_dtype)
+    k_major = config.b_major == "k"
+    b = np.stack([accuracy.random_matrix(rng, w.n, w.k, config.b_type) if k_major else
+                  accuracy.random_matrix(rng, w.k, w.n, config.b_type) for _ in range(g)])
+    ref = np.full((w.rows, w.n), np.nan)
+    bound = np.full((w.rows, w.n), np.nan)
+    start = 0
+    for gi, size in enumerate(w.sizes):
+        s = gi * w.m_max if w.m_max else start
+        e = s + size
+        start = e
+        if size:
+            bg = b[gi].T if k_major else b[gi]
+            r, absp = accuracy.reference(a[s:e], bg)
+            ref[s:e], bound[s:e] = r, accuracy.error_bound(r, absp, w.k, config.out_dtype, config.in_dtype)
+    counts = np.array(w.sizes if w.m_max else np.cumsum(w.sizes), dtype=np.int32)
+    paths = {}
+    for name, arr in (("a", _raw(a)), ("b", _raw(b)), ("ref", ref.astype(np.float32)),
+                      ("bound", bound.astype(np.float32)), ("counts", counts)):
+        paths[name] = str(directory / f"w{i}_{name}.npy")
+        np.save(paths[name], arr)
+    return {"workload": dataclasses.asdict(w), "paths": paths, "arrays": {}, "scalars": {}}
+
+
 def _operands(config: GemmConfig, w: Workload):
     rng = np.random.default_rng(w.seed)
     a = accuracy.random_matrix(rng, w.m, w.k, config.in_dtype, order="C" if config.a_major == "k" else "F")
@@ -85,6 +151,9 @@ def prepare_workloads(config: GemmConfig, directory: Path, workloads=WORKLOADS) 
     (computed once)."""
     jobs = []
     for i, w in enumerate(workloads):
+        if isinstance(w, GroupedWorkload):
+            jobs.append(_grouped_job(config, w, directory, i))
+            continue
         a, b = _operands(config, w)
         args = _epilogue_args(config, w, np.random.default_rng(w.seed + 1))
         if config.fused or config.block_scale:
@@ -121,6 +190,8 @@ def _run_one(config: GemmConfig, ptx: str, jobs: list[dict], loaded: list, repea
         kernel = GemmKernel(config, ptx=ptx)
     except CudaError as e:
         return "killed", f"module load failed: {e}"
+    if config.grouped:
+        return _run_grouped(config, kernel, jobs, loaded, repeats)
     for job, (da, db, ref, bound, epi) in zip(jobs, loaded):
         w = job["workload"]
         out = DeviceArray.empty((w["m"], w["n"]), accuracy.DTYPES[config.out_dtype])
@@ -146,6 +217,44 @@ def _run_one(config: GemmConfig, ptx: str, jobs: list[dict], loaded: list, repea
     return "survived", ""
 
 
+def _run_grouped(config: GemmConfig, kernel, jobs: list[dict], loaded: list, repeats: int) -> tuple[str, str]:
+    """One grouped kernel over every grouped workload: each group's rows within the bound, every other row still
+    holding its poison bit for bit."""
+    import ptxgemm
+
+    for job, (da, db, ref, bound, counts) in zip(jobs, loaded):
+        w = GroupedWorkload(**{**job["workload"], "sizes": tuple(job["workload"]["sizes"])})
+        g = len(w.sizes)
+        shape = (g, w.m_max, w.n) if w.m_max else (w.rows, w.n)
+        out = DeviceArray.empty(shape, accuracy.DTYPES[config.out_dtype])
+        covered = ~np.isnan(ref[:, 0])
+        try:
+            kw = {"masked_m" if w.m_max else "offs": counts}
+            a = da.view((g, w.m_max, w.k)) if w.m_max else da
+            plan = ptxgemm.GroupedPlan(a, db, out=out, config=config, ctas=w.ctas, kernel=kernel, **kw)
+            for _ in range(repeats):
+                out.poison()
+                plan.launch()     # debug build: synchronizes, and a stall becomes BarrierStall
+                got = out.to_numpy().reshape(w.rows, w.n)
+                verdict = accuracy.check_bound(got[covered], ref[covered], bound[covered])
+                if not verdict.ok:
+                    return "killed", f"wrong result on {w.describe()}: {verdict}"
+                bits = got[~covered].view(np.uint16 if got.dtype.itemsize == 2 else np.uint32)
+                poison = 0x7FFF if got.dtype.itemsize == 2 else 0x7FFFFFFF
+                if bits.size and not np.all(bits == poison):
+                    return "killed", f"a row outside every group was written on {w.describe()}"
+        except BarrierStall as e:
+            return "killed", f"stall reported: {e}"
+        except CudaError as e:
+            return "killed", f"CUDA error: {e}"
+        finally:
+            try:
+                out.free()
+            except CudaError:
+                pass
+    return "survived", ""
+
+
 def context_lost(killed_by: str) -> bool:
     """After these the worker's CUDA context is unusable, so it exits and the next mutant gets a fresh worker."""
     return killed_by.startswith(("CUDA error", "stall reported", "module load"))
@@ -163,6 +272,15 @@ def worker_main() -> int:
     in_dtype, b_dtype = accuracy.DTYPES[config.in_dtype], accuracy.DTYPES[config.b_type]
     for job in jobs:
         p = job["paths"]
+        if config.grouped:   # A as 2-D rows; B (G, K, N), viewed from (G, N, K) when K-major; the counts
+            db = ptxgemm.to_device(np.load(p["b"]).view(b_dtype))
+            if config.b_major == "k":
+                g, n, k = db.shape
+                item = db.dtype.itemsize
+                db = db.view((g, k, n), (n * k * item, item, k * item))
+            loaded.append((ptxgemm.to_device(np.load(p["a"]).view(in_dtype)), db, np.load(p["ref"]),
+                           np.load(p["bound"]), ptxgemm.to_device(np.load(p["counts"]))))
+            continue
         epi = dict(job.get("scalars", {}))
         for name, spec in job.get("arrays", {}).items():
             epi[name] = ptxgemm.to_device(np.load(spec["path"]).view(accuracy.DTYPES.get(spec["dtype"], spec["dtype"])))

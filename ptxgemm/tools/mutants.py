@@ -29,7 +29,7 @@ from ..kernel.config import GemmConfig
 from ..kernel.schedule import plan_for
 from ..runtime import driver
 from .mutant_catalog import Mutant, apply, explain, mutant_config
-from .mutant_worker import WORKLOADS, Worker, context_lost, prepare_workloads
+from .mutant_worker import Worker, context_lost, prepare_workloads, workloads_for
 
 DEFAULT_TIMEOUT_S = 20.0           # per mutant, from its start in the worker: module load, launches and checks
 
@@ -98,14 +98,18 @@ def build(ptx: str, mutants: list[Mutant], progress=None) -> dict[str, str]:
 
 
 def run_on_gpu(config: GemmConfig, ptx: str, mutants: list[Mutant], texts: dict[str, str],
-               timeout_s: float = DEFAULT_TIMEOUT_S, repeats: int = 2, workloads=WORKLOADS, progress=print) -> dict:
+               timeout_s: float = DEFAULT_TIMEOUT_S, repeats: int = 2, workloads=None, progress=print) -> dict:
     """Run the unmutated debug build `ptx` (it must pass), then every mutant in `texts`; fill in each outcome.
     Returns {"workloads": [...], "baseline": ...}."""
 
     cfg = mutant_config(config)
+    workloads = workloads_for(cfg) if workloads is None else workloads
     sm_count = driver.device_info().sm_count
     described = []
     for w in workloads:
+        if cfg.grouped:   # the walk depends on the counts: the workload says what it holds
+            described.append({**dataclasses.asdict(w), "describe": w.describe()})
+            continue
         s = plan_for(cfg, w.m, w.n, w.k, sm_count, w.ctas)
         described.append({**dataclasses.asdict(w), **s.describe(),
                           "ring_wraps": s.ring_passes // cfg.num_stages})

@@ -1,0 +1,211 @@
+"""The fuzzer's grouped cases (issue 25): random calls of ptxgemm.grouped_matmul on the GPU against a float64
+reference per group, and the grouped API's illegal inputs.
+
+A case draws the form (contiguous or masked), G from 1 to 256 with sizes that are empty, single rows, unaligned
+to the tile or tall, rows left after the last group, N and K (K tails included), the dtype (bf16, fp16, fp8 e4m3),
+B's major, a tile of the grouped kernel or the default, per-tensor scales and an activation, and the arrays'
+framework (ptxgemm's device arrays, or torch's). `out` is poisoned first: each group's rows must lie within
+ptxgemm.accuracy's bound and every other row must still hold its poison, bit for bit.
+"""
+from __future__ import annotations
+
+import time
+import traceback
+
+import numpy as np
+
+from .. import accuracy
+from ..errors import ConfigError
+
+DTYPES = ("bfloat16", "float16", "float8_e4m3fn")
+TILES = (None, "coop128x256", "coop128x128", "coop256x128", "coop128x192")
+ACTIVATIONS = (None, "relu", "gelu", "silu")
+MAX_ELEMENTS = 6e6   # rows x K plus G x K x N, so that a case runs in a few ms and its reference in well under a second
+
+
+def _sizes(rng, groups: int, cap: int) -> list[int]:
+    kind = rng.integers(4)
+    if kind == 0:     # many small and empty groups
+        s = rng.integers(0, 40, groups)
+    elif kind == 1:   # Zipf-skewed, as routed experts are
+        s = np.minimum(rng.zipf(1.4, groups) * rng.integers(1, 20), cap)
+    elif kind == 2:   # around the tile: 127, 128, 129, 255, 256, 257 ...
+        s = rng.choice([0, 1, 63, 64, 65, 127, 128, 129, 255, 256, 257], groups)
+    else:
+        s = rng.integers(0, cap + 1, groups)
+    s = np.asarray(s, dtype=np.int64)
+    s[rng.random(groups) < 0.15] = 0
+    return [int(x) for x in s]
+
+
+def draw(rng) -> dict:
+    form = "masked" if rng.random() < 0.35 else "contiguous"
+    groups = int(rng.choice([1, 2, 3, 4, 7, 8, 16, 33, 64, 128, 256]))
+    dtype = str(rng.choice(DTYPES))
+    n = int(rng.choice([16, 64, 128, 136, 192, 256, 384, 520, 1024]))
+    k = int(rng.choice([16, 64, 72, 128, 200, 512, 1000, 1536]))
+    if dtype.startswith("float8"):
+        k = max(16, k // 16 * 16)
+    cap = int(rng.choice([8, 64, 300, 700]))
+    sizes = _sizes(rng, groups, cap)
+    m_max = max(max(sizes), 1) + int(rng.choice([0, 0, 5, 130])) if form == "masked" else None
+    spec = {"form": form, "groups": groups, "sizes": sizes, "m_max": m_max, "n": n, "k": k, "dtype": dtype,
+            "b_major": "k" if dtype.startswith("float8") or rng.random() < 0.5 else "mn",
+            "tile": TILES[rng.integers(len(TILES))], "extra_rows": int(rng.choice([0, 0, 9])),
+            "scale": float(rng.choice([1.0, 0.5, 1.75])), "activation": ACTIVATIONS[rng.integers(len(ACTIVATIONS))],
+            "array": "torch" if rng.random() < 0.3 else "device", "seed": int(rng.integers(1 << 31))}
+    rows = groups * m_max if form == "masked" else sum(sizes) + spec["extra_rows"]
+    while rows * k + groups * k * n > MAX_ELEMENTS and k > 16:   # keep the case small
+        k = max(16, k // 2 // 16 * 16)
+    spec["k"] = k
+    return spec
+
+
+def _arrays(spec: dict):
+    """(a, b as (G, K, N), counts, poisoned out) as numpy arrays."""
+    rng = np.random.default_rng(spec["seed"])
+    g, n, k, dt = spec["groups"], spec["n"], spec["k"], spec["dtype"]
+    if spec["form"] == "contiguous":
+        a = accuracy.random_matrix(rng, sum(spec["sizes"]) + spec["extra_rows"], k, dt)
+        counts = np.cumsum(spec["sizes"]).astype(np.int32)
+        out_shape = (a.shape[0], n)
+    else:
+        a = accuracy.random_matrix(rng, g * spec["m_max"], k, dt).reshape(g, spec["m_max"], k)
+        counts = np.array(spec["sizes"], dtype=np.int32)
+        out_shape = (g, spec["m_max"], n)
+    b = np.stack([accuracy.random_matrix(rng, k, n, dt) for _ in range(g)])
+    return a, b, counts, out_shape
+
+
+def run_case(spec: dict) -> tuple[str, str]:
+    """("correct" | "wrong" | "refused" | "crashed", detail) of one case on the GPU."""
+    import ptxgemm
+    from ..kernel.config import GemmConfig
+
+    a, b, counts, out_shape = _arrays(spec)
+    out_dtype = "bfloat16" if spec["dtype"].startswith("float8") else spec["dtype"]
+    try:
+        da = ptxgemm.to_device(a)
+        if spec["b_major"] == "k":   # (G, N, K) in memory, viewed as (G, K, N)
+            db = ptxgemm.to_device(np.ascontiguousarray(b.transpose(0, 2, 1)))
+            g, nn, kk = db.shape
+            item = db.dtype.itemsize
+            db = db.view((g, kk, nn), (nn * kk * item, item, kk * item))
+        else:
+            db = ptxgemm.to_device(b)
+        dc = ptxgemm.to_device(counts)
+        out = ptxgemm.DeviceArray.empty(out_shape, accuracy.DTYPES[out_dtype])
+        out.poison()
+        poisoned = out.to_numpy()
+        args = (da, db, dc, out)
+        if spec["array"] == "torch":
+            import torch
+
+            args = tuple(torch.from_dlpack(x) for x in args)
+        kw = {"offs" if spec["form"] == "contiguous" else "masked_m": args[2]}
+        if spec["scale"] != 1.0:
+            kw["scale_a"], kw["scale_b"] = spec["scale"], 1.0
+        config = GemmConfig.from_tag(spec["tile"]) if spec["tile"] else None
+        ptxgemm.grouped_matmul(args[0], args[1], out=args[3], activation=spec["activation"], config=config, **kw)
+        got = out.to_numpy()
+    except ConfigError as e:
+        return "refused", f"ConfigError: {e}"
+    except Exception:  # noqa: BLE001 - a crash is an outcome
+        return "crashed", traceback.format_exc(limit=4)
+    return _verdict(spec, a, b, counts, poisoned, got, out_dtype)
+
+
+def _verdict(spec, a, b, counts, poisoned, got, out_dtype) -> tuple[str, str]:
+    covered = np.zeros(got.shape[:-1], dtype=bool)
+    start = 0
+    for g, size in enumerate(spec["sizes"]):
+        if spec["form"] == "contiguous":
+            s, e = start, start + size
+            start = e
+            rows, idx = a[s:e], (slice(s, e),)
+        else:
+            rows, idx = a[g, :size], (g, slice(0, size))
+        if not size:
+            continue
+        covered[idx] = True
+        ref, absp = accuracy.reference(rows, b[g])
+        if spec["scale"] == 1.0 and spec["activation"] is None:
+            bound = accuracy.error_bound(ref, absp, spec["k"], out_dtype, spec["dtype"])
+        else:
+            pre = spec["scale"] * ref
+            err = spec["scale"] * accuracy.accumulation_error(absp, spec["k"], spec["dtype"])
+            ref, bound = accuracy.fused_bound(pre, err, np.abs(pre), spec["activation"], out_dtype)
+        v = accuracy.check_bound(got[idx].astype(np.float64), ref, bound)
+        if not v.ok:
+            return "wrong", f"group {g} ({size} rows): {v}"
+    bits, pbits = (x.view(np.uint16 if x.dtype.itemsize == 2 else np.uint32) for x in (got, poisoned))
+    if not np.array_equal(bits[~covered], pbits[~covered]):
+        return "wrong", "a row outside every group was written"
+    return "correct", ""
+
+
+def illegal_checks() -> list[dict]:
+    """Illegal grouped calls (on device arrays; nothing reaches the kernel): each ConfigError must start with the
+    argument it names."""
+    import ptxgemm
+
+    def dev(shape, dtype="bfloat16"):
+        return ptxgemm.DeviceArray.empty(shape, accuracy.DTYPES.get(dtype, dtype))
+
+    i32 = np.int32
+    cases = [
+        ("no counts", "offs, masked_m", lambda: ((dev((64, 32)), dev((2, 32, 64))), {})),
+        ("both counts", "offs, masked_m", lambda: ((dev((64, 32)), dev((2, 32, 64))),
+                                                   {"offs": dev((2,), i32), "masked_m": dev((2,), i32)})),
+        ("offs float", "offs", lambda: ((dev((64, 32)), dev((2, 32, 64))), {"offs": dev((2,), np.float32)})),
+        ("offs one short", "offs", lambda: ((dev((64, 32)), dev((2, 32, 64))), {"offs": dev((1,), i32)})),
+        ("K differs", "a, b", lambda: ((dev((64, 32)), dev((2, 40, 64))), {"offs": dev((2,), i32)})),
+        ("host offs decreasing", "offs", lambda: ((dev((64, 32)), dev((2, 32, 64))),
+                                                  {"offs": np.array([40, 30], dtype=i32)})),
+        ("host offs past total", "offs", lambda: ((dev((64, 32)), dev((2, 32, 64))),
+                                                  {"offs": np.array([40, 65], dtype=i32)})),
+        ("masked_m past M_max", "masked_m", lambda: ((dev((2, 16, 32)), dev((2, 32, 64))),
+                                                     {"masked_m": np.array([3, 17], dtype=i32)})),
+        ("mixed dtypes", "b", lambda: ((dev((64, 32)), dev((2, 32, 64), "float16")), {"offs": dev((2,), i32)})),
+        ("fp8 B N-major", "b", lambda: ((dev((64, 32), "float8_e4m3fn"), dev((2, 32, 64), "float8_e4m3fn")),
+                                        {"offs": dev((2,), i32)})),
+        ("out shape", "out", lambda: ((dev((64, 32)), dev((2, 32, 64))), {"offs": dev((2,), i32),
+                                                                          "out": dev((64, 65))})),
+        ("rows not 16-byte", "a", lambda: ((dev((64, 36)).view((64, 30), (72, 2)), dev((2, 30, 64))),
+                                           {"offs": dev((2,), i32)})),
+        ("rowwise scale", "scale_a", lambda: ((dev((64, 32)), dev((2, 32, 64))),
+                                              {"offs": dev((2,), i32), "scale_a": dev((64,), np.float32)})),
+        ("k-grouped form", "offs", lambda: ((dev((64, 96)), dev((96, 64))), {"offs": dev((2,), i32)})),
+        ("too many groups", "offs", lambda: ((dev((64, 32)), dev((1025, 32, 16))), {"offs": dev((1025,), i32)})),
+    ]
+    results = []
+    for label, argument, make in cases:
+        args, kwargs = make()
+        try:
+            ptxgemm.grouped_matmul(*args, **kwargs)
+            results.append({"label": label, "argument": argument, "ok": False, "error": "accepted"})
+        except ConfigError as e:
+            ok = str(e).startswith(f"{argument}:") or str(e).startswith(f"{argument} ")
+            results.append({"label": label, "argument": argument, "ok": ok, "error": f"ConfigError: {e}"})
+        except Exception as e:  # noqa: BLE001
+            results.append({"label": label, "argument": argument, "ok": False, "error": f"{type(e).__name__}: {e}"})
+    return results
+
+
+def fuzz_grouped(cases: int, seed: int, log=print) -> dict:
+    """`cases` grouped cases from `seed` (a stream of its own, apart from the dense cases'); the report part."""
+    rng = np.random.default_rng([seed, 25])
+    counts = {"correct": 0, "wrong": 0, "refused": 0, "crashed": 0}
+    failures, start = [], time.perf_counter()
+    for i in range(cases):
+        spec = draw(rng)
+        kind, detail = run_case(spec)
+        counts[kind] += 1
+        if kind != "correct":
+            failures.append({"case": i, "outcome": kind, "detail": detail, "spec": spec})
+            log(f"grouped case {i}: {kind}: {detail.splitlines()[0] if detail else ''}  spec {spec}")
+    bad = illegal_checks()
+    return {"cases": cases, **counts, "seconds": round(time.perf_counter() - start, 1),
+            "bad_inputs": {"checked": len(bad), "named": sum(r["ok"] for r in bad),
+                           "misnamed": [r for r in bad if not r["ok"]]},
+            "failures": failures}
