@@ -118,13 +118,13 @@ class GroupedPlan:
         # any framework's device arrays, read in place (DLPack or __cuda_array_interface__); host counts are
         # checked by value (in parse) and uploaded once, then read by every launch
         a, b = as_device_array(a, "a", stream), as_device_array(b, "b", stream)
-        name = "masked_m" if masked_m is not None else "offs"
-        counts = masked_m if masked_m is not None else offs
-        if counts is not None and not isinstance(counts, np.ndarray):
-            counts = as_device_array(counts, name, stream)
+        offs, masked_m = (x if x is None or isinstance(x, np.ndarray) else as_device_array(x, nm, stream)
+                          for x, nm in ((offs, "offs"), (masked_m, "masked_m")))
         if out is not None:
             out = as_device_array(out, "out", stream)
-        problem = grouped.parse(a, b, out=out, out_dtype=out_dtype, **({} if counts is None else {name: counts}))
+        problem = grouped.parse(a, b, offs=offs, masked_m=masked_m, out=out, out_dtype=out_dtype)
+        name = problem.counts_name
+        counts = masked_m if name == "masked_m" else offs
         if problem.form == "k":
             raise ConfigError("offs: the k-grouped form (a (M, total_K), b (total_K, N)) is not built yet; the "
                               "contiguous and masked forms are")

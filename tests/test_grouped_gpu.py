@@ -217,3 +217,25 @@ def test_device_counts_out_of_range_are_clamped():
     assert grouped_rules.group_ranges(grouped_rules.parse(a, b, offs=clamped), counts) == [(0, 0), (0, 200),
                                                                                           (200, 200), (200, 300)]
     _check(out.to_numpy(), poisoned, a, b, grouped_rules.parse(a, b, offs=clamped), clamped, "bfloat16", "bfloat16")
+
+
+@gpu
+def test_mutants_of_the_grouped_walk_are_killed(tmp_path):
+    """The grouped walk's synchronization, driven from the suite: the CTA barrier after warp 0's scan and every
+    shuffle of its max- and sum-scans, deleted, are caught on the grouped workloads (device counts that drop over
+    whole lanes, so every step of the max-scan matters); the command's exit status checks that no survivor lacks a
+    reason."""
+    import json
+    import subprocess
+    import sys
+
+    out = tmp_path / "mutants.json"
+    proc = subprocess.run([sys.executable, "-m", "ptxgemm", "mutants", "--preset", "grouped", "--kind", "shfl.sync.up",
+                           "--kind", "bar.sync", "--json", str(out)], capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    records = json.loads(out.read_text())["configs"][0]["mutants"]
+    scan = [r for r in records if r["kind"] == "shfl.sync.up" and "%run" in r["instruction"]]
+    assert len(scan) == 6 and all(r["status"] == "killed" for r in scan), scan
+    tables = [r for r in records if r["kind"] == "bar.sync" and r["mutation"] == "deleted"
+              and "after_init" in r["site"]]
+    assert len(tables) == 1 and all(r["status"] == "killed" for r in tables), tables

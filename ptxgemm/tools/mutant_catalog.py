@@ -300,6 +300,27 @@ SURVIVOR_REASONS = (
 )
 
 
+_UNSEEN_GROUPED = "not observed on the H100 (docs/results/h100/mutants/mutants_grouped_h100.json): "
+
+SURVIVOR_REASONS += (
+    ("shfl.sync.up", ("deleted",), "%units, {{ d }}",
+     _UNSEEN_GROUPED + "(grouped) a lost step of the unit-count scan can only raise a later lane's first unit (the "
+     "counts it adds are never negative), which leaves units past the end of some group's tiles: they compute rows "
+     "past the group's end and store nothing, so the result stays right and only time is lost"),
+    ("cp.async.bulk.wait_group", ("N+1", "deleted"), "the store that last read this slot is done",
+     _UNSEEN_GROUPED + "(grouped) on panel 0: its slot was last read by the previous tile's store of the same slot, "
+     "issued before this tile's whole mainloop ran, so it has long finished (the waits of panels 1.. are killed)"),
+    ("bar.sync", ("deleted",), "the slot is free (of stores and row copies)",
+     _UNSEEN_GROUPED + "(grouped) on panel 0: the slot's last readers, the previous tile's store and row copy, "
+     "finished before this tile's mainloop, so nothing is left for the sync to wait for (those of panels 1.. are "
+     "killed)"),
+    ("cp.async.bulk.commit_group", ("deleted",), "a group per panel, even when empty",
+     _UNSEEN_GROUPED + "(grouped) on the last panel: its store then joins the next tile's panel 0 group, and the "
+     "next wait that counts it comes after the next tile's mainloop, by which time the store is done (the commits "
+     "of the other panels are killed)"),
+)
+
+
 def explain(mutant: Mutant) -> str:
     """The reason of the first SURVIVOR_REASONS entry whose kind and mutation match and whose text is in the
     call-site line or in the line that wrote the instruction; "" when none does."""

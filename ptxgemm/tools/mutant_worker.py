@@ -19,6 +19,7 @@ import numpy as np
 from .. import accuracy
 from ..errors import CudaError
 from ..gemm import GemmKernel
+from ..kernel import grouped_walk
 from ..kernel.config import GemmConfig, SCALE_BLOCK
 from ..runtime.arrays import DeviceArray
 from ..runtime.debug import BarrierStall
@@ -52,6 +53,14 @@ class GroupedWorkload:
     ctas: int | None
     seed: int
     m_max: int | None = None
+    bad: tuple[tuple[int, int], ...] = ()   # (group, count) written over the counts: values the kernel must clamp
+
+    def counts(self) -> list[int]:
+        """The counts the kernel reads: offs (cumulative) or masked_m, with the `bad` entries written over them."""
+        c = list(self.sizes) if self.m_max else [int(x) for x in np.cumsum(self.sizes)]
+        for g, v in self.bad:
+            c[g] = v
+        return c
 
     @property
     def rows(self) -> int:
@@ -66,10 +75,22 @@ class GroupedWorkload:
 
 #: 300 small groups (empty ones among them; counts read by ten warps, scanned by warp 0 in chunks of 10) on the full
 #: grid, and a few tall unaligned ones on 8 CTAs, whose units walk the ring several times across groups.
+#: Device counts the host cannot check are clamped by the scan, so the first workload of each form writes some over
+#: the counts: offs that drop to 0 over whole lane chunks (warp 0's lanes take 10 groups each at G = 300): 2 lanes,
+#: then 18, so that the start of the lane after them comes from 3 and 19 lanes back through every step of the
+#: max-scan; and one offs past the rows. masked_m below 0 and past M_max.
+_DROPS = (tuple((g, 0) for g in range(50, 70)) + tuple((g, 0) for g in range(100, 280)) + ((290, 10 ** 6),))
+#: ... and runs of 2, 4 and 8 dropped lanes, each followed by a lane whose first group drops too: a max-scan missing
+#: its step of 2, 4 or 8 gives that lane too low a start, and a later group then recomputes earlier groups' rows with
+#: its own B. On 2 CTAs the later group's units run last, so its wrong rows are the ones left in C (a model of the
+#: scan with each step deleted: docs/results/h100/mutants/README.md).
+_LANE_DROPS = tuple((g, 0) for a, b in ((20, 41), (50, 91), (100, 181)) for g in range(a, b))
 GROUPED_WORKLOADS = {
-    "contiguous": (GroupedWorkload(tuple((7 * i) % 29 for i in range(300)), 1024, 128, None, 21),
-                   GroupedWorkload((0, 300, 1, 640, 129, 0, 1100), 1024, 1256, 8, 22)),
-    "masked": (GroupedWorkload(tuple((5 * i) % 67 for i in range(300)), 512, 128, None, 23, m_max=64),
+    "contiguous": (GroupedWorkload(tuple((7 * i) % 29 for i in range(300)), 1024, 128, None, 21, bad=_DROPS),
+                   GroupedWorkload((0, 300, 1, 640, 129, 0, 1100), 1024, 1256, 8, 22),
+                   GroupedWorkload(tuple((7 * i) % 29 for i in range(300)), 256, 128, 2, 25, bad=_LANE_DROPS)),
+    "masked": (GroupedWorkload(tuple((5 * i) % 67 for i in range(300)), 512, 128, None, 23, m_max=64,
+                               bad=((7, -3), (100, 90), (101, 1 << 30))),
                GroupedWorkload((0, 256, 1, 129, 200, 77), 768, 1256, 8, 24, m_max=256)),
 }
 
@@ -89,16 +110,16 @@ def _grouped_job(config: GemmConfig, w: GroupedWorkload, directory: Path, i: int
                   accuracy.random_matrix(rng, w.k, w.n, config.b_type) for _ in range(g)])
     ref = np.full((w.rows, w.n), np.nan)
     bound = np.full((w.rows, w.n), np.nan)
-    start = 0
-    for gi, size in enumerate(w.sizes):
-        s = gi * w.m_max if w.m_max else start
-        e = s + size
-        start = e
-        if size:
+    counts = np.array(w.counts(), dtype=np.int32)
+    # each group's rows as the kernel clamps its counts (the walk's model), in A's 2-D rows
+    spans = grouped_walk.ranges(config.grouped, counts.tolist(), w.m_max or w.rows)
+    for gi, (s, e) in enumerate(spans):
+        if w.m_max:
+            s, e = s + gi * w.m_max, e + gi * w.m_max
+        if e > s:
             bg = b[gi].T if k_major else b[gi]
             r, absp = accuracy.reference(a[s:e], bg)
             ref[s:e], bound[s:e] = r, accuracy.error_bound(r, absp, w.k, config.out_dtype, config.in_dtype)
-    counts = np.array(w.sizes if w.m_max else np.cumsum(w.sizes), dtype=np.int32)
     paths = {}
     for name, arr in (("a", _raw(a)), ("b", _raw(b)), ("ref", ref.astype(np.float32)),
                       ("bound", bound.astype(np.float32)), ("counts", counts)):
@@ -223,7 +244,8 @@ def _run_grouped(config: GemmConfig, kernel, jobs: list[dict], loaded: list, rep
     import ptxgemm
 
     for job, (da, db, ref, bound, counts) in zip(jobs, loaded):
-        w = GroupedWorkload(**{**job["workload"], "sizes": tuple(job["workload"]["sizes"])})
+        w = GroupedWorkload(**{**job["workload"], "sizes": tuple(job["workload"]["sizes"]),
+                               "bad": tuple(tuple(x) for x in job["workload"]["bad"])})
         g = len(w.sizes)
         shape = (g, w.m_max, w.n) if w.m_max else (w.rows, w.n)
         out = DeviceArray.empty(shape, accuracy.DTYPES[config.out_dtype])
