@@ -234,8 +234,8 @@ def test_mutants_of_the_grouped_walk_are_killed(tmp_path):
                            "--kind", "bar.sync", "--json", str(out)], capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     records = json.loads(out.read_text())["configs"][0]["mutants"]
-    scan = [r for r in records if r["kind"] == "shfl.sync.up" and "%run" in r["instruction"]]
+    scan = [r for r in records if ":shfl.sync.up:" in r["id"] and "%run" in r["instruction"]]
     assert len(scan) == 6 and all(r["status"] == "killed" for r in scan), scan
-    tables = [r for r in records if r["kind"] == "bar.sync" and r["mutation"] == "deleted"
+    tables = [r for r in records if ":bar.sync:" in r["id"] and r["mutation"] == "deleted"
               and "after_init" in r["site"]]
     assert len(tables) == 1 and all(r["status"] == "killed" for r in tables), tables

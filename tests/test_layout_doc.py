@@ -11,7 +11,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 PAGE = REPO / "docs" / "layout.md"
 ORDER = ("kernel", "build", "runtime", "plan", "select", "bench", "tools", "cli")
-TOP = ("__init__.py", "__main__.py", "errors.py", "accuracy.py", "gemm.py")
+TOP = ("__init__.py", "__main__.py", "errors.py", "accuracy.py", "gemm.py", "grouped.py")
 HEADER = """# Repository layout
 
 What each folder and module holds, in the order a call travels: config → PTX (kernel/) → cubin (build/) →

@@ -1,4 +1,4 @@
-"""The `grouped` shape set of issue 25: the MoE expert GEMMs the grouped benchmark will time, with their group counts
+"""The `grouped` shape set of issue 25: the MoE expert GEMMs the grouped benchmark (bench/grouped_bench.py) times, with their group counts
 drawn reproducibly (a fixed seed per case), so every run and every peer sees the same groups.
 
 - DeepGEMM's 10 grouped shapes with the TFLOP/s its README (2025-02, H800, fp8 blockwise) published: four

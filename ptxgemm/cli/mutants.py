@@ -53,7 +53,9 @@ def add_arguments(p) -> None:
                         "'cooperative-epilogue' the cooperative 256x128 with an fp16 source, a row bias and silu, "
                         "'epilogue-fp32' the pingpong 64x128 fp16 -> fp32 with an fp32 source, column scales and "
                         "relu, "
-                        "'blockwise' the fp8 cooperative 128x128 with blockwise scales")
+                        "'blockwise' the fp8 cooperative 128x128 with blockwise scales, 'grouped' the grouped kernel "
+                        "(contiguous, 128x256, B K-major) and 'grouped-masked' its masked form (128x128) on grouped "
+                        "workloads")
     p.add_argument("--list", action="store_true",
                    help="enumerate the mutants without a GPU and without running them (default off: run them)")
     p.add_argument("--build", action="store_true", help="with --list: also assemble every mutant (kills the ones "

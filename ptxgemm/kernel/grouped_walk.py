@@ -8,7 +8,8 @@ prefix exceeds u (a binary search, ceil(log2 G) steps) and is tile u - prefix_be
 order: bands of group_m tile rows, each walked down its rows before moving one column right. So the groups need no host work, an empty group has no unit, and a launch's units spread over the CTAs
 round-robin whatever the group sizes: the busiest CTA has at most one unit more than the idlest.
 
-The kernel is to mirror `walk` (tests/test_grouped.py holds this model to its rules). A grouped plan cannot size its
+The kernel (templates/grouped_scheduler.ptx.j2) mirrors `walk` for the contiguous and masked forms (tests/test_grouped.py
+holds this model to its rules; the GPU tests and the mutation tester check the kernel against the ranges it gives). A grouped plan cannot size its
 grid from the units, whose number only the device knows: it launches one CTA per SM.
 """
 from __future__ import annotations
