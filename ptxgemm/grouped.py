@@ -33,6 +33,9 @@ from .runtime.tensormap import TensorMapSpec
 GROUPED_TILES = {"coop128x256": 1.0, "coop256x128": 0.97, "coop128x192": 0.95, "coop128x128": 0.85}
 # The tables' size is rounded up to a power of two from G, at least this: few kernels serve every G.
 MIN_GROUP_CAPACITY = 16
+# The k-grouped form (weight gradients) is rendered, assembled and planned, but has not run on a GPU yet: it is
+# refused until its GPU tests (tests/test_grouped_gpu.py, which switch this on) have passed on the device.
+K_FORM_ENABLED = False
 
 
 def group_capacity(groups: int) -> int:
@@ -86,7 +89,7 @@ def default_config(problem: grouped.GroupedProblem, b_major: str, sm_count: int 
     rows when masked), the tile whose waves of units over `sm_count` SMs cost least (GROUPED_TILES). With a fused
     epilogue (`fused`: Epilogue.config_fields), a tile that ptxas spills yields to the next one, as the dense
     selection's picks do (`spill_check`: build.kernels.spills)."""
-    rows = problem.m if problem.form == "masked" else problem.m / problem.groups
+    rows = problem.m if problem.form in ("masked", "k") else problem.m / problem.groups
 
     def cost(tag):
         t = GemmConfig.from_tag(tag)
@@ -94,7 +97,8 @@ def default_config(problem: grouped.GroupedProblem, b_major: str, sm_count: int 
         return math.ceil(units / sm_count) * t.block_m * t.block_n / GROUPED_TILES[tag]
 
     configs = [GemmConfig.from_tag(tag, in_dtype=problem.in_dtype, b_dtype=problem.b_dtype,
-                                   out_dtype=problem.out_dtype, a_major="k", b_major=b_major, grouped=problem.form,
+                                   out_dtype=problem.out_dtype, a_major="mn" if problem.form == "k" else "k",
+                                   b_major=b_major, grouped=problem.form,
                                    group_capacity=group_capacity(problem.groups), **(fused or {}))
                for tag in sorted(GROUPED_TILES, key=cost)]
     if spill_check is not None:
@@ -125,9 +129,10 @@ class GroupedPlan:
         problem = grouped.parse(a, b, offs=offs, masked_m=masked_m, out=out, out_dtype=out_dtype)
         name = problem.counts_name
         counts = masked_m if name == "masked_m" else offs
-        if problem.form == "k":
-            raise ConfigError("offs: the k-grouped form (a (M, total_K), b (total_K, N)) is not built yet; the "
-                              "contiguous and masked forms are")
+        if problem.form == "k" and not K_FORM_ENABLED:
+            raise ConfigError("offs: the k-grouped form (a (M, total_K), b (total_K, N)) is built but has not yet "
+                              "run on a GPU; it is enabled (ptxgemm.grouped.K_FORM_ENABLED) once its GPU tests pass. "
+                              "The contiguous and masked forms are")
         self.problem = problem
         if isinstance(counts, np.ndarray):
             counts = arrays.DeviceArray.from_numpy(np.ascontiguousarray(counts, dtype=np.int32), stream=stream)
@@ -146,10 +151,17 @@ class GroupedPlan:
         self.epilogue = fused
 
         groups, n, k = problem.groups, problem.n, problem.k
-        rows = problem.m * groups if problem.form == "masked" else problem.m   # A and C as 2-D matrices
+        rows = problem.m * groups if problem.form == "masked" else problem.m   # A and C as 2-D matrices (k: M)
         self.rows = rows
         in_fp8 = problem.in_dtype.startswith("float8")
-        b_major, b_pitch, b_group = _b_layout(b, in_fp8)
+        if problem.form == "k":
+            if in_fp8:
+                raise ConfigError("a, b: the k-grouped form reads A and B MN-major, which wgmma does not take for "
+                                  "fp8; use bfloat16 or float16")
+            a_major, b_major = "mn", "mn"
+        else:
+            a_major = "k"
+            b_major, b_pitch, b_group = _b_layout(b, in_fp8)
         info = driver.require_sm90("running the grouped GEMM")
         cfg = config if config is not None else default_config(problem, b_major, info.sm_count,
                                                                fused.config_fields(False, n), spills)
@@ -158,7 +170,7 @@ class GroupedPlan:
                               f"operands have {problem.groups}")
         cfg = GemmConfig(**{**_fields(cfg), **fused.config_fields(False, n), "grouped": problem.form,
                             "in_dtype": problem.in_dtype, "b_dtype": problem.b_dtype,
-                            "out_dtype": problem.out_dtype, "a_major": "k", "b_major": b_major,
+                            "out_dtype": problem.out_dtype, "a_major": a_major, "b_major": b_major,
                             "group_capacity": cfg.group_capacity or group_capacity(problem.groups)})
         self.config = cfg
         self.records = None
@@ -170,22 +182,8 @@ class GroupedPlan:
             return
         if k == 0:
             raise ConfigError("a, b: K is 0; the grouped GEMM needs K >= 1 (the product would be zeros)")
-        a_pitch = _rows_view(a, "a", rows, k)
-        c_pitch = _rows_view(out, "out", rows, n)
-        if c_pitch != n * out.dtype.itemsize:
-            raise ConfigError(f"out: must be C-contiguous (rows of {n * out.dtype.itemsize} bytes), got strides "
-                              f"{out.strides}")
-        specs = {
-            "tmap_a": TensorMapSpec(a.ptr, a.dtype, (k, rows, 1), (a_pitch, rows * a_pitch),
-                                    (cfg.block_k, cfg.a_rows_per_cta, 1), l2_promotion=LOAD_L2_PROMOTION),
-            "tmap_b": (TensorMapSpec(b.ptr, b.dtype, (k, n, groups), (b_pitch, b_group),
-                                     (cfg.block_k, cfg.b_rows_per_cta, 1), l2_promotion=LOAD_L2_PROMOTION)
-                       if b_major == "k" else
-                       TensorMapSpec(b.ptr, b.dtype, (n, k, groups), (b_pitch, b_group), (MN_PANEL, cfg.block_k, 1),
-                                     l2_promotion=LOAD_L2_PROMOTION)),
-            "tmap_c": TensorMapSpec(out.ptr, out.dtype, (n, rows, 1), (c_pitch, rows * c_pitch),
-                                    (cfg.epi_panel_cols, cfg.epi_box_rows, 1), l2_promotion="none"),
-        }
+        specs, c_pitch = (_k_form_specs(cfg, problem, a, b, out) if problem.form == "k" else
+                          _row_form_specs(cfg, problem, a, b, out, rows, b_major, b_pitch, b_group))
         self.specs = specs
         self.kernel = kernel if kernel is not None else get_kernel(cfg)
         maps = {nm: tensormap.encode(spec) for nm, spec in specs.items()}
@@ -219,6 +217,63 @@ class GroupedPlan:
                 raise
 
 
+def _row_form_specs(cfg: GemmConfig, problem, a, b, out, rows: int, b_major: str, b_pitch: int, b_group: int):
+    """Tensor maps of the contiguous and masked forms: A and C as 2-D matrices of `rows` rows, B one matrix per
+    group (its batch coordinate); and C's row pitch."""
+    n, k, groups = problem.n, problem.k, problem.groups
+    a_pitch = _rows_view(a, "a", rows, k)
+    c_pitch = _rows_view(out, "out", rows, n)
+    if c_pitch != n * out.dtype.itemsize:
+        raise ConfigError(f"out: must be C-contiguous (rows of {n * out.dtype.itemsize} bytes), got strides "
+                          f"{out.strides}")
+    return {
+        "tmap_a": TensorMapSpec(a.ptr, a.dtype, (k, rows, 1), (a_pitch, rows * a_pitch),
+                                (cfg.block_k, cfg.a_rows_per_cta, 1), l2_promotion=LOAD_L2_PROMOTION),
+        "tmap_b": (TensorMapSpec(b.ptr, b.dtype, (k, n, groups), (b_pitch, b_group),
+                                 (cfg.block_k, cfg.b_rows_per_cta, 1), l2_promotion=LOAD_L2_PROMOTION)
+                   if b_major == "k" else
+                   TensorMapSpec(b.ptr, b.dtype, (n, k, groups), (b_pitch, b_group), (MN_PANEL, cfg.block_k, 1),
+                                 l2_promotion=LOAD_L2_PROMOTION)),
+        "tmap_c": TensorMapSpec(out.ptr, out.dtype, (n, rows, 1), (c_pitch, rows * c_pitch),
+                                (cfg.epi_panel_cols, cfg.epi_box_rows, 1), l2_promotion="none"),
+    }, c_pitch
+
+
+def _mn_pitch(x, name: str, what: str) -> int:
+    """The pitch in bytes between the K rows of a 2-D operand of the k form whose last axis is contiguous (a read
+    as its transpose: see _k_form_specs)."""
+    item = x.dtype.itemsize
+    rows, cols = x.shape
+    if cols > 1 and x.strides[1] != item:
+        raise ConfigError(f"{name}: the k-grouped form reads {what}; got strides {x.strides}")
+    pitch = x.strides[0] if rows > 1 else cols * item
+    if pitch % 16 or x.ptr % 16:
+        raise ConfigError(f"{name}: rows must start on 16-byte boundaries (TMA): pitch {pitch} bytes, address "
+                          f"0x{x.ptr:x}")
+    return pitch
+
+
+def _k_form_specs(cfg: GemmConfig, problem, a, b, out):
+    """Tensor maps of the k form: A (M, total_K) with M contiguous, i.e. the (total_K, M) activations seen through
+    a transpose; B (total_K, N) with N contiguous; C (G, M, N) C-contiguous, the group its batch coordinate. K is
+    the outer axis of both operands' boxes (MN-major), so a group's K range starts at any element."""
+    m, n, k, groups = problem.m, problem.n, problem.k, problem.groups
+    a_t = a.view((k, m), (a.strides[1], a.strides[0]))   # the (total_K, M) array a is the transpose of
+    lda = _mn_pitch(a_t, "a", "a (M, total_K) with M contiguous (x.T of row-major (total_K, M) activations)")
+    ldb = _mn_pitch(b, "b", "b (total_K, N) with N contiguous (row-major gradients)")
+    item = out.dtype.itemsize
+    if tuple(out.strides) != (m * n * item, n * item, item):
+        raise ConfigError(f"out: must be C-contiguous (G, M, N), got strides {out.strides}")
+    return {
+        "tmap_a": TensorMapSpec(a.ptr, a.dtype, (m, k, 1), (lda, k * lda), (MN_PANEL, cfg.block_k, 1),
+                                l2_promotion=LOAD_L2_PROMOTION),
+        "tmap_b": TensorMapSpec(b.ptr, b.dtype, (n, k, 1), (ldb, k * ldb), (MN_PANEL, cfg.block_k, 1),
+                                l2_promotion=LOAD_L2_PROMOTION),
+        "tmap_c": TensorMapSpec(out.ptr, out.dtype, (n, m, groups), (n * item, m * n * item),
+                                (cfg.epi_panel_cols, cfg.epi_box_rows, 1), l2_promotion="none"),
+    }, n * item
+
+
 def _fields(cfg: GemmConfig) -> dict:
     import dataclasses
 
@@ -229,11 +284,12 @@ def kernel_arguments(cfg: GemmConfig, rows: int, n: int, k: int, problem: groupe
                      c_ptr: int, c_pitch: int, debug_ptr: int = 0) -> list:
     """The grouped kernel's scalar arguments after the tensor maps and the epilogue's, in gemm_roles.ptx.j2's and
     grouped_scheduler.ptx.j2's order (pure: tests check them without a GPU)."""
+    group_rows = {"masked": problem.m, "k": problem.k}.get(problem.form, 0)   # M_max; total_K; unused
     return [ctypes.c_uint32(rows), ctypes.c_uint32(n), ctypes.c_uint32(-(-rows // cfg.block_m)),
             ctypes.c_uint32(-(-n // cfg.block_n)), ctypes.c_uint32(-(-k // cfg.block_k)),
-            ctypes.c_uint32(1), ctypes.c_uint32(0), ctypes.c_uint32(1),      # one A and C; B's batch is the group
-            ctypes.c_uint64(counts_ptr), ctypes.c_uint32(problem.groups),
-            ctypes.c_uint32(problem.m if problem.form == "masked" else 0),
+            ctypes.c_uint32(1), ctypes.c_uint32(0),                          # one A (2-D)
+            ctypes.c_uint32(0 if problem.form == "k" else 1),                # B: one matrix per group, or one (k)
+            ctypes.c_uint64(counts_ptr), ctypes.c_uint32(problem.groups), ctypes.c_uint32(group_rows),
             ctypes.c_uint64(c_ptr), ctypes.c_uint32(c_pitch),
             ctypes.c_uint64(debug_ptr)]                                       # debug records (0: none)
 

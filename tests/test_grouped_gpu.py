@@ -239,3 +239,48 @@ def test_mutants_of_the_grouped_walk_are_killed(tmp_path):
     tables = [r for r in records if ":bar.sync:" in r["id"] and r["mutation"] == "deleted"
               and "after_init" in r["site"]]
     assert len(tables) == 1 and all(r["status"] == "killed" for r in tables), tables
+
+
+#: the k form (weight gradients): (name, K per group, M, N, dtype, tile or None)
+K_CASES = (
+    ("k-empty-unaligned", [0, 100, 64, 300], 200, 256, "bfloat16", None),
+    ("k-many-fp16", [7, 0, 130, 64, 1, 0, 257, 33, 500, 0, 64, 12, 95], 130, 384, "float16", "coop128x128"),
+    ("k-tall-m", [640, 0, 129], 520, 192, "bfloat16", "coop256x128"),
+)
+
+
+@gpu
+@pytest.mark.parametrize("name, ks, m, n, dtype, tag", K_CASES, ids=[c[0] for c in K_CASES])
+def test_k_grouped_case(name, ks, m, n, dtype, tag, monkeypatch):
+    """a (M, total_K) = x.T of row-major activations x (total_K, M), b (total_K, N) row-major, offs over K: each
+    group's output is a[:, s:e] @ b[s:e] (zeros for an empty group), whatever K boundaries the groups have."""
+    import ptxgemm
+    import ptxgemm.grouped as grouped_api
+
+    monkeypatch.setattr(grouped_api, "K_FORM_ENABLED", True)
+    rng = np.random.default_rng(zlib.crc32(name.encode()))
+    total = sum(ks)
+    x = random_matrix(rng, total, m, dtype)       # (total_K, M) row-major: a is its transpose
+    b = random_matrix(rng, total, n, dtype)
+    offs = _counts_contiguous(ks)
+    dx = ptxgemm.to_device(x)
+    item = dx.dtype.itemsize
+    da = dx.view((m, total), (item, m * item))
+    out = ptxgemm.DeviceArray.empty((len(ks), m, n), np.dtype(accuracy.DTYPES[dtype]))
+    out.poison()
+    config = GemmConfig.from_tag(tag) if tag else None
+    plan = ptxgemm.GroupedPlan(da, ptxgemm.to_device(b), offs=ptxgemm.to_device(offs), out=out, config=config)
+    assert plan.config.grouped == "k" and (plan.config.a_major, plan.config.b_major) == ("mn", "mn")
+    plan.launch()
+    got = out.to_numpy()
+    start = 0
+    for g, size in enumerate(ks):
+        rows_a, rows_b = x[start:start + size].T, b[start:start + size]
+        start += size
+        if size == 0:
+            assert np.all(got[g].astype(np.float64) == 0), f"group {g} (no K) is not zeros"
+            continue
+        ref, absp = accuracy.reference(rows_a, rows_b, matmul64)
+        bound = accuracy.error_bound(ref, absp, size, dtype, dtype)
+        verdict = accuracy.check_bound(got[g].astype(np.float64), ref, bound)
+        assert verdict.ok, f"{name}: group {g} (K {size}): {verdict}"

@@ -164,3 +164,57 @@ def test_the_fuzzers_grouped_cases_are_legal_and_reproducible():
     assert {s["form"] for s in specs} == {"contiguous", "masked"}
     assert {s["dtype"] for s in specs} == set(fuzz_grouped.DTYPES)
     assert any(0 in s["sizes"] for s in specs) and max(s["groups"] for s in specs) == 256
+
+
+def test_the_k_form_assembles_and_reads_both_operands_mn_major():
+    for tag in ("coop128x256", "coop128x128", "coop256x128"):
+        cfg = _cfg(tag, "k", a_major="mn", b_major="mn", group_capacity=64)
+        fn = compile_gemm(cfg).report.functions["gemm_grouped"]
+        assert fn.spill_store_bytes == 0 and not compile_gemm(cfg).report.warning_codes, fn
+    with pytest.raises(ConfigError, match="k form reads A and B MN-major"):
+        _cfg("coop128x256", "k", a_major="k", b_major="mn")
+    ptx = render_gemm(_cfg("coop128x256", "k", a_major="mn", b_major="mn", group_capacity=64))
+    # the tail of a group's last k-tile is zeroed in A and B before the wgmmas, and empty groups write zeros
+    assert "GROUPED_K_TAIL_DONE" in ptx and "GROUPED_EMPTY_UNIT" in ptx and "PRODUCER_NEXT:" in ptx
+    dense = render_gemm(GemmConfig.from_tag("coop128x256"))
+    assert "GROUPED_K_TAIL_DONE" not in dense and "PRODUCER_NEXT" not in dense
+
+
+class _Fake:
+    """A device array as the plan's layout code sees it: pointer, shape, byte strides, dtype, and views."""
+
+    def __init__(self, shape, dtype, strides=None, ptr=1 << 20):
+        import numpy as np
+
+        self.shape, self.dtype, self.ptr = tuple(shape), np.dtype(dtype), ptr
+        item = self.dtype.itemsize
+        self.strides = strides or tuple(int(np.prod(shape[i + 1:])) * item for i in range(len(shape)))
+
+    def view(self, shape, strides=None, offset=0, dtype=None):
+        return _Fake(shape, self.dtype, strides, self.ptr + offset)
+
+
+def test_the_k_form_maps_and_arguments():
+    import ml_dtypes
+
+    from ptxgemm import grouped as api
+
+    bf16 = ml_dtypes.bfloat16
+    m, total, n, g = 200, 464, 256, 4
+    a = _Fake((total, m), bf16).view((m, total), (2, 2 * m))           # x.T of row-major x (total_K, M)
+    b = _Fake((total, n), bf16)
+    out = _Fake((g, m, n), bf16)
+    problem = rules.GroupedProblem("k", g, m, n, total, "bfloat16", None, "bfloat16", (g, m, n))
+    cfg = _cfg("coop128x256", "k", a_major="mn", b_major="mn", group_capacity=16)
+    specs, c_pitch = api._k_form_specs(cfg, problem, a, b, out)
+    assert specs["tmap_a"].dims == (m, total, 1) and specs["tmap_a"].strides[0] == 2 * m
+    assert specs["tmap_b"].dims == (n, total, 1) and specs["tmap_c"].dims == (n, m, g) and c_pitch == 2 * n
+    with pytest.raises(ConfigError, match="^a: the k-grouped form reads a"):
+        api._k_form_specs(cfg, problem, _Fake((m, total), bf16), b, out)      # K-contiguous a
+    with pytest.raises(ConfigError, match="^b: the k-grouped form reads b"):
+        api._k_form_specs(cfg, problem, a, _Fake((n, total), bf16).view((total, n), (2, 2 * total)), out)
+    args = kernel_arguments(cfg, m, n, total, problem, 0x1000, 0x2000, c_pitch)
+    names = [nm for _, nm in _entry_params(render_gemm(cfg))][3:]
+    by_name = dict(zip(names, [v.value for v in args]))
+    assert by_name["param_group_rows"] == total and by_name["param_b_batch_step"] == 0
+    assert api.K_FORM_ENABLED is False   # refused until its GPU tests have passed on the device

@@ -76,7 +76,9 @@ RASTERS = ("m", "n", "hilbert")
 # Grouped GEMM (gemm_grouped.ptx.j2): the forms whose groups run along M. "contiguous": group g is rows
 # [offs[g-1], offs[g]) of one (total_M, K) A and of C; "masked": rows [g*M_max, g*M_max + masked_m[g]) of A and C
 # seen as (G*M_max, K) and (G*M_max, N). B is one matrix per group either way; the counts are read on the device.
-GROUPED_FORMS = ("contiguous", "masked")
+# "k": group g is K range [offs[g-1], offs[g]) of one (M, total_K) A and (total_K, N) B, into C's matrix g; both
+# operands MN-major, so the K rows past a group's end in its last k-tile are whole shared-memory lines to zero.
+GROUPED_FORMS = ("contiguous", "masked", "k")
 PTX_VERSION = "8.0"
 
 
@@ -326,6 +328,10 @@ class GemmConfig(KernelLayout):
         if cap is not None and not (1 <= cap <= MAX_GROUPS and cap & (cap - 1) == 0):
             raise ConfigError(f"group_capacity: must be a power of two in 1..{MAX_GROUPS} (the kernel's tables hold "
                               f"that many groups), got {cap}")
+        if self.grouped == "k" and (self.a_major, self.b_major) != ("mn", "mn"):
+            raise ConfigError(f"grouped: the k form reads A and B MN-major (a is (M, total_K) with M contiguous, b "
+                              f"(total_K, N) with N contiguous: the activations' and gradients' own layouts), got A "
+                              f"{self.a_major}-major, B {self.b_major}-major")
         if self.epi_tail_cols:
             raise ConfigError(f"grouped: block_n must be a whole number of {self.epi_panel_cols}-column output "
                               f"panels (a group's last rows are stored panel by panel), got {self.block_n}")
