@@ -218,3 +218,19 @@ def test_the_k_form_maps_and_arguments():
     by_name = dict(zip(names, [v.value for v in args]))
     assert by_name["param_group_rows"] == total and by_name["param_b_batch_step"] == 0
     assert api.K_FORM_ENABLED is False   # refused until its GPU tests have passed on the device
+
+
+def test_dump_writes_the_grouped_kernel(tmp_path):
+    """`python -m ptxgemm dump --grouped FORM` writes the grouped kernel's PTX and SASS, without a GPU."""
+    import json
+    import subprocess
+    import sys
+
+    for form in ("contiguous", "k"):
+        out = tmp_path / form
+        proc = subprocess.run([sys.executable, "-m", "ptxgemm", "dump", "--m", "512", "--n", "1024", "--k", "2048",
+                               "--grouped", form, "--out", str(out)], capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        report = json.loads((out / "report.json").read_text())
+        assert report["config"]["fields"]["grouped"] == form and "grouped" in report["schedule"]
+        assert ".visible .entry gemm_grouped" in (out / "gemm.ptx").read_text()

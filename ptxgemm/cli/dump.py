@@ -8,7 +8,8 @@ from ..build import compiler
 from ..build.kernels import compile_gemm
 from ..errors import ConfigError
 from ..kernel import schedule
-from ..kernel.config import GemmConfig
+from ..grouped import GROUPED_TILES
+from ..kernel.config import GROUPED_FORMS, GemmConfig
 from ..select import model as select
 from ..tools import dump, probes
 from ..tools.dump import k_loop_report, write_dump, write_ptx
@@ -43,6 +44,10 @@ def add_arguments(p) -> None:
                             "[r<m|n|h>][s<stages>], e.g. pp128x128 or coop256x128c2; not with tile options "
                             "(default: the tile options below if any is given, else ptxgemm's selection)")
     options.add_config_arguments(group)
+    group.add_argument("--grouped", default=None, choices=GROUPED_FORMS,
+                       help="the grouped kernel (gemm_grouped.ptx.j2) of this form: contiguous, masked or k (the "
+                            "k-grouped form, A and B MN-major), on the tile given or on 128x256 cooperative; the "
+                            "counts are the device's, so the dump has no schedule (default: the dense kernel)")
     probe = p.add_argument_group("swizzle probe (--kernel swizzle_probe)")
     probe.add_argument("--mode", default=None, help="none, 32B, 64B or 128B (default 128B)")
     probe.add_argument("--rows", type=int, default=None, help="tile rows (default 8)")
@@ -53,7 +58,7 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     if args.kernel == "swizzle_probe":
         gemm_options = (*SHAPE_OPTIONS, "config", *options.TILE_OPTIONS, *options.OPERAND_OPTIONS,
-                        *options.BUILD_FLAGS)
+                        *options.BUILD_FLAGS, "grouped")
         given = options.given(args, gemm_options)
         if given:
             raise ConfigError(f"{', '.join(given)}: GEMM options, not options of --kernel swizzle_probe")
@@ -108,6 +113,17 @@ def gemm_config(args, m: int, n: int, k: int, device) -> tuple[GemmConfig, str]:
     if args.config is not None and tiles:
         raise ConfigError(f"--config: the tag names the tile options itself; give --config or {', '.join(tiles)}, "
                           f"not both")
+    if args.grouped:   # the grouped kernel: its own default tile (the k form reads both operands MN-major)
+        grouped = {"grouped": args.grouped}
+        if args.grouped == "k":
+            operands.update(a_major=args.a_major or "mn", b_major=args.b_major or "mn")
+        if args.config is not None:
+            return GemmConfig.from_tag(args.config, **operands, **build, **grouped), "--config, --grouped"
+        if tiles:
+            return (dataclasses.replace(options.config_from_args(args), **operands, **grouped),
+                    f"tile options {' '.join(tiles)}")
+        return (GemmConfig.from_tag(GROUPED_DEFAULT_TAG, **operands, **build, **grouped),
+                f"--grouped: the grouped kernel's widest tile, {GROUPED_DEFAULT_TAG}")
     if args.config is not None:
         return GemmConfig.from_tag(args.config, **operands, **build), "--config"
     if tiles:
@@ -130,12 +146,16 @@ def dump_gemm(args) -> dict:
         "config": {"tag": config.tag, "source": source, "description": config.describe(), "fields": fields},
         "predicted": predicted,
         "problem": {"m": m, "n": n, "k": k},
-        "schedule": {**schedule.plan_for(config, m, n, k, device.sm_count).describe(), "sm_count": device.sm_count,
-                     "device": (f"no GPU here: {device.sm_count} SMs assumed" if modeled else str(device.name))},
+        "schedule": ({"grouped": "the walk depends on the group counts, which only the device reads"}
+                     if config.grouped else
+                     {**schedule.plan_for(config, m, n, k, device.sm_count).describe(), "sm_count": device.sm_count,
+                      "device": (f"no GPU here: {device.sm_count} SMs assumed" if modeled else str(device.name))}),
     }
     if kernel.cubin is not None:
         extras["measured"] = {"consumer_k_loop_sass": k_loop_report(kernel.sass())}
     return write_dump("gemm", kernel, Path(args.out), extras)
 
+
+GROUPED_DEFAULT_TAG = next(iter(GROUPED_TILES))   # the grouped kernel's default tile where groups are tall
 
 DUMPERS = {"gemm": dump_gemm, "swizzle_probe": dump_swizzle_probe}

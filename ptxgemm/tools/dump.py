@@ -83,10 +83,13 @@ def summary(report: dict, out: Path) -> str:
     if "config" in report:
         c, p, s = report["config"], report["problem"], report["schedule"]
         lines.append(f"config {c['tag']} ({c['source']}): {c['description']}")
-        lines.append(f"problem {p['m']}x{p['n']}x{p['k']} on {s['sm_count']} SMs ({s['device']}): "
-                     f"{s['tiles_m']}x{s['tiles_n']} tiles of {s['k_tiles']} k-tiles, grid {s['grid']} CTAs "
-                     f"({s['clusters']} clusters), {s['waves']} waves, "
-                     f"{s['tiles_per_consumer'][0]}..{s['tiles_per_consumer'][1]} tiles per consumer")
+        if "grouped" in s:   # a grouped kernel: the device's counts decide the walk
+            lines.append(f"grouped: {s['grouped']}")
+        else:
+            lines.append(f"problem {p['m']}x{p['n']}x{p['k']} on {s['sm_count']} SMs ({s['device']}): "
+                         f"{s['tiles_m']}x{s['tiles_n']} tiles of {s['k_tiles']} k-tiles, grid {s['grid']} CTAs "
+                         f"({s['clusters']} clusters), {s['waves']} waves, "
+                         f"{s['tiles_per_consumer'][0]}..{s['tiles_per_consumer'][1]} tiles per consumer")
     lines.append(f"wrote {Path(out) / name}.{{ptx,cubin,sass}}, ptxas.log, report.json "
                  f"(ptxas {measured['ptxas_version']}{', cached' if measured['cache_hit'] else ''})")
     for fname, f in measured["functions"].items():

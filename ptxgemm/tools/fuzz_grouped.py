@@ -38,8 +38,11 @@ def _sizes(rng, groups: int, cap: int) -> list[int]:
     return [int(x) for x in s]
 
 
-def draw(rng) -> dict:
+def draw(rng, forms=("contiguous", "masked")) -> dict:
+    """One case; `forms` adds the k-grouped form where it is enabled (ptxgemm.grouped.K_FORM_ENABLED)."""
     form = "masked" if rng.random() < 0.35 else "contiguous"
+    if "k" in forms and rng.random() < 0.3:
+        return _draw_k(rng)
     groups = int(rng.choice([1, 2, 3, 4, 7, 8, 16, 33, 64, 128, 256]))
     dtype = str(rng.choice(DTYPES))
     n = int(rng.choice([16, 64, 128, 136, 192, 256, 384, 520, 1024]))
@@ -59,6 +62,58 @@ def draw(rng) -> dict:
         k = max(16, k // 2 // 16 * 16)
     spec["k"] = k
     return spec
+
+
+def _draw_k(rng) -> dict:
+    """A k-grouped case: K per group (empty and unaligned ones), M, N; 16-bit only (MN-major operands)."""
+    groups = int(rng.choice([1, 2, 3, 5, 8, 16, 33]))
+    ks = _sizes(rng, groups, int(rng.choice([16, 100, 300])))
+    if not sum(ks):   # total_K = 0 is refused (no tensor map of an empty K): keep one K row
+        ks[-1] = 1
+    return {"form": "k", "groups": groups, "sizes": ks, "m_max": None, "n": int(rng.choice([16, 64, 136, 256, 520])),
+            "k": sum(ks), "m": int(rng.choice([8, 64, 130, 256, 300])), "dtype": str(rng.choice(DTYPES[:2])),
+            "b_major": "mn", "tile": TILES[rng.integers(len(TILES))], "extra_rows": 0,
+            "scale": float(rng.choice([1.0, 0.5])), "activation": ACTIVATIONS[rng.integers(len(ACTIVATIONS))],
+            "array": "device", "seed": int(rng.integers(1 << 31))}
+
+
+def _run_k(spec: dict) -> tuple[str, str]:
+    """A k-grouped case: a = x.T of row-major x (total_K, M), b (total_K, N) row-major, out (G, M, N)."""
+    import ptxgemm
+    from ..kernel.config import GemmConfig
+
+    rng = np.random.default_rng(spec["seed"])
+    total, m, n, dt = spec["k"], spec["m"], spec["n"], spec["dtype"]
+    x = accuracy.random_matrix(rng, max(total, 1), m, dt)[:total]
+    b = accuracy.random_matrix(rng, max(total, 1), n, dt)[:total]
+    try:
+        dx = ptxgemm.to_device(np.ascontiguousarray(x))
+        item = dx.dtype.itemsize
+        da = dx.view((m, total), (item, m * item))
+        out = ptxgemm.DeviceArray.empty((spec["groups"], m, n), accuracy.DTYPES[dt])
+        out.poison()
+        kw = {"scale_a": spec["scale"], "scale_b": 1.0} if spec["scale"] != 1.0 else {}
+        config = GemmConfig.from_tag(spec["tile"]) if spec["tile"] else None
+        ptxgemm.grouped_matmul(da, ptxgemm.to_device(np.ascontiguousarray(b)),
+                               offs=ptxgemm.to_device(np.cumsum(spec["sizes"]).astype(np.int32)), out=out,
+                               activation=spec["activation"], config=config, **kw)
+        got = out.to_numpy()
+    except ConfigError as e:
+        return "refused", f"ConfigError: {e}"
+    except Exception:  # noqa: BLE001
+        return "crashed", traceback.format_exc(limit=4)
+    start = 0
+    for g, size in enumerate(spec["sizes"]):
+        xs, bs = x[start:start + size], b[start:start + size]
+        start += size
+        ref, absp = accuracy.reference(xs.T, bs) if size else (np.zeros((m, n)), np.zeros((m, n)))
+        pre = spec["scale"] * ref
+        err = spec["scale"] * accuracy.accumulation_error(absp, max(size, 1), dt)
+        ref, bound = accuracy.fused_bound(pre, err, np.abs(pre), spec["activation"], dt)
+        v = accuracy.check_bound(got[g].astype(np.float64), ref, bound)
+        if not v.ok:
+            return "wrong", f"group {g} (K {size}): {v}"
+    return "correct", ""
 
 
 def _arrays(spec: dict):
@@ -82,6 +137,8 @@ def run_case(spec: dict) -> tuple[str, str]:
     import ptxgemm
     from ..kernel.config import GemmConfig
 
+    if spec["form"] == "k":
+        return _run_k(spec)
     a, b, counts, out_shape = _arrays(spec)
     out_dtype = "bfloat16" if spec["dtype"].startswith("float8") else spec["dtype"]
     try:
@@ -152,7 +209,10 @@ def illegal_checks() -> list[dict]:
     def dev(shape, dtype="bfloat16"):
         return ptxgemm.DeviceArray.empty(shape, accuracy.DTYPES.get(dtype, dtype))
 
+    from .. import grouped as grouped_api
+
     i32 = np.int32
+    k_enabled = grouped_api.K_FORM_ENABLED   # while off, the k form is refused as such, before its own rules
     cases = [
         ("no counts", "offs, masked_m", lambda: ((dev((64, 32)), dev((2, 32, 64))), {})),
         ("both counts", "offs, masked_m", lambda: ((dev((64, 32)), dev((2, 32, 64))),
@@ -175,7 +235,8 @@ def illegal_checks() -> list[dict]:
                                            {"offs": dev((2,), i32)})),
         ("rowwise scale", "scale_a", lambda: ((dev((64, 32)), dev((2, 32, 64))),
                                               {"offs": dev((2,), i32), "scale_a": dev((64,), np.float32)})),
-        ("k-grouped form", "offs", lambda: ((dev((64, 96)), dev((96, 64))), {"offs": dev((2,), i32)})),
+        ("k-grouped fp8", "a, b" if k_enabled else "offs", lambda: ((dev((64, 96), "float8_e4m3fn"), dev((96, 64), "float8_e4m3fn")),
+                                          {"offs": dev((2,), i32)})),
         ("too many groups", "offs", lambda: ((dev((64, 32)), dev((1025, 32, 16))), {"offs": dev((1025,), i32)})),
     ]
     results = []
@@ -194,11 +255,14 @@ def illegal_checks() -> list[dict]:
 
 def fuzz_grouped(cases: int, seed: int, log=print) -> dict:
     """`cases` grouped cases from `seed` (a stream of its own, apart from the dense cases'); the report part."""
+    from .. import grouped as grouped_api
+
     rng = np.random.default_rng([seed, 25])
+    forms = ("contiguous", "masked") + (("k",) if grouped_api.K_FORM_ENABLED else ())
     counts = {"correct": 0, "wrong": 0, "refused": 0, "crashed": 0}
     failures, start = [], time.perf_counter()
     for i in range(cases):
-        spec = draw(rng)
+        spec = draw(rng, forms)
         kind, detail = run_case(spec)
         counts[kind] += 1
         if kind != "correct":
