@@ -33,9 +33,22 @@ from .runtime.tensormap import TensorMapSpec
 GROUPED_TILES = {"coop128x256": 1.0, "coop256x128": 0.97, "coop128x192": 0.95, "coop128x128": 0.85}
 # The tables' size is rounded up to a power of two from G, at least this: few kernels serve every G.
 MIN_GROUP_CAPACITY = 16
-# The k-grouped form (weight gradients) is rendered, assembled and planned, but has not run on a GPU yet: it is
-# refused until its GPU tests (tests/test_grouped_gpu.py, which switch this on) have passed on the device.
-K_FORM_ENABLED = False
+# Parts of the grouped GEMM that are rendered, assembled and planned but have not run on a GPU yet: each is refused
+# (a ConfigError naming its argument) until its GPU tests (tests/test_grouped_gpu.py, which clear this for
+# themselves) have passed on the device, and is then taken out of this table.
+UNVERIFIED = {
+    "k": ("offs", "the k-grouped form (a (M, total_K), b (total_K, N))"),
+    "vectors": ("scale_a, scale_b, bias", "rowwise scales (per token of a, per channel of each group's b) and a "
+                "bias (shared, or per group)"),
+    "blockwise": ("scale_a, scale_b", "blockwise scales (1x128 per token, 128x128 per block of each group's b)"),
+}
+
+
+def _check_verified(feature: str) -> None:
+    if feature in UNVERIFIED:
+        argument, what = UNVERIFIED[feature]
+        raise ConfigError(f"{argument}: the grouped GEMM's {what} is built but has not yet run on a GPU; it is "
+                          f"taken once its GPU tests pass (ptxgemm.grouped.UNVERIFIED)")
 
 
 def group_capacity(groups: int) -> int:
@@ -113,7 +126,7 @@ class GroupedPlan:
     enqueues. The counts array is read by every launch, on the device, so it may change between launches."""
 
     def __init__(self, a, b, *, offs=None, masked_m=None, out=None, alpha=1.0, scale_a=None, scale_b=None,
-                 activation=None, out_dtype=None, config: GemmConfig | None = None, ctas: int | None = None,
+                 bias=None, activation=None, out_dtype=None, config: GemmConfig | None = None, ctas: int | None = None,
                  stream=None, kernel=None):
         """`ctas` caps the grid (default: one CTA per SM; fewer give each CTA more units, as the tests and mutants
         want); `kernel` replaces the config's compiled kernel (ptxgemm.tools.mutants runs edited PTX this way; its
@@ -129,10 +142,8 @@ class GroupedPlan:
         problem = grouped.parse(a, b, offs=offs, masked_m=masked_m, out=out, out_dtype=out_dtype)
         name = problem.counts_name
         counts = masked_m if name == "masked_m" else offs
-        if problem.form == "k" and not K_FORM_ENABLED:
-            raise ConfigError("offs: the k-grouped form (a (M, total_K), b (total_K, N)) is built but has not yet "
-                              "run on a GPU; it is enabled (ptxgemm.grouped.K_FORM_ENABLED) once its GPU tests pass. "
-                              "The contiguous and masked forms are")
+        if problem.form == "k":
+            _check_verified("k")
         self.problem = problem
         if isinstance(counts, np.ndarray):
             counts = arrays.DeviceArray.from_numpy(np.ascontiguousarray(counts, dtype=np.int32), stream=stream)
@@ -141,13 +152,8 @@ class GroupedPlan:
         if out is None:
             out = arrays.DeviceArray.empty(problem.out_shape, problem.out_dtype, stream=stream)
         self.a, self.b, self.out, self.counts = a, b, out, counts
-        fused = epilogue.parse(alpha=alpha, scale_a=scale_a, scale_b=scale_b, activation=activation, m=problem.m,
-                               n=problem.n, k=problem.k, in_dtype=problem.in_dtype, batched=False,
-                               convert=lambda x, nm: as_device_array(x, nm, stream))
-        for nm, x in (("scale_a", fused.row_scale), ("scale_b", fused.col_scale), ("scale_a", fused.block_a)):
-            if x is not None:
-                raise ConfigError(f"{nm}: the grouped GEMM takes per-tensor scales (a number, or a 1-element "
-                                  f"float32 array) so far; rowwise and blockwise scales per group are not built yet")
+        fused, self.group_strides = _grouped_epilogue(problem, alpha, scale_a, scale_b, bias, activation,
+                                                      lambda x, nm: as_device_array(x, nm, stream))
         self.epilogue = fused
 
         groups, n, k = problem.groups, problem.n, problem.k
@@ -195,7 +201,8 @@ class GroupedPlan:
             self.records = StallRecords(self.grid, cfg.threads)
             debug_ptr = self.records.device_pointer
         args = [maps["tmap_a"], maps["tmap_b"], maps["tmap_c"], *fused.kernel_args(False, k, n),
-                *kernel_arguments(cfg, rows, n, k, problem, counts.ptr, out.ptr, c_pitch, debug_ptr)]
+                *kernel_arguments(cfg, rows, n, k, problem, counts.ptr, out.ptr, c_pitch, debug_ptr,
+                                  self.group_strides)]
         self._maps = maps
         self._launch = driver.PreparedLaunch(self.kernel.function, (self.grid,), (cfg.threads,), args,
                                              smem_bytes=cfg.smem_bytes)
@@ -274,6 +281,69 @@ def _k_form_specs(cfg: GemmConfig, problem, a, b, out):
     }, n * item
 
 
+def _flat(x, name: str, shape: tuple, rule: str):
+    """`x` (a device array) seen as `shape` (its leading axes folded), where its elements lie as a C-order array
+    of that many would; else ConfigError naming `name`."""
+    item = x.dtype.itemsize
+    want = tuple(int(np.prod(x.shape[i + 1:])) * item for i in range(len(x.shape)))
+    if tuple(x.strides) != want and int(np.prod(x.shape)) > 1:
+        raise ConfigError(f"{name}: {rule} must be C-contiguous, got strides {x.strides}")
+    return x.view(shape, None)
+
+
+def _grouped_epilogue(problem: grouped.GroupedProblem, alpha, scale_a, scale_b, bias, activation, convert):
+    """The epilogue of a grouped call, and the elements between consecutive groups' column vectors (bias, column
+    scales: N for one vector per group, 0 for one shared by all). The grouped shapes are turned into the dense
+    epilogue's (ptxgemm.plan.epilogue checks them there):
+      scale_a  a number or 1 element (per tensor); one per row of a, (total_M,) or (G, M_max) [+ a trailing 1]
+               (rowwise); (total_M, kb) or (G, M_max, kb) (blockwise, kb = ceil(K / 128))
+      scale_b  per tensor; (N,) shared or (G, N) one per group (rowwise); (G, kb, ceil(N / 128)) (blockwise)
+      bias     (N,) shared or (G, N) one per group."""
+    g, n, k = problem.groups, problem.n, problem.k
+    rows = problem.m * g if problem.form == "masked" else problem.m
+    kb, nb = -(-k // 128), -(-n // 128)
+    strides = {}
+
+    def is_array(x):
+        return x is not None and not (isinstance(x, (int, float)) or (isinstance(x, np.ndarray) and x.size == 1))
+
+    if problem.form != "k":
+        if is_array(scale_a):
+            sa = convert(scale_a, "scale_a")
+            shape = tuple(sa.shape)
+            if problem.form == "masked" and shape[:2] == (g, problem.m) and len(shape) in (2, 3):
+                sa = _flat(sa, "scale_a", (rows,) + shape[2:], "a masked scale table (G, M_max[, kb])")
+            scale_a = sa
+        if is_array(scale_b):
+            sb = convert(scale_b, "scale_b")
+            shape = tuple(sb.shape)
+            if shape in ((g, n), (g, 1, n)) and g > 1:
+                scale_b, strides["col_scale"] = _flat(sb, "scale_b", (g * n,), "a per-group scale table").view((n,)), n
+            elif len(shape) == 3 and shape == (g, kb, nb):
+                scale_b = _flat(sb, "scale_b", (g * kb, nb), "a blockwise table (G, kb, nb)").view((kb, nb))
+            else:
+                scale_b = sb
+        if bias is not None:
+            bv = convert(bias, "bias")
+            if tuple(bv.shape) == (g, n) and g > 1:
+                bias, strides["bias"] = _flat(bv, "bias", (g * n,), "a per-group bias (G, N)").view((n,)), n
+            else:
+                bias = bv
+    fused = epilogue.parse(alpha=alpha, scale_a=scale_a, scale_b=scale_b, bias=bias, activation=activation,
+                           m=rows if problem.form != "k" else problem.m, n=n, k=k, in_dtype=problem.in_dtype,
+                           batched=False, convert=convert)
+    if fused.block_a is not None:
+        _check_verified("blockwise")
+    elif fused.row_scale is not None or fused.col_scale is not None or fused.bias is not None:
+        if problem.form == "k":
+            raise ConfigError("scale_a, scale_b, bias: the k-grouped form takes per-tensor scales only")
+        _check_verified("vectors")
+    if fused.bias is not None and fused.bias_axis != "col":
+        raise ConfigError(f"bias: the grouped GEMM adds a bias per column: (N,) = ({n},) shared, or (G, N) = "
+                          f"({g}, {n}) one per group; got {tuple(fused.bias.shape)}")
+    return fused, strides
+
+
 def _fields(cfg: GemmConfig) -> dict:
     import dataclasses
 
@@ -281,7 +351,7 @@ def _fields(cfg: GemmConfig) -> dict:
 
 
 def kernel_arguments(cfg: GemmConfig, rows: int, n: int, k: int, problem: grouped.GroupedProblem, counts_ptr: int,
-                     c_ptr: int, c_pitch: int, debug_ptr: int = 0) -> list:
+                     c_ptr: int, c_pitch: int, debug_ptr: int = 0, group_strides: dict | None = None) -> list:
     """The grouped kernel's scalar arguments after the tensor maps and the epilogue's, in gemm_roles.ptx.j2's and
     grouped_scheduler.ptx.j2's order (pure: tests check them without a GPU)."""
     group_rows = {"masked": problem.m, "k": problem.k}.get(problem.form, 0)   # M_max; total_K; unused
@@ -291,10 +361,12 @@ def kernel_arguments(cfg: GemmConfig, rows: int, n: int, k: int, problem: groupe
             ctypes.c_uint32(0 if problem.form == "k" else 1),                # B: one matrix per group, or one (k)
             ctypes.c_uint64(counts_ptr), ctypes.c_uint32(problem.groups), ctypes.c_uint32(group_rows),
             ctypes.c_uint64(c_ptr), ctypes.c_uint32(c_pitch),
+            *[ctypes.c_uint32((group_strides or {}).get(name, 0)) for name, on in
+              (("bias", cfg.bias == "col"), ("col_scale", cfg.col_scale)) if on],   # per-group column vectors
             ctypes.c_uint64(debug_ptr)]                                       # debug records (0: none)
 
 
-def grouped_matmul(a, b, *, offs=None, masked_m=None, out=None, alpha=1.0, scale_a=None, scale_b=None,
+def grouped_matmul(a, b, *, offs=None, masked_m=None, out=None, alpha=1.0, scale_a=None, scale_b=None, bias=None,
                    activation=None, out_dtype=None, config: GemmConfig | None = None, stream=None):
     """One launch over G groups (asynchronous on `stream`), torch._grouped_mm's forms:
 
@@ -305,6 +377,6 @@ def grouped_matmul(a, b, *, offs=None, masked_m=None, out=None, alpha=1.0, scale
     written (a new `out` holds whatever the allocator gave there). The counts are device int32 vectors read by the
     kernel (host numpy ones are checked by value and uploaded). Any group sizes, 0 included. Returns `out`."""
     plan = GroupedPlan(a, b, offs=offs, masked_m=masked_m, out=out, alpha=alpha, scale_a=scale_a, scale_b=scale_b,
-                       activation=activation, out_dtype=out_dtype, config=config, stream=stream)
+                       bias=bias, activation=activation, out_dtype=out_dtype, config=config, stream=stream)
     plan.launch(stream)
     return plan.out if out is None else out

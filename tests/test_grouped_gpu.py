@@ -257,7 +257,7 @@ def test_k_grouped_case(name, ks, m, n, dtype, tag, monkeypatch):
     import ptxgemm
     import ptxgemm.grouped as grouped_api
 
-    monkeypatch.setattr(grouped_api, "K_FORM_ENABLED", True)
+    monkeypatch.setattr(grouped_api, "UNVERIFIED", {})
     rng = np.random.default_rng(zlib.crc32(name.encode()))
     total = sum(ks)
     x = random_matrix(rng, total, m, dtype)       # (total_K, M) row-major: a is its transpose
@@ -284,3 +284,93 @@ def test_k_grouped_case(name, ks, m, n, dtype, tag, monkeypatch):
         bound = accuracy.error_bound(ref, absp, size, dtype, dtype)
         verdict = accuracy.check_bound(got[g].astype(np.float64), ref, bound)
         assert verdict.ok, f"{name}: group {g} (K {size}): {verdict}"
+
+
+@gpu
+@pytest.mark.parametrize("form", ["contiguous", "masked"])
+def test_rowwise_scales_and_bias_per_group(form, monkeypatch):
+    """fp8 rowwise: one scale per token (row of a), one per channel of each group's b (G, N), and a bias per group
+    (G, N): out = silu(sa[r] * sb[g, c] * (a_g @ b_g)[r, c] + bias[g, c]) on each group's rows."""
+    import ptxgemm
+    import ptxgemm.grouped as grouped_api
+
+    monkeypatch.setattr(grouped_api, "UNVERIFIED", {})
+    fp8 = "float8_e4m3fn"
+    rng = np.random.default_rng(2531 + (form == "masked"))
+    k, n = 640, 384
+    if form == "contiguous":
+        sizes = [0, 130, 1, 300, 77]
+        counts = _counts_contiguous(sizes)
+        a = random_matrix(rng, sum(sizes) + 11, k, fp8)
+        rows = a.shape[0]
+        sa = rng.uniform(0.5, 2.0, rows).astype(np.float32)
+    else:
+        counts = np.array([90, 0, 128, 3], dtype=np.int32)
+        a = np.stack([random_matrix(rng, 128, k, fp8) for _ in range(4)])
+        sa = rng.uniform(0.5, 2.0, (4, 128)).astype(np.float32)
+    g = len(counts)
+    b = _b(rng, g, k, n, fp8, "k")
+    sb = rng.uniform(0.5, 2.0, (g, n)).astype(np.float32)
+    bias = rng.standard_normal((g, n)).astype(np.float32)
+    out_shape = (a.shape[0], n) if form == "contiguous" else (g, 128, n)
+    out = ptxgemm.DeviceArray.empty(out_shape, np.dtype(accuracy.DTYPES["bfloat16"]))
+    out.poison()
+    poisoned = out.to_numpy()
+    kw = {"offs" if form == "contiguous" else "masked_m": ptxgemm.to_device(counts)}
+    ptxgemm.grouped_matmul(ptxgemm.to_device(a), _device_b(ptxgemm, b, "k"), out=out, scale_a=ptxgemm.to_device(sa),
+                           scale_b=ptxgemm.to_device(sb), bias=ptxgemm.to_device(bias), activation="silu", **kw)
+    got = out.to_numpy()
+    problem = grouped_rules.parse(a, b, out=poisoned, **{key: counts for key in kw})
+    covered = np.zeros(got.shape[:-1], dtype=bool)
+    for gi, (s, e) in enumerate(grouped_rules.group_ranges(problem, counts)):
+        if e == s:
+            continue
+        idx = (slice(s, e),) if form == "contiguous" else (gi, slice(0, e))
+        covered[idx] = True
+        rows_a = a[idx]
+        ref, absp = accuracy.reference(rows_a, b[gi], matmul64)
+        scale = sa[idx][:, None].astype(np.float64) * sb[gi][None, :]
+        pre = scale * ref + bias[gi][None, :]
+        err = scale * accuracy.accumulation_error(absp, k, fp8)
+        ref_out, bound = accuracy.fused_bound(pre, err, np.abs(scale * ref) + np.abs(bias[gi])[None, :], "silu",
+                                              "bfloat16")
+        verdict = accuracy.check_bound(got[idx].astype(np.float64), ref_out, bound)
+        assert verdict.ok, f"group {gi}: {verdict}"
+    bits, pbits = got.view(np.uint16), poisoned.view(np.uint16)
+    assert np.array_equal(bits[~covered], pbits[~covered]), "a row outside every group was written"
+
+
+@gpu
+def test_blockwise_scales_per_group(monkeypatch):
+    """DeepSeek-V3's recipe per expert: scale_a (total_M, ceil(K/128)) per token and 128 K, scale_b (G, ceil(K/128),
+    ceil(N/128)) per expert and 128x128 block; unaligned groups, K not a multiple of 128."""
+    import ptxgemm
+    import ptxgemm.grouped as grouped_api
+
+    monkeypatch.setattr(grouped_api, "UNVERIFIED", {})
+    fp8 = "float8_e4m3fn"
+    rng = np.random.default_rng(2533)
+    sizes, k, n = [200, 0, 1, 333, 130], 1000, 384
+    counts = _counts_contiguous(sizes)
+    a = random_matrix(rng, sum(sizes), k, fp8)
+    g, kb, nb = len(sizes), -(-k // 128), -(-n // 128)
+    b = _b(rng, g, k, n, fp8, "k")
+    sa = rng.uniform(0.5, 2.0, (a.shape[0], kb)).astype(np.float32)
+    sb = rng.uniform(0.5, 2.0, (g, kb, nb)).astype(np.float32)
+    out = ptxgemm.DeviceArray.empty((a.shape[0], n), np.dtype(accuracy.DTYPES["bfloat16"]))
+    out.poison()
+    plan = ptxgemm.GroupedPlan(ptxgemm.to_device(a), _device_b(ptxgemm, b, "k"), offs=ptxgemm.to_device(counts),
+                               out=out, scale_a=ptxgemm.to_device(sa), scale_b=ptxgemm.to_device(sb))
+    assert plan.config.block_scale and plan.config.grouped == "contiguous"
+    plan.launch()
+    got = out.to_numpy()
+    start = 0
+    for gi, size in enumerate(sizes):
+        rows = slice(start, start + size)
+        start += size
+        if not size:
+            continue
+        ref, bound = accuracy.fused_reference(a[rows], b[gi], {"scale_a": sa[rows], "scale_b": sb[gi]}, "bfloat16",
+                                              True, matmul64)
+        verdict = accuracy.check_bound(got[rows].astype(np.float64), ref, bound)
+        assert verdict.ok, f"group {gi}: {verdict}"

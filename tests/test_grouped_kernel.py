@@ -60,7 +60,7 @@ def test_a_fused_default_that_spills_yields_to_the_next_tile():
     (dict(schedule="pingpong", block_m=128, block_n=128), "pingpong"),
     (dict(schedule="cooperative", cluster_m=2, block_n=256), "cluster"),
     (dict(schedule="cooperative", splits=2), "splits"),
-    (dict(schedule="cooperative", bias="col"), "bias"),
+    (dict(schedule="cooperative", source_dtype="bfloat16"), "source_dtype"),
     (dict(schedule="cooperative", block_n=208), "whole number"),
     (dict(schedule="cooperative", raster="hilbert"), "hilbert"),
 ])
@@ -69,6 +69,8 @@ def test_grouped_config_rules_name_what_they_refuse(kw, rule):
         GemmConfig(grouped="contiguous", **kw)
     with pytest.raises(ConfigError, match="grouped: must be"):
         GemmConfig(schedule="cooperative", grouped="k-major")
+    with pytest.raises(ConfigError, match="k form takes per-tensor scales only"):
+        GemmConfig(schedule="cooperative", grouped="k", a_major="mn", b_major="mn", bias="col")
 
 
 def test_dense_kernels_keep_their_smem_map():
@@ -217,7 +219,7 @@ def test_the_k_form_maps_and_arguments():
     names = [nm for _, nm in _entry_params(render_gemm(cfg))][3:]
     by_name = dict(zip(names, [v.value for v in args]))
     assert by_name["param_group_rows"] == total and by_name["param_b_batch_step"] == 0
-    assert api.K_FORM_ENABLED is False   # refused until its GPU tests have passed on the device
+    assert "k" in api.UNVERIFIED   # refused until its GPU tests have passed on the device
 
 
 def test_dump_writes_the_grouped_kernel(tmp_path):
@@ -234,3 +236,41 @@ def test_dump_writes_the_grouped_kernel(tmp_path):
         report = json.loads((out / "report.json").read_text())
         assert report["config"]["fields"]["grouped"] == form and "grouped" in report["schedule"]
         assert ".visible .entry gemm_grouped" in (out / "gemm.ptx").read_text()
+
+
+def test_the_grouped_epilogue_maps_per_group_arguments_and_refuses_what_is_unverified(monkeypatch):
+    """scale_a per token, scale_b and bias per group, blockwise tables per group: each becomes the dense epilogue's
+    argument on group 0 plus the stride the kernel adds per group; while unverified each is refused by name."""
+    import numpy as np
+
+    from ptxgemm import grouped as api
+
+    def convert(x, name):
+        return x
+
+    f32 = np.float32
+    p = rules.GroupedProblem("contiguous", 4, 700, 256, 1000, "float8_e4m3fn", None, "bfloat16", (700, 256))
+    with pytest.raises(ConfigError, match="^scale_a, scale_b, bias: .*has not yet run on a GPU"):
+        api._grouped_epilogue(p, 1.0, _Fake((700,), f32), _Fake((4, 256), f32), None, None, convert)
+    with pytest.raises(ConfigError, match="^scale_a, scale_b: .*blockwise.*has not yet run"):
+        api._grouped_epilogue(p, 1.0, _Fake((700, 8), f32), _Fake((4, 8, 2), f32), None, None, convert)
+    monkeypatch.setattr(api, "UNVERIFIED", {})
+    fused, strides = api._grouped_epilogue(p, 1.0, _Fake((700,), f32), _Fake((4, 256), f32), _Fake((4, 256), f32),
+                                           "silu", convert)
+    assert fused.row_scale.shape == (700,) and fused.col_scale.shape == (256,) and fused.bias_axis == "col"
+    assert strides == {"col_scale": 256, "bias": 256}
+    fused, strides = api._grouped_epilogue(p, 1.0, 0.5, 2.0, _Fake((256,), f32), None, convert)
+    assert fused.alpha == 1.0 and strides == {}   # a shared bias: stride 0
+    fused, strides = api._grouped_epilogue(p, 1.0, _Fake((700, 8), f32), _Fake((4, 8, 2), f32), None, None, convert)
+    assert fused.block_a.shape == (700, 8) and fused.block_b.shape == (8, 2) and strides == {}
+    masked = rules.GroupedProblem("masked", 4, 128, 256, 1000, "float8_e4m3fn", None, "bfloat16", (4, 128, 256))
+    fused, _ = api._grouped_epilogue(masked, 1.0, _Fake((4, 128), f32), None, None, None, convert)
+    assert fused.row_scale.shape == (512,)
+    with pytest.raises(ConfigError, match="^bias: the grouped GEMM adds a bias per column"):
+        api._grouped_epilogue(p, 1.0, None, None, _Fake((700, 1), f32), None, convert)
+    cfg = _cfg("coop128x128", "contiguous", in_dtype="float8_e4m3fn", out_dtype="bfloat16", a_major="k",
+               b_major="k", col_scale=True, bias="col", row_scale=True)
+    names = [nm for _, nm in _entry_params(render_gemm(cfg))]
+    assert names.index("param_bias_group_stride") == names.index("param_ldc") + 1
+    args = kernel_arguments(cfg, 700, 256, 1000, p, 1, 2, 512, 0, {"bias": 256, "col_scale": 256})
+    assert [a.value for a in args][-3:] == [256, 256, 0]

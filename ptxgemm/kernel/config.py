@@ -318,12 +318,13 @@ class GemmConfig(KernelLayout):
                                          ("cluster_m/cluster_n", self.cluster_size > 1),
                                          ("splits", self.split_k), ("c_major='m'", self.transposed_store),
                                          ("raster='hilbert'", self.raster == "hilbert"),
-                                         ("source_dtype", self.has_source), ("block_scale", self.block_scale),
-                                         ("row_scale/col_scale/bias", self.row_scale or self.col_scale or self.bias),
-                                         ("trace", self.trace)) if on]
+                                         ("source_dtype", self.has_source), ("trace", self.trace)) if on]
         if refused:
-            raise ConfigError(f"grouped: the grouped kernel is the cooperative schedule on single CTAs with a per-"
-                              f"tensor epilogue; it does not take {', '.join(refused)}")
+            raise ConfigError(f"grouped: the grouped kernel is the cooperative schedule on single CTAs without a "
+                              f"source tile; it does not take {', '.join(refused)}")
+        if self.grouped == "k" and (self.block_scale or self.row_scale or self.col_scale or self.bias):
+            raise ConfigError("grouped: the k form takes per-tensor scales only (its rows and columns are the "
+                              "weights'; no vector or block scale belongs to a group's K range)")
         cap = self.group_capacity
         if cap is not None and not (1 <= cap <= MAX_GROUPS and cap & (cap - 1) == 0):
             raise ConfigError(f"group_capacity: must be a power of two in 1..{MAX_GROUPS} (the kernel's tables hold "

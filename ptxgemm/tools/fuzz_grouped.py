@@ -39,7 +39,7 @@ def _sizes(rng, groups: int, cap: int) -> list[int]:
 
 
 def draw(rng, forms=("contiguous", "masked")) -> dict:
-    """One case; `forms` adds the k-grouped form where it is enabled (ptxgemm.grouped.K_FORM_ENABLED)."""
+    """One case; `forms` adds the k-grouped form once it is verified (not in ptxgemm.grouped.UNVERIFIED)."""
     form = "masked" if rng.random() < 0.35 else "contiguous"
     if "k" in forms and rng.random() < 0.3:
         return _draw_k(rng)
@@ -212,7 +212,7 @@ def illegal_checks() -> list[dict]:
     from .. import grouped as grouped_api
 
     i32 = np.int32
-    k_enabled = grouped_api.K_FORM_ENABLED   # while off, the k form is refused as such, before its own rules
+    k_enabled = "k" not in grouped_api.UNVERIFIED   # until then the k form is refused as such, first
     cases = [
         ("no counts", "offs, masked_m", lambda: ((dev((64, 32)), dev((2, 32, 64))), {})),
         ("both counts", "offs, masked_m", lambda: ((dev((64, 32)), dev((2, 32, 64))),
@@ -233,8 +233,8 @@ def illegal_checks() -> list[dict]:
                                                                           "out": dev((64, 65))})),
         ("rows not 16-byte", "a", lambda: ((dev((64, 36)).view((64, 30), (72, 2)), dev((2, 30, 64))),
                                            {"offs": dev((2,), i32)})),
-        ("rowwise scale", "scale_a", lambda: ((dev((64, 32)), dev((2, 32, 64))),
-                                              {"offs": dev((2,), i32), "scale_a": dev((64,), np.float32)})),
+        ("bias per row", "bias", lambda: ((dev((64, 32)), dev((2, 32, 64))),
+                                          {"offs": dev((2,), i32), "bias": dev((64, 1), np.float32)})),
         ("k-grouped fp8", "a, b" if k_enabled else "offs", lambda: ((dev((64, 96), "float8_e4m3fn"), dev((96, 64), "float8_e4m3fn")),
                                           {"offs": dev((2,), i32)})),
         ("too many groups", "offs", lambda: ((dev((64, 32)), dev((1025, 32, 16))), {"offs": dev((1025,), i32)})),
@@ -258,7 +258,7 @@ def fuzz_grouped(cases: int, seed: int, log=print) -> dict:
     from .. import grouped as grouped_api
 
     rng = np.random.default_rng([seed, 25])
-    forms = ("contiguous", "masked") + (("k",) if grouped_api.K_FORM_ENABLED else ())
+    forms = ("contiguous", "masked") + (("k",) if "k" not in grouped_api.UNVERIFIED else ())
     counts = {"correct": 0, "wrong": 0, "refused": 0, "crashed": 0}
     failures, start = [], time.perf_counter()
     for i in range(cases):
