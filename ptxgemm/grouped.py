@@ -12,6 +12,7 @@ memory rules (what the kernel reads in place) are checked here, each naming its 
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import math
 
 import numpy as np
@@ -121,6 +122,90 @@ def default_config(problem: grouped.GroupedProblem, b_major: str, sm_count: int 
     return configs[0]
 
 
+@dataclasses.dataclass
+class GroupedLaunch:
+    """What a grouped launch is, decided without a GPU (plan_launch): the problem, the config, the epilogue in the
+    kernel's frame, the arrays (the backend's own: device arrays, or the emulator's host ones), the tensor maps as
+    validated specs and C's row pitch. `config` is None when there is nothing to compute (no rows or columns)."""
+
+    problem: grouped.GroupedProblem
+    config: GemmConfig | None
+    epilogue: epilogue.Epilogue
+    group_strides: dict
+    a: object
+    b: object
+    out: object
+    counts: object
+    rows: int
+    specs: dict | None = None
+    c_pitch: int = 0
+
+    def scalars(self, debug_ptr: int = 0) -> list:
+        """The kernel's arguments after its three tensor maps, in the entry's order."""
+        p = self.problem
+        return [*self.epilogue.kernel_args(False, p.k, p.n),
+                *kernel_arguments(self.config, self.rows, p.n, p.k, p, self.counts.ptr, self.out.ptr, self.c_pitch,
+                                  debug_ptr, self.group_strides)]
+
+
+def plan_launch(a, b, *, offs=None, masked_m=None, out=None, alpha=1.0, scale_a=None, scale_b=None, bias=None,
+                activation=None, out_dtype=None, config: GemmConfig | None = None, convert, upload, allocate,
+                sm_count, spill_check=None) -> GroupedLaunch:
+    """Every decision of a grouped call, each rule checked (ConfigError names the argument): the form and its
+    shapes (ptxgemm.plan.grouped), the memory each array is read in place from, the epilogue, the config and the
+    tensor maps. The backend supplies `convert(x, name)` (an argument as its array), `upload(numpy int32)`, `allocate
+    (shape, dtype)`, `sm_count()` (asked only when the config is chosen here) and `spill_check(config)`."""
+    check_config(config)
+    # any framework's device arrays, read in place; host counts are checked by value (in parse) and uploaded once,
+    # then read by every launch
+    a, b = convert(a, "a"), convert(b, "b")
+    offs, masked_m = (x if x is None or isinstance(x, np.ndarray) else convert(x, nm)
+                      for x, nm in ((offs, "offs"), (masked_m, "masked_m")))
+    if out is not None:
+        out = convert(out, "out")
+    problem = grouped.parse(a, b, offs=offs, masked_m=masked_m, out=out, out_dtype=out_dtype)
+    name = problem.counts_name
+    counts = masked_m if name == "masked_m" else offs
+    if problem.form == "k":
+        _check_verified("k")
+    if isinstance(counts, np.ndarray):
+        counts = upload(np.ascontiguousarray(counts, dtype=np.int32))
+    if counts.shape[0] > 1 and counts.strides[0] != 4:
+        raise ConfigError(f"{name}: must be contiguous (stride 4 bytes), got strides {counts.strides}")
+    if out is None:
+        out = allocate(problem.out_shape, problem.out_dtype)
+    fused, strides = _grouped_epilogue(problem, alpha, scale_a, scale_b, bias, activation, convert)
+    groups, n, k = problem.groups, problem.n, problem.k
+    rows = problem.m * groups if problem.form == "masked" else problem.m   # A and C as 2-D matrices (k: M)
+    in_fp8 = problem.in_dtype.startswith("float8")
+    if problem.form == "k":
+        if in_fp8:
+            raise ConfigError("a, b: the k-grouped form reads A and B MN-major, which wgmma does not take for "
+                              "fp8; use bfloat16 or float16")
+        a_major, b_major = "mn", "mn"
+    else:
+        a_major = "k"
+        b_major, b_pitch, b_group = _b_layout(b, in_fp8)
+    cfg = config if config is not None else default_config(problem, b_major, sm_count(),
+                                                           fused.config_fields(False, n), spill_check)
+    if config is not None and config.group_capacity is not None and config.group_capacity < problem.groups:
+        raise ConfigError(f"config.group_capacity: {config.group_capacity} groups fit its tables, these "
+                          f"operands have {problem.groups}")
+    cfg = GemmConfig(**{**_fields(cfg), **fused.config_fields(False, n), "grouped": problem.form,
+                        "in_dtype": problem.in_dtype, "b_dtype": problem.b_dtype,
+                        "out_dtype": problem.out_dtype, "a_major": a_major, "b_major": b_major,
+                        "group_capacity": cfg.group_capacity or group_capacity(problem.groups)})
+    launch = GroupedLaunch(problem, cfg, fused, strides, a, b, out, counts, rows)
+    if rows == 0 or n == 0:
+        launch.config = None
+        return launch
+    if k == 0:
+        raise ConfigError("a, b: K is 0; the grouped GEMM needs K >= 1 (the product would be zeros)")
+    launch.specs, launch.c_pitch = (_k_form_specs(cfg, problem, a, b, out) if problem.form == "k" else
+                                    _row_form_specs(cfg, problem, a, b, out, rows, b_major, b_pitch, b_group))
+    return launch
+
+
 class GroupedPlan:
     """A grouped GEMM bound to its arrays, with tensor maps encoded and arguments packed once: `launch()` only
     enqueues. The counts array is read by every launch, on the device, so it may change between launches."""
@@ -131,79 +216,38 @@ class GroupedPlan:
         """`ctas` caps the grid (default: one CTA per SM; fewer give each CTA more units, as the tests and mutants
         want); `kernel` replaces the config's compiled kernel (ptxgemm.tools.mutants runs edited PTX this way; its
         config must be the plan's)."""
-        check_config(config)
-        # any framework's device arrays, read in place (DLPack or __cuda_array_interface__); host counts are
-        # checked by value (in parse) and uploaded once, then read by every launch
-        a, b = as_device_array(a, "a", stream), as_device_array(b, "b", stream)
-        offs, masked_m = (x if x is None or isinstance(x, np.ndarray) else as_device_array(x, nm, stream)
-                          for x, nm in ((offs, "offs"), (masked_m, "masked_m")))
-        if out is not None:
-            out = as_device_array(out, "out", stream)
-        problem = grouped.parse(a, b, offs=offs, masked_m=masked_m, out=out, out_dtype=out_dtype)
-        name = problem.counts_name
-        counts = masked_m if name == "masked_m" else offs
-        if problem.form == "k":
-            _check_verified("k")
-        self.problem = problem
-        if isinstance(counts, np.ndarray):
-            counts = arrays.DeviceArray.from_numpy(np.ascontiguousarray(counts, dtype=np.int32), stream=stream)
-        if counts.shape[0] > 1 and counts.strides[0] != 4:
-            raise ConfigError(f"{name}: must be contiguous (stride 4 bytes), got strides {counts.strides}")
-        if out is None:
-            out = arrays.DeviceArray.empty(problem.out_shape, problem.out_dtype, stream=stream)
-        self.a, self.b, self.out, self.counts = a, b, out, counts
-        fused, self.group_strides = _grouped_epilogue(problem, alpha, scale_a, scale_b, bias, activation,
-                                                      lambda x, nm: as_device_array(x, nm, stream))
-        self.epilogue = fused
+        info = []
 
-        groups, n, k = problem.groups, problem.n, problem.k
-        rows = problem.m * groups if problem.form == "masked" else problem.m   # A and C as 2-D matrices (k: M)
-        self.rows = rows
-        in_fp8 = problem.in_dtype.startswith("float8")
-        if problem.form == "k":
-            if in_fp8:
-                raise ConfigError("a, b: the k-grouped form reads A and B MN-major, which wgmma does not take for "
-                                  "fp8; use bfloat16 or float16")
-            a_major, b_major = "mn", "mn"
-        else:
-            a_major = "k"
-            b_major, b_pitch, b_group = _b_layout(b, in_fp8)
-        info = driver.require_sm90("running the grouped GEMM")
-        cfg = config if config is not None else default_config(problem, b_major, info.sm_count,
-                                                               fused.config_fields(False, n), spills)
-        if config is not None and config.group_capacity is not None and config.group_capacity < problem.groups:
-            raise ConfigError(f"config.group_capacity: {config.group_capacity} groups fit its tables, these "
-                              f"operands have {problem.groups}")
-        cfg = GemmConfig(**{**_fields(cfg), **fused.config_fields(False, n), "grouped": problem.form,
-                            "in_dtype": problem.in_dtype, "b_dtype": problem.b_dtype,
-                            "out_dtype": problem.out_dtype, "a_major": a_major, "b_major": b_major,
-                            "group_capacity": cfg.group_capacity or group_capacity(problem.groups)})
-        self.config = cfg
-        self.records = None
+        def sm_count():
+            info.append(driver.require_sm90("running the grouped GEMM"))
+            return info[-1].sm_count
+
+        plan = plan_launch(a, b, offs=offs, masked_m=masked_m, out=out, alpha=alpha, scale_a=scale_a,
+                           scale_b=scale_b, bias=bias, activation=activation, out_dtype=out_dtype, config=config,
+                           convert=lambda x, nm: as_device_array(x, nm, stream),
+                           upload=lambda x: arrays.DeviceArray.from_numpy(x, stream=stream),
+                           allocate=lambda shape, dt: arrays.DeviceArray.empty(shape, dt, stream=stream),
+                           sm_count=sm_count, spill_check=spills)
+        self.plan = plan
+        self.problem, self.epilogue, self.group_strides = plan.problem, plan.epilogue, plan.group_strides
+        self.a, self.b, self.out, self.counts, self.rows = plan.a, plan.b, plan.out, plan.counts, plan.rows
+        self.config = cfg = plan.config
+        self.records = self._launch = None
+        if cfg is None:
+            return
         if kernel is not None and kernel.config != cfg:
             raise ConfigError(f"kernel: built for {kernel.config.describe()}, but these operands need "
                               f"{cfg.describe()}")
-        if rows == 0 or n == 0:
-            self._launch = None
-            return
-        if k == 0:
-            raise ConfigError("a, b: K is 0; the grouped GEMM needs K >= 1 (the product would be zeros)")
-        specs, c_pitch = (_k_form_specs(cfg, problem, a, b, out) if problem.form == "k" else
-                          _row_form_specs(cfg, problem, a, b, out, rows, b_major, b_pitch, b_group))
-        self.specs = specs
+        self.specs = plan.specs
+        device = info[-1] if info else driver.require_sm90("running the grouped GEMM")
         self.kernel = kernel if kernel is not None else get_kernel(cfg)
-        maps = {nm: tensormap.encode(spec) for nm, spec in specs.items()}
-        self.tiles_n = -(-n // cfg.block_n)
-        self.k_tiles = -(-k // cfg.block_k)
-        self.grid = info.sm_count if ctas is None else max(1, min(int(ctas), info.sm_count))
+        self._maps = maps = {nm: tensormap.encode(spec) for nm, spec in plan.specs.items()}
+        self.grid = device.sm_count if ctas is None else max(1, min(int(ctas), device.sm_count))
         debug_ptr = 0
         if cfg.debug:   # bounded waits that report the stalled barrier (ptxgemm.runtime.debug)
             self.records = StallRecords(self.grid, cfg.threads)
             debug_ptr = self.records.device_pointer
-        args = [maps["tmap_a"], maps["tmap_b"], maps["tmap_c"], *fused.kernel_args(False, k, n),
-                *kernel_arguments(cfg, rows, n, k, problem, counts.ptr, out.ptr, c_pitch, debug_ptr,
-                                  self.group_strides)]
-        self._maps = maps
+        args = [maps["tmap_a"], maps["tmap_b"], maps["tmap_c"], *plan.scalars(debug_ptr)]
         self._launch = driver.PreparedLaunch(self.kernel.function, (self.grid,), (cfg.threads,), args,
                                              smem_bytes=cfg.smem_bytes)
 
@@ -332,15 +376,15 @@ def _grouped_epilogue(problem: grouped.GroupedProblem, alpha, scale_a, scale_b, 
     fused = epilogue.parse(alpha=alpha, scale_a=scale_a, scale_b=scale_b, bias=bias, activation=activation,
                            m=rows if problem.form != "k" else problem.m, n=n, k=k, in_dtype=problem.in_dtype,
                            batched=False, convert=convert)
+    if fused.bias is not None and fused.bias_axis != "col":
+        raise ConfigError(f"bias: the grouped GEMM adds a bias per column: (N,) = ({n},) shared, or (G, N) = "
+                          f"({g}, {n}) one per group; got {tuple(fused.bias.shape)}")
     if fused.block_a is not None:
         _check_verified("blockwise")
     elif fused.row_scale is not None or fused.col_scale is not None or fused.bias is not None:
         if problem.form == "k":
             raise ConfigError("scale_a, scale_b, bias: the k-grouped form takes per-tensor scales only")
         _check_verified("vectors")
-    if fused.bias is not None and fused.bias_axis != "col":
-        raise ConfigError(f"bias: the grouped GEMM adds a bias per column: (N,) = ({n},) shared, or (G, N) = "
-                          f"({g}, {n}) one per group; got {tuple(fused.bias.shape)}")
     return fused, strides
 
 

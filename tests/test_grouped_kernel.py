@@ -274,3 +274,21 @@ def test_the_grouped_epilogue_maps_per_group_arguments_and_refuses_what_is_unver
     assert names.index("param_bias_group_stride") == names.index("param_ldc") + 1
     args = kernel_arguments(cfg, 700, 256, 1000, p, 1, 2, 512, 0, {"bias": 256, "col_scale": 256})
     assert [a.value for a in args][-3:] == [256, 256, 0]
+
+
+def test_the_emulated_grouped_fuzzer_finds_nothing(monkeypatch):
+    """CI's net under the grouped plans: random grouped calls through ptxgemm.grouped.plan_launch on the plan
+    emulator (the kernel's parameters read by name from its PTX, A, B and C through the tensor maps' specs, every
+    byte inside its allocation), each group's rows within the bound and every other row untouched; the grouped API's
+    illegal inputs named; then the same with the k form (which the GPU has not run yet) taken."""
+    import os
+
+    from ptxgemm import grouped as api
+    from ptxgemm.tools.fuzz_grouped import fuzz_grouped
+
+    seed = int.from_bytes(os.urandom(4), "little")
+    report = fuzz_grouped(150, seed, log=lambda s: None, backend="emulate")
+    assert (report["correct"], report["bad_inputs"]["misnamed"]) == (150, []), (seed, report["failures"][:2])
+    monkeypatch.setattr(api, "UNVERIFIED", {})
+    report = fuzz_grouped(100, seed, log=lambda s: None, backend="emulate")
+    assert report["correct"] == 100, (seed, report["failures"][:2])

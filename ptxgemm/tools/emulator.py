@@ -70,6 +70,13 @@ class HostArray:
         raw, ptr = _aligned(nbytes)
         return cls(ptr, shape, strides, dtype, raw, (ptr, ptr + nbytes))
 
+    def view(self, shape, strides=None, offset: int = 0, dtype=None) -> "HostArray":
+        """DeviceArray.view here: the same memory seen with another shape, byte strides (C order when None),
+        byte offset and dtype."""
+        dtype = np.dtype(dtype) if dtype is not None else self.dtype
+        strides = c_strides(tuple(shape), dtype.itemsize) if strides is None else strides
+        return HostArray(self.ptr + offset, shape, strides, dtype, self.keep, self.region)
+
     def numpy(self) -> np.ndarray:
         """A numpy view of the memory (no copy)."""
         if math.prod(self.shape) == 0:
@@ -314,3 +321,83 @@ def kernel(lay: operands.MatmulPlan, cfg, maps: dict, params: list[tuple[str, ob
         v = activation64(cfg.activation, v)
         _map_matrix(memory, "C", maps["tmap_c"], z, m, n, out_t, lay.c.place.inner)[...] = \
             v.astype(np.float32).astype(out_t)
+
+
+# --- the grouped GEMM ------------------------------------------------------------------------------------------
+
+def grouped_matmul(a, b, *, offs=None, masked_m=None, out=None, alpha=1.0, scale_a=None, scale_b=None, bias=None,
+                   activation=None, out_dtype=None, config=None, device=DEFAULT_DEVICE):
+    """ptxgemm.grouped_matmul, emulated: the same checks and plan (ptxgemm.grouped.plan_launch, with numpy arrays
+    as the device arrays), then the grouped kernel's result (grouped_kernel). Host numpy counts are checked and
+    uploaded as the library does; pass a HostArray to have them read as device counts (clamped, never checked)."""
+    from .. import grouped as grouped_api
+
+    plan = grouped_api.plan_launch(a, b, offs=offs, masked_m=masked_m, out=out, alpha=alpha, scale_a=scale_a,
+                                   scale_b=scale_b, bias=bias, activation=activation, out_dtype=out_dtype,
+                                   config=config, convert=_as_host, upload=upload, allocate=HostArray.empty,
+                                   sm_count=lambda: device.sm_count, spill_check=_no_spills)
+    if plan.config is not None:
+        arrays_ = [plan.a, plan.b, plan.out, plan.counts]
+        grouped_kernel(plan, Memory(arrays_))
+    return plan.out
+
+
+def _grouped_params(plan) -> dict:
+    """The kernel's scalar arguments by the names its PTX entry declares (the template, rendered), so that a value
+    packed in the wrong slot is read as the kernel would read it."""
+    import re
+
+    from ..build.kernels import render_gemm
+
+    ptx = render_gemm(plan.config)
+    head = ptx[ptx.index(".visible .entry"):ptx.index(")\n.maxntid")]
+    names = [nm for _, nm in re.findall(r"\.param \.(?:align \d+ \.b8|(\w+)) (\w+)", head)][3:]
+    values = plan.scalars()
+    assert len(names) == len(values), (names, values)
+    return {nm: v.value for nm, v in zip(names, values)}
+
+
+def grouped_kernel(plan, memory: Memory) -> None:
+    """The grouped kernel's result, as its config and parameters define it: the counts read from the address the
+    kernel is given and clamped as its scan clamps them (ptxgemm.kernel.grouped_walk.ranges), each group's rows of A
+    (contiguous, masked) or K range (k form) times its B through the tensor maps, the per-tensor epilogue, the cast,
+    and C written only on the groups' rows."""
+    from ..kernel import grouped_walk
+
+    cfg, p, specs = plan.config, _grouped_params(plan), plan.specs
+    form, groups, n = cfg.grouped, p["param_groups"], p["param_n"]
+    if cfg.row_scale or cfg.col_scale or cfg.bias or cfg.block_scale or cfg.device_scales:
+        raise NotImplementedError("the grouped emulator runs per-tensor epilogues (alpha, activation) only")
+    counts = memory.at(p["param_counts"], (groups,), (4,), np.int32, "the counts").tolist()
+    total = {"masked": p["param_group_rows"], "k": p["param_group_rows"]}.get(form, p["param_m"])
+    spans = grouped_walk.ranges(form, counts, total)
+    alpha = p.get("param_alpha", 1.0)
+    sa, sb, sc = specs["tmap_a"], specs["tmap_b"], specs["tmap_c"]
+    ia, ib, ic = sa.dtype.itemsize, sb.dtype.itemsize, sc.dtype.itemsize
+    assert p["param_c_ptr"] == sc.address and p["param_ldc"] == sc.strides[0], (p, sc)
+    out_type = DTYPES[cfg.out_dtype]
+    for g, (s, e) in enumerate(spans):
+        if form == "k":
+            m = p["param_m"]
+            # A (M, total_K) M-major: dims (M, total_K); B (total_K, N) N-major: dims (N, total_K); C batch g
+            a_g = memory.at(sa.address + s * sa.strides[0], (e - s, m), (sa.strides[0], ia), sa.dtype, "A")
+            b_g = memory.at(sb.address + s * sb.strides[0], (e - s, n), (sb.strides[0], ib), sb.dtype, "B")
+            acc = a_g.astype(np.float64).T @ b_g.astype(np.float64)
+            rows = slice(0, m)
+            c = memory.at(sc.address + g * sc.strides[1], (m, n), (sc.strides[0], ic), sc.dtype, "C")
+        else:
+            if form == "masked":
+                s, e = s + g * p["param_group_rows"], e + g * p["param_group_rows"]
+            if e == s:
+                continue
+            k = sa.dims[0]
+            a_g = memory.at(sa.address + s * sa.strides[0], (e - s, k), (sa.strides[0], ia), sa.dtype, "A")
+            if cfg.b_major == "k":   # dims (K, N, G): row n of group g holds its K
+                b_g = memory.at(sb.address + g * sb.strides[1], (n, k), (sb.strides[0], ib), sb.dtype, "B").T
+            else:                    # dims (N, K, G)
+                b_g = memory.at(sb.address + g * sb.strides[1], (k, n), (sb.strides[0], ib), sb.dtype, "B")
+            acc = a_g.astype(np.float64) @ b_g.astype(np.float64)
+            rows = slice(s, e)
+            c = memory.at(sc.address, (sc.dims[1], n), (sc.strides[0], ic), sc.dtype, "C")
+        v = activation64(cfg.activation, alpha * acc)
+        c[rows] = v.astype(np.float32).astype(out_type).view(sc.dtype)

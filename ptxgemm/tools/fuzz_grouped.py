@@ -20,7 +20,9 @@ from ..errors import ConfigError
 DTYPES = ("bfloat16", "float16", "float8_e4m3fn")
 TILES = (None, "coop128x256", "coop128x128", "coop256x128", "coop128x192")
 ACTIVATIONS = (None, "relu", "gelu", "silu")
-MAX_ELEMENTS = 6e6   # rows x K plus G x K x N, so that a case runs in a few ms and its reference in well under a second
+# rows x K plus G x K x N: on the GPU a case runs in a few ms and its reference in well under a second; emulated
+# (numpy computes the kernel's products too) a case stays small enough that hundreds run in CI's minute
+MAX_ELEMENTS = {"gpu": 6e6, "emulate": 2.5e5}
 
 
 def _sizes(rng, groups: int, cap: int) -> list[int]:
@@ -38,11 +40,11 @@ def _sizes(rng, groups: int, cap: int) -> list[int]:
     return [int(x) for x in s]
 
 
-def draw(rng, forms=("contiguous", "masked")) -> dict:
+def draw(rng, forms=("contiguous", "masked"), max_elements: float = MAX_ELEMENTS["gpu"]) -> dict:
     """One case; `forms` adds the k-grouped form once it is verified (not in ptxgemm.grouped.UNVERIFIED)."""
     form = "masked" if rng.random() < 0.35 else "contiguous"
     if "k" in forms and rng.random() < 0.3:
-        return _draw_k(rng)
+        return _draw_k(rng, max_elements)
     groups = int(rng.choice([1, 2, 3, 4, 7, 8, 16, 33, 64, 128, 256]))
     dtype = str(rng.choice(DTYPES))
     n = int(rng.choice([16, 64, 128, 136, 192, 256, 384, 520, 1024]))
@@ -58,46 +60,62 @@ def draw(rng, forms=("contiguous", "masked")) -> dict:
             "scale": float(rng.choice([1.0, 0.5, 1.75])), "activation": ACTIVATIONS[rng.integers(len(ACTIVATIONS))],
             "array": "torch" if rng.random() < 0.3 else "device", "seed": int(rng.integers(1 << 31))}
     rows = groups * m_max if form == "masked" else sum(sizes) + spec["extra_rows"]
-    while rows * k + groups * k * n > MAX_ELEMENTS and k > 16:   # keep the case small
+    while rows * k + groups * k * n > max_elements and k > 16:   # keep the case small
         k = max(16, k // 2 // 16 * 16)
+    while rows * k + groups * k * n > max_elements and spec["n"] > 16:
+        spec["n"] = n = max(16, n // 2 // 16 * 16)
     spec["k"] = k
     return spec
 
 
-def _draw_k(rng) -> dict:
-    """A k-grouped case: K per group (empty and unaligned ones), M, N; 16-bit only (MN-major operands)."""
+def _draw_k(rng, max_elements: float) -> dict:
+    """A k-grouped case: K per group (empty and unaligned ones), M (a multiple of 8: the rows of x (total_K, M)
+    start on 16-byte boundaries), N; 16-bit only (MN-major operands)."""
     groups = int(rng.choice([1, 2, 3, 5, 8, 16, 33]))
     ks = _sizes(rng, groups, int(rng.choice([16, 100, 300])))
     if not sum(ks):   # total_K = 0 is refused (no tensor map of an empty K): keep one K row
         ks[-1] = 1
+    while sum(ks) * 300 > max_elements and max(ks) > 1:
+        ks = [x // 2 for x in ks]
+        ks[-1] = max(ks[-1], 1)
     return {"form": "k", "groups": groups, "sizes": ks, "m_max": None, "n": int(rng.choice([16, 64, 136, 256, 520])),
-            "k": sum(ks), "m": int(rng.choice([8, 64, 130, 256, 300])), "dtype": str(rng.choice(DTYPES[:2])),
+            "k": sum(ks), "m": int(rng.choice([8, 64, 136, 256, 304])), "dtype": str(rng.choice(DTYPES[:2])),
             "b_major": "mn", "tile": TILES[rng.integers(len(TILES))], "extra_rows": 0,
             "scale": float(rng.choice([1.0, 0.5])), "activation": ACTIVATIONS[rng.integers(len(ACTIVATIONS))],
             "array": "device", "seed": int(rng.integers(1 << 31))}
 
 
-def _run_k(spec: dict) -> tuple[str, str]:
+def _run_k(spec: dict, backend: str) -> tuple[str, str]:
     """A k-grouped case: a = x.T of row-major x (total_K, M), b (total_K, N) row-major, out (G, M, N)."""
-    import ptxgemm
     from ..kernel.config import GemmConfig
 
     rng = np.random.default_rng(spec["seed"])
     total, m, n, dt = spec["k"], spec["m"], spec["n"], spec["dtype"]
     x = accuracy.random_matrix(rng, max(total, 1), m, dt)[:total]
     b = accuracy.random_matrix(rng, max(total, 1), n, dt)[:total]
+    offs = np.cumsum(spec["sizes"]).astype(np.int32)
+    kw = {"scale_a": spec["scale"], "scale_b": 1.0} if spec["scale"] != 1.0 else {}
+    config = GemmConfig.from_tag(spec["tile"]) if spec["tile"] else None
     try:
-        dx = ptxgemm.to_device(np.ascontiguousarray(x))
-        item = dx.dtype.itemsize
-        da = dx.view((m, total), (item, m * item))
-        out = ptxgemm.DeviceArray.empty((spec["groups"], m, n), accuracy.DTYPES[dt])
-        out.poison()
-        kw = {"scale_a": spec["scale"], "scale_b": 1.0} if spec["scale"] != 1.0 else {}
-        config = GemmConfig.from_tag(spec["tile"]) if spec["tile"] else None
-        ptxgemm.grouped_matmul(da, ptxgemm.to_device(np.ascontiguousarray(b)),
-                               offs=ptxgemm.to_device(np.cumsum(spec["sizes"]).astype(np.int32)), out=out,
-                               activation=spec["activation"], config=config, **kw)
-        got = out.to_numpy()
+        if backend == "emulate":
+            from . import emulator
+
+            out = emulator.HostArray.empty((spec["groups"], m, n), accuracy.DTYPES[dt])
+            emulator.grouped_matmul(np.ascontiguousarray(x).T, np.ascontiguousarray(b),
+                                    offs=emulator.HostArray.of(offs), out=out, activation=spec["activation"],
+                                    config=config, **kw)
+            got = out.numpy().copy()
+        else:
+            import ptxgemm
+
+            dx = ptxgemm.to_device(np.ascontiguousarray(x))
+            item = dx.dtype.itemsize
+            da = dx.view((m, total), (item, m * item))
+            out = ptxgemm.DeviceArray.empty((spec["groups"], m, n), accuracy.DTYPES[dt])
+            out.poison()
+            ptxgemm.grouped_matmul(da, ptxgemm.to_device(np.ascontiguousarray(b)), offs=ptxgemm.to_device(offs),
+                                   out=out, activation=spec["activation"], config=config, **kw)
+            got = out.to_numpy()
     except ConfigError as e:
         return "refused", f"ConfigError: {e}"
     except Exception:  # noqa: BLE001
@@ -132,13 +150,16 @@ def _arrays(spec: dict):
     return a, b, counts, out_shape
 
 
-def run_case(spec: dict) -> tuple[str, str]:
-    """("correct" | "wrong" | "refused" | "crashed", detail) of one case on the GPU."""
+def run_case(spec: dict, backend: str = "gpu") -> tuple[str, str]:
+    """("correct" | "wrong" | "refused" | "crashed", detail) of one case on the GPU, or emulated (the library's
+    plan and the kernel's result in numpy: ptxgemm.tools.emulator.grouped_matmul)."""
+    if spec["form"] == "k":
+        return _run_k(spec, backend)
+    if backend == "emulate":
+        return _run_emulated(spec)
     import ptxgemm
     from ..kernel.config import GemmConfig
 
-    if spec["form"] == "k":
-        return _run_k(spec)
     a, b, counts, out_shape = _arrays(spec)
     out_dtype = "bfloat16" if spec["dtype"].startswith("float8") else spec["dtype"]
     try:
@@ -165,6 +186,31 @@ def run_case(spec: dict) -> tuple[str, str]:
         config = GemmConfig.from_tag(spec["tile"]) if spec["tile"] else None
         ptxgemm.grouped_matmul(args[0], args[1], out=args[3], activation=spec["activation"], config=config, **kw)
         got = out.to_numpy()
+    except ConfigError as e:
+        return "refused", f"ConfigError: {e}"
+    except Exception:  # noqa: BLE001 - a crash is an outcome
+        return "crashed", traceback.format_exc(limit=4)
+    return _verdict(spec, a, b, counts, poisoned, got, out_dtype)
+
+
+def _run_emulated(spec: dict) -> tuple[str, str]:
+    """A contiguous or masked case on the emulator: numpy arrays as the device arrays, the counts as device counts
+    (clamped by the kernel, never checked), `out` a fresh poisoned allocation."""
+    from ..kernel.config import GemmConfig
+    from . import emulator
+
+    a, b, counts, out_shape = _arrays(spec)
+    out_dtype = "bfloat16" if spec["dtype"].startswith("float8") else spec["dtype"]
+    try:
+        bb = np.ascontiguousarray(b.transpose(0, 2, 1)).transpose(0, 2, 1) if spec["b_major"] == "k" else b
+        out = emulator.HostArray.empty(out_shape, accuracy.DTYPES[out_dtype])
+        poisoned = out.numpy().copy()
+        kw = {"offs" if spec["form"] == "contiguous" else "masked_m": emulator.HostArray.of(counts)}
+        if spec["scale"] != 1.0:
+            kw["scale_a"], kw["scale_b"] = spec["scale"], 1.0
+        config = GemmConfig.from_tag(spec["tile"]) if spec["tile"] else None
+        emulator.grouped_matmul(a, bb, out=out, activation=spec["activation"], config=config, **kw)
+        got = out.numpy().copy()
     except ConfigError as e:
         return "refused", f"ConfigError: {e}"
     except Exception:  # noqa: BLE001 - a crash is an outcome
@@ -201,13 +247,20 @@ def _verdict(spec, a, b, counts, poisoned, got, out_dtype) -> tuple[str, str]:
     return "correct", ""
 
 
-def illegal_checks() -> list[dict]:
-    """Illegal grouped calls (on device arrays; nothing reaches the kernel): each ConfigError must start with the
-    argument it names."""
-    import ptxgemm
+def illegal_checks(backend: str = "gpu") -> list[dict]:
+    """Illegal grouped calls (on device arrays, or the emulator's; nothing reaches the kernel): each ConfigError
+    must start with the argument it names."""
+    if backend == "emulate":
+        from . import emulator
+
+        entry, alloc = emulator.grouped_matmul, emulator.HostArray.empty
+    else:
+        import ptxgemm
+
+        entry, alloc = ptxgemm.grouped_matmul, ptxgemm.DeviceArray.empty
 
     def dev(shape, dtype="bfloat16"):
-        return ptxgemm.DeviceArray.empty(shape, accuracy.DTYPES.get(dtype, dtype))
+        return alloc(shape, accuracy.DTYPES.get(dtype, dtype))
 
     from .. import grouped as grouped_api
 
@@ -231,7 +284,7 @@ def illegal_checks() -> list[dict]:
                                         {"offs": dev((2,), i32)})),
         ("out shape", "out", lambda: ((dev((64, 32)), dev((2, 32, 64))), {"offs": dev((2,), i32),
                                                                           "out": dev((64, 65))})),
-        ("rows not 16-byte", "a", lambda: ((dev((64, 36)).view((64, 30), (72, 2)), dev((2, 30, 64))),
+        ("rows not 16-byte", "a", lambda: ((_strided(dev((64, 36)), (64, 30), (72, 2)), dev((2, 30, 64))),
                                            {"offs": dev((2,), i32)})),
         ("bias per row", "bias", lambda: ((dev((64, 32)), dev((2, 32, 64))),
                                           {"offs": dev((2,), i32), "bias": dev((64, 1), np.float32)})),
@@ -243,7 +296,7 @@ def illegal_checks() -> list[dict]:
     for label, argument, make in cases:
         args, kwargs = make()
         try:
-            ptxgemm.grouped_matmul(*args, **kwargs)
+            entry(*args, **kwargs)
             results.append({"label": label, "argument": argument, "ok": False, "error": "accepted"})
         except ConfigError as e:
             ok = str(e).startswith(f"{argument}:") or str(e).startswith(f"{argument} ")
@@ -253,8 +306,16 @@ def illegal_checks() -> list[dict]:
     return results
 
 
-def fuzz_grouped(cases: int, seed: int, log=print) -> dict:
-    """`cases` grouped cases from `seed` (a stream of its own, apart from the dense cases'); the report part."""
+def _strided(x, shape, strides):
+    """A strided view of a device (or emulated) array."""
+    if hasattr(x, "view") and not isinstance(x, np.ndarray):
+        return x.view(shape, strides)
+    raise TypeError(type(x))
+
+
+def fuzz_grouped(cases: int, seed: int, log=print, backend: str = "gpu") -> dict:
+    """`cases` grouped cases from `seed` (a stream of its own, apart from the dense cases'), on the GPU or emulated;
+    the report part."""
     from .. import grouped as grouped_api
 
     rng = np.random.default_rng([seed, 25])
@@ -262,14 +323,16 @@ def fuzz_grouped(cases: int, seed: int, log=print) -> dict:
     counts = {"correct": 0, "wrong": 0, "refused": 0, "crashed": 0}
     failures, start = [], time.perf_counter()
     for i in range(cases):
-        spec = draw(rng, forms)
-        kind, detail = run_case(spec)
+        spec = draw(rng, forms, MAX_ELEMENTS[backend])
+        if backend == "emulate":
+            spec["array"] = "device"
+        kind, detail = run_case(spec, backend)
         counts[kind] += 1
         if kind != "correct":
             failures.append({"case": i, "outcome": kind, "detail": detail, "spec": spec})
             log(f"grouped case {i}: {kind}: {detail.splitlines()[0] if detail else ''}  spec {spec}")
-    bad = illegal_checks()
-    return {"cases": cases, **counts, "seconds": round(time.perf_counter() - start, 1),
+    bad = illegal_checks(backend)
+    return {"cases": cases, "backend": backend, **counts, "seconds": round(time.perf_counter() - start, 1),
             "bad_inputs": {"checked": len(bad), "named": sum(r["ok"] for r in bad),
                            "misnamed": [r for r in bad if not r["ok"]]},
             "failures": failures}
