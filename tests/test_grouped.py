@@ -174,3 +174,16 @@ def test_the_walk_covers_every_row_of_every_group_once_and_balances_the_ctas():
         [(1, 0, 0, 5), (1, 0, 128, 5), (2, 0, 0, 128), (2, 0, 128, 128), (2, 64, 0, 128), (2, 64, 128, 128)]
     kgrouped = grouped_walk.walk("k", [10, 10, 300], 300, 200, 128, 128, 128, ctas=3)
     assert len([u for c in kgrouped for u in c]) == 3 * 2 * 1 and {u.row_end for c in kgrouped for u in c} == {200}
+
+
+def test_the_weight_gradient_cases_use_the_forward_routings():
+    """The k-grouped cases: each expert's K is its routed rows from the forward cases, M x N the expert's weight,
+    and the FLOPs count M x N x the groups' K."""
+    from ptxgemm.bench import grouped_shapes
+
+    cases = {c.name: c for c in grouped_shapes.CASES}
+    wgrad = cases["deepseek-v3-wgrad-down"]
+    assert wgrad.layout == "k" and wgrad.counts == cases["deepseek-v3-experts-down"].counts
+    assert (wgrad.m, wgrad.n, wgrad.m_per_group) == (2048, 7168, 2048.0)
+    assert wgrad.flops == 2.0 * 2048 * 7168 * 32768
+    assert cases["mixtral-8x7b-wgrad-up"].counts == cases["mixtral-8x7b-prefill-up"].counts

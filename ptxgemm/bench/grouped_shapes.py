@@ -10,6 +10,8 @@ drawn reproducibly (a fixed seed per case), so every run and every peer sees the
   experts take thousands of rows and many take a handful or none.
 - Decode: masked batches of 32 experts (one rank of a 256-expert model split 8 ways), at most 128 rows each, the
   counts uniform in 0..128, both DeepSeek-V3 projections.
+- Weight gradients (the k-grouped form): the Mixtral and DeepSeek-V3 routings above as each expert's K, M x N the
+  expert's weight.
 
 Nothing here needs a GPU: tests/test_grouped_shapes.py holds the draws fixed."""
 from __future__ import annotations
@@ -34,6 +36,7 @@ class GroupedCase:
     counts: tuple[int, ...]      # per group: rows (contiguous, masked) or K (k-grouped)
     m_max: int | None = None     # masked: the rows of each group's matrix
     published_tflops: float | None = None
+    m: int | None = None         # k-grouped: the rows of every group's output (the weight's input features)
 
     @property
     def groups(self) -> int:
@@ -41,10 +44,14 @@ class GroupedCase:
 
     @property
     def m_per_group(self) -> float:
-        return sum(self.counts) / len(self.counts)
+        """Rows per group: the mean count, or M for the k-grouped form (whose counts are K)."""
+        return float(self.m) if self.layout == "k" else sum(self.counts) / len(self.counts)
 
     @property
     def flops(self) -> float:
+        """2 x rows x N x K summed over the groups (k-grouped: 2 x M x N x the groups' K)."""
+        if self.layout == "k":
+            return 2.0 * self.m * self.n * sum(self.counts)
         return 2.0 * sum(self.counts) * self.n * self.k
 
     def offs(self) -> np.ndarray:
@@ -89,6 +96,10 @@ def _models() -> list[GroupedCase]:
         GroupedCase("deepseek-v3-experts-down", "contiguous", 7168, 2048, deepseek),
         GroupedCase("deepseek-v3-decode-gate-up", "masked", 4096, 7168, decode, m_max=128),
         GroupedCase("deepseek-v3-decode-down", "masked", 7168, 2048, decode, m_max=128),
+        # the weight gradients of the same routings, dW_g = x_g^T dy_g: M x N is the weight, K each expert's tokens
+        GroupedCase("mixtral-8x7b-wgrad-up", "k", 14336, 0, mixtral, m=4096),
+        GroupedCase("deepseek-v3-wgrad-gate-up", "k", 4096, 0, deepseek, m=7168),
+        GroupedCase("deepseek-v3-wgrad-down", "k", 7168, 0, deepseek, m=2048),
     ]
 
 
