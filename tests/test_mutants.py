@@ -114,7 +114,7 @@ def test_split_k_synchronization_is_found_and_its_weakened_forms_assemble():
 
 
 @pytest.mark.parametrize("preset", ["default", "epilogue", "cooperative-epilogue", "blockwise", "split", "grouped",
-                                    "grouped-masked"])
+                                    "grouped-masked", "grouped-k"])
 def test_presets_enumerate_with_every_line_traced_to_its_template(preset):
     """No GPU: each preset's debug build renders, its source map lines up with the plain render (a Jinja comment on
     an instruction line once broke that), and every synchronization instruction has mutants."""

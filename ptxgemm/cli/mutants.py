@@ -34,7 +34,9 @@ MUTANT_PRESETS = {"default": {}, "cluster": {"cluster_m": 2},
                   "grouped": {"schedule": "cooperative", "block_m": 128, "block_n": 256, "b_major": "k",
                               "grouped": "contiguous", "group_capacity": 512},
                   "grouped-masked": {"schedule": "cooperative", "block_m": 128, "block_n": 128,
-                                     "grouped": "masked", "group_capacity": 512}}
+                                     "grouped": "masked", "group_capacity": 512},
+                  "grouped-k": {"schedule": "cooperative", "block_m": 128, "block_n": 256, "a_major": "mn",
+                                "b_major": "mn", "grouped": "k", "group_capacity": 64}}
 
 
 #: the command's --help text (its one-line summary is in ptxgemm/cli/main.py's table)
@@ -54,8 +56,8 @@ def add_arguments(p) -> None:
                         "'epilogue-fp32' the pingpong 64x128 fp16 -> fp32 with an fp32 source, column scales and "
                         "relu, "
                         "'blockwise' the fp8 cooperative 128x128 with blockwise scales, 'grouped' the grouped kernel "
-                        "(contiguous, 128x256, B K-major) and 'grouped-masked' its masked form (128x128) on grouped "
-                        "workloads")
+                        "(contiguous, 128x256, B K-major), 'grouped-masked' its masked form (128x128) and 'grouped-k' "
+                        "its k form (weight gradients, both operands MN-major) on grouped workloads")
     p.add_argument("--list", action="store_true",
                    help="enumerate the mutants without a GPU and without running them (default off: run them)")
     p.add_argument("--build", action="store_true", help="with --list: also assemble every mutant (kills the ones "

@@ -54,6 +54,7 @@ class GroupedWorkload:
     seed: int
     m_max: int | None = None
     bad: tuple[tuple[int, int], ...] = ()   # (group, count) written over the counts: values the kernel must clamp
+    m: int | None = None                    # k form: the rows of every group's output (sizes are then K)
 
     def counts(self) -> list[int]:
         """The counts the kernel reads: offs (cumulative) or masked_m, with the `bad` entries written over them."""
@@ -64,11 +65,14 @@ class GroupedWorkload:
 
     @property
     def rows(self) -> int:
-        """Rows of A and C as the kernel sees them (2-D)."""
+        """Rows of A and C as the kernel sees them (2-D; the k form: its G outputs of M rows, stacked)."""
+        if self.m:
+            return len(self.sizes) * self.m
         return len(self.sizes) * self.m_max if self.m_max else sum(self.sizes) + 40   # 40 rows past the last end
 
     def describe(self) -> str:
-        form = f"masked, M_max {self.m_max}" if self.m_max else "contiguous"
+        form = (f"k form, M {self.m}, total_K {sum(self.sizes)}" if self.m else
+                f"masked, M_max {self.m_max}" if self.m_max else "contiguous")
         return (f"{len(self.sizes)} groups ({form}, {sum(self.sizes)} rows), N {self.n}, K {self.k}, "
                 + (f"{self.ctas} CTAs" if self.ctas else "one CTA per SM"))
 
@@ -92,11 +96,41 @@ GROUPED_WORKLOADS = {
     "masked": (GroupedWorkload(tuple((5 * i) % 67 for i in range(300)), 512, 128, None, 23, m_max=64,
                                bad=((7, -3), (100, 90), (101, 1 << 30))),
                GroupedWorkload((0, 256, 1, 129, 200, 77), 768, 1256, 8, 24, m_max=256)),
+    # the k form: K per group, empty ones and tails of every length mod 64 (the zeroed rows of a last k-tile), on
+    # the full grid and on 8 CTAs whose units walk the ring across groups of different k-loop lengths
+    "k": (GroupedWorkload(tuple((13 * i) % 150 for i in range(40)), 512, 0, None, 26, m=256, bad=((9, 0),)),
+          GroupedWorkload((0, 700, 1, 64, 65, 0, 1300), 384, 0, 8, 27, m=520)),
 }
 
 
 def workloads_for(config: GemmConfig):
     return GROUPED_WORKLOADS[config.grouped] if config.grouped else WORKLOADS
+
+
+def _grouped_k_job(config: GemmConfig, w: GroupedWorkload, directory: Path, i: int) -> dict:
+    """A k-form workload: x (total_K, M) row-major (A is its transpose), b (total_K, N) row-major, the counts, and
+    the reference and bound of every group's (M, N) output, stacked (an empty group's is zeros)."""
+    rng = np.random.default_rng(w.seed)
+    total = sum(w.sizes)
+    x = accuracy.random_matrix(rng, total, w.m, config.in_dtype)
+    b = accuracy.random_matrix(rng, total, w.n, config.b_type)
+    counts = np.array(w.counts(), dtype=np.int32)
+    ref = np.zeros((len(w.sizes) * w.m, w.n))
+    bound = np.zeros_like(ref)
+    for g, (s, e) in enumerate(grouped_walk.ranges("k", counts.tolist(), total)):
+        rows = slice(g * w.m, (g + 1) * w.m)
+        if e > s:
+            r, absp = accuracy.reference(x[s:e].T, b[s:e])
+            ref[rows], bound[rows] = r, accuracy.error_bound(r, absp, e - s, config.out_dtype, config.in_dtype)
+        else:
+            bound[rows] = accuracy.error_bound(np.zeros((w.m, w.n)), np.zeros((w.m, w.n)), 1, config.out_dtype,
+                                               config.in_dtype)
+    paths = {}
+    for name, arr in (("a", _raw(x)), ("b", _raw(b)), ("ref", ref.astype(np.float32)),
+                      ("bound", bound.astype(np.float32)), ("counts", counts)):
+        paths[name] = str(directory / f"w{i}_{name}.npy")
+        np.save(paths[name], arr)
+    return {"workload": dataclasses.asdict(w), "paths": paths, "arrays": {}, "scalars": {}}
 
 
 def _grouped_job(config: GemmConfig, w: GroupedWorkload, directory: Path, i: int) -> dict:
@@ -173,7 +207,7 @@ def prepare_workloads(config: GemmConfig, directory: Path, workloads=WORKLOADS) 
     jobs = []
     for i, w in enumerate(workloads):
         if isinstance(w, GroupedWorkload):
-            jobs.append(_grouped_job(config, w, directory, i))
+            jobs.append((_grouped_k_job if config.grouped == "k" else _grouped_job)(config, w, directory, i))
             continue
         a, b = _operands(config, w)
         args = _epilogue_args(config, w, np.random.default_rng(w.seed + 1))
@@ -247,12 +281,16 @@ def _run_grouped(config: GemmConfig, kernel, jobs: list[dict], loaded: list, rep
         w = GroupedWorkload(**{**job["workload"], "sizes": tuple(job["workload"]["sizes"]),
                                "bad": tuple(tuple(x) for x in job["workload"]["bad"])})
         g = len(w.sizes)
-        shape = (g, w.m_max, w.n) if w.m_max else (w.rows, w.n)
+        shape = (g, w.m, w.n) if w.m else (g, w.m_max, w.n) if w.m_max else (w.rows, w.n)
         out = DeviceArray.empty(shape, accuracy.DTYPES[config.out_dtype])
         covered = ~np.isnan(ref[:, 0])
         try:
             kw = {"masked_m" if w.m_max else "offs": counts}
-            a = da.view((g, w.m_max, w.k)) if w.m_max else da
+            if w.m:     # A is the transpose of the loaded x (total_K, M)
+                item = da.dtype.itemsize
+                a = da.view((w.m, sum(w.sizes)), (item, w.m * item))
+            else:
+                a = da.view((g, w.m_max, w.k)) if w.m_max else da
             plan = ptxgemm.GroupedPlan(a, db, out=out, config=config, ctas=w.ctas, kernel=kernel, **kw)
             for _ in range(repeats):
                 out.poison()
@@ -286,6 +324,9 @@ def worker_main() -> int:
     """Reads a setup line, then one mutant per line, from stdin; writes start/result lines to stdout. Exits after a
     CUDA error (the context is gone) so that the parent starts a fresh worker for the next mutant."""
     import ptxgemm
+    import ptxgemm.grouped as grouped_api
+
+    grouped_api.UNVERIFIED = {}   # the tester runs the kernel's every part, verified on the device or not yet
 
     setup = json.loads(sys.stdin.readline())
     config = GemmConfig(**setup["config"])
@@ -296,7 +337,7 @@ def worker_main() -> int:
         p = job["paths"]
         if config.grouped:   # A as 2-D rows; B (G, K, N), viewed from (G, N, K) when K-major; the counts
             db = ptxgemm.to_device(np.load(p["b"]).view(b_dtype))
-            if config.b_major == "k":
+            if config.b_major == "k" and config.grouped != "k":
                 g, n, k = db.shape
                 item = db.dtype.itemsize
                 db = db.view((g, k, n), (n * k * item, item, k * item))
