@@ -122,3 +122,34 @@ def test_presets_enumerate_with_every_line_traced_to_its_template(preset):
 
     _, found = mutant_catalog.enumerate_mutants(GemmConfig(**MUTANT_PRESETS[preset]))
     assert found and all(m.origin is not None for m in found)
+
+
+def test_a_workload_run_is_guarded_and_frees_its_output():
+    """The worker's guard: a run's own verdict passes through, a reported stall or a CUDA error is a kill, and the
+    output is freed in every case (even when freeing fails after a lost context)."""
+    from ptxgemm.errors import CudaError
+    from ptxgemm.runtime.debug import BarrierStall
+    from ptxgemm.tools.mutant_worker import _guarded
+
+    class Out:
+        def __init__(self, fails=False):
+            self.freed, self.fails = 0, fails
+
+        def free(self):
+            self.freed += 1
+            if self.fails:
+                raise CudaError("CUDA_ERROR_ILLEGAL_ADDRESS", "freeing")
+
+    def raises(e):
+        def run():
+            raise e
+        return run
+
+    out = Out()
+    assert _guarded(lambda: None, out) is None and out.freed == 1
+    assert _guarded(lambda: ("killed", "wrong result"), out) == ("killed", "wrong result")
+    stall = _guarded(raises(BarrierStall("BARRIER_STALL", "running")), out)
+    assert stall[0] == "killed" and stall[1].startswith("stall reported")
+    lost = Out(fails=True)
+    assert _guarded(raises(CudaError("CUDA_ERROR_ILLEGAL_INSTRUCTION", "running")), lost)[1].startswith("CUDA error")
+    assert lost.freed == 1 and out.freed == 3

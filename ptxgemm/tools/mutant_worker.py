@@ -250,7 +250,8 @@ def _run_one(config: GemmConfig, ptx: str, jobs: list[dict], loaded: list, repea
     for job, (da, db, ref, bound, epi) in zip(jobs, loaded):
         w = job["workload"]
         out = DeviceArray.empty((w["m"], w["n"]), accuracy.DTYPES[config.out_dtype])
-        try:
+
+        def run():
             plan = ptxgemm.GemmPlan(da, db, out, config, ctas=w["ctas"], kernel=kernel, **epi)
             for _ in range(repeats):
                 out.poison()
@@ -260,16 +261,27 @@ def _run_one(config: GemmConfig, ptx: str, jobs: list[dict], loaded: list, repea
                 verdict = accuracy.check_bound(out.to_numpy(), ref, bound)
                 if not verdict.ok:
                     return "killed", f"wrong result on {w['m']}x{w['n']}x{w['k']}: {verdict}"
-        except BarrierStall as e:
-            return "killed", f"stall reported: {e}"
-        except CudaError as e:
-            return "killed", f"CUDA error: {e}"
-        finally:
-            try:
-                out.free()
-            except CudaError:
-                pass  # the context is gone (the error above says why); the worker exits after reporting it
+            return None
+        outcome = _guarded(run, out)
+        if outcome:
+            return outcome
     return "survived", ""
+
+
+def _guarded(run, out) -> tuple[str, str] | None:
+    """run()'s outcome ("killed", why) or None, a reported stall or a CUDA error being a kill too; `out` is freed
+    either way (after a lost context that fails too, and the worker exits after reporting the kill)."""
+    try:
+        return run()
+    except BarrierStall as e:
+        return "killed", f"stall reported: {e}"
+    except CudaError as e:
+        return "killed", f"CUDA error: {e}"
+    finally:
+        try:
+            out.free()
+        except CudaError:
+            pass
 
 
 def _run_grouped(config: GemmConfig, kernel, jobs: list[dict], loaded: list, repeats: int) -> tuple[str, str]:
@@ -284,7 +296,8 @@ def _run_grouped(config: GemmConfig, kernel, jobs: list[dict], loaded: list, rep
         shape = (g, w.m, w.n) if w.m else (g, w.m_max, w.n) if w.m_max else (w.rows, w.n)
         out = DeviceArray.empty(shape, accuracy.DTYPES[config.out_dtype])
         covered = ~np.isnan(ref[:, 0])
-        try:
+
+        def run():
             kw = {"masked_m" if w.m_max else "offs": counts}
             if w.m:     # A is the transpose of the loaded x (total_K, M)
                 item = da.dtype.itemsize
@@ -303,15 +316,10 @@ def _run_grouped(config: GemmConfig, kernel, jobs: list[dict], loaded: list, rep
                 poison = 0x7FFF if got.dtype.itemsize == 2 else 0x7FFFFFFF
                 if bits.size and not np.all(bits == poison):
                     return "killed", f"a row outside every group was written on {w.describe()}"
-        except BarrierStall as e:
-            return "killed", f"stall reported: {e}"
-        except CudaError as e:
-            return "killed", f"CUDA error: {e}"
-        finally:
-            try:
-                out.free()
-            except CudaError:
-                pass
+            return None
+        outcome = _guarded(run, out)
+        if outcome:
+            return outcome
     return "survived", ""
 
 
