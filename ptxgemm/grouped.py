@@ -6,14 +6,12 @@
 
 Rows outside every group (contiguous: past offs[-1]; masked: past masked_m[g]) are never written. A plan depends
 on the shapes, never on the counts' values, so one plan serves every step and a CUDA graph that captured its
-launch replays correctly after the counts change in place. The argument rules are ptxgemm.plan.grouped's; the
-memory rules (what the kernel reads in place) are checked here, each naming its argument.
+launch replays correctly after the counts change in place. The argument rules are ptxgemm.plan.grouped's, the
+rest of the planning on descriptors ptxgemm.plan.grouped_call's; here the tensor maps and the launch.
 """
 from __future__ import annotations
 
-import ctypes
 import dataclasses
-import math
 
 import numpy as np
 
@@ -21,106 +19,13 @@ from .errors import ConfigError, CudaError
 from .build.kernels import spills
 from .gemm import LOAD_L2_PROMOTION, MN_PANEL, get_kernel
 from .kernel.config import GemmConfig
-from .plan import epilogue, grouped
+from .plan import grouped, grouped_call
+from .plan.epilogue import Epilogue
 from .plan.checks import check_config
 from .runtime import arrays, driver, tensormap
 from .runtime.arrays import as_device_array
 from .runtime.debug import StallRecords
 from .runtime.tensormap import TensorMapSpec
-
-# The grouped kernel's tiles (cooperative, single CTAs, whole output panels) and how fast each runs a full tile,
-# relative to the widest, on the H100's dense GEMM: the default config takes the one that finishes the mean group's
-# units soonest over all SMs (whole waves of units, each as long as its tile's area over its efficiency).
-GROUPED_TILES = {"coop128x256": 1.0, "coop256x128": 0.97, "coop128x192": 0.95, "coop128x128": 0.85}
-# The tables' size is rounded up to a power of two from G, at least this: few kernels serve every G.
-MIN_GROUP_CAPACITY = 16
-# Parts of the grouped GEMM that are rendered, assembled and planned but have not run on a GPU yet: each is refused
-# (a ConfigError naming its argument) until its GPU tests (tests/test_grouped_gpu.py, which clear this for
-# themselves) have passed on the device, and is then taken out of this table.
-UNVERIFIED = {
-    "k": ("offs", "the k-grouped form (a (M, total_K), b (total_K, N))"),
-    "vectors": ("scale_a, scale_b, bias", "rowwise scales (per token of a, per channel of each group's b) and a "
-                "bias (shared, or per group)"),
-    "blockwise": ("scale_a, scale_b", "blockwise scales (1x128 per token, 128x128 per block of each group's b)"),
-}
-
-
-def _check_verified(feature: str) -> None:
-    if feature in UNVERIFIED:
-        argument, what = UNVERIFIED[feature]
-        raise ConfigError(f"{argument}: the grouped GEMM's {what} is built but has not yet run on a GPU; it is "
-                          f"taken once its GPU tests pass (ptxgemm.grouped.UNVERIFIED)")
-
-
-def group_capacity(groups: int) -> int:
-    return max(MIN_GROUP_CAPACITY, 1 << (groups - 1).bit_length())
-
-
-def _rows_view(x, name: str, rows: int, cols: int) -> int:
-    """The row pitch in bytes of `x` read as a (rows, cols) matrix with unit column stride (a 2-D array, or a 3-D
-    one whose leading axes fold into rows); ConfigError names `x` where it cannot be read so in place."""
-    item = x.dtype.itemsize
-    shape, strides = tuple(x.shape), tuple(x.strides)
-    if cols > 1 and strides[-1] != item:
-        raise ConfigError(f"{name}: its last axis must be contiguous (stride {item} bytes), got strides {strides}; "
-                          f"pass a contiguous array")
-    pitch = strides[-2] if len(shape) >= 2 and shape[-2] > 1 else cols * item
-    if len(shape) == 3 and shape[0] > 1 and shape[1] > 0 and strides[0] != shape[1] * pitch:
-        raise ConfigError(f"{name}: its groups' matrices must follow each other (stride of axis 0 = rows x row "
-                          f"pitch = {shape[1] * pitch} bytes), got strides {strides}")
-    if pitch % 16 or x.ptr % 16:
-        raise ConfigError(f"{name}: rows must start on 16-byte boundaries (TMA): row pitch {pitch} bytes, address "
-                          f"0x{x.ptr:x}; a row of a {item}-byte dtype must hold a multiple of {16 // item} elements")
-    return pitch
-
-
-def _b_layout(b, in_fp8: bool) -> tuple[str, int, int]:
-    """B (G, K, N) as the kernel reads it: ("mn", K-row pitch, group stride) when N is contiguous, ("k", N-row
-    pitch, group stride) when K is (a transposed view of a (G, N, K) array); fp8 must be K-major."""
-    g, k, n = b.shape
-    item = b.dtype.itemsize
-    sg, sk, sn = b.strides
-    if (sn == item or n == 1) and not (in_fp8 and n > 1):
-        major, pitch = "mn", (sk if k > 1 else n * item)
-    elif sk == item or k == 1:
-        major, pitch = "k", (sn if n > 1 else k * item)
-    else:
-        raise ConfigError(f"b: one of its last two axes must be contiguous (N: b is (G, K, N) row-major; K: b is a "
-                          f"transposed (G, N, K) array), got strides {b.strides}"
-                          + ("; fp8 B must be K-major (wgmma reads 8-bit types only so)" if in_fp8 else ""))
-    rows = k if major == "mn" else n
-    if g > 1 and sg < rows * pitch:
-        raise ConfigError(f"b: its groups' matrices overlap (stride of axis 0 = {sg} bytes < {rows * pitch})")
-    if pitch % 16 or sg % 16 or b.ptr % 16:
-        raise ConfigError(f"b: rows and groups must start on 16-byte boundaries (TMA): row pitch {pitch}, group "
-                          f"stride {sg}, address 0x{b.ptr:x}")
-    return major, pitch, max(sg, rows * pitch)
-
-
-def default_config(problem: grouped.GroupedProblem, b_major: str, sm_count: int = 132, fused: dict | None = None,
-                   spill_check=None) -> GemmConfig:
-    """The tile for a grouped problem whose counts the host does not know: each group taken as the mean one (M_max
-    rows when masked), the tile whose waves of units over `sm_count` SMs cost least (GROUPED_TILES). With a fused
-    epilogue (`fused`: Epilogue.config_fields), a tile that ptxas spills yields to the next one, as the dense
-    selection's picks do (`spill_check`: build.kernels.spills)."""
-    rows = problem.m if problem.form in ("masked", "k") else problem.m / problem.groups
-
-    def cost(tag):
-        t = GemmConfig.from_tag(tag)
-        units = problem.groups * math.ceil(rows / t.block_m) * math.ceil(problem.n / t.block_n)
-        return math.ceil(units / sm_count) * t.block_m * t.block_n / GROUPED_TILES[tag]
-
-    configs = [GemmConfig.from_tag(tag, in_dtype=problem.in_dtype, b_dtype=problem.b_dtype,
-                                   out_dtype=problem.out_dtype, a_major="mn" if problem.form == "k" else "k",
-                                   b_major=b_major, grouped=problem.form,
-                                   group_capacity=group_capacity(problem.groups), **(fused or {}))
-               for tag in sorted(GROUPED_TILES, key=cost)]
-    if spill_check is not None:
-        for cfg in configs:
-            if not cfg.fused or not spill_check(cfg):
-                return cfg
-    return configs[0]
-
 
 @dataclasses.dataclass
 class GroupedLaunch:
@@ -130,7 +35,7 @@ class GroupedLaunch:
 
     problem: grouped.GroupedProblem
     config: GemmConfig | None
-    epilogue: epilogue.Epilogue
+    epilogue: Epilogue
     group_strides: dict
     a: object
     b: object
@@ -144,8 +49,8 @@ class GroupedLaunch:
         """The kernel's arguments after its three tensor maps, in the entry's order."""
         p = self.problem
         return [*self.epilogue.kernel_args(False, p.k, p.n),
-                *kernel_arguments(self.config, self.rows, p.n, p.k, p, self.counts.ptr, self.out.ptr, self.c_pitch,
-                                  debug_ptr, self.group_strides)]
+                *grouped_call.kernel_arguments(self.config, self.rows, p.n, p.k, p, self.counts.ptr, self.out.ptr,
+                                               self.c_pitch, debug_ptr, self.group_strides)]
 
 
 def plan_launch(a, b, *, offs=None, masked_m=None, out=None, alpha=1.0, scale_a=None, scale_b=None, bias=None,
@@ -167,14 +72,14 @@ def plan_launch(a, b, *, offs=None, masked_m=None, out=None, alpha=1.0, scale_a=
     name = problem.counts_name
     counts = masked_m if name == "masked_m" else offs
     if problem.form == "k":
-        _check_verified("k")
+        grouped_call.check_verified("k")
     if isinstance(counts, np.ndarray):
         counts = upload(np.ascontiguousarray(counts, dtype=np.int32))
     if counts.shape[0] > 1 and counts.strides[0] != 4:
         raise ConfigError(f"{name}: must be contiguous (stride 4 bytes), got strides {counts.strides}")
     if out is None:
         out = allocate(problem.out_shape, problem.out_dtype)
-    fused, strides = _grouped_epilogue(problem, alpha, scale_a, scale_b, bias, activation, convert)
+    fused, strides = grouped_call.grouped_epilogue(problem, alpha, scale_a, scale_b, bias, activation, convert)
     groups, n, k = problem.groups, problem.n, problem.k
     rows = problem.m * groups if problem.form == "masked" else problem.m   # A and C as 2-D matrices (k: M)
     in_fp8 = problem.in_dtype.startswith("float8")
@@ -185,8 +90,8 @@ def plan_launch(a, b, *, offs=None, masked_m=None, out=None, alpha=1.0, scale_a=
         a_major, b_major = "mn", "mn"
     else:
         a_major = "k"
-        b_major, b_pitch, b_group = _b_layout(b, in_fp8)
-    cfg = config if config is not None else default_config(problem, b_major, sm_count(),
+        b_major, b_pitch, b_group = grouped_call.b_layout(b, in_fp8)
+    cfg = config if config is not None else grouped_call.default_config(problem, b_major, sm_count(),
                                                            fused.config_fields(False, n), spill_check)
     if config is not None and config.group_capacity is not None and config.group_capacity < problem.groups:
         raise ConfigError(f"config.group_capacity: {config.group_capacity} groups fit its tables, these "
@@ -194,7 +99,7 @@ def plan_launch(a, b, *, offs=None, masked_m=None, out=None, alpha=1.0, scale_a=
     cfg = GemmConfig(**{**_fields(cfg), **fused.config_fields(False, n), "grouped": problem.form,
                         "in_dtype": problem.in_dtype, "b_dtype": problem.b_dtype,
                         "out_dtype": problem.out_dtype, "a_major": a_major, "b_major": b_major,
-                        "group_capacity": cfg.group_capacity or group_capacity(problem.groups)})
+                        "group_capacity": cfg.group_capacity or grouped_call.group_capacity(problem.groups)})
     launch = GroupedLaunch(problem, cfg, fused, strides, a, b, out, counts, rows)
     if rows == 0 or n == 0:
         launch.config = None
@@ -272,8 +177,8 @@ def _row_form_specs(cfg: GemmConfig, problem, a, b, out, rows: int, b_major: str
     """Tensor maps of the contiguous and masked forms: A and C as 2-D matrices of `rows` rows, B one matrix per
     group (its batch coordinate); and C's row pitch."""
     n, k, groups = problem.n, problem.k, problem.groups
-    a_pitch = _rows_view(a, "a", rows, k)
-    c_pitch = _rows_view(out, "out", rows, n)
+    a_pitch = grouped_call.rows_view(a, "a", rows, k)
+    c_pitch = grouped_call.rows_view(out, "out", rows, n)
     if c_pitch != n * out.dtype.itemsize:
         raise ConfigError(f"out: must be C-contiguous (rows of {n * out.dtype.itemsize} bytes), got strides "
                           f"{out.strides}")
@@ -290,28 +195,15 @@ def _row_form_specs(cfg: GemmConfig, problem, a, b, out, rows: int, b_major: str
     }, c_pitch
 
 
-def _mn_pitch(x, name: str, what: str) -> int:
-    """The pitch in bytes between the K rows of a 2-D operand of the k form whose last axis is contiguous (a read
-    as its transpose: see _k_form_specs)."""
-    item = x.dtype.itemsize
-    rows, cols = x.shape
-    if cols > 1 and x.strides[1] != item:
-        raise ConfigError(f"{name}: the k-grouped form reads {what}; got strides {x.strides}")
-    pitch = x.strides[0] if rows > 1 else cols * item
-    if pitch % 16 or x.ptr % 16:
-        raise ConfigError(f"{name}: rows must start on 16-byte boundaries (TMA): pitch {pitch} bytes, address "
-                          f"0x{x.ptr:x}")
-    return pitch
-
-
 def _k_form_specs(cfg: GemmConfig, problem, a, b, out):
     """Tensor maps of the k form: A (M, total_K) with M contiguous, i.e. the (total_K, M) activations seen through
     a transpose; B (total_K, N) with N contiguous; C (G, M, N) C-contiguous, the group its batch coordinate. K is
     the outer axis of both operands' boxes (MN-major), so a group's K range starts at any element."""
     m, n, k, groups = problem.m, problem.n, problem.k, problem.groups
     a_t = a.view((k, m), (a.strides[1], a.strides[0]))   # the (total_K, M) array a is the transpose of
-    lda = _mn_pitch(a_t, "a", "a (M, total_K) with M contiguous (x.T of row-major (total_K, M) activations)")
-    ldb = _mn_pitch(b, "b", "b (total_K, N) with N contiguous (row-major gradients)")
+    lda = grouped_call.mn_pitch(a_t, "a", "a (M, total_K) with M contiguous (x.T of row-major (total_K, M) "
+                                          "activations)")
+    ldb = grouped_call.mn_pitch(b, "b", "b (total_K, N) with N contiguous (row-major gradients)")
     item = out.dtype.itemsize
     if tuple(out.strides) != (m * n * item, n * item, item):
         raise ConfigError(f"out: must be C-contiguous (G, M, N), got strides {out.strides}")
@@ -325,89 +217,10 @@ def _k_form_specs(cfg: GemmConfig, problem, a, b, out):
     }, n * item
 
 
-def _flat(x, name: str, shape: tuple, rule: str):
-    """`x` (a device array) seen as `shape` (its leading axes folded), where its elements lie as a C-order array
-    of that many would; else ConfigError naming `name`."""
-    item = x.dtype.itemsize
-    want = tuple(int(np.prod(x.shape[i + 1:])) * item for i in range(len(x.shape)))
-    if tuple(x.strides) != want and int(np.prod(x.shape)) > 1:
-        raise ConfigError(f"{name}: {rule} must be C-contiguous, got strides {x.strides}")
-    return x.view(shape, None)
-
-
-def _grouped_epilogue(problem: grouped.GroupedProblem, alpha, scale_a, scale_b, bias, activation, convert):
-    """The epilogue of a grouped call, and the elements between consecutive groups' column vectors (bias, column
-    scales: N for one vector per group, 0 for one shared by all). The grouped shapes are turned into the dense
-    epilogue's (ptxgemm.plan.epilogue checks them there):
-      scale_a  a number or 1 element (per tensor); one per row of a, (total_M,) or (G, M_max) [+ a trailing 1]
-               (rowwise); (total_M, kb) or (G, M_max, kb) (blockwise, kb = ceil(K / 128))
-      scale_b  per tensor; (N,) shared or (G, N) one per group (rowwise); (G, kb, ceil(N / 128)) (blockwise)
-      bias     (N,) shared or (G, N) one per group."""
-    g, n, k = problem.groups, problem.n, problem.k
-    rows = problem.m * g if problem.form == "masked" else problem.m
-    kb, nb = -(-k // 128), -(-n // 128)
-    strides = {}
-
-    def is_array(x):
-        return x is not None and not (isinstance(x, (int, float)) or (isinstance(x, np.ndarray) and x.size == 1))
-
-    if problem.form != "k":
-        if is_array(scale_a):
-            sa = convert(scale_a, "scale_a")
-            shape = tuple(sa.shape)
-            if problem.form == "masked" and shape[:2] == (g, problem.m) and len(shape) in (2, 3):
-                sa = _flat(sa, "scale_a", (rows,) + shape[2:], "a masked scale table (G, M_max[, kb])")
-            scale_a = sa
-        if is_array(scale_b):
-            sb = convert(scale_b, "scale_b")
-            shape = tuple(sb.shape)
-            if shape in ((g, n), (g, 1, n)) and g > 1:
-                scale_b, strides["col_scale"] = _flat(sb, "scale_b", (g * n,), "a per-group scale table").view((n,)), n
-            elif len(shape) == 3 and shape == (g, kb, nb):
-                scale_b = _flat(sb, "scale_b", (g * kb, nb), "a blockwise table (G, kb, nb)").view((kb, nb))
-            else:
-                scale_b = sb
-        if bias is not None:
-            bv = convert(bias, "bias")
-            if tuple(bv.shape) == (g, n) and g > 1:
-                bias, strides["bias"] = _flat(bv, "bias", (g * n,), "a per-group bias (G, N)").view((n,)), n
-            else:
-                bias = bv
-    fused = epilogue.parse(alpha=alpha, scale_a=scale_a, scale_b=scale_b, bias=bias, activation=activation,
-                           m=rows if problem.form != "k" else problem.m, n=n, k=k, in_dtype=problem.in_dtype,
-                           batched=False, convert=convert)
-    if fused.bias is not None and fused.bias_axis != "col":
-        raise ConfigError(f"bias: the grouped GEMM adds a bias per column: (N,) = ({n},) shared, or (G, N) = "
-                          f"({g}, {n}) one per group; got {tuple(fused.bias.shape)}")
-    if fused.block_a is not None:
-        _check_verified("blockwise")
-    elif fused.row_scale is not None or fused.col_scale is not None or fused.bias is not None:
-        if problem.form == "k":
-            raise ConfigError("scale_a, scale_b, bias: the k-grouped form takes per-tensor scales only")
-        _check_verified("vectors")
-    return fused, strides
-
-
 def _fields(cfg: GemmConfig) -> dict:
     import dataclasses
 
     return {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}
-
-
-def kernel_arguments(cfg: GemmConfig, rows: int, n: int, k: int, problem: grouped.GroupedProblem, counts_ptr: int,
-                     c_ptr: int, c_pitch: int, debug_ptr: int = 0, group_strides: dict | None = None) -> list:
-    """The grouped kernel's scalar arguments after the tensor maps and the epilogue's, in gemm_roles.ptx.j2's and
-    grouped_scheduler.ptx.j2's order (pure: tests check them without a GPU)."""
-    group_rows = {"masked": problem.m, "k": problem.k}.get(problem.form, 0)   # M_max; total_K; unused
-    return [ctypes.c_uint32(rows), ctypes.c_uint32(n), ctypes.c_uint32(-(-rows // cfg.block_m)),
-            ctypes.c_uint32(-(-n // cfg.block_n)), ctypes.c_uint32(-(-k // cfg.block_k)),
-            ctypes.c_uint32(1), ctypes.c_uint32(0),                          # one A (2-D)
-            ctypes.c_uint32(0 if problem.form == "k" else 1),                # B: one matrix per group, or one (k)
-            ctypes.c_uint64(counts_ptr), ctypes.c_uint32(problem.groups), ctypes.c_uint32(group_rows),
-            ctypes.c_uint64(c_ptr), ctypes.c_uint32(c_pitch),
-            *[ctypes.c_uint32((group_strides or {}).get(name, 0)) for name, on in
-              (("bias", cfg.bias == "col"), ("col_scale", cfg.col_scale)) if on],   # per-group column vectors
-            ctypes.c_uint64(debug_ptr)]                                       # debug records (0: none)
 
 
 def grouped_matmul(a, b, *, offs=None, masked_m=None, out=None, alpha=1.0, scale_a=None, scale_b=None, bias=None,

@@ -255,9 +255,9 @@ def test_k_grouped_case(name, ks, m, n, dtype, tag, monkeypatch):
     """a (M, total_K) = x.T of row-major activations x (total_K, M), b (total_K, N) row-major, offs over K: each
     group's output is a[:, s:e] @ b[s:e] (zeros for an empty group), whatever K boundaries the groups have."""
     import ptxgemm
-    import ptxgemm.grouped as grouped_api
+    from ptxgemm.plan import grouped_call
 
-    monkeypatch.setattr(grouped_api, "UNVERIFIED", {})
+    monkeypatch.setattr(grouped_call, "UNVERIFIED", {})
     rng = np.random.default_rng(zlib.crc32(name.encode()))
     total = sum(ks)
     x = random_matrix(rng, total, m, dtype)       # (total_K, M) row-major: a is its transpose
@@ -292,9 +292,9 @@ def test_rowwise_scales_and_bias_per_group(form, monkeypatch):
     """fp8 rowwise: one scale per token (row of a), one per channel of each group's b (G, N), and a bias per group
     (G, N): out = silu(sa[r] * sb[g, c] * (a_g @ b_g)[r, c] + bias[g, c]) on each group's rows."""
     import ptxgemm
-    import ptxgemm.grouped as grouped_api
+    from ptxgemm.plan import grouped_call
 
-    monkeypatch.setattr(grouped_api, "UNVERIFIED", {})
+    monkeypatch.setattr(grouped_call, "UNVERIFIED", {})
     fp8 = "float8_e4m3fn"
     rng = np.random.default_rng(2531 + (form == "masked"))
     k, n = 640, 384
@@ -345,9 +345,9 @@ def test_blockwise_scales_per_group(monkeypatch):
     """DeepSeek-V3's recipe per expert: scale_a (total_M, ceil(K/128)) per token and 128 K, scale_b (G, ceil(K/128),
     ceil(N/128)) per expert and 128x128 block; unaligned groups, K not a multiple of 128."""
     import ptxgemm
-    import ptxgemm.grouped as grouped_api
+    from ptxgemm.plan import grouped_call
 
-    monkeypatch.setattr(grouped_api, "UNVERIFIED", {})
+    monkeypatch.setattr(grouped_call, "UNVERIFIED", {})
     fp8 = "float8_e4m3fn"
     rng = np.random.default_rng(2533)
     sizes, k, n = [200, 0, 1, 333, 130], 1000, 384

@@ -9,10 +9,10 @@ import pytest
 
 from ptxgemm.build.kernels import compile_gemm, render_gemm
 from ptxgemm.errors import ConfigError
-from ptxgemm.grouped import kernel_arguments
+from ptxgemm.plan.grouped_call import kernel_arguments
 from ptxgemm.kernel.config import GemmConfig
 from ptxgemm.kernel.hardware import MAX_GROUPS, SMEM_PER_BLOCK_OPTIN
-from ptxgemm.plan import grouped as rules
+from ptxgemm.plan import grouped as rules, grouped_call
 
 TILES = ("coop128x256", "coop128x128", "coop256x128")
 
@@ -46,9 +46,8 @@ def test_a_fused_default_that_spills_yields_to_the_next_tile():
     """fp8 with alpha and SiLU spills on coop128x256 (as the dense cooperative kernel does, by 4 bytes); the
     default config then takes the next tile that does not."""
     from ptxgemm.build.kernels import spills
-    from ptxgemm.grouped import default_config
+    from ptxgemm.plan.grouped_call import default_config
 
-    fp8 = dict(in_dtype="float8_e4m3fn", out_dtype="bfloat16", a_major="k", b_major="k")
     p = rules.GroupedProblem("contiguous", 8, 32768, 4096, 7168, "float8_e4m3fn", None, "bfloat16", (32768, 4096))
     first = default_config(p, "k", fused=dict(alpha=True, activation="silu"))
     assert first.tag == "coop128x256" and spills(first)
@@ -128,7 +127,7 @@ def test_a_smaller_capacity_gives_the_staging_its_second_slot():
 
 
 def test_the_default_tile_and_capacity():
-    from ptxgemm.grouped import default_config, group_capacity
+    from ptxgemm.plan.grouped_call import default_config, group_capacity
 
     assert [group_capacity(g) for g in (1, 16, 17, 256, 257, 1024)] == [16, 16, 32, 256, 512, 1024]
     p = rules.GroupedProblem("masked", 4, 256, 4096, 7168, "bfloat16", None, "bfloat16", (4, 256, 4096))
@@ -219,7 +218,7 @@ def test_the_k_form_maps_and_arguments():
     names = [nm for _, nm in _entry_params(render_gemm(cfg))][3:]
     by_name = dict(zip(names, [v.value for v in args]))
     assert by_name["param_group_rows"] == total and by_name["param_b_batch_step"] == 0
-    assert "k" in api.UNVERIFIED   # refused until its GPU tests have passed on the device
+    assert "k" in grouped_call.UNVERIFIED   # refused until its GPU tests have passed on the device
 
 
 def test_dump_writes_the_grouped_kernel(tmp_path):
@@ -243,7 +242,6 @@ def test_the_grouped_epilogue_maps_per_group_arguments_and_refuses_what_is_unver
     argument on group 0 plus the stride the kernel adds per group; while unverified each is refused by name."""
     import numpy as np
 
-    from ptxgemm import grouped as api
 
     def convert(x, name):
         return x
@@ -251,23 +249,23 @@ def test_the_grouped_epilogue_maps_per_group_arguments_and_refuses_what_is_unver
     f32 = np.float32
     p = rules.GroupedProblem("contiguous", 4, 700, 256, 1000, "float8_e4m3fn", None, "bfloat16", (700, 256))
     with pytest.raises(ConfigError, match="^scale_a, scale_b, bias: .*has not yet run on a GPU"):
-        api._grouped_epilogue(p, 1.0, _Fake((700,), f32), _Fake((4, 256), f32), None, None, convert)
+        grouped_call.grouped_epilogue(p, 1.0, _Fake((700,), f32), _Fake((4, 256), f32), None, None, convert)
     with pytest.raises(ConfigError, match="^scale_a, scale_b: .*blockwise.*has not yet run"):
-        api._grouped_epilogue(p, 1.0, _Fake((700, 8), f32), _Fake((4, 8, 2), f32), None, None, convert)
-    monkeypatch.setattr(api, "UNVERIFIED", {})
-    fused, strides = api._grouped_epilogue(p, 1.0, _Fake((700,), f32), _Fake((4, 256), f32), _Fake((4, 256), f32),
+        grouped_call.grouped_epilogue(p, 1.0, _Fake((700, 8), f32), _Fake((4, 8, 2), f32), None, None, convert)
+    monkeypatch.setattr(grouped_call, "UNVERIFIED", {})
+    fused, strides = grouped_call.grouped_epilogue(p, 1.0, _Fake((700,), f32), _Fake((4, 256), f32), _Fake((4, 256), f32),
                                            "silu", convert)
     assert fused.row_scale.shape == (700,) and fused.col_scale.shape == (256,) and fused.bias_axis == "col"
     assert strides == {"col_scale": 256, "bias": 256}
-    fused, strides = api._grouped_epilogue(p, 1.0, 0.5, 2.0, _Fake((256,), f32), None, convert)
+    fused, strides = grouped_call.grouped_epilogue(p, 1.0, 0.5, 2.0, _Fake((256,), f32), None, convert)
     assert fused.alpha == 1.0 and strides == {}   # a shared bias: stride 0
-    fused, strides = api._grouped_epilogue(p, 1.0, _Fake((700, 8), f32), _Fake((4, 8, 2), f32), None, None, convert)
+    fused, strides = grouped_call.grouped_epilogue(p, 1.0, _Fake((700, 8), f32), _Fake((4, 8, 2), f32), None, None, convert)
     assert fused.block_a.shape == (700, 8) and fused.block_b.shape == (8, 2) and strides == {}
     masked = rules.GroupedProblem("masked", 4, 128, 256, 1000, "float8_e4m3fn", None, "bfloat16", (4, 128, 256))
-    fused, _ = api._grouped_epilogue(masked, 1.0, _Fake((4, 128), f32), None, None, None, convert)
+    fused, _ = grouped_call.grouped_epilogue(masked, 1.0, _Fake((4, 128), f32), None, None, None, convert)
     assert fused.row_scale.shape == (512,)
     with pytest.raises(ConfigError, match="^bias: the grouped GEMM adds a bias per column"):
-        api._grouped_epilogue(p, 1.0, None, None, _Fake((700, 1), f32), None, convert)
+        grouped_call.grouped_epilogue(p, 1.0, None, None, _Fake((700, 1), f32), None, convert)
     cfg = _cfg("coop128x128", "contiguous", in_dtype="float8_e4m3fn", out_dtype="bfloat16", a_major="k",
                b_major="k", col_scale=True, bias="col", row_scale=True)
     names = [nm for _, nm in _entry_params(render_gemm(cfg))]
@@ -283,12 +281,11 @@ def test_the_emulated_grouped_fuzzer_finds_nothing(monkeypatch):
     illegal inputs named; then the same with the k form (which the GPU has not run yet) taken."""
     import os
 
-    from ptxgemm import grouped as api
     from ptxgemm.tools.fuzz_grouped import fuzz_grouped
 
     seed = int.from_bytes(os.urandom(4), "little")
     report = fuzz_grouped(150, seed, log=lambda s: None, backend="emulate")
     assert (report["correct"], report["bad_inputs"]["misnamed"]) == (150, []), (seed, report["failures"][:2])
-    monkeypatch.setattr(api, "UNVERIFIED", {})
+    monkeypatch.setattr(grouped_call, "UNVERIFIED", {})
     report = fuzz_grouped(100, seed, log=lambda s: None, backend="emulate")
     assert report["correct"] == 100, (seed, report["failures"][:2])

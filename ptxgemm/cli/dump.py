@@ -8,7 +8,7 @@ from ..build import compiler
 from ..build.kernels import compile_gemm
 from ..errors import ConfigError
 from ..kernel import schedule
-from ..grouped import GROUPED_TILES
+from ..plan.grouped_call import GROUPED_TILES
 from ..kernel.config import GROUPED_FORMS, GemmConfig
 from ..select import model as select
 from ..tools import dump, probes

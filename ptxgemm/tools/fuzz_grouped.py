@@ -41,7 +41,7 @@ def _sizes(rng, groups: int, cap: int) -> list[int]:
 
 
 def draw(rng, forms=("contiguous", "masked"), max_elements: float = MAX_ELEMENTS["gpu"]) -> dict:
-    """One case; `forms` adds the k-grouped form once it is verified (not in ptxgemm.grouped.UNVERIFIED)."""
+    """One case; `forms` adds the k-grouped form once it is verified (not in ptxgemm.plan.grouped_call.UNVERIFIED)."""
     form = "masked" if rng.random() < 0.35 else "contiguous"
     if "k" in forms and rng.random() < 0.3:
         return _draw_k(rng, max_elements)
@@ -262,10 +262,10 @@ def illegal_checks(backend: str = "gpu") -> list[dict]:
     def dev(shape, dtype="bfloat16"):
         return alloc(shape, accuracy.DTYPES.get(dtype, dtype))
 
-    from .. import grouped as grouped_api
+    from ..plan import grouped_call
 
     i32 = np.int32
-    k_enabled = "k" not in grouped_api.UNVERIFIED   # until then the k form is refused as such, first
+    k_enabled = "k" not in grouped_call.UNVERIFIED   # until then the k form is refused as such, first
     cases = [
         ("no counts", "offs, masked_m", lambda: ((dev((64, 32)), dev((2, 32, 64))), {})),
         ("both counts", "offs, masked_m", lambda: ((dev((64, 32)), dev((2, 32, 64))),
@@ -316,10 +316,10 @@ def _strided(x, shape, strides):
 def fuzz_grouped(cases: int, seed: int, log=print, backend: str = "gpu") -> dict:
     """`cases` grouped cases from `seed` (a stream of its own, apart from the dense cases'), on the GPU or emulated;
     the report part."""
-    from .. import grouped as grouped_api
+    from ..plan import grouped_call
 
     rng = np.random.default_rng([seed, 25])
-    forms = ("contiguous", "masked") + (("k",) if "k" not in grouped_api.UNVERIFIED else ())
+    forms = ("contiguous", "masked") + (("k",) if "k" not in grouped_call.UNVERIFIED else ())
     counts = {"correct": 0, "wrong": 0, "refused": 0, "crashed": 0}
     failures, start = [], time.perf_counter()
     for i in range(cases):

@@ -332,9 +332,9 @@ def worker_main() -> int:
     """Reads a setup line, then one mutant per line, from stdin; writes start/result lines to stdout. Exits after a
     CUDA error (the context is gone) so that the parent starts a fresh worker for the next mutant."""
     import ptxgemm
-    import ptxgemm.grouped as grouped_api
+    from ..plan import grouped_call
 
-    grouped_api.UNVERIFIED = {}   # the tester runs the kernel's every part, verified on the device or not yet
+    grouped_call.UNVERIFIED = {}   # the tester runs the kernel's every part, verified on the device or not yet
 
     setup = json.loads(sys.stdin.readline())
     config = GemmConfig(**setup["config"])

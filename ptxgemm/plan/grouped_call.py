@@ -1,0 +1,192 @@
+"""The rest of a grouped call's planning on descriptors alone (ptxgemm.plan.grouped has the argument rules): which
+parts of the grouped GEMM have run on a GPU, the default tile, the memory each operand is read in place from, the
+epilogue's grouped shapes mapped onto the dense epilogue's, and the kernel's scalar arguments. ptxgemm.grouped
+builds the tensor maps and the launch from these."""
+from __future__ import annotations
+
+import ctypes
+import math
+
+import numpy as np
+
+from ..errors import ConfigError
+from ..kernel.config import GemmConfig
+from . import epilogue, grouped
+
+# The grouped kernel's tiles (cooperative, single CTAs, whole output panels) and how fast each runs a full tile,
+# relative to the widest, on the H100's dense GEMM: the default config takes the one that finishes the mean group's
+# units soonest over all SMs (whole waves of units, each as long as its tile's area over its efficiency).
+GROUPED_TILES = {"coop128x256": 1.0, "coop256x128": 0.97, "coop128x192": 0.95, "coop128x128": 0.85}
+# The tables' size is rounded up to a power of two from G, at least this: few kernels serve every G.
+MIN_GROUP_CAPACITY = 16
+# Parts of the grouped GEMM that are rendered, assembled and planned but have not run on a GPU yet: each is refused
+# (a ConfigError naming its argument) until its GPU tests (tests/test_grouped_gpu.py, which clear this for
+# themselves) have passed on the device, and is then taken out of this table.
+UNVERIFIED = {
+    "k": ("offs", "the k-grouped form (a (M, total_K), b (total_K, N))"),
+    "vectors": ("scale_a, scale_b, bias", "rowwise scales (per token of a, per channel of each group's b) and a "
+                "bias (shared, or per group)"),
+    "blockwise": ("scale_a, scale_b", "blockwise scales (1x128 per token, 128x128 per block of each group's b)"),
+}
+
+
+def check_verified(feature: str) -> None:
+    if feature in UNVERIFIED:
+        argument, what = UNVERIFIED[feature]
+        raise ConfigError(f"{argument}: the grouped GEMM's {what} is built but has not yet run on a GPU; it is "
+                          f"taken once its GPU tests pass (ptxgemm.plan.grouped_call.UNVERIFIED)")
+
+def group_capacity(groups: int) -> int:
+    return max(MIN_GROUP_CAPACITY, 1 << (groups - 1).bit_length())
+
+def rows_view(x, name: str, rows: int, cols: int) -> int:
+    """The row pitch in bytes of `x` read as a (rows, cols) matrix with unit column stride (a 2-D array, or a 3-D
+    one whose leading axes fold into rows); ConfigError names `x` where it cannot be read so in place."""
+    item = x.dtype.itemsize
+    shape, strides = tuple(x.shape), tuple(x.strides)
+    if cols > 1 and strides[-1] != item:
+        raise ConfigError(f"{name}: its last axis must be contiguous (stride {item} bytes), got strides {strides}; "
+                          f"pass a contiguous array")
+    pitch = strides[-2] if len(shape) >= 2 and shape[-2] > 1 else cols * item
+    if len(shape) == 3 and shape[0] > 1 and shape[1] > 0 and strides[0] != shape[1] * pitch:
+        raise ConfigError(f"{name}: its groups' matrices must follow each other (stride of axis 0 = rows x row "
+                          f"pitch = {shape[1] * pitch} bytes), got strides {strides}")
+    if pitch % 16 or x.ptr % 16:
+        raise ConfigError(f"{name}: rows must start on 16-byte boundaries (TMA): row pitch {pitch} bytes, address "
+                          f"0x{x.ptr:x}; a row of a {item}-byte dtype must hold a multiple of {16 // item} elements")
+    return pitch
+
+def b_layout(b, in_fp8: bool) -> tuple[str, int, int]:
+    """B (G, K, N) as the kernel reads it: ("mn", K-row pitch, group stride) when N is contiguous, ("k", N-row
+    pitch, group stride) when K is (a transposed view of a (G, N, K) array); fp8 must be K-major."""
+    g, k, n = b.shape
+    item = b.dtype.itemsize
+    sg, sk, sn = b.strides
+    if (sn == item or n == 1) and not (in_fp8 and n > 1):
+        major, pitch = "mn", (sk if k > 1 else n * item)
+    elif sk == item or k == 1:
+        major, pitch = "k", (sn if n > 1 else k * item)
+    else:
+        raise ConfigError(f"b: one of its last two axes must be contiguous (N: b is (G, K, N) row-major; K: b is a "
+                          f"transposed (G, N, K) array), got strides {b.strides}"
+                          + ("; fp8 B must be K-major (wgmma reads 8-bit types only so)" if in_fp8 else ""))
+    rows = k if major == "mn" else n
+    if g > 1 and sg < rows * pitch:
+        raise ConfigError(f"b: its groups' matrices overlap (stride of axis 0 = {sg} bytes < {rows * pitch})")
+    if pitch % 16 or sg % 16 or b.ptr % 16:
+        raise ConfigError(f"b: rows and groups must start on 16-byte boundaries (TMA): row pitch {pitch}, group "
+                          f"stride {sg}, address 0x{b.ptr:x}")
+    return major, pitch, max(sg, rows * pitch)
+
+def default_config(problem: grouped.GroupedProblem, b_major: str, sm_count: int = 132, fused: dict | None = None,
+                   spill_check=None) -> GemmConfig:
+    """The tile for a grouped problem whose counts the host does not know: each group taken as the mean one (M_max
+    rows when masked), the tile whose waves of units over `sm_count` SMs cost least (GROUPED_TILES). With a fused
+    epilogue (`fused`: Epilogue.config_fields), a tile that ptxas spills yields to the next one, as the dense
+    selection's picks do (`spill_check`: build.kernels.spills)."""
+    rows = problem.m if problem.form in ("masked", "k") else problem.m / problem.groups
+
+    def cost(tag):
+        t = GemmConfig.from_tag(tag)
+        units = problem.groups * math.ceil(rows / t.block_m) * math.ceil(problem.n / t.block_n)
+        return math.ceil(units / sm_count) * t.block_m * t.block_n / GROUPED_TILES[tag]
+
+    configs = [GemmConfig.from_tag(tag, in_dtype=problem.in_dtype, b_dtype=problem.b_dtype,
+                                   out_dtype=problem.out_dtype, a_major="mn" if problem.form == "k" else "k",
+                                   b_major=b_major, grouped=problem.form,
+                                   group_capacity=group_capacity(problem.groups), **(fused or {}))
+               for tag in sorted(GROUPED_TILES, key=cost)]
+    if spill_check is not None:
+        for cfg in configs:
+            if not cfg.fused or not spill_check(cfg):
+                return cfg
+    return configs[0]
+
+def mn_pitch(x, name: str, what: str) -> int:
+    """The pitch in bytes between the K rows of a 2-D operand of the k form whose last axis is contiguous (a read
+    as its transpose: see _k_form_specs)."""
+    item = x.dtype.itemsize
+    rows, cols = x.shape
+    if cols > 1 and x.strides[1] != item:
+        raise ConfigError(f"{name}: the k-grouped form reads {what}; got strides {x.strides}")
+    pitch = x.strides[0] if rows > 1 else cols * item
+    if pitch % 16 or x.ptr % 16:
+        raise ConfigError(f"{name}: rows must start on 16-byte boundaries (TMA): pitch {pitch} bytes, address "
+                          f"0x{x.ptr:x}")
+    return pitch
+
+def _flat(x, name: str, shape: tuple, rule: str):
+    """`x` (a device array) seen as `shape` (its leading axes folded), where its elements lie as a C-order array
+    of that many would; else ConfigError naming `name`."""
+    item = x.dtype.itemsize
+    want = tuple(int(np.prod(x.shape[i + 1:])) * item for i in range(len(x.shape)))
+    if tuple(x.strides) != want and int(np.prod(x.shape)) > 1:
+        raise ConfigError(f"{name}: {rule} must be C-contiguous, got strides {x.strides}")
+    return x.view(shape, None)
+
+def grouped_epilogue(problem: grouped.GroupedProblem, alpha, scale_a, scale_b, bias, activation, convert):
+    """The epilogue of a grouped call, and the elements between consecutive groups' column vectors (bias, column
+    scales: N for one vector per group, 0 for one shared by all). The grouped shapes are turned into the dense
+    epilogue's (ptxgemm.plan.epilogue checks them there):
+      scale_a  a number or 1 element (per tensor); one per row of a, (total_M,) or (G, M_max) [+ a trailing 1]
+               (rowwise); (total_M, kb) or (G, M_max, kb) (blockwise, kb = ceil(K / 128))
+      scale_b  per tensor; (N,) shared or (G, N) one per group (rowwise); (G, kb, ceil(N / 128)) (blockwise)
+      bias     (N,) shared or (G, N) one per group."""
+    g, n, k = problem.groups, problem.n, problem.k
+    rows = problem.m * g if problem.form == "masked" else problem.m
+    kb, nb = -(-k // 128), -(-n // 128)
+    strides = {}
+
+    def is_array(x):
+        return x is not None and not (isinstance(x, (int, float)) or (isinstance(x, np.ndarray) and x.size == 1))
+
+    if problem.form != "k":
+        if is_array(scale_a):
+            sa = convert(scale_a, "scale_a")
+            shape = tuple(sa.shape)
+            if problem.form == "masked" and shape[:2] == (g, problem.m) and len(shape) in (2, 3):
+                sa = _flat(sa, "scale_a", (rows,) + shape[2:], "a masked scale table (G, M_max[, kb])")
+            scale_a = sa
+        if is_array(scale_b):
+            sb = convert(scale_b, "scale_b")
+            shape = tuple(sb.shape)
+            if shape in ((g, n), (g, 1, n)) and g > 1:
+                scale_b, strides["col_scale"] = _flat(sb, "scale_b", (g * n,), "a per-group scale table").view((n,)), n
+            elif len(shape) == 3 and shape == (g, kb, nb):
+                scale_b = _flat(sb, "scale_b", (g * kb, nb), "a blockwise table (G, kb, nb)").view((kb, nb))
+            else:
+                scale_b = sb
+        if bias is not None:
+            bv = convert(bias, "bias")
+            if tuple(bv.shape) == (g, n) and g > 1:
+                bias, strides["bias"] = _flat(bv, "bias", (g * n,), "a per-group bias (G, N)").view((n,)), n
+            else:
+                bias = bv
+    fused = epilogue.parse(alpha=alpha, scale_a=scale_a, scale_b=scale_b, bias=bias, activation=activation,
+                           m=rows if problem.form != "k" else problem.m, n=n, k=k, in_dtype=problem.in_dtype,
+                           batched=False, convert=convert)
+    if fused.bias is not None and fused.bias_axis != "col":
+        raise ConfigError(f"bias: the grouped GEMM adds a bias per column: (N,) = ({n},) shared, or (G, N) = "
+                          f"({g}, {n}) one per group; got {tuple(fused.bias.shape)}")
+    if fused.block_a is not None:
+        check_verified("blockwise")
+    elif fused.row_scale is not None or fused.col_scale is not None or fused.bias is not None:
+        if problem.form == "k":
+            raise ConfigError("scale_a, scale_b, bias: the k-grouped form takes per-tensor scales only")
+        check_verified("vectors")
+    return fused, strides
+
+def kernel_arguments(cfg: GemmConfig, rows: int, n: int, k: int, problem: grouped.GroupedProblem, counts_ptr: int,
+                     c_ptr: int, c_pitch: int, debug_ptr: int = 0, group_strides: dict | None = None) -> list:
+    """The grouped kernel's scalar arguments after the tensor maps and the epilogue's, in gemm_roles.ptx.j2's and
+    grouped_scheduler.ptx.j2's order (pure: tests check them without a GPU)."""
+    group_rows = {"masked": problem.m, "k": problem.k}.get(problem.form, 0)   # M_max; total_K; unused
+    return [ctypes.c_uint32(rows), ctypes.c_uint32(n), ctypes.c_uint32(-(-rows // cfg.block_m)),
+            ctypes.c_uint32(-(-n // cfg.block_n)), ctypes.c_uint32(-(-k // cfg.block_k)),
+            ctypes.c_uint32(1), ctypes.c_uint32(0),                          # one A (2-D)
+            ctypes.c_uint32(0 if problem.form == "k" else 1),                # B: one matrix per group, or one (k)
+            ctypes.c_uint64(counts_ptr), ctypes.c_uint32(problem.groups), ctypes.c_uint32(group_rows),
+            ctypes.c_uint64(c_ptr), ctypes.c_uint32(c_pitch),
+            *[ctypes.c_uint32((group_strides or {}).get(name, 0)) for name, on in
+              (("bias", cfg.bias == "col"), ("col_scale", cfg.col_scale)) if on],   # per-group column vectors
+            ctypes.c_uint64(debug_ptr)]                                       # debug records (0: none)
