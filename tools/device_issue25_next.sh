@@ -26,6 +26,9 @@ case "$1" in
       timeout 200 python3 -m ptxgemm bench --set grouped --rounds 5 --in-dtype $dt --out "$OUT" --name "${RUN:-r1}" \
         2>&1 | grep -a "geomean\|Error\|refused" | tee -a "$OUT/bench_grouped.log"
     done
+    # DeepSeek-V3's blockwise recipe per expert against DeepGEMM's published grouped figures (once it is taken)
+    timeout 200 python3 -m ptxgemm bench --set grouped --rounds 5 --in-dtype float8_e4m3fn --scaling block \
+      --out "$OUT" --name "${RUN:-r1}" 2>&1 | grep -a "geomean\|vs_published\|Error" | tee -a "$OUT/bench_grouped.log"
     rm -f "$OUT"/*.png ;;
   *)
     echo "usage: $0 tests|mutants|bench" >&2; exit 2 ;;

@@ -66,9 +66,31 @@ def _group_rows(case):
     return out
 
 
-def _peers(torch, ptxgemm, case, a, b, counts, dtype):
-    """name -> (launcher, output tensor) of each peer this case has."""
+def _block_scales(torch, case, a):
+    """Random positive blockwise scales: scale_a one per row of a and 128 of K ((total_M, kb) or (G, M_max, kb)),
+    scale_b one per expert and 128x128 block (G, kb, nb)."""
+    gen = torch.Generator(device="cuda").manual_seed(26)
+    kb, nb = -(-case.k // 128), -(-case.n // 128)
+    sa = torch.rand(*a.shape[:-1], kb, device="cuda", generator=gen) * 1.5 + 0.5
+    sb = torch.rand(case.groups, kb, nb, device="cuda", generator=gen) * 1.5 + 0.5
+    return sa, sb
+
+
+def _peers(torch, ptxgemm, case, a, b, counts, dtype, scales=None):
+    """name -> (launcher, output tensor) of each peer this case has (blockwise `scales`: only the loop of dense
+    blockwise plans; no library in the device's torch runs a blockwise grouped GEMM)."""
     peers = {}
+    if scales is not None:
+        sa, sb = scales
+        out = torch.empty(*a.shape[:-1], case.n, device="cuda", dtype=torch.bfloat16)
+        plans = []
+        for g, s, e in _group_rows(case):
+            if case.layout == "contiguous":
+                plans.append(ptxgemm.GemmPlan(a[s:e], b[g], out[s:e], scale_a=sa[s:e], scale_b=sb[g]))
+            else:
+                plans.append(ptxgemm.GemmPlan(a[g, s:e], b[g], out[g, s:e], scale_a=sa[g, s:e], scale_b=sb[g]))
+        peers["ptxgemm matmul per group"] = (lambda: [p.launch() for p in plans], out)
+        return peers
     if dtype == "float8_e4m3fn":
         if case.layout == "contiguous" and hasattr(torch, "_scaled_grouped_mm"):
             sa = torch.ones(a.shape[0], device="cuda", dtype=torch.float32)
@@ -106,7 +128,8 @@ def _takes_out(torch) -> bool:
     return False   # torch._grouped_mm has no out= in torch 2.11: the copy is part of its figure only where noted
 
 
-def run(rounds: int, in_dtype: str, out_dir: str, name: str | None, with_variants: bool = False) -> int:
+def run(rounds: int, in_dtype: str, out_dir: str, name: str | None, with_variants: bool = False,
+        scaling: str = "tensor") -> int:
     import torch
 
     import ptxgemm
@@ -117,16 +140,23 @@ def run(rounds: int, in_dtype: str, out_dir: str, name: str | None, with_variant
     rows = []
     from ..plan import grouped_call
 
+    block = scaling == "block"
+    if block and "blockwise" in grouped_call.UNVERIFIED:
+        print("bench --set grouped --scaling block: the blockwise grouped kernel has not run on a GPU yet "
+              "(ptxgemm.plan.grouped_call.UNVERIFIED); nothing to time")
+        return 0
     for case in grouped_shapes.CASES:
         if case.layout == "k" and ("k" in grouped_call.UNVERIFIED or in_dtype == "float8_e4m3fn"):
             continue   # the k form runs once its GPU tests pass, and reads 16-bit operands only
         a, b, counts = _inputs(torch, case, in_dtype)
         kw = {"masked_m" if case.layout == "masked" else "offs": counts}
-        scale = {"scale_a": 1.0, "scale_b": 1.0} if in_dtype == "float8_e4m3fn" else {}
+        scales = _block_scales(torch, case, a) if block else None
+        scale = ({"scale_a": scales[0], "scale_b": scales[1]} if block else
+                 {"scale_a": 1.0, "scale_b": 1.0} if in_dtype == "float8_e4m3fn" else {})
         plan = ptxgemm.GroupedPlan(a, b, **kw, **scale)
         mine = torch.from_dlpack(plan.out)
         peers, refused = {}, {}
-        for peer, (launch, peer_out) in _peers(torch, ptxgemm, case, a, b, counts, in_dtype).items():
+        for peer, (launch, peer_out) in _peers(torch, ptxgemm, case, a, b, counts, in_dtype, scales).items():
             try:   # a peer that refuses these groups (alignment rules) is reported, not timed
                 launch()
                 torch.cuda.synchronize()
@@ -160,13 +190,19 @@ def run(rounds: int, in_dtype: str, out_dir: str, name: str | None, with_variant
             rows.append({
                 "case": case.name, "layout": case.layout, "groups": case.groups,
                 "m_per_group": case.m_per_group, "N": case.n, "K": case.k, "in_dtype": in_dtype,
-                "scaling": "tensor" if in_dtype == "float8_e4m3fn" else None,
+                "scaling": scaling if in_dtype == "float8_e4m3fn" else None,
                 "ptxgemm_ms": burst["ptxgemm"], "peer": peer, "peer_ms": burst[peer],
                 "ptxgemm_tflops": flops / burst["ptxgemm"] / 1e9, "peer_tflops": flops / burst[peer] / 1e9,
                 "speedup": burst[peer] / burst["ptxgemm"],
                 "ptxgemm_b2b_ms": b2b["ptxgemm"], "peer_b2b_ms": b2b[peer],
                 "speedup_b2b": b2b[peer] / b2b["ptxgemm"],
                 "published_tflops": case.published_tflops, "config": plan.config.tag,
+                # against DeepGEMM's published figure (blockwise only: the figure is for that recipe), burst and
+                # back to back (the method of the published figures)
+                "vs_published": (flops / burst["ptxgemm"] / 1e9 / case.published_tflops
+                                 if block and case.published_tflops else None),
+                "vs_published_b2b": (flops / b2b["ptxgemm"] / 1e9 / case.published_tflops
+                                     if block and case.published_tflops else None),
                 "max_rel_diff_vs_" + first_peer: max(diffs) if diffs else 0.0,
                 "variants_ms": {v.split(" ", 1)[1]: burst[v] for v in variants},
             })
@@ -182,9 +218,17 @@ def run(rounds: int, in_dtype: str, out_dir: str, name: str | None, with_variant
         summary[peer] = {"shapes": len(sp), "geomean": math.exp(statistics.fmean(math.log(x) for x in sp)),
                          "min": min(sp)}
         print(f"geomean vs {peer}: {summary[peer]['geomean']:.3f} over {len(sp)} shapes (min {min(sp):.3f})")
+    for key in ("vs_published", "vs_published_b2b"):
+        vs = {r["case"]: r[key] for r in rows if r.get(key)}
+        if vs:
+            summary[key] = {"shapes": len(vs), "geomean": math.exp(statistics.fmean(math.log(x) for x in vs.values())),
+                            "min": min(vs.values())}
+            print(f"{key}: geomean {summary[key]['geomean']:.3f} over {len(vs)} of DeepGEMM's shapes "
+                  f"(min {summary[key]['min']:.3f})")
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     slug = gpu.replace(" ", "_")
-    path = Path(out_dir) / f"bench_{slug}_grouped_{in_dtype}{'_' + name if name else ''}.json"
+    path = Path(out_dir) / (f"bench_{slug}_grouped_{in_dtype}{'_block' if block else ''}"
+                            f"{'_' + name if name else ''}.json")
     path.write_text(json.dumps({"gpu": gpu, "method": METHOD, "rounds": rounds, "rows": rows,
                                 "summary": summary, "published_source": grouped_shapes.DEEPGEMM_SOURCE}, indent=1))
     print(f"wrote {path}")
