@@ -141,15 +141,19 @@ def _copy_launches(copies) -> list:
     return out
 
 
+def array_key(x) -> tuple:
+    """What a cached plan depends on of one device array: its address, shape, strides and dtype."""
+    return (x.ptr, x.shape, x.strides, x.dtype)
+
+
 def _plan_key(a, b, out, config, stream, fused: epilogue.Epilogue | None = None) -> tuple:
     """What a cached plan depends on: each array's address, shape, strides and dtype, the config, the stream and
     the epilogue (its numbers and its arrays, keyed the same way)."""
-    return ((a.ptr, a.shape, a.strides, a.dtype), (b.ptr, b.shape, b.strides, b.dtype),
-            (out.ptr, out.shape, out.strides, out.dtype), config, _stream_key(stream),
+    return (array_key(a), array_key(b), array_key(out), config, stream_key(stream),
             None if fused is None or fused.plain else fused.key())
 
 
-def _stream_key(stream):
+def stream_key(stream):
     """A ptxgemm Stream, None or a raw handle is its own key; other stream objects are keyed by their handle (torch
     makes a new object for the same stream on every current_stream())."""
     return stream if stream is None or type(stream) in _OWN_KEY_STREAMS else driver.stream_handle(stream)
@@ -299,22 +303,31 @@ _plans: dict[tuple, GemmPlan] = {}
 _plans_lock = threading.Lock()
 
 
-def _cached_plan(a, b, out, config, stream, fused: epilogue.Epilogue | None = None) -> GemmPlan:
-    """The plan for these operands, made once. Keyed by everything a plan encodes (addresses, shapes, strides,
-    dtypes, config, stream: staging buffers belong to one stream), so a new array at an old address with the old
-    layout reuses it correctly. Cached plans keep no reference to the arrays (the caller's arrays must be free to
-    go); past PLAN_CACHE_SIZE the oldest plan is dropped (its staging buffers go back to the pool)."""
-    key = _plan_key(a, b, out, config, stream, fused)
+def cached_plan(key: tuple, make):
+    """The plan under `key`, made once by `make()` (the dense plans here and the grouped ones, ptxgemm.grouped,
+    share the cache and clear_plan_cache). Past PLAN_CACHE_SIZE the oldest plan is dropped (its staging buffers
+    go back to the pool)."""
     plan = _plans.get(key)  # one dictionary read, atomic: no lock on the hit path
     if plan is not None:
         return plan
-    plan = GemmPlan(a, b, out, config, stream=stream, fused=fused)
-    plan.a = plan.b = plan.out = plan.epilogue = None
+    plan = make()
     with _plans_lock:
         _plans[key] = plan
         while len(_plans) > PLAN_CACHE_SIZE:
             _plans.pop(next(iter(_plans)))  # the oldest plan made
     return plan
+
+
+def _cached_plan(a, b, out, config, stream, fused: epilogue.Epilogue | None = None) -> GemmPlan:
+    """The plan for these operands, made once. Keyed by everything a plan encodes (addresses, shapes, strides,
+    dtypes, config, stream: staging buffers belong to one stream), so a new array at an old address with the old
+    layout reuses it correctly. Cached plans keep no reference to the arrays (the caller's arrays must be free to
+    go)."""
+    def make():
+        plan = GemmPlan(a, b, out, config, stream=stream, fused=fused)
+        plan.a = plan.b = plan.out = plan.epilogue = None
+        return plan
+    return cached_plan(_plan_key(a, b, out, config, stream, fused), make)
 
 
 def clear_plan_cache() -> None:

@@ -17,11 +17,11 @@ import numpy as np
 
 from .errors import ConfigError, CudaError
 from .build.kernels import spills
-from .gemm import LOAD_L2_PROMOTION, MN_PANEL, get_kernel
+from .gemm import LOAD_L2_PROMOTION, MN_PANEL, array_key, cached_plan, get_kernel, stream_key
 from .kernel.config import GemmConfig
 from .plan import grouped, grouped_call
 from .plan.epilogue import Epilogue
-from .plan.checks import check_config
+from .plan.checks import check_config, dtype_name
 from .runtime import arrays, driver, tensormap
 from .runtime.arrays import as_device_array
 from .runtime.debug import StallRecords
@@ -96,10 +96,10 @@ def plan_launch(a, b, *, offs=None, masked_m=None, out=None, alpha=1.0, scale_a=
     if config is not None and config.group_capacity is not None and config.group_capacity < problem.groups:
         raise ConfigError(f"config.group_capacity: {config.group_capacity} groups fit its tables, these "
                           f"operands have {problem.groups}")
-    cfg = GemmConfig(**{**_fields(cfg), **fused.config_fields(False, n), "grouped": problem.form,
-                        "in_dtype": problem.in_dtype, "b_dtype": problem.b_dtype,
-                        "out_dtype": problem.out_dtype, "a_major": a_major, "b_major": b_major,
-                        "group_capacity": cfg.group_capacity or grouped_call.group_capacity(problem.groups)})
+    cfg = dataclasses.replace(cfg, **fused.config_fields(False, n), grouped=problem.form,
+                              in_dtype=problem.in_dtype, b_dtype=problem.b_dtype, out_dtype=problem.out_dtype,
+                              a_major=a_major, b_major=b_major,
+                              group_capacity=cfg.group_capacity or grouped_call.group_capacity(problem.groups))
     launch = GroupedLaunch(problem, cfg, fused, strides, a, b, out, counts, rows)
     if rows == 0 or n == 0:
         launch.config = None
@@ -121,18 +121,15 @@ class GroupedPlan:
         """`ctas` caps the grid (default: one CTA per SM; fewer give each CTA more units, as the tests and mutants
         want); `kernel` replaces the config's compiled kernel (ptxgemm.tools.mutants runs edited PTX this way; its
         config must be the plan's)."""
-        info = []
-
-        def sm_count():
-            info.append(driver.require_sm90("running the grouped GEMM"))
-            return info[-1].sm_count
+        def device():   # asked for only when there is a kernel to pick or launch: a clear error off Hopper
+            return driver.require_sm90("running the grouped GEMM")
 
         plan = plan_launch(a, b, offs=offs, masked_m=masked_m, out=out, alpha=alpha, scale_a=scale_a,
                            scale_b=scale_b, bias=bias, activation=activation, out_dtype=out_dtype, config=config,
                            convert=lambda x, nm: as_device_array(x, nm, stream),
                            upload=lambda x: arrays.DeviceArray.from_numpy(x, stream=stream),
                            allocate=lambda shape, dt: arrays.DeviceArray.empty(shape, dt, stream=stream),
-                           sm_count=sm_count, spill_check=spills)
+                           sm_count=lambda: device().sm_count, spill_check=spills)
         self.plan = plan
         self.problem, self.epilogue, self.group_strides = plan.problem, plan.epilogue, plan.group_strides
         self.a, self.b, self.out, self.counts, self.rows = plan.a, plan.b, plan.out, plan.counts, plan.rows
@@ -144,10 +141,10 @@ class GroupedPlan:
             raise ConfigError(f"kernel: built for {kernel.config.describe()}, but these operands need "
                               f"{cfg.describe()}")
         self.specs = plan.specs
-        device = info[-1] if info else driver.require_sm90("running the grouped GEMM")
+        sm_count = device().sm_count
         self.kernel = kernel if kernel is not None else get_kernel(cfg)
         self._maps = maps = {nm: tensormap.encode(spec) for nm, spec in plan.specs.items()}
-        self.grid = device.sm_count if ctas is None else max(1, min(int(ctas), device.sm_count))
+        self.grid = sm_count if ctas is None else max(1, min(int(ctas), sm_count))
         debug_ptr = 0
         if cfg.debug:   # bounded waits that report the stalled barrier (ptxgemm.runtime.debug)
             self.records = StallRecords(self.grid, cfg.threads)
@@ -217,10 +214,21 @@ def _k_form_specs(cfg: GemmConfig, problem, a, b, out):
     }, n * item
 
 
-def _fields(cfg: GemmConfig) -> dict:
-    import dataclasses
+class _Uncached(Exception):
+    """An argument a cached plan cannot be keyed by: host memory the plan copies (counts checked by value, a host
+    vector), which may change between calls."""
 
-    return {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}
+
+def _arg_key(x, name: str, stream):
+    """A grouped call's argument as part of its plan's key: a number as itself, a device array as its address,
+    shape, strides and dtype."""
+    if x is None or isinstance(x, (int, float, str)):
+        return x
+    if isinstance(x, np.ndarray):
+        if x.size == 1 and x.ndim < 2:   # a host per-tensor scale: folded into alpha by value
+            return float(x.reshape(()))
+        raise _Uncached(name)
+    return array_key(as_device_array(x, name, stream))
 
 
 def grouped_matmul(a, b, *, offs=None, masked_m=None, out=None, alpha=1.0, scale_a=None, scale_b=None, bias=None,
@@ -232,8 +240,39 @@ def grouped_matmul(a, b, *, offs=None, masked_m=None, out=None, alpha=1.0, scale
 
     out = act(alpha * scale_a * scale_b * a_g @ b_g) on each group's rows; rows outside every group are not
     written (a new `out` holds whatever the allocator gave there). The counts are device int32 vectors read by the
-    kernel (host numpy ones are checked by value and uploaded). Any group sizes, 0 included. Returns `out`."""
-    plan = GroupedPlan(a, b, offs=offs, masked_m=masked_m, out=out, alpha=alpha, scale_a=scale_a, scale_b=scale_b,
-                       bias=bias, activation=activation, out_dtype=out_dtype, config=config, stream=stream)
-    plan.launch(stream)
-    return plan.out if out is None else out
+    kernel (host numpy ones are checked by value and uploaded). Any group sizes, 0 included. Returns `out`.
+    Plans are cached as matmul's are (device arrays by address, shape, strides and dtype; the epilogue's numbers),
+    so a repeated call only launches; a call with host counts or host vectors plans anew."""
+    check_config(config)
+
+    def counts(x, name):   # host counts stay numpy (the plan checks them by value); device ones are read in place
+        return x if x is None or isinstance(x, np.ndarray) else as_device_array(x, name, stream)
+
+    a, b = as_device_array(a, "a", stream), as_device_array(b, "b", stream)
+    offs, masked_m = counts(offs, "offs"), counts(masked_m, "masked_m")
+    if out is None:   # allocated here, never by a cached plan: each call's result is its own
+        problem = grouped.parse(a, b, offs=offs, masked_m=masked_m, out_dtype=out_dtype)
+        out = arrays.DeviceArray.empty(problem.out_shape, problem.out_dtype, stream=stream)
+    else:
+        out = as_device_array(out, "out", stream)
+    args = dict(offs=offs, masked_m=masked_m, out=out, alpha=alpha, scale_a=scale_a, scale_b=scale_b, bias=bias,
+                activation=activation, out_dtype=out_dtype, config=config, stream=stream)
+
+    def make():
+        plan = GroupedPlan(a, b, **args)
+        plan.plan = plan.a = plan.b = plan.out = plan.counts = plan.epilogue = None   # the caller's to free
+        return plan
+    try:
+        if any(isinstance(x, np.ndarray) for x in (offs, masked_m)):
+            raise _Uncached("host counts")
+        key = ("grouped", array_key(a), array_key(b), array_key(out), config, stream_key(stream),
+               *(None if x is None else array_key(x) for x in (offs, masked_m)),
+               None if out_dtype is None else dtype_name(out_dtype),
+               *(_arg_key(v, nm, stream) for nm, v in (("alpha", alpha), ("scale_a", scale_a),
+                                                       ("scale_b", scale_b), ("bias", bias),
+                                                       ("activation", activation))))
+    except _Uncached:
+        GroupedPlan(a, b, **args).launch(stream)
+        return out
+    cached_plan(key, make).launch(stream)
+    return out

@@ -289,3 +289,19 @@ def test_the_emulated_grouped_fuzzer_finds_nothing(monkeypatch):
     monkeypatch.setattr(grouped_call, "UNVERIFIED", {})
     report = fuzz_grouped(100, seed, log=lambda s: None, backend="emulate")
     assert report["correct"] == 100, (seed, report["failures"][:2])
+
+
+def test_a_grouped_call_is_keyed_by_what_its_plan_encodes():
+    """grouped_matmul's plan cache: numbers by value, device arrays by address, shape, strides and dtype; host
+    memory the plan would copy (a host vector) is not keyable, so such a call plans anew."""
+    import numpy as np
+
+    from ptxgemm.gemm import array_key
+    from ptxgemm.grouped import _arg_key, _Uncached
+
+    dev = _Fake((4, 256), np.float32)
+    assert _arg_key(0.5, "alpha", None) == 0.5 and _arg_key("silu", "activation", None) == "silu"
+    assert _arg_key(np.float32([2.0]), "scale_a", None) == 2.0
+    with pytest.raises(_Uncached):
+        _arg_key(np.ones(4, np.float32), "scale_b", None)
+    assert array_key(dev) == (dev.ptr, (4, 256), dev.strides, dev.dtype)
