@@ -26,6 +26,6 @@ def to_device(array) -> DeviceArray:
     return DeviceArray.from_numpy(array)
 
 
-__all__ = ["run", "matmul", "GemmPlan", "grouped_matmul", "GroupedPlan", "Graph", "clear_plan_cache", "GemmConfig", "DeviceArray", "to_device",
-           "device_available",
+__all__ = ["run", "matmul", "GemmPlan", "grouped_matmul", "GroupedPlan", "Graph", "clear_plan_cache", "GemmConfig",
+           "DeviceArray", "to_device", "device_available",
            "select_config", "tune", "compile_gemm", "render_gemm", "PtxgemmError", "ConfigError", "CudaError", "NoGpuError", "ToolchainError"]

@@ -198,9 +198,10 @@ def _k_form_specs(cfg: GemmConfig, problem, a, b, out):
     the outer axis of both operands' boxes (MN-major), so a group's K range starts at any element."""
     m, n, k, groups = problem.m, problem.n, problem.k, problem.groups
     a_t = a.view((k, m), (a.strides[1], a.strides[0]))   # the (total_K, M) array a is the transpose of
-    lda = grouped_call.mn_pitch(a_t, "a", "a (M, total_K) with M contiguous (x.T of row-major (total_K, M) "
-                                          "activations)")
-    ldb = grouped_call.mn_pitch(b, "b", "b (total_K, N) with N contiguous (row-major gradients)")
+    lda = grouped_call.rows_view(a_t, "a", k, m, "a (M, total_K) with M contiguous (x.T of row-major (total_K, M) "
+                                                 "activations) in the k-grouped form")
+    ldb = grouped_call.rows_view(b, "b", k, n, "b (total_K, N) with N contiguous (row-major gradients) in the "
+                                               "k-grouped form")
     item = out.dtype.itemsize
     if tuple(out.strides) != (m * n * item, n * item, item):
         raise ConfigError(f"out: must be C-contiguous (G, M, N), got strides {out.strides}")

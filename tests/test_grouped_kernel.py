@@ -210,9 +210,9 @@ def test_the_k_form_maps_and_arguments():
     specs, c_pitch = api._k_form_specs(cfg, problem, a, b, out)
     assert specs["tmap_a"].dims == (m, total, 1) and specs["tmap_a"].strides[0] == 2 * m
     assert specs["tmap_b"].dims == (n, total, 1) and specs["tmap_c"].dims == (n, m, g) and c_pitch == 2 * n
-    with pytest.raises(ConfigError, match="^a: the k-grouped form reads a"):
+    with pytest.raises(ConfigError, match="^a: the grouped GEMM reads a .* k-grouped form"):
         api._k_form_specs(cfg, problem, _Fake((m, total), bf16), b, out)      # K-contiguous a
-    with pytest.raises(ConfigError, match="^b: the k-grouped form reads b"):
+    with pytest.raises(ConfigError, match="^b: the grouped GEMM reads b .* k-grouped form"):
         api._k_form_specs(cfg, problem, a, _Fake((n, total), bf16).view((total, n), (2, 2 * total)), out)
     args = kernel_arguments(cfg, m, n, total, problem, 0x1000, 0x2000, c_pitch)
     names = [nm for _, nm in _entry_params(render_gemm(cfg))][3:]

@@ -310,7 +310,7 @@ class GemmConfig(KernelLayout):
     def _validate_grouped(self):
         if self.grouped is None:
             if self.group_capacity is not None:
-                raise ConfigError("group_capacity: only for a grouped kernel (grouped='contiguous' or 'masked')")
+                raise ConfigError(f"group_capacity: only for a grouped kernel (grouped one of {GROUPED_FORMS})")
             return
         if self.grouped not in GROUPED_FORMS:
             raise ConfigError(f"grouped: must be None or one of {GROUPED_FORMS}, got {self.grouped!r}")
@@ -338,7 +338,8 @@ class GemmConfig(KernelLayout):
                               f"panels (a group's last rows are stored panel by panel), got {self.block_n}")
 
     def describe(self) -> str:
-        return ((f"grouped ({self.grouped}) " if self.grouped else "") + f"{self.schedule} GEMM {self.block_m}x{self.block_n}x{self.block_k}, {self.num_stages} stages, "
+        return ((f"grouped ({self.grouped}) " if self.grouped else "")
+                + f"{self.schedule} GEMM {self.block_m}x{self.block_n}x{self.block_k}, {self.num_stages} stages, "
                 + (f"cluster {self.cluster_m}x1 (B multicast), " if self.cluster_m > 1 else "")
                 + (f"cluster 1x{self.cluster_n} (A multicast), " if self.cluster_n > 1 else "")
                 + (f"raster {self.raster}, " if self.raster != GemmConfig.raster else "")

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .hardware import (CONSUMERS, MAX_GROUPS, MAX_STAGES, MBARRIER_BYTES, REGISTERS_PER_SM, SMEM_PER_BLOCK_OPTIN, SWIZZLE_BYTES,
-                       WARPGROUP_THREADS, WARPS_PER_WARPGROUP, WGMMA_K_BYTES, WGMMA_M)
+from .hardware import (CONSUMERS, MAX_GROUPS, MAX_STAGES, MBARRIER_BYTES, REGISTERS_PER_SM, SMEM_PER_BLOCK_OPTIN,
+                       SWIZZLE_BYTES, WARPGROUP_THREADS, WARPS_PER_WARPGROUP, WGMMA_K_BYTES, WGMMA_M)
 
 # Named barrier ids (bar.sync / bar.arrive). 0 is the whole CTA (init only).
 BARRIER_CTA = 0

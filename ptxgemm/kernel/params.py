@@ -16,8 +16,9 @@ def template_params(cfg: GemmConfig) -> dict:
     """Everything the gemm templates read: the config itself (`cfg`) and the numbers and names it derives."""
     producer_regs, consumer_regs = cfg.register_split
     return {
-        # one kernel template per schedule (the grouped kernel is a schedule of its own), and its tile walk
-        "template_name": "gemm_grouped.ptx.j2" if cfg.grouped else f"gemm_{cfg.schedule}.ptx.j2",
+        # one kernel template per schedule, named as its entry (the grouped kernel is a schedule of its own), and
+        # its tile walk
+        "template_name": f"{cfg.kernel_name}.ptx.j2",
         "scheduler_template": "grouped_scheduler.ptx.j2" if cfg.grouped else "scheduler.ptx.j2",
         # the unit -> group search: power-of-two steps from group 0 whose sum reaches the last group the tables hold
         "max_groups": cfg.group_table_entries - 1,

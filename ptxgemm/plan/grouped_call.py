@@ -36,17 +36,21 @@ def check_verified(feature: str) -> None:
         raise ConfigError(f"{argument}: the grouped GEMM's {what} is built but has not yet run on a GPU; it is "
                           f"taken once its GPU tests pass (ptxgemm.plan.grouped_call.UNVERIFIED)")
 
+
 def group_capacity(groups: int) -> int:
     return max(MIN_GROUP_CAPACITY, 1 << (groups - 1).bit_length())
 
-def rows_view(x, name: str, rows: int, cols: int) -> int:
+
+def rows_view(x, name: str, rows: int, cols: int, layout: str | None = None) -> int:
     """The row pitch in bytes of `x` read as a (rows, cols) matrix with unit column stride (a 2-D array, or a 3-D
-    one whose leading axes fold into rows); ConfigError names `x` where it cannot be read so in place."""
+    one whose leading axes fold into rows); ConfigError names `x` where it cannot be read so in place (`layout`:
+    what the caller reads it as, for that message)."""
     item = x.dtype.itemsize
     shape, strides = tuple(x.shape), tuple(x.strides)
     if cols > 1 and strides[-1] != item:
-        raise ConfigError(f"{name}: its last axis must be contiguous (stride {item} bytes), got strides {strides}; "
-                          f"pass a contiguous array")
+        raise ConfigError(f"{name}: " + (f"the grouped GEMM reads {layout}" if layout else
+                                         f"its last axis must be contiguous (stride {item} bytes)")
+                          + f"; got strides {strides}")
     pitch = strides[-2] if len(shape) >= 2 and shape[-2] > 1 else cols * item
     if len(shape) == 3 and shape[0] > 1 and shape[1] > 0 and strides[0] != shape[1] * pitch:
         raise ConfigError(f"{name}: its groups' matrices must follow each other (stride of axis 0 = rows x row "
@@ -55,6 +59,7 @@ def rows_view(x, name: str, rows: int, cols: int) -> int:
         raise ConfigError(f"{name}: rows must start on 16-byte boundaries (TMA): row pitch {pitch} bytes, address "
                           f"0x{x.ptr:x}; a row of a {item}-byte dtype must hold a multiple of {16 // item} elements")
     return pitch
+
 
 def b_layout(b, in_fp8: bool) -> tuple[str, int, int]:
     """B (G, K, N) as the kernel reads it: ("mn", K-row pitch, group stride) when N is contiguous, ("k", N-row
@@ -77,6 +82,7 @@ def b_layout(b, in_fp8: bool) -> tuple[str, int, int]:
         raise ConfigError(f"b: rows and groups must start on 16-byte boundaries (TMA): row pitch {pitch}, group "
                           f"stride {sg}, address 0x{b.ptr:x}")
     return major, pitch, max(sg, rows * pitch)
+
 
 def default_config(problem: grouped.GroupedProblem, b_major: str, sm_count: int = 132, fused: dict | None = None,
                    spill_check=None) -> GemmConfig:
@@ -102,18 +108,6 @@ def default_config(problem: grouped.GroupedProblem, b_major: str, sm_count: int 
                 return cfg
     return configs[0]
 
-def mn_pitch(x, name: str, what: str) -> int:
-    """The pitch in bytes between the K rows of a 2-D operand of the k form whose last axis is contiguous (a read
-    as its transpose: see _k_form_specs)."""
-    item = x.dtype.itemsize
-    rows, cols = x.shape
-    if cols > 1 and x.strides[1] != item:
-        raise ConfigError(f"{name}: the k-grouped form reads {what}; got strides {x.strides}")
-    pitch = x.strides[0] if rows > 1 else cols * item
-    if pitch % 16 or x.ptr % 16:
-        raise ConfigError(f"{name}: rows must start on 16-byte boundaries (TMA): pitch {pitch} bytes, address "
-                          f"0x{x.ptr:x}")
-    return pitch
 
 def _flat(x, name: str, shape: tuple, rule: str):
     """`x` (a device array) seen as `shape` (its leading axes folded), where its elements lie as a C-order array
@@ -123,6 +117,7 @@ def _flat(x, name: str, shape: tuple, rule: str):
     if tuple(x.strides) != want and int(np.prod(x.shape)) > 1:
         raise ConfigError(f"{name}: {rule} must be C-contiguous, got strides {x.strides}")
     return x.view(shape, None)
+
 
 def grouped_epilogue(problem: grouped.GroupedProblem, alpha, scale_a, scale_b, bias, activation, convert):
     """The epilogue of a grouped call, and the elements between consecutive groups' column vectors (bias, column
@@ -175,6 +170,7 @@ def grouped_epilogue(problem: grouped.GroupedProblem, alpha, scale_a, scale_b, b
             raise ConfigError("scale_a, scale_b, bias: the k-grouped form takes per-tensor scales only")
         check_verified("vectors")
     return fused, strides
+
 
 def kernel_arguments(cfg: GemmConfig, rows: int, n: int, k: int, problem: grouped.GroupedProblem, counts_ptr: int,
                      c_ptr: int, c_pitch: int, debug_ptr: int = 0, group_strides: dict | None = None) -> list:
