@@ -3,12 +3,12 @@ spills, the parameters in the order the host packs them) and the dense kernels l
 from __future__ import annotations
 
 import ctypes
-import re
 
 import pytest
 
 from ptxgemm.build.kernels import compile_gemm, render_gemm
 from ptxgemm.errors import ConfigError
+from ptxgemm.kernel.codegen import entry_params
 from ptxgemm.plan.grouped_call import kernel_arguments
 from ptxgemm.kernel.config import GemmConfig
 from ptxgemm.kernel.hardware import MAX_GROUPS, SMEM_PER_BLOCK_OPTIN
@@ -80,15 +80,12 @@ def test_dense_kernels_keep_their_smem_map():
         assert cfg.kernel_name == f"gemm_{cfg.schedule}"
 
 
-def _entry_params(ptx: str) -> list[tuple[str, str]]:
-    head = ptx[ptx.index(".visible .entry"):ptx.index(")\n.maxntid")]
-    return re.findall(r"\.param \.(?:align \d+ \.b8|(\w+)) (\w+)", head)
 
 
 @pytest.mark.parametrize("form", ["contiguous", "masked"])
 def test_the_host_packs_the_parameters_the_kernel_declares(form):
     cfg = _cfg("coop128x256", form)
-    params = _entry_params(render_gemm(cfg))
+    params = entry_params(render_gemm(cfg))
     names = [n for _, n in params]
     assert names[:3] == ["tmap_a", "tmap_b", "tmap_c"]
     problem = rules.GroupedProblem(form, 4, 300, 512, 256, "bfloat16", None, "bfloat16",
@@ -215,7 +212,7 @@ def test_the_k_form_maps_and_arguments():
     with pytest.raises(ConfigError, match="^b: the grouped GEMM reads b .* k-grouped form"):
         api._k_form_specs(cfg, problem, a, _Fake((n, total), bf16).view((total, n), (2, 2 * total)), out)
     args = kernel_arguments(cfg, m, n, total, problem, 0x1000, 0x2000, c_pitch)
-    names = [nm for _, nm in _entry_params(render_gemm(cfg))][3:]
+    names = [nm for _, nm in entry_params(render_gemm(cfg))][3:]
     by_name = dict(zip(names, [v.value for v in args]))
     assert by_name["param_group_rows"] == total and by_name["param_b_batch_step"] == 0
     assert "k" in grouped_call.UNVERIFIED   # refused until its GPU tests have passed on the device
@@ -268,7 +265,7 @@ def test_the_grouped_epilogue_maps_per_group_arguments_and_refuses_what_is_unver
         grouped_call.grouped_epilogue(p, 1.0, None, None, _Fake((700, 1), f32), None, convert)
     cfg = _cfg("coop128x128", "contiguous", in_dtype="float8_e4m3fn", out_dtype="bfloat16", a_major="k",
                b_major="k", col_scale=True, bias="col", row_scale=True)
-    names = [nm for _, nm in _entry_params(render_gemm(cfg))]
+    names = [nm for _, nm in entry_params(render_gemm(cfg))]
     assert names.index("param_bias_group_stride") == names.index("param_ldc") + 1
     args = kernel_arguments(cfg, 700, 256, 1000, p, 1, 2, 512, 0, {"bias": 256, "col_scale": 256})
     assert [a.value for a in args][-3:] == [256, 256, 0]

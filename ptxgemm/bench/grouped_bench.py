@@ -76,9 +76,19 @@ def _block_scales(torch, case, a):
     return sa, sb
 
 
+def _returning(call):
+    """A peer that returns its result (torch._grouped_mm has no out=): the launcher keeps the last result, so its
+    time is the call's alone (allocation from torch's cache included, as in a model), never a copy's."""
+    result = []
+
+    def launch():
+        result[:] = [call()]
+    return launch, lambda: result[0]
+
+
 def _peers(torch, ptxgemm, case, a, b, counts, dtype, scales=None):
-    """name -> (launcher, output tensor) of each peer this case has (blockwise `scales`: only the loop of dense
-    blockwise plans; no library in the device's torch runs a blockwise grouped GEMM)."""
+    """name -> (launcher, its output after a launch) of each peer this case has (blockwise `scales`: only the loop of
+    dense blockwise plans; no library in the device's torch runs a blockwise grouped GEMM)."""
     peers = {}
     if scales is not None:
         sa, sb = scales
@@ -89,25 +99,19 @@ def _peers(torch, ptxgemm, case, a, b, counts, dtype, scales=None):
                 plans.append(ptxgemm.GemmPlan(a[s:e], b[g], out[s:e], scale_a=sa[s:e], scale_b=sb[g]))
             else:
                 plans.append(ptxgemm.GemmPlan(a[g, s:e], b[g], out[g, s:e], scale_a=sa[g, s:e], scale_b=sb[g]))
-        peers["ptxgemm matmul per group"] = (lambda: [p.launch() for p in plans], out)
+        peers["ptxgemm matmul per group"] = (lambda: [p.launch() for p in plans], lambda: out)
         return peers
     if dtype == "float8_e4m3fn":
         if case.layout == "contiguous" and hasattr(torch, "_scaled_grouped_mm"):
             sa = torch.ones(a.shape[0], device="cuda", dtype=torch.float32)
             sb = torch.ones(case.groups, case.n, device="cuda", dtype=torch.float32)
-            out = torch.empty(a.shape[0], case.n, device="cuda", dtype=torch.bfloat16)
-            peers["torch._scaled_grouped_mm"] = (
-                lambda: out.copy_(torch._scaled_grouped_mm(a, b, sa, sb, offs=counts, out_dtype=torch.bfloat16)), out)
-    elif case.layout == "k":
-        out = torch.empty(case.groups, case.m, case.n, device="cuda", dtype=a.dtype)
-        peers["torch._grouped_mm"] = (lambda: out.copy_(torch._grouped_mm(a, b, offs=counts)), out)
-    elif case.layout == "contiguous":
-        out = torch.empty(a.shape[0], case.n, device="cuda", dtype=a.dtype)
-        peers["torch._grouped_mm"] = (lambda: torch._grouped_mm(a, b, offs=counts, out=out)
-                                      if _takes_out(torch) else out.copy_(torch._grouped_mm(a, b, offs=counts)), out)
+            peers["torch._scaled_grouped_mm"] = _returning(
+                lambda: torch._scaled_grouped_mm(a, b, sa, sb, offs=counts, out_dtype=torch.bfloat16))
+    elif case.layout in ("k", "contiguous"):
+        peers["torch._grouped_mm"] = _returning(lambda: torch._grouped_mm(a, b, offs=counts))
     else:
         out = torch.empty(case.groups, case.m_max, case.n, device="cuda", dtype=a.dtype)
-        peers["torch.bmm"] = (lambda: torch.bmm(a, b, out=out), out)
+        peers["torch.bmm"] = (lambda: torch.bmm(a, b, out=out), lambda: out)
     # the loop of dense ptxgemm plans, one per non-empty group (k: one per group; K = 0 gives zeros)
     shape = (case.groups, case.m) if case.layout == "k" else tuple(a.shape[:-1])
     loop_out = torch.empty(*shape, case.n, device="cuda", dtype=torch.bfloat16 if dtype == "float8_e4m3fn" else a.dtype)
@@ -120,12 +124,8 @@ def _peers(torch, ptxgemm, case, a, b, counts, dtype, scales=None):
             plans.append(ptxgemm.GemmPlan(a[s:e], b[g], loop_out[s:e]))
         else:
             plans.append(ptxgemm.GemmPlan(a[g, s:e], b[g], loop_out[g, s:e]))
-    peers["ptxgemm matmul per group"] = (lambda: [p.launch() for p in plans], loop_out)
+    peers["ptxgemm matmul per group"] = (lambda: [p.launch() for p in plans], lambda: loop_out)
     return peers
-
-
-def _takes_out(torch) -> bool:
-    return False   # torch._grouped_mm has no out= in torch 2.11: the copy is part of its figure only where noted
 
 
 def run(rounds: int, in_dtype: str, out_dir: str, name: str | None, with_variants: bool = False,
@@ -156,11 +156,11 @@ def run(rounds: int, in_dtype: str, out_dir: str, name: str | None, with_variant
         plan = ptxgemm.GroupedPlan(a, b, **kw, **scale)
         mine = torch.from_dlpack(plan.out)
         peers, refused = {}, {}
-        for peer, (launch, peer_out) in _peers(torch, ptxgemm, case, a, b, counts, in_dtype, scales).items():
+        for peer, (launch, result) in _peers(torch, ptxgemm, case, a, b, counts, in_dtype, scales).items():
             try:   # a peer that refuses these groups (alignment rules) is reported, not timed
                 launch()
                 torch.cuda.synchronize()
-                peers[peer] = (launch, peer_out)
+                peers[peer] = (launch, result)
             except Exception as e:  # noqa: BLE001 - the peer's own error, recorded in the results
                 refused[peer] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
                 print(f"{case.name:34s} {peer:26s} refused: {refused[peer]}", flush=True)
@@ -175,7 +175,8 @@ def run(rounds: int, in_dtype: str, out_dir: str, name: str | None, with_variant
         if refused:
             rows.append({"case": case.name, "layout": case.layout, "groups": case.groups, "N": case.n, "K": case.k,
                          "in_dtype": in_dtype, "refused": refused})
-        first_peer, (_, peer_out) = next(iter(peers.items()))
+        first_peer, (_, result) = next(iter(peers.items()))
+        peer_out = result()
         diffs = []
         for g, s, e in _group_rows(case):
             mine_rows = mine[s:e] if case.layout == "contiguous" else mine[g, s:e]

@@ -43,6 +43,16 @@ def _f32_literal(v: float) -> str:
     return "0f%08X" % struct.unpack(">I", struct.pack(">f", float(v)))[0]
 
 
+_ENTRY_PARAM = re.compile(r"\.param \.(?:align \d+ \.b8|(\w+)) (\w+)")
+
+
+def entry_params(ptx: str) -> list[tuple[str, str]]:
+    """(type, name) of each parameter of the PTX's first `.entry`, in order; type "" for the byte arrays (the
+    tensor maps). What the host must pack, read from what the kernel declares."""
+    head = ptx[ptx.index(".visible .entry"):ptx.index(")\n.maxntid")]
+    return _ENTRY_PARAM.findall(head)
+
+
 def render(template: str, **params) -> str:
     """Render one template to PTX text. `params` are the template's named values."""
     text = environment().get_template(template).render(**params)

@@ -345,13 +345,10 @@ def grouped_matmul(a, b, *, offs=None, masked_m=None, out=None, alpha=1.0, scale
 def _grouped_params(plan) -> dict:
     """The kernel's scalar arguments by the names its PTX entry declares (the template, rendered), so that a value
     packed in the wrong slot is read as the kernel would read it."""
-    import re
-
     from ..build.kernels import render_gemm
+    from ..kernel.codegen import entry_params
 
-    ptx = render_gemm(plan.config)
-    head = ptx[ptx.index(".visible .entry"):ptx.index(")\n.maxntid")]
-    names = [nm for _, nm in re.findall(r"\.param \.(?:align \d+ \.b8|(\w+)) (\w+)", head)][3:]
+    names = [nm for _, nm in entry_params(render_gemm(plan.config))][3:]
     values = plan.scalars()
     assert len(names) == len(values), (names, values)
     return {nm: v.value for nm, v in zip(names, values)}

@@ -68,6 +68,38 @@ def draw(rng, forms=("contiguous", "masked"), max_elements: float = MAX_ELEMENTS
     return spec
 
 
+class _Backend:
+    """Where a case runs: `upload(numpy)` a device (or emulated) copy, `empty(shape, dtype)` a poisoned output,
+    `read(array)` its numpy copy, `entry` grouped_matmul itself."""
+
+    def __init__(self, name: str):
+        self.name = name
+        if name == "emulate":
+            from . import emulator
+
+            self.upload, self.entry = emulator.upload, emulator.grouped_matmul
+            self.empty = emulator.HostArray.empty          # 0xFF bytes: NaN in every float type
+            self.read = lambda x: x.numpy().copy()
+        else:
+            import ptxgemm
+
+            self.upload, self.entry = ptxgemm.to_device, ptxgemm.grouped_matmul
+            self.read = lambda x: x.to_numpy()
+
+            def empty(shape, dtype):
+                out = ptxgemm.DeviceArray.empty(shape, dtype)
+                out.poison()
+                return out
+            self.empty = empty
+
+    def k_major(self, b: np.ndarray):
+        """b (G, K, N) uploaded as (G, N, K) and seen as (G, K, N): K contiguous."""
+        d = self.upload(np.ascontiguousarray(b.transpose(0, 2, 1)))
+        g, n, k = d.shape
+        item = d.dtype.itemsize
+        return d.view((g, k, n), (n * k * item, item, k * item))
+
+
 def _draw_k(rng, max_elements: float) -> dict:
     """A k-grouped case: K per group (empty and unaligned ones), M (a multiple of 8: the rows of x (total_K, M)
     start on 16-byte boundaries), N; 16-bit only (MN-major operands)."""
@@ -96,26 +128,14 @@ def _run_k(spec: dict, backend: str) -> tuple[str, str]:
     offs = np.cumsum(spec["sizes"]).astype(np.int32)
     kw = {"scale_a": spec["scale"], "scale_b": 1.0} if spec["scale"] != 1.0 else {}
     config = GemmConfig.from_tag(spec["tile"]) if spec["tile"] else None
+    be = _Backend(backend)
     try:
-        if backend == "emulate":
-            from . import emulator
-
-            out = emulator.HostArray.empty((spec["groups"], m, n), accuracy.DTYPES[dt])
-            emulator.grouped_matmul(np.ascontiguousarray(x).T, np.ascontiguousarray(b),
-                                    offs=emulator.HostArray.of(offs), out=out, activation=spec["activation"],
-                                    config=config, **kw)
-            got = out.numpy().copy()
-        else:
-            import ptxgemm
-
-            dx = ptxgemm.to_device(np.ascontiguousarray(x))
-            item = dx.dtype.itemsize
-            da = dx.view((m, total), (item, m * item))
-            out = ptxgemm.DeviceArray.empty((spec["groups"], m, n), accuracy.DTYPES[dt])
-            out.poison()
-            ptxgemm.grouped_matmul(da, ptxgemm.to_device(np.ascontiguousarray(b)), offs=ptxgemm.to_device(offs),
-                                   out=out, activation=spec["activation"], config=config, **kw)
-            got = out.to_numpy()
+        dx = be.upload(np.ascontiguousarray(x))
+        item = dx.dtype.itemsize
+        out = be.empty((spec["groups"], m, n), accuracy.DTYPES[dt])
+        be.entry(dx.view((m, total), (item, m * item)), be.upload(np.ascontiguousarray(b)), offs=be.upload(offs),
+                 out=out, activation=spec["activation"], config=config, **kw)
+        got = be.read(out)
     except ConfigError as e:
         return "refused", f"ConfigError: {e}"
     except Exception:  # noqa: BLE001
@@ -152,31 +172,21 @@ def _arrays(spec: dict):
 
 def run_case(spec: dict, backend: str = "gpu") -> tuple[str, str]:
     """("correct" | "wrong" | "refused" | "crashed", detail) of one case on the GPU, or emulated (the library's
-    plan and the kernel's result in numpy: ptxgemm.tools.emulator.grouped_matmul)."""
+    plan and the kernel's result in numpy: ptxgemm.tools.emulator.grouped_matmul; device counts there too, so they
+    are clamped by the kernel, never checked)."""
     if spec["form"] == "k":
         return _run_k(spec, backend)
-    if backend == "emulate":
-        return _run_emulated(spec)
-    import ptxgemm
     from ..kernel.config import GemmConfig
 
     a, b, counts, out_shape = _arrays(spec)
     out_dtype = "bfloat16" if spec["dtype"].startswith("float8") else spec["dtype"]
+    be = _Backend(backend)
     try:
-        da = ptxgemm.to_device(a)
-        if spec["b_major"] == "k":   # (G, N, K) in memory, viewed as (G, K, N)
-            db = ptxgemm.to_device(np.ascontiguousarray(b.transpose(0, 2, 1)))
-            g, nn, kk = db.shape
-            item = db.dtype.itemsize
-            db = db.view((g, kk, nn), (nn * kk * item, item, kk * item))
-        else:
-            db = ptxgemm.to_device(b)
-        dc = ptxgemm.to_device(counts)
-        out = ptxgemm.DeviceArray.empty(out_shape, accuracy.DTYPES[out_dtype])
-        out.poison()
-        poisoned = out.to_numpy()
-        args = (da, db, dc, out)
-        if spec["array"] == "torch":
+        db = be.k_major(b) if spec["b_major"] == "k" else be.upload(b)
+        out = be.empty(out_shape, accuracy.DTYPES[out_dtype])
+        poisoned = be.read(out)
+        args = (be.upload(a), db, be.upload(counts), out)
+        if spec["array"] == "torch" and backend == "gpu":
             import torch
 
             args = tuple(torch.from_dlpack(x) for x in args)
@@ -184,33 +194,8 @@ def run_case(spec: dict, backend: str = "gpu") -> tuple[str, str]:
         if spec["scale"] != 1.0:
             kw["scale_a"], kw["scale_b"] = spec["scale"], 1.0
         config = GemmConfig.from_tag(spec["tile"]) if spec["tile"] else None
-        ptxgemm.grouped_matmul(args[0], args[1], out=args[3], activation=spec["activation"], config=config, **kw)
-        got = out.to_numpy()
-    except ConfigError as e:
-        return "refused", f"ConfigError: {e}"
-    except Exception:  # noqa: BLE001 - a crash is an outcome
-        return "crashed", traceback.format_exc(limit=4)
-    return _verdict(spec, a, b, counts, poisoned, got, out_dtype)
-
-
-def _run_emulated(spec: dict) -> tuple[str, str]:
-    """A contiguous or masked case on the emulator: numpy arrays as the device arrays, the counts as device counts
-    (clamped by the kernel, never checked), `out` a fresh poisoned allocation."""
-    from ..kernel.config import GemmConfig
-    from . import emulator
-
-    a, b, counts, out_shape = _arrays(spec)
-    out_dtype = "bfloat16" if spec["dtype"].startswith("float8") else spec["dtype"]
-    try:
-        bb = np.ascontiguousarray(b.transpose(0, 2, 1)).transpose(0, 2, 1) if spec["b_major"] == "k" else b
-        out = emulator.HostArray.empty(out_shape, accuracy.DTYPES[out_dtype])
-        poisoned = out.numpy().copy()
-        kw = {"offs" if spec["form"] == "contiguous" else "masked_m": emulator.HostArray.of(counts)}
-        if spec["scale"] != 1.0:
-            kw["scale_a"], kw["scale_b"] = spec["scale"], 1.0
-        config = GemmConfig.from_tag(spec["tile"]) if spec["tile"] else None
-        emulator.grouped_matmul(a, bb, out=out, activation=spec["activation"], config=config, **kw)
-        got = out.numpy().copy()
+        be.entry(args[0], args[1], out=args[3], activation=spec["activation"], config=config, **kw)
+        got = be.read(out)
     except ConfigError as e:
         return "refused", f"ConfigError: {e}"
     except Exception:  # noqa: BLE001 - a crash is an outcome
@@ -250,14 +235,8 @@ def _verdict(spec, a, b, counts, poisoned, got, out_dtype) -> tuple[str, str]:
 def illegal_checks(backend: str = "gpu") -> list[dict]:
     """Illegal grouped calls (on device arrays, or the emulator's; nothing reaches the kernel): each ConfigError
     must start with the argument it names."""
-    if backend == "emulate":
-        from . import emulator
-
-        entry, alloc = emulator.grouped_matmul, emulator.HostArray.empty
-    else:
-        import ptxgemm
-
-        entry, alloc = ptxgemm.grouped_matmul, ptxgemm.DeviceArray.empty
+    be = _Backend(backend)
+    entry, alloc = be.entry, be.empty
 
     def dev(shape, dtype="bfloat16"):
         return alloc(shape, accuracy.DTYPES.get(dtype, dtype))
@@ -284,7 +263,7 @@ def illegal_checks(backend: str = "gpu") -> list[dict]:
                                         {"offs": dev((2,), i32)})),
         ("out shape", "out", lambda: ((dev((64, 32)), dev((2, 32, 64))), {"offs": dev((2,), i32),
                                                                           "out": dev((64, 65))})),
-        ("rows not 16-byte", "a", lambda: ((_strided(dev((64, 36)), (64, 30), (72, 2)), dev((2, 30, 64))),
+        ("rows not 16-byte", "a", lambda: ((dev((64, 36)).view((64, 30), (72, 2)), dev((2, 30, 64))),
                                            {"offs": dev((2,), i32)})),
         ("bias per row", "bias", lambda: ((dev((64, 32)), dev((2, 32, 64))),
                                           {"offs": dev((2,), i32), "bias": dev((64, 1), np.float32)})),
@@ -304,13 +283,6 @@ def illegal_checks(backend: str = "gpu") -> list[dict]:
         except Exception as e:  # noqa: BLE001
             results.append({"label": label, "argument": argument, "ok": False, "error": f"{type(e).__name__}: {e}"})
     return results
-
-
-def _strided(x, shape, strides):
-    """A strided view of a device (or emulated) array."""
-    if hasattr(x, "view") and not isinstance(x, np.ndarray):
-        return x.view(shape, strides)
-    raise TypeError(type(x))
 
 
 def fuzz_grouped(cases: int, seed: int, log=print, backend: str = "gpu") -> dict:
