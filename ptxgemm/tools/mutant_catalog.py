@@ -236,6 +236,7 @@ _UNSEEN = "not observed on the H100 (docs/results/h100/mutants/mutants_h100.json
 #: (kind, mutations, text found in the call-site template line) -> why the mutant survives. Written from device runs;
 #: a survivor not listed here is "unexplained", and the command exits 1 (the GPU test fails on it).
 _UNSEEN_SPLIT = "not observed on the H100 (docs/results/h100/mutants/mutants_split_h100.json): "
+_UNSEEN_GROUPED = "not observed on the H100 (docs/results/h100/mutants/mutants_grouped_h100.json): "
 
 
 SURVIVOR_REASONS = (
@@ -297,12 +298,6 @@ SURVIVOR_REASONS = (
     ("cp.async.bulk.wait_group", ("N+1", ".read added", "deleted"), "tma.wait_all(0)",
      "redundant: every store group was already waited for with .read before the epilogue-order arrive, so at exit "
      "only global writes can be pending, and the grid's completion includes them"),
-)
-
-
-_UNSEEN_GROUPED = "not observed on the H100 (docs/results/h100/mutants/mutants_grouped_h100.json): "
-
-SURVIVOR_REASONS += (
     ("shfl.sync.up", ("deleted",), "%units, {{ d }}",
      _UNSEEN_GROUPED + "(grouped) a lost step of the unit-count scan can only raise a later lane's first unit (the "
      "counts it adds are never negative), which leaves units past the end of some group's tiles: they compute rows "
