@@ -17,6 +17,7 @@ from gemm_reference import matmul64, random_matrix
 from ptxgemm import accuracy
 from ptxgemm.kernel.config import GemmConfig
 from ptxgemm.plan import grouped as grouped_rules
+from ptxgemm.plan import grouped_call
 
 gpu = pytest.mark.gpu
 
@@ -77,7 +78,18 @@ CASES = (
     ("fp16-kmajor-8", "contiguous", [33, 517, 64, 128, 1, 255, 0, 300], 512, 1024, "float16", "k", "coop256x128"),
     ("masked-4", "masked", (200, [0, 1, 129, 200]), 256, 256, "bfloat16", "mn", None),
     ("masked-narrow", "masked", (256, [256, 17, 0, 128, 255, 3]), 128, 640, "bfloat16", "k", "coop128x128"),
+    # walk streams (" w<n>"): units in runs side by side; 11 groups' units (49 over 3 columns) into 4 unequal runs
+    ("streams-unaligned", "contiguous", [33, 0, 517, 1, 64, 255, 128, 0, 300, 7, 130], 384, 256, "bfloat16", "mn",
+     "coop128x128 w4"),
+    ("masked-streams", "masked", (64, [5, 64, 0, 33, 1, 64, 17, 0, 63, 2, 40, 9, 64, 0, 30, 11, 50, 8, 64, 3]), 256,
+     192, "bfloat16", "k", "coop128x128 w8"),
 )
+
+
+def _config(tag, form):
+    """The config a case's tag names: a tile tag, then " w<n>" for n walk streams (which need the form named)."""
+    tile, _, streams = tag.partition(" w")
+    return GemmConfig.from_tag(tile, walk_streams=int(streams or 1), **({"grouped": form} if streams else {}))
 
 
 def _make(rng, form, sizes, n, k, dtype, major):
@@ -105,12 +117,12 @@ def test_grouped_case(name, form, sizes, n, k, dtype, major, tag):
     out = ptxgemm.DeviceArray.empty(out_shape, np.dtype(accuracy.DTYPES[dtype]))
     out.poison()
     poisoned = out.to_numpy()
-    config = GemmConfig.from_tag(tag) if tag else None
+    config = _config(tag, form) if tag else None
     kw = {"offs": ptxgemm.to_device(counts)} if form == "contiguous" else {"masked_m": ptxgemm.to_device(counts)}
     plan = ptxgemm.GroupedPlan(ptxgemm.to_device(a), _device_b(ptxgemm, b, major), out=out, config=config, **kw)
     assert plan.config.grouped == form and plan.config.b_major == major
     if tag:
-        assert plan.config.tag == tag
+        assert (plan.config.tag, plan.config.walk_streams) == (config.tag, config.walk_streams)
     plan.launch()
     problem = grouped_rules.parse(a, b, out=poisoned, **{k2: counts for k2 in kw})
     _check(out.to_numpy(), poisoned, a, b, problem, counts, dtype, dtype)
@@ -119,7 +131,8 @@ def test_grouped_case(name, form, sizes, n, k, dtype, major, tag):
 @gpu
 def test_many_groups_skewed_and_few_ctas():
     """256 experts with Zipf-drawn counts (many empty), on the default grid and on 3 CTAs (each walks many units
-    across groups, so the ring's phase and the search carry from group to group)."""
+    across groups, so the ring's phase and the search carry from group to group), with the default walk streams
+    (several: many small groups) and with 1, 2 and 8."""
     import ptxgemm
 
     rng = np.random.default_rng(25256)
@@ -130,12 +143,15 @@ def test_many_groups_skewed_and_few_ctas():
     b = _b(rng, 256, k, n, "bfloat16", "mn")
     counts = _counts_contiguous(sizes)
     problem = grouped_rules.parse(a, b, offs=counts)
-    for ctas in (None, 3):
+    for ctas, tag in ((None, None), (3, None), (None, "coop128x256 w1"), (7, "coop128x128 w2"),
+                      (None, "coop128x256 w8")):
         out = ptxgemm.DeviceArray.empty((a.shape[0], n), np.dtype(accuracy.DTYPES["bfloat16"]))
         out.poison()
         poisoned = out.to_numpy()
         plan = ptxgemm.GroupedPlan(ptxgemm.to_device(a), ptxgemm.to_device(b), offs=ptxgemm.to_device(counts),
-                                   out=out, ctas=ctas)
+                                   out=out, ctas=ctas, config=_config(tag, "contiguous") if tag else None)
+        assert plan.config.walk_streams == (_config(tag, "contiguous").walk_streams if tag else
+                                            grouped_call.SMALL_GROUPS_STREAMS)
         plan.launch()
         _check(out.to_numpy(), poisoned, a, b, problem, counts, "bfloat16", "bfloat16")
 
@@ -244,7 +260,7 @@ def test_mutants_of_the_grouped_walk_are_killed(tmp_path):
 #: the k form (weight gradients): (name, K per group, M, N, dtype, tile or None)
 K_CASES = (
     ("k-empty-unaligned", [0, 100, 64, 300], 200, 256, "bfloat16", None),
-    ("k-many-fp16", [7, 0, 130, 64, 1, 0, 257, 33, 500, 0, 64, 12, 95], 130, 384, "float16", "coop128x128"),
+    ("k-many-fp16", [7, 0, 130, 64, 1, 0, 257, 33, 500, 0, 64, 12, 95], 136, 384, "float16", "coop128x128"),
     ("k-tall-m", [640, 0, 129], 520, 192, "bfloat16", "coop256x128"),
 )
 
@@ -255,7 +271,6 @@ def test_k_grouped_case(name, ks, m, n, dtype, tag, monkeypatch):
     """a (M, total_K) = x.T of row-major activations x (total_K, M), b (total_K, N) row-major, offs over K: each
     group's output is a[:, s:e] @ b[s:e] (zeros for an empty group), whatever K boundaries the groups have."""
     import ptxgemm
-    from ptxgemm.plan import grouped_call
 
     monkeypatch.setattr(grouped_call, "UNVERIFIED", {})
     rng = np.random.default_rng(zlib.crc32(name.encode()))
@@ -292,7 +307,6 @@ def test_rowwise_scales_and_bias_per_group(form, monkeypatch):
     """fp8 rowwise: one scale per token (row of a), one per channel of each group's b (G, N), and a bias per group
     (G, N): out = silu(sa[r] * sb[g, c] * (a_g @ b_g)[r, c] + bias[g, c]) on each group's rows."""
     import ptxgemm
-    from ptxgemm.plan import grouped_call
 
     monkeypatch.setattr(grouped_call, "UNVERIFIED", {})
     fp8 = "float8_e4m3fn"
@@ -345,12 +359,11 @@ def test_blockwise_scales_per_group(monkeypatch):
     """DeepSeek-V3's recipe per expert: scale_a (total_M, ceil(K/128)) per token and 128 K, scale_b (G, ceil(K/128),
     ceil(N/128)) per expert and 128x128 block; unaligned groups, K not a multiple of 128."""
     import ptxgemm
-    from ptxgemm.plan import grouped_call
 
     monkeypatch.setattr(grouped_call, "UNVERIFIED", {})
     fp8 = "float8_e4m3fn"
     rng = np.random.default_rng(2533)
-    sizes, k, n = [200, 0, 1, 333, 130], 1000, 384
+    sizes, k, n = [200, 0, 1, 333, 130], 1008, 384   # K: rows of 16 bytes (TMA), not a multiple of 128
     counts = _counts_contiguous(sizes)
     a = random_matrix(rng, sum(sizes), k, fp8)
     g, kb, nb = len(sizes), -(-k // 128), -(-n // 128)

@@ -6,8 +6,9 @@ Peers (torch is an optional peer: the benchmark needs it, the library does not):
   non-empty group (plans made beforehand; the loop only launches);
 - masked: torch.bmm over every group's M_max rows (what a masked decode step does without a grouped kernel), and
   the same loop of ptxgemm plans over each group's masked_m rows;
-- fp8 (--in-dtype float8_e4m3fn): torch._scaled_grouped_mm with rowwise scales (ptxgemm runs per-tensor scales:
-  the peer does a little more epilogue work per element, the same GEMM otherwise).
+- fp8 (--in-dtype float8_e4m3fn): torch._scaled_grouped_mm, which takes rowwise scales only. With --scaling row
+  both run the same random rowwise scales (per token of a, per channel of each expert's b); with --scaling tensor
+  ptxgemm runs per-tensor scales and the peer unit rowwise ones (a little more epilogue work for the peer).
 
 Method: burst (L2 flushed before each launch, CUDA events around the launch, implementations interleaved, median of
 `rounds`) and, beside it, back to back (20 launches in a row, warm L2: the method of DeepGEMM's published figures).
@@ -17,6 +18,7 @@ difference between ptxgemm's output and the first peer's on the groups' rows, re
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import statistics
@@ -76,6 +78,15 @@ def _block_scales(torch, case, a):
     return sa, sb
 
 
+def _row_scales(torch, case, a):
+    """Random positive rowwise scales, shared by every implementation: scale_a one per row of a (a's shape without
+    K), scale_b one per output column of each expert (G, N), float32 as torch._scaled_grouped_mm wants them."""
+    gen = torch.Generator(device="cuda").manual_seed(27)
+    sa = torch.rand(*a.shape[:-1], device="cuda", generator=gen) * 1.5 + 0.5
+    sb = torch.rand(case.groups, case.n, device="cuda", generator=gen) * 1.5 + 0.5
+    return sa, sb
+
+
 def _returning(call):
     """A peer that returns its result (torch._grouped_mm has no out=): the launcher keeps the last result, so its
     time is the call's alone (allocation from torch's cache included, as in a model), never a copy's."""
@@ -86,11 +97,12 @@ def _returning(call):
     return launch, lambda: result[0]
 
 
-def _peers(torch, ptxgemm, case, a, b, counts, dtype, scales=None):
+def _peers(torch, ptxgemm, case, a, b, counts, dtype, scales=None, scaling="tensor"):
     """name -> (launcher, its output after a launch) of each peer this case has (blockwise `scales`: only the loop of
-    dense blockwise plans; no library in the device's torch runs a blockwise grouped GEMM)."""
+    dense blockwise plans; no library in the device's torch runs a blockwise grouped GEMM; rowwise `scales`: the
+    same vectors for torch._scaled_grouped_mm and the loop)."""
     peers = {}
-    if scales is not None:
+    if scales is not None and scaling == "block":
         sa, sb = scales
         out = torch.empty(*a.shape[:-1], case.n, device="cuda", dtype=torch.bfloat16)
         plans = []
@@ -103,8 +115,9 @@ def _peers(torch, ptxgemm, case, a, b, counts, dtype, scales=None):
         return peers
     if dtype == "float8_e4m3fn":
         if case.layout == "contiguous" and hasattr(torch, "_scaled_grouped_mm"):
-            sa = torch.ones(a.shape[0], device="cuda", dtype=torch.float32)
-            sb = torch.ones(case.groups, case.n, device="cuda", dtype=torch.float32)
+            sa, sb = scales if scaling == "row" else (
+                torch.ones(a.shape[0], device="cuda", dtype=torch.float32),
+                torch.ones(case.groups, case.n, device="cuda", dtype=torch.float32))
             peers["torch._scaled_grouped_mm"] = _returning(
                 lambda: torch._scaled_grouped_mm(a, b, sa, sb, offs=counts, out_dtype=torch.bfloat16))
     elif case.layout in ("k", "contiguous"):
@@ -118,12 +131,12 @@ def _peers(torch, ptxgemm, case, a, b, counts, dtype, scales=None):
     plans = []
     k_ends = [0, *case.offs().tolist()] if case.layout == "k" else None
     for g, s, e in _group_rows(case):
+        rows = slice(s, e) if case.layout == "contiguous" else (g, slice(s, e))
+        row_scales = {"scale_a": scales[0][rows], "scale_b": scales[1][g]} if scaling == "row" else {}
         if case.layout == "k":
             plans.append(ptxgemm.GemmPlan(a[:, k_ends[g]:k_ends[g + 1]], b[k_ends[g]:k_ends[g + 1]], loop_out[g]))
-        elif case.layout == "contiguous":
-            plans.append(ptxgemm.GemmPlan(a[s:e], b[g], loop_out[s:e]))
         else:
-            plans.append(ptxgemm.GemmPlan(a[g, s:e], b[g], loop_out[g, s:e]))
+            plans.append(ptxgemm.GemmPlan(a[rows], b[g], loop_out[rows], **row_scales))
     peers["ptxgemm matmul per group"] = (lambda: [p.launch() for p in plans], lambda: loop_out)
     return peers
 
@@ -141,22 +154,24 @@ def run(rounds: int, in_dtype: str, out_dir: str, name: str | None, with_variant
     from ..plan import grouped_call
 
     block = scaling == "block"
-    if block and "blockwise" in grouped_call.UNVERIFIED:
-        print("bench --set grouped --scaling block: the blockwise grouped kernel has not run on a GPU yet "
-              "(ptxgemm.plan.grouped_call.UNVERIFIED); nothing to time")
+    held = {"block": "blockwise", "row": "vectors"}.get(scaling)
+    if held in grouped_call.UNVERIFIED:
+        print(f"bench --set grouped --scaling {scaling}: that grouped kernel has not run on a GPU yet "
+              f"(ptxgemm.plan.grouped_call.UNVERIFIED); nothing to time")
         return 0
     for case in grouped_shapes.CASES:
         if case.layout == "k" and ("k" in grouped_call.UNVERIFIED or in_dtype == "float8_e4m3fn"):
             continue   # the k form runs once its GPU tests pass, and reads 16-bit operands only
         a, b, counts = _inputs(torch, case, in_dtype)
         kw = {"masked_m" if case.layout == "masked" else "offs": counts}
-        scales = _block_scales(torch, case, a) if block else None
-        scale = ({"scale_a": scales[0], "scale_b": scales[1]} if block else
+        scales = (_block_scales(torch, case, a) if block else _row_scales(torch, case, a) if scaling == "row" else
+                  None)
+        scale = ({"scale_a": scales[0], "scale_b": scales[1]} if scales is not None else
                  {"scale_a": 1.0, "scale_b": 1.0} if in_dtype == "float8_e4m3fn" else {})
         plan = ptxgemm.GroupedPlan(a, b, **kw, **scale)
         mine = torch.from_dlpack(plan.out)
         peers, refused = {}, {}
-        for peer, (launch, result) in _peers(torch, ptxgemm, case, a, b, counts, in_dtype, scales).items():
+        for peer, (launch, result) in _peers(torch, ptxgemm, case, a, b, counts, in_dtype, scales, scaling).items():
             try:   # a peer that refuses these groups (alignment rules) is reported, not timed
                 launch()
                 torch.cuda.synchronize()
@@ -165,9 +180,14 @@ def run(rounds: int, in_dtype: str, out_dir: str, name: str | None, with_variant
                 refused[peer] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
                 print(f"{case.name:34s} {peer:26s} refused: {refused[peer]}", flush=True)
         # the grouped kernel's other tiles, timed beside the default's (what the default config should learn)
+        # the default's tile with the other number of walk streams (w<n>): what the streams rule should learn
         variants = {} if not with_variants else {
             f"ptxgemm {tag}": ptxgemm.GroupedPlan(a, b, **kw, **scale, config=ptxgemm.GemmConfig.from_tag(tag)).launch
             for tag in grouped_call.GROUPED_TILES if tag != plan.config.tag}
+        other = 1 if plan.config.walk_streams > 1 else grouped_call.SMALL_GROUPS_STREAMS
+        if with_variants and case.layout != "k":
+            variants[f"ptxgemm {plan.config.tag} w{other}"] = ptxgemm.GroupedPlan(
+                a, b, **kw, **scale, config=dataclasses.replace(plan.config, walk_streams=other)).launch
         launchers = {"ptxgemm": plan.launch, **variants, **{p: f for p, (f, _) in peers.items()}}
         burst = timing.time_interleaved(launchers, rounds)
         b2b = timing.time_back_to_back({k: v for k, v in launchers.items() if k not in variants})
@@ -198,6 +218,7 @@ def run(rounds: int, in_dtype: str, out_dir: str, name: str | None, with_variant
                 "ptxgemm_b2b_ms": b2b["ptxgemm"], "peer_b2b_ms": b2b[peer],
                 "speedup_b2b": b2b[peer] / b2b["ptxgemm"],
                 "published_tflops": case.published_tflops, "config": plan.config.tag,
+                "walk_streams": plan.config.walk_streams,
                 # against DeepGEMM's published figure (blockwise only: the figure is for that recipe), burst and
                 # back to back (the method of the published figures)
                 "vs_published": (flops / burst["ptxgemm"] / 1e9 / case.published_tflops
@@ -228,7 +249,7 @@ def run(rounds: int, in_dtype: str, out_dir: str, name: str | None, with_variant
                   f"(min {summary[key]['min']:.3f})")
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     slug = gpu.replace(" ", "_")
-    path = Path(out_dir) / (f"bench_{slug}_grouped_{in_dtype}{'_block' if block else ''}"
+    path = Path(out_dir) / (f"bench_{slug}_grouped_{in_dtype}{'_' + scaling if scaling != 'tensor' else ''}"
                             f"{'_' + name if name else ''}.json")
     path.write_text(json.dumps({"gpu": gpu, "method": METHOD, "rounds": rounds, "rows": rows,
                                 "summary": summary, "published_source": grouped_shapes.DEEPGEMM_SOURCE}, indent=1))

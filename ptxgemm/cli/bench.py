@@ -163,13 +163,13 @@ def run(args) -> int:
     if args.set == "grouped":
         from ..bench import grouped_bench   # imports torch when it runs: only this set needs it
 
-        if args.scaling not in (None, "tensor", "block") or args.epilogue or args.config or \
+        if args.scaling not in (None, "tensor", "row", "block") or args.epilogue or args.config or \
                 args.variants not in ("", "all"):
             raise ConfigError("--set grouped: takes --in-dtype (bfloat16, float16 or float8_e4m3fn), --scaling "
-                              "tensor or block (fp8), --rounds, --name and --variants all (every grouped tile timed "
+                              "tensor, row or block (fp8), --rounds, --name and --variants all (every grouped tile timed "
                               "beside the default) only")
-        if args.scaling == "block" and args.in_dtype != "float8_e4m3fn":
-            raise ConfigError("--scaling: block with --set grouped is DeepSeek-V3's fp8 recipe; give --in-dtype "
+        if args.scaling in ("row", "block") and args.in_dtype != "float8_e4m3fn":
+            raise ConfigError(f"--scaling: {args.scaling} with --set grouped scales fp8 operands; give --in-dtype "
                               "float8_e4m3fn")
         return grouped_bench.run(args.rounds or 7, args.in_dtype or "bfloat16", args.out, args.name,
                                  with_variants=args.variants == "all", scaling=args.scaling or "tensor")
