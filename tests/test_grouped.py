@@ -146,18 +146,17 @@ def test_the_grouped_shape_set_is_fixed_and_covers_what_the_issue_names():
         6730, 2016)
 
 
-@pytest.mark.parametrize("streams", [1, 2, 4, 8])
-def test_the_walk_covers_every_row_of_every_group_once_and_balances_the_ctas(streams):
+def test_the_walk_covers_every_row_of_every_group_once_and_balances_the_ctas():
     """The grouped walk's model (ptxgemm/kernel/grouped_walk.py): each output row and column block of each group
     in exactly one unit, no unit of an empty group, row_end the group's own end, and the busiest CTA at most one
-    unit over the idlest, for skewed counts with empty and unaligned groups, with any number of walk streams."""
+    unit over the idlest, for skewed counts with empty and unaligned groups."""
     from ptxgemm.bench import grouped_shapes
     from ptxgemm.kernel import grouped_walk
 
     counts = list(grouped_shapes.CASES[12].counts[:40]) + [0, 1, 129, 0]
     offs = list(np.cumsum(counts))
     total, n, bm, bn = offs[-1] + 50, 300, 128, 128        # rows past the last group belong to none
-    per_cta = grouped_walk.walk("contiguous", offs, total, 0, n, bm, bn, ctas=132, streams=streams)
+    per_cta = grouped_walk.walk("contiguous", offs, total, 0, n, bm, bn, ctas=132)
     units = [u for cta in per_cta for u in cta]
     covered = {}
     for u in units:
@@ -170,25 +169,11 @@ def test_the_walk_covers_every_row_of_every_group_once_and_balances_the_ctas(str
     assert not any(u.group in (40, 43) for u in units)      # the empty groups have no unit
     sizes = [len(c) for c in per_cta]
     assert max(sizes) - min(sizes) <= 1
-    masked = grouped_walk.walk("masked", [0, 5, 200], 128, 0, 256, 64, 128, ctas=4, streams=streams)
+    masked = grouped_walk.walk("masked", [0, 5, 200], 128, 0, 256, 64, 128, ctas=4)
     assert sorted((u.group, u.m0, u.n0, u.row_end) for c in masked for u in c) == \
         [(1, 0, 0, 5), (1, 0, 128, 5), (2, 0, 0, 128), (2, 0, 128, 128), (2, 64, 0, 128), (2, 64, 128, 128)]
     kgrouped = grouped_walk.walk("k", [10, 10, 300], 300, 200, 128, 128, 128, ctas=3)
     assert len([u for c in kgrouped for u in c]) == 3 * 2 * 1 and {u.row_end for c in kgrouped for u in c} == {200}
-
-
-def test_walk_streams_permute_the_units_and_run_side_by_side():
-    """stream_unit is a permutation of the units for every count (the runs' lengths differ by at most one), and
-    consecutive positions (CTAs running at once) fall in different runs, each run walked in its own order."""
-    from ptxgemm.kernel import grouped_walk
-
-    for streams in (1, 2, 4, 8):
-        for units in (0, 1, 3, 7, 8, 9, 131, 1000):
-            order = [grouped_walk.stream_unit(p, units, streams) for p in range(units)]
-            assert sorted(order) == list(range(units)), (streams, units)
-    order = [grouped_walk.stream_unit(p, 103, 4) for p in range(103)]
-    assert order[:8] == [0, 26, 52, 78, 1, 27, 53, 79]          # runs of 26, 26, 26 and 25 units
-    assert [order[p] for p in range(3, 103, 4)] == list(range(78, 103))
 
 
 def test_the_weight_gradient_cases_use_the_forward_routings():

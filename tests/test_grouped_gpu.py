@@ -78,18 +78,11 @@ CASES = (
     ("fp16-kmajor-8", "contiguous", [33, 517, 64, 128, 1, 255, 0, 300], 512, 1024, "float16", "k", "coop256x128"),
     ("masked-4", "masked", (200, [0, 1, 129, 200]), 256, 256, "bfloat16", "mn", None),
     ("masked-narrow", "masked", (256, [256, 17, 0, 128, 255, 3]), 128, 640, "bfloat16", "k", "coop128x128"),
-    # walk streams (" w<n>"): units in runs side by side; 11 groups' units (49 over 3 columns) into 4 unequal runs
-    ("streams-unaligned", "contiguous", [33, 0, 517, 1, 64, 255, 128, 0, 300, 7, 130], 384, 256, "bfloat16", "mn",
-     "coop128x128 w4"),
-    ("masked-streams", "masked", (64, [5, 64, 0, 33, 1, 64, 17, 0, 63, 2, 40, 9, 64, 0, 30, 11, 50, 8, 64, 3]), 256,
-     192, "bfloat16", "k", "coop128x128 w8"),
+    ("eleven-unaligned", "contiguous", [33, 0, 517, 1, 64, 255, 128, 0, 300, 7, 130], 384, 256, "bfloat16", "mn",
+     "coop128x128"),
+    ("masked-many-small", "masked", (64, [5, 64, 0, 33, 1, 64, 17, 0, 63, 2, 40, 9, 64, 0, 30, 11, 50, 8, 64, 3]),
+     256, 192, "bfloat16", "k", "coop128x128"),
 )
-
-
-def _config(tag, form):
-    """The config a case's tag names: a tile tag, then " w<n>" for n walk streams (which need the form named)."""
-    tile, _, streams = tag.partition(" w")
-    return GemmConfig.from_tag(tile, walk_streams=int(streams or 1), **({"grouped": form} if streams else {}))
 
 
 def _make(rng, form, sizes, n, k, dtype, major):
@@ -117,12 +110,12 @@ def test_grouped_case(name, form, sizes, n, k, dtype, major, tag):
     out = ptxgemm.DeviceArray.empty(out_shape, np.dtype(accuracy.DTYPES[dtype]))
     out.poison()
     poisoned = out.to_numpy()
-    config = _config(tag, form) if tag else None
+    config = GemmConfig.from_tag(tag) if tag else None
     kw = {"offs": ptxgemm.to_device(counts)} if form == "contiguous" else {"masked_m": ptxgemm.to_device(counts)}
     plan = ptxgemm.GroupedPlan(ptxgemm.to_device(a), _device_b(ptxgemm, b, major), out=out, config=config, **kw)
     assert plan.config.grouped == form and plan.config.b_major == major
     if tag:
-        assert (plan.config.tag, plan.config.walk_streams) == (config.tag, config.walk_streams)
+        assert plan.config.tag == tag
     plan.launch()
     problem = grouped_rules.parse(a, b, out=poisoned, **{k2: counts for k2 in kw})
     _check(out.to_numpy(), poisoned, a, b, problem, counts, dtype, dtype)
@@ -131,8 +124,7 @@ def test_grouped_case(name, form, sizes, n, k, dtype, major, tag):
 @gpu
 def test_many_groups_skewed_and_few_ctas():
     """256 experts with Zipf-drawn counts (many empty), on the default grid and on 3 CTAs (each walks many units
-    across groups, so the ring's phase and the search carry from group to group), with the default walk streams
-    (several: many small groups) and with 1, 2 and 8."""
+    across groups, so the ring's phase and the search carry from group to group)."""
     import ptxgemm
 
     rng = np.random.default_rng(25256)
@@ -143,15 +135,12 @@ def test_many_groups_skewed_and_few_ctas():
     b = _b(rng, 256, k, n, "bfloat16", "mn")
     counts = _counts_contiguous(sizes)
     problem = grouped_rules.parse(a, b, offs=counts)
-    for ctas, tag in ((None, None), (3, None), (None, "coop128x256 w1"), (7, "coop128x128 w2"),
-                      (None, "coop128x256 w8")):
+    for ctas in (None, 3):
         out = ptxgemm.DeviceArray.empty((a.shape[0], n), np.dtype(accuracy.DTYPES["bfloat16"]))
         out.poison()
         poisoned = out.to_numpy()
         plan = ptxgemm.GroupedPlan(ptxgemm.to_device(a), ptxgemm.to_device(b), offs=ptxgemm.to_device(counts),
-                                   out=out, ctas=ctas, config=_config(tag, "contiguous") if tag else None)
-        assert plan.config.walk_streams == (_config(tag, "contiguous").walk_streams if tag else
-                                            grouped_call.SMALL_GROUPS_STREAMS)
+                                   out=out, ctas=ctas)
         plan.launch()
         _check(out.to_numpy(), poisoned, a, b, problem, counts, "bfloat16", "bfloat16")
 

@@ -18,7 +18,6 @@ difference between ptxgemm's output and the first peer's on the groups' rows, re
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import statistics
@@ -180,14 +179,9 @@ def run(rounds: int, in_dtype: str, out_dir: str, name: str | None, with_variant
                 refused[peer] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
                 print(f"{case.name:34s} {peer:26s} refused: {refused[peer]}", flush=True)
         # the grouped kernel's other tiles, timed beside the default's (what the default config should learn)
-        # the default's tile with the other number of walk streams (w<n>): what the streams rule should learn
         variants = {} if not with_variants else {
             f"ptxgemm {tag}": ptxgemm.GroupedPlan(a, b, **kw, **scale, config=ptxgemm.GemmConfig.from_tag(tag)).launch
             for tag in grouped_call.GROUPED_TILES if tag != plan.config.tag}
-        other = 1 if plan.config.walk_streams > 1 else grouped_call.SMALL_GROUPS_STREAMS
-        if with_variants and case.layout != "k":
-            variants[f"ptxgemm {plan.config.tag} w{other}"] = ptxgemm.GroupedPlan(
-                a, b, **kw, **scale, config=dataclasses.replace(plan.config, walk_streams=other)).launch
         launchers = {"ptxgemm": plan.launch, **variants, **{p: f for p, (f, _) in peers.items()}}
         burst = timing.time_interleaved(launchers, rounds)
         b2b = timing.time_back_to_back({k: v for k, v in launchers.items() if k not in variants})
@@ -218,7 +212,6 @@ def run(rounds: int, in_dtype: str, out_dir: str, name: str | None, with_variant
                 "ptxgemm_b2b_ms": b2b["ptxgemm"], "peer_b2b_ms": b2b[peer],
                 "speedup_b2b": b2b[peer] / b2b["ptxgemm"],
                 "published_tflops": case.published_tflops, "config": plan.config.tag,
-                "walk_streams": plan.config.walk_streams,
                 # against DeepGEMM's published figure (blockwise only: the figure is for that recipe), burst and
                 # back to back (the method of the published figures)
                 "vs_published": (flops / burst["ptxgemm"] / 1e9 / case.published_tflops
@@ -232,7 +225,7 @@ def run(rounds: int, in_dtype: str, out_dir: str, name: str | None, with_variant
             print(f"{case.name:34s} {peer:26s} ptxgemm {r['ptxgemm_tflops']:7.1f}  peer {r['peer_tflops']:7.1f}  "
                   f"x{r['speedup']:.3f} (b2b x{r['speedup_b2b']:.3f})  {r['config']}  diff {max(diffs):.2e}",
                   flush=True)
-        del a, b, counts, plan, peers, mine
+        del a, b, counts, plan, peers, mine, variants, launchers   # the variants' plans hold a and b too
         torch.cuda.empty_cache()
     summary = {}
     for peer in sorted({r["peer"] for r in rows if "peer" in r}):

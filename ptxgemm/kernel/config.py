@@ -79,12 +79,6 @@ RASTERS = ("m", "n", "hilbert")
 # "k": group g is K range [offs[g-1], offs[g]) of one (M, total_K) A and (total_K, N) B, into C's matrix g; both
 # operands MN-major, so the K rows past a group's end in its last k-tile are whole shared-memory lines to zero.
 GROUPED_FORMS = ("contiguous", "masked", "k")
-# The grouped walk's streams (contiguous and masked forms): its units cut into this many runs of consecutive units,
-# walked side by side (walk position p takes unit p / streams of run p mod streams). With one stream the CTAs
-# running at once hold a window of consecutive units, all of one or two groups: a window of small groups is bound
-# by memory (each unit streams a weight panel for a few rows), one of a large group by the tensor cores, and the
-# windows take turns. Several streams put windows of different groups side by side, so both are busy at once.
-WALK_STREAMS = (1, 2, 4, 8)
 PTX_VERSION = "8.0"
 
 
@@ -164,7 +158,6 @@ class GemmConfig(KernelLayout):
     grouped: str | None = None    # GROUPED_FORMS: one launch over G groups along M (None: the dense GEMM)
     group_capacity: int | None = None  # grouped: the most groups the kernel's tables hold, a power of two up to
     #                                    MAX_GROUPS (None: MAX_GROUPS); smaller tables leave room for staging
-    walk_streams: int = 1         # WALK_STREAMS: grouped (contiguous, masked): runs of units walked side by side
 
     def __post_init__(self):
         self._check_types()
@@ -315,11 +308,6 @@ class GemmConfig(KernelLayout):
                                   "the block scales)")
 
     def _validate_grouped(self):
-        if self.walk_streams not in WALK_STREAMS:
-            raise ConfigError(f"walk_streams: one of {WALK_STREAMS}, got {self.walk_streams!r}")
-        if self.walk_streams > 1 and self.grouped not in ("contiguous", "masked"):
-            raise ConfigError("walk_streams: only for the grouped walk of the contiguous and masked forms (the dense "
-                              "walk and the k form's have one stream)")
         if self.grouped is None:
             if self.group_capacity is not None:
                 raise ConfigError(f"group_capacity: only for a grouped kernel (grouped one of {GROUPED_FORMS})")
@@ -355,7 +343,6 @@ class GemmConfig(KernelLayout):
                 + (f"cluster {self.cluster_m}x1 (B multicast), " if self.cluster_m > 1 else "")
                 + (f"cluster 1x{self.cluster_n} (A multicast), " if self.cluster_n > 1 else "")
                 + (f"raster {self.raster}, " if self.raster != GemmConfig.raster else "")
-                + (f"{self.walk_streams} walk streams, " if self.walk_streams > 1 else "")
                 + (f"split-K {self.splits}, " if self.split_k else "")
                 + ("C stored transposed (swap-AB), " if self.transposed_store else "")
                 + (f"{self.in_dtype}->{self.out_dtype}" if self.b_type == self.in_dtype else

@@ -3,18 +3,14 @@ each scheduler unit is, from the group counts alone, as the kernel will compute 
 
 Every CTA turns the counts into prefix sums of units per group (group g has ceil(rows_g / block_m) x tiles_n
 units: the contiguous and masked forms; the k-grouped form has tiles_m x tiles_n units in every group, whatever its
-K), then walks positions b, b + grid, b + 2 grid, ... as the dense schedule does. Position p is unit p, or with
-several walk streams (GemmConfig.walk_streams) a permutation of the units that puts the CTAs running at once in
-several places of the walk (`stream_unit`). Unit u belongs to the first group whose prefix exceeds u (a binary
-search, ceil(log2 G) steps) and is tile u - prefix_before of it, in the dense raster "m" order: bands of group_m
-tile rows, each walked down its rows before moving one column right. So the groups need no host work, an empty
-group has no unit, and a launch's units spread over the CTAs round-robin whatever the group sizes: the busiest CTA
-has at most one unit more than the idlest.
+K), then walks units b, b + grid, b + 2 grid, ... as the dense schedule does; unit u belongs to the first group whose
+prefix exceeds u (a binary search, ceil(log2 G) steps) and is tile u - prefix_before of it, in the dense raster "m"
+order: bands of group_m tile rows, each walked down its rows before moving one column right. So the groups need no host work, an empty group has no unit, and a launch's units spread over the CTAs
+round-robin whatever the group sizes: the busiest CTA has at most one unit more than the idlest.
 
-The kernel (templates/grouped_scheduler.ptx.j2) mirrors `walk` for the contiguous and masked forms
-(tests/test_grouped.py holds this model to its rules; the GPU tests and the mutation tester check the kernel
-against the ranges it gives). A grouped plan cannot size its grid from the units, whose number only the device
-knows: it launches one CTA per SM.
+The kernel (templates/grouped_scheduler.ptx.j2) mirrors `walk` for the contiguous and masked forms (tests/test_grouped.py
+holds this model to its rules; the GPU tests and the mutation tester check the kernel against the ranges it gives). A grouped plan cannot size its
+grid from the units, whose number only the device knows: it launches one CTA per SM.
 """
 from __future__ import annotations
 
@@ -71,19 +67,10 @@ def band_order(local: int, tiles_m: int, tiles_n: int, group_m: int) -> tuple[in
     return first + inside % size, inside // size
 
 
-def stream_unit(position: int, units: int, streams: int) -> int:
-    """The unit at walk `position` with `streams` walk streams (GemmConfig.walk_streams, a power of two): the units
-    cut into `streams` runs of consecutive units (the first units % streams runs one longer), position p being unit
-    p // streams of run p % streams. A permutation of range(units)."""
-    run, index = position % streams, position // streams
-    return run * (units // streams) + min(run, units % streams) + index
-
-
 def walk(form: str, counts, total: int, m: int, n: int, block_m: int, block_n: int, ctas: int,
-         group_m: int = 8, streams: int = 1) -> list[list[GroupedUnit]]:
-    """The units each CTA runs, in order: CTA b takes walk positions b, b + ctas, ... (each the unit
-    `stream_unit` gives); `total` is total_M (contiguous), M_max (masked) or total_K (k-grouped); m is the rows of
-    the k-grouped form's output (unused otherwise)."""
+         group_m: int = 8) -> list[list[GroupedUnit]]:
+    """The units each CTA runs, in order: CTA b takes units b, b + ctas, ...; `total` is total_M (contiguous),
+    M_max (masked) or total_K (k-grouped); m is the rows of the k-grouped form's output (unused otherwise)."""
     spans = ranges(form, counts, total)
     per_group = units_per_group(form, counts, total, m, n, block_m, block_n)
     prefix, acc = [], 0
@@ -92,8 +79,7 @@ def walk(form: str, counts, total: int, m: int, n: int, block_m: int, block_n: i
         prefix.append(acc)
     tiles_n = math.ceil(n / block_n)
     out = [[] for _ in range(ctas)]
-    for p in range(acc):
-        u = stream_unit(p, acc, streams)
+    for u in range(acc):
         g = bisect.bisect_right(prefix, u)          # the first group whose prefix exceeds u
         local = u - (prefix[g - 1] if g else 0)
         start, end = spans[g]
@@ -103,5 +89,5 @@ def walk(form: str, counts, total: int, m: int, n: int, block_m: int, block_n: i
             m0, row_end = mt * block_m, m
         else:
             m0, row_end = start + mt * block_m, end
-        out[p % ctas].append(GroupedUnit(g, m0, nt * block_n, row_end))
+        out[u % ctas].append(GroupedUnit(g, m0, nt * block_n, row_end))
     return out

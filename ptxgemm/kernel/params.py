@@ -24,7 +24,6 @@ def template_params(cfg: GemmConfig) -> dict:
         "max_groups": cfg.group_table_entries - 1,
         "group_search_steps": [1 << i for i in reversed(range((cfg.group_table_entries - 2).bit_length()))],
         "group_lane_chunk": -(-(cfg.group_table_entries - 1) // 32),   # groups per lane of warp 0's scan, at most
-        "walk_stream_shift": cfg.walk_streams.bit_length() - 1,         # position p's run is p mod 2^shift
         "summary": cfg.describe(),
         "ptx_version": PTX_VERSION,
         "cfg": cfg,

@@ -17,23 +17,13 @@ from . import epilogue, grouped
 # relative to the widest, on the H100's dense GEMM: the default config takes the one that finishes the mean group's
 # units soonest over all SMs (whole waves of units, each as long as its tile's area over its efficiency).
 GROUPED_TILES = {"coop128x256": 1.0, "coop256x128": 0.97, "coop128x192": 0.95, "coop128x128": 0.85}
-# Walk streams (GemmConfig.walk_streams) for many small groups: G of at least MANY_GROUPS whose mean holds at most
-# SMALL_GROUP_TILE_ROWS tile rows. Such a launch is mostly groups under one tile row, each unit streaming its weight
-# panel for a few rows (memory-bound), beside a few skewed large groups (tensor-core-bound); with one stream the two
-# kinds take turns, with several they overlap. Large groups keep one stream: one window keeps the L2 reuse of a
-# band's A panels (docs/perf-notes.md, issue 25 step 5).
-MANY_GROUPS, SMALL_GROUP_TILE_ROWS, SMALL_GROUPS_STREAMS = 16, 4, 4
 # The tables' size is rounded up to a power of two from G, at least this: few kernels serve every G.
 MIN_GROUP_CAPACITY = 16
 # Parts of the grouped GEMM that are rendered, assembled and planned but have not run on a GPU yet: each is refused
 # (a ConfigError naming its argument) until its GPU tests (tests/test_grouped_gpu.py, which clear this for
-# themselves) have passed on the device, and is then taken out of this table.
-UNVERIFIED = {
-    "k": ("offs", "the k-grouped form (a (M, total_K), b (total_K, N))"),
-    "vectors": ("scale_a, scale_b, bias", "rowwise scales (per token of a, per channel of each group's b) and a "
-                "bias (shared, or per group)"),
-    "blockwise": ("scale_a, scale_b", "blockwise scales (1x128 per token, 128x128 per block of each group's b)"),
-}
+# themselves) have passed on the device, and is then taken out of this table. Empty since the k-grouped form,
+# the rowwise scales with a bias per group and the blockwise scales per expert passed theirs (H100, 2026-11-25).
+UNVERIFIED: dict[str, tuple[str, str]] = {}
 
 
 def check_verified(feature: str) -> None:
@@ -93,8 +83,7 @@ def b_layout(b, in_fp8: bool) -> tuple[str, int, int]:
 def default_config(problem: grouped.GroupedProblem, b_major: str, sm_count: int = 132, fused: dict | None = None,
                    spill_check=None) -> GemmConfig:
     """The tile for a grouped problem whose counts the host does not know: each group taken as the mean one (M_max
-    rows when masked), the tile whose waves of units over `sm_count` SMs cost least (GROUPED_TILES), and walk
-    streams when the groups are many and small (SMALL_GROUPS_STREAMS). With a fused
+    rows when masked), the tile whose waves of units over `sm_count` SMs cost least (GROUPED_TILES). With a fused
     epilogue (`fused`: Epilogue.config_fields), a tile that ptxas spills or that the epilogue does not take yields
     to the next one, as the dense selection's picks do (`spill_check`: build.kernels.spills)."""
     rows = problem.m if problem.form in ("masked", "k") else problem.m / problem.groups
@@ -104,17 +93,12 @@ def default_config(problem: grouped.GroupedProblem, b_major: str, sm_count: int 
         units = problem.groups * math.ceil(rows / t.block_m) * math.ceil(problem.n / t.block_n)
         return math.ceil(units / sm_count) * t.block_m * t.block_n / GROUPED_TILES[tag]
 
-    def streams(tag):
-        small = problem.groups >= MANY_GROUPS and rows <= SMALL_GROUP_TILE_ROWS * GemmConfig.from_tag(tag).block_m
-        return SMALL_GROUPS_STREAMS if small and problem.form != "k" else 1
-
     configs, refused = [], []
     for tag in sorted(GROUPED_TILES, key=cost):
         try:   # a tile the epilogue does not take (blockwise scales: block_n divides 128) yields to the next
             configs.append(GemmConfig.from_tag(tag, in_dtype=problem.in_dtype, b_dtype=problem.b_dtype,
                                                out_dtype=problem.out_dtype, a_major="mn" if problem.form == "k" else
                                                "k", b_major=b_major, grouped=problem.form,
-                                               walk_streams=streams(tag),
                                                group_capacity=group_capacity(problem.groups), **(fused or {})))
         except ConfigError as e:
             refused.append(e)

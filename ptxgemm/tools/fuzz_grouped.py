@@ -16,7 +16,6 @@ import numpy as np
 
 from .. import accuracy
 from ..errors import ConfigError
-from ..kernel.config import WALK_STREAMS
 
 DTYPES = ("bfloat16", "float16", "float8_e4m3fn")
 TILES = (None, "coop128x256", "coop128x128", "coop256x128", "coop128x192")
@@ -59,8 +58,7 @@ def draw(rng, forms=("contiguous", "masked"), max_elements: float = MAX_ELEMENTS
             "b_major": "k" if dtype.startswith("float8") or rng.random() < 0.5 else "mn",
             "tile": TILES[rng.integers(len(TILES))], "extra_rows": int(rng.choice([0, 0, 9])),
             "scale": float(rng.choice([1.0, 0.5, 1.75])), "activation": ACTIVATIONS[rng.integers(len(ACTIVATIONS))],
-            "array": "torch" if rng.random() < 0.3 else "device", "seed": int(rng.integers(1 << 31)),
-            "streams": int(rng.choice(WALK_STREAMS))}   # with a tile: the walk's streams (the default picks its own)
+            "array": "torch" if rng.random() < 0.3 else "device", "seed": int(rng.integers(1 << 31))}
     rows = groups * m_max if form == "masked" else sum(sizes) + spec["extra_rows"]
     while rows * k + groups * k * n > max_elements and k > 16:   # keep the case small
         k = max(16, k // 2 // 16 * 16)
@@ -195,10 +193,7 @@ def run_case(spec: dict, backend: str = "gpu") -> tuple[str, str]:
         kw = {"offs" if spec["form"] == "contiguous" else "masked_m": args[2]}
         if spec["scale"] != 1.0:
             kw["scale_a"], kw["scale_b"] = spec["scale"], 1.0
-        # walk streams belong to the row forms' grouped walk: a config that asks for them names its form
-        streams = spec.get("streams", 1)
-        config = (GemmConfig.from_tag(spec["tile"], walk_streams=streams,
-                                      **({"grouped": spec["form"]} if streams > 1 else {})) if spec["tile"] else None)
+        config = GemmConfig.from_tag(spec["tile"]) if spec["tile"] else None
         be.entry(args[0], args[1], out=args[3], activation=spec["activation"], config=config, **kw)
         got = be.read(out)
     except ConfigError as e:
