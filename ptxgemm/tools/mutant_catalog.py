@@ -237,6 +237,7 @@ _UNSEEN = "not observed on the H100 (docs/results/h100/mutants/mutants_h100.json
 #: a survivor not listed here is "unexplained", and the command exits 1 (the GPU test fails on it).
 _UNSEEN_SPLIT = "not observed on the H100 (docs/results/h100/mutants/mutants_split_h100.json): "
 _UNSEEN_GROUPED = "not observed on the H100 (docs/results/h100/mutants/mutants_grouped_h100.json): "
+_UNSEEN_GROUPED_K = "not observed on the H100 (docs/results/h100/mutants/mutants_grouped_k_h100.json): "
 
 
 SURVIVOR_REASONS = (
@@ -309,6 +310,11 @@ SURVIVOR_REASONS = (
      _UNSEEN_GROUPED + "(grouped) on panel 0: the slot's last readers, the previous tile's store and row copy, "
      "finished before this tile's mainloop, so nothing is left for the sync to wait for (those of panels 1.. are "
      "killed)"),
+    ("bar.sync", ("deleted",), "every tail line it zeroes is zero before its wgmmas",
+     _UNSEEN_GROUPED_K + "(grouped, k form) each warp zeroes its own lines and fences them before it issues its "
+     "part of the wgmma, and the tensor cores start the wgmma only once all four warps of the warpgroup have "
+     "issued it; the memory model orders the other warps' shared stores before the wgmma's reads only through this "
+     "barrier"),
     ("cp.async.bulk.commit_group", ("deleted",), "a group per panel, even when empty",
      _UNSEEN_GROUPED + "(grouped) on the last panel: its store then joins the next tile's panel 0 group, and the "
      "next wait that counts it comes after the next tile's mainloop, by which time the store is done (the commits "

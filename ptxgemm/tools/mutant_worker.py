@@ -99,7 +99,12 @@ GROUPED_WORKLOADS = {
     # the k form: K per group, empty ones and tails of every length mod 64 (the zeroed rows of a last k-tile), on
     # the full grid and on 8 CTAs whose units walk the ring across groups of different k-loop lengths
     "k": (GroupedWorkload(tuple((13 * i) % 150 for i in range(40)), 512, 0, None, 26, m=256, bad=((9, 0),)),
-          GroupedWorkload((0, 700, 1, 64, 65, 0, 1300), 384, 0, 8, 27, m=520)),
+          GroupedWorkload((0, 700, 1, 64, 65, 0, 1300), 384, 0, 8, 27, m=520),
+          # offs that drop to 0 over 2 and then 18 whole lanes (64 groups: 2 per lane of warp 0): with monotone offs
+          # every group's start is its predecessor's end whatever the scan says, so only drops show a lost step
+          # of the max-scan (each step, and the exclusive shift, gives some group a wrong K range here)
+          GroupedWorkload(tuple((13 * i) % 150 for i in range(64)), 256, 0, None, 28, m=256,
+                          bad=tuple((g, 0) for a, b in ((10, 14), (20, 56)) for g in range(a, b)))),
 }
 
 
