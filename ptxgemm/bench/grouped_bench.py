@@ -179,8 +179,10 @@ def run(rounds: int, in_dtype: str, out_dir: str, name: str | None, with_variant
                 refused[peer] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
                 print(f"{case.name:34s} {peer:26s} refused: {refused[peer]}", flush=True)
         # the grouped kernel's other tiles, timed beside the default's (what the default config should learn)
+        # (into the default's output: a k-form output is G x M x N, 15 GB for DeepSeek-V3's gate-up weights)
         variants = {} if not with_variants else {
-            f"ptxgemm {tag}": ptxgemm.GroupedPlan(a, b, **kw, **scale, config=ptxgemm.GemmConfig.from_tag(tag)).launch
+            f"ptxgemm {tag}": ptxgemm.GroupedPlan(a, b, **kw, **scale, out=plan.out,
+                                                  config=ptxgemm.GemmConfig.from_tag(tag)).launch
             for tag in grouped_call.GROUPED_TILES if tag != plan.config.tag}
         launchers = {"ptxgemm": plan.launch, **variants, **{p: f for p, (f, _) in peers.items()}}
         burst = timing.time_interleaved(launchers, rounds)
