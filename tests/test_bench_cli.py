@@ -116,6 +116,12 @@ def test_summarize_rejects_a_file_that_is_not_a_bench_run(tmp_path, runs):
     (("--variants", "pp128x256"), "--variants: block_m x block_n"),
     (("--config", "nonsense"), "--config: config tag"),
     (("--rounds", "x"), "argument --rounds: invalid int value"),
+    (("--sustained", "1.5"), "--sustained: at least 2 seconds"),
+    (("--sustained-gap", "2"), "--sustained-gap: only with --sustained"),
+    (("--sustained", "--sustained-gap", "-1"), "--sustained-gap: seconds >= 0"),
+    (("--sustained", "3", "--set", "grouped"), "--sustained: the bf16 benchmark against cuBLAS only"),
+    (("--sustained", "--in-dtype", "float8_e4m3fn"), "--sustained: the bf16 benchmark against cuBLAS only"),
+    (("--host", "--sustained"), "--sustained: not with --host"),
 ])
 def test_bad_arguments_exit_2(args, pattern, tmp_path):
     proc = bench(*args, cwd=tmp_path)

@@ -107,10 +107,31 @@ def row_group(row: dict) -> str:
     return row.get("group") or group_of(row["M"], row["N"], row["K"])
 
 
-def geomeans(rows) -> dict:
-    """Geomean of the rows' ratios per group and over all rows (None where a group has no row with a ratio)."""
-    out = {g: geomean([r.get("ratio") for r in rows if row_group(r) == g]) for g in GROUPS}
-    out["all"] = geomean([r.get("ratio") for r in rows])
+def geomeans(rows, key: str = "ratio") -> dict:
+    """Geomean of the rows' ratios (`key`: "ratio", burst, or "sustained_ratio") per group and over all rows (None
+    where a group has no row with one)."""
+    out = {g: geomean([r.get(key) for r in rows if row_group(r) == g]) for g in GROUPS}
+    out["all"] = geomean([r.get(key) for r in rows])
+    return out
+
+
+def sustained_fields(name: str, flops: float, ms: float, launches: int, window) -> dict:
+    """One implementation's sustained figures for a row (prefix `name`: ptxgemm or cublas): its time and TFLOP/s
+    over the window, the window's mean SM clock and board power, and joules per TFLOP of useful work."""
+    return {f"{name}_sustained_ms": ms, f"{name}_sustained_tflops": flops / ms / 1e9,
+            f"{name}_sustained_launches": launches, f"{name}_sustained_sm_mhz": window.sm_mhz,
+            f"{name}_sustained_watts": window.watts,
+            f"{name}_j_per_tflop": window.joules_per_tflop(flops * launches)}
+
+
+def time_sustained_pair(launchers: dict, names: list[str], seconds: float, gap_s: float, sampler) -> dict:
+    """name -> (ms per launch, launches, power.Window) of one sustained window each, in `names`' order, with
+    `gap_s` seconds of idle before each window (the board cools and the clock boosts again between kernels)."""
+    out = {}
+    for name in names:
+        time.sleep(gap_s)
+        (ms, launches), window = sampler.measure(lambda: timing.time_sustained(launchers[name], seconds))
+        out[name] = (ms, launches, window)
     return out
 
 
@@ -269,12 +290,18 @@ def require_device():
     return driver.device_info()
 
 def run_bench(shapes, rounds: int, config=None, variant_configs=(), out="bench_out", name: str | None = None,
-              tune_cache: str = "off", b_major: str = "mn") -> int:
+              tune_cache: str = "off", b_major: str = "mn", sustained: float | None = None,
+              sustained_gap: float = 1.0) -> int:
     """Time every shape with ptxgemm (`config`, or None: the library's own selection), each of `variant_configs`
     and the cuBLAS peer in the same interleaved rounds; print the table and write bench_<gpu>[_<name>].json and .png
     to `out`. `b_major`: B row-major ("mn", numpy's C order) or column-major ("k"), the same memory for every
-    implementation. `tune_cache` only labels the run: the caller has set PTXGEMM_TUNE_CACHE before any selection."""
+    implementation. `tune_cache` only labels the run: the caller has set PTXGEMM_TUNE_CACHE before any selection.
+    `sustained`: also one back-to-back window of that many seconds per implementation and shape (timing.
+    time_sustained; the order alternating shape by shape, `sustained_gap` seconds idle before each), with the SM
+    clock, power and energy NVML reports (bench/power.py), reported beside the burst figures."""
     import ml_dtypes
+
+    from . import power
 
 
     info = require_device()
@@ -285,6 +312,9 @@ def run_bench(shapes, rounds: int, config=None, variant_configs=(), out="bench_o
     config_desc = config.describe() if config else f"library selection (select_config; tune cache {tune_cache})"
     print(f"# {info.name}, {info.sm_count} SMs, driver {info.driver_version_str}; peer: "
           f"{peer.name if peer else 'none'}; ptxgemm config: {config_desc}; {rounds} rounds, median", flush=True)
+    sampler = power.Sampler(driver.pci_bus_id()) if sustained else None
+    if sampler is not None and sampler.note:
+        print(f"# sustained: {sampler.note}", flush=True)
 
     rows = []
     header = (f"{'M':>6} {'N':>6} {'K':>6} | {'config':<14} | {'ptxgemm ms':>10} {'TFLOP/s':>8} | {'cuBLAS ms':>10} "
@@ -319,6 +349,16 @@ def run_bench(shapes, rounds: int, config=None, variant_configs=(), out="bench_o
                "variants": {v.tag: times[v.name] for v in variants},
                "variant_ratios": {v.tag: (theirs / times[v.name] if theirs else None) for v in variants},
                "variant_rel_err": {v.tag: errs[v.name] for v in variants}}
+        if sustained:
+            names = [main_impl.name] + ([peer.name] if peer else [])
+            windows = time_sustained_pair(launchers, names if len(rows) % 2 == 0 else names[::-1], sustained,
+                                          sustained_gap, sampler)
+            for impl_name, prefix in ((main_impl.name, "ptxgemm"), (peer.name if peer else None, "cublas")):
+                if impl_name in windows:
+                    row.update(sustained_fields(prefix, flops, *windows[impl_name]))
+            theirs_s = row.get("cublas_sustained_ms")
+            row["sustained_ratio"] = theirs_s / row["ptxgemm_sustained_ms"] if theirs_s else None
+            row["energy_source"] = windows[main_impl.name][2].energy_source
         rows.append(row)
         ratio = row["ratio"] if row["ratio"] is not None else float("nan")
         print(f"{m:>6} {n:>6} {k:>6} | {row['config']:<14} | {ours:>10.4f} {row['ptxgemm_tflops']:>8.1f} | "
@@ -326,6 +366,16 @@ def run_bench(shapes, rounds: int, config=None, variant_configs=(), out="bench_o
               f"{ratio:>6.3f} | {row['rel_err']:>9.2e} {(row['cublas_rel_err'] or float('nan')):>10.2e}"
               + "".join(f" | {v.tag}: {times[v.name]:.4f} ms ({(theirs or math.nan) / times[v.name]:.3f})"
                         for v in variants), flush=True)
+        if sustained:
+            def fmt(x, spec):
+                return format(x, spec) if x is not None else "-"
+            print(f"{'':>20} | sustained {sustained:g} s: ptxgemm {row['ptxgemm_sustained_tflops']:.1f} TFLOP/s @ "
+                  f"{fmt(row['ptxgemm_sustained_sm_mhz'], '.0f')} MHz {fmt(row['ptxgemm_sustained_watts'], '.0f')} W "
+                  f"{fmt(row['ptxgemm_j_per_tflop'], '.3f')} J/TFLOP"
+                  + (f" | cuBLAS {row['cublas_sustained_tflops']:.1f} @ {fmt(row['cublas_sustained_sm_mhz'], '.0f')} "
+                     f"MHz {fmt(row['cublas_sustained_watts'], '.0f')} W {fmt(row['cublas_j_per_tflop'], '.3f')} "
+                     f"J/TFLOP | ratio {row['sustained_ratio']:.3f}" if row.get("sustained_ratio") else ""),
+                  flush=True)
         del launchers
         for impl in impls:
             impl.out = None
@@ -343,10 +393,24 @@ def run_bench(shapes, rounds: int, config=None, variant_configs=(), out="bench_o
         print("-" * len(header))
         print("geomean cuBLAS ms / ptxgemm ms: " + ", ".join(
             f"{g} {v:.3f}" if v is not None else f"{g} -" for g, v in means.items()) + f"; min {min_ratio:.3f}")
+    sustained_means = geomeans(rows, "sustained_ratio") if sustained else None
+    if sustained_means and sustained_means["all"] is not None:
+        s_ratios = [r["sustained_ratio"] for r in rows if r.get("sustained_ratio")]
+        summary.update({"sustained_geomean_ratio": sustained_means["all"], "sustained_min_ratio": min(s_ratios)})
+        print("sustained geomean cuBLAS ms / ptxgemm ms: " + ", ".join(
+            f"{g} {v:.3f}" if v is not None else f"{g} -" for g, v in sustained_means.items())
+            + f"; min {min(s_ratios):.3f}")
     result = {"gpu": info.name, "driver": info.driver_version_str, "sm_count": info.sm_count, "clocks": read_clocks(),
               "tune_cache": tune_cache, "peer": peer.name if peer else None, "config": config_desc, "rounds": rounds,
               "b_major": b_major,
               "method": "L2 flushed before each launch, CUDA events around the launch, interleaved rounds, median",
+              "sustained_method": (f"one back-to-back window of >= {sustained:g} s per implementation and shape, no "
+                                   f"flush, CUDA events around the window, {sustained_gap:g} s idle before each, the "
+                                   f"order alternating by shape; SM clock and power: NVML every "
+                                   f"{power.SAMPLE_INTERVAL_S * 1000:.0f} ms, means after the first "
+                                   f"{power.SETTLE_S:g} s; energy: NVML's counter" if sustained else None),
+              "sustained_note": sampler.note if sampler is not None else None,
+              "sustained_geomeans": sustained_means,
               "rel_err_method": f"{SAMPLE_ROWS} fixed rows (seed {SAMPLE_SEED}) against float64, the same for every "
                                 "implementation",
               "date": time.strftime("%Y-%m-%d %H:%M:%S"), "geomeans": means, "min_ratio": min_ratio,

@@ -14,11 +14,15 @@ from ..errors import ConfigError
 
 DEFAULT_OUT = "bench_out"
 # the GPU-time bench's own options, which mean nothing to --host (dest, flag); compared with their defaults below
-SHAPE_SETS = ("deepgemm", "grouped")
+SHAPE_SETS = ("deepgemm", "grouped", "square-llm")
+#: the shortest sustained window: the clock needs about a second at the power limit to settle
+MIN_SUSTAINED_S = 2.0
+DEFAULT_SUSTAINED_S = 3.0
 GPU_BENCH_OPTIONS = (("quick", "--quick"), ("rounds", "--rounds"), ("shapes", "--shapes"), ("set", "--set"), ("name", "--name"),
                      ("config", "--config"), ("variants", "--variants"), ("summarize", "--summarize"),
                      ("summarize_out", "--summarize-out"), ("b_major", "--b-major"), ("in_dtype", "--in-dtype"),
-                     ("scaling", "--scaling"), ("epilogue", "--epilogue"))
+                     ("scaling", "--scaling"), ("epilogue", "--epilogue"), ("sustained", "--sustained"),
+                     ("sustained_gap", "--sustained-gap"))
 # what the benchmark compares; --summarize reads it from each file instead
 MODE_OPTIONS = (("in_dtype", "--in-dtype"), ("scaling", "--scaling"), ("epilogue", "--epilogue"))
 # --host's options, which mean nothing without it; all default to None so that "given" is visible
@@ -55,8 +59,16 @@ def add_arguments(p) -> None:
                         "published TFLOP/s beside ptxgemm's (an H800 figure from its README, not measured here: "
                         "ptxgemm/bench/deepgemm.py); grouped, the MoE expert GEMMs of ptxgemm/bench/grouped_shapes.py "
                         "through ptxgemm.grouped_matmul against torch._grouped_mm / torch.bmm / a loop of matmul "
-                        "per group (bf16, or --in-dtype float8_e4m3fn against torch._scaled_grouped_mm) "
-                        "(default: none)")
+                        "per group (bf16, or --in-dtype float8_e4m3fn against torch._scaled_grouped_mm); "
+                        "square-llm, the 6 square and LLM shapes of the suite (the sustained bar's) (default: none)")
+    p.add_argument("--sustained", type=float, nargs="?", const=DEFAULT_SUSTAINED_S, default=None, metavar="SECONDS",
+                   help="also time each implementation back to back for SECONDS (>= "
+                        f"{MIN_SUSTAINED_S:g}; {DEFAULT_SUSTAINED_S:g} when given bare) per shape, as a training step "
+                        "runs it: the board reaches its power limit and the clock falls; rows gain *_sustained_tflops, "
+                        "the SM clock, watts and joules per TFLOP (NVML through nvidia-ml-py, when installed), the "
+                        "summary a sustained geomean beside the burst one. bf16 against cuBLAS only (default off)")
+    p.add_argument("--sustained-gap", type=float, default=None, metavar="SECONDS",
+                   help="with --sustained: idle seconds before each window, so each starts cool (default 1)")
     p.add_argument("--small-m", action="store_true",
                    help="the small-M suite: M in {1, 16, 64, 128, 256, 512} x (N, K) in {(4096, 4096), (8192, 8192), "
                         "(14336, 4096), (4096, 14336)} (default off)")
@@ -160,6 +172,18 @@ def run(args) -> int:
     if args.set and (args.shapes or args.quick or args.small_m):
         raise ConfigError(f"--set: the shape set {args.set} is the run's shapes; not with --shapes, --quick or "
                           f"--small-m")
+    if args.sustained_gap is not None and args.sustained is None:
+        raise ConfigError("--sustained-gap: only with --sustained")
+    if args.sustained is not None:
+        if not args.sustained >= MIN_SUSTAINED_S:
+            raise ConfigError(f"--sustained: at least {MIN_SUSTAINED_S:g} seconds per window (the clock needs about "
+                              f"a second at the power limit to settle), got {args.sustained:g}")
+        if args.sustained_gap is not None and not args.sustained_gap >= 0:
+            raise ConfigError(f"--sustained-gap: seconds >= 0, got {args.sustained_gap:g}")
+        if args.set in ("grouped", "deepgemm") or args.in_dtype not in (None, "bfloat16") or args.scaling or \
+                args.epilogue:
+            raise ConfigError("--sustained: the bf16 benchmark against cuBLAS only (no --set grouped/deepgemm, "
+                              "--in-dtype fp8, --scaling or --epilogue)")
     if args.set == "grouped":
         from ..bench import grouped_bench   # imports torch when it runs: only this set needs it
 
@@ -176,13 +200,15 @@ def run(args) -> int:
     mode = _mode(args)
     shapes = (bench.parse_shapes(args.shapes) if args.shapes else list(bench.SMALL_M_SUITE) if args.small_m else
               list(deepgemm.SHAPES) if args.set == "deepgemm" else
+              list(bench.SQUARE_LLM_SHAPES) if args.set == "square-llm" else
               bench_modes.default_shapes(mode, args.quick, bench.default_shapes))
     config = _tags("--config", [args.config])[0] if args.config else None
     variants = _tags("--variants", filter(None, args.variants.split(",")))
     rounds = args.rounds or (7 if args.quick else 25)
     if mode.is_default:
         return bench.run_bench(shapes, rounds, config, variants, out=args.out, name=args.name, tune_cache=tune_cache,
-                               b_major=args.b_major or "mn")
+                               b_major=args.b_major or "mn", sustained=args.sustained,
+                               sustained_gap=1.0 if args.sustained_gap is None else args.sustained_gap)
     return bench_modes.run_mode_bench(shapes, rounds, mode, config, out=args.out, name=args.name,
                                       tune_cache=tune_cache, b_major=args.b_major or "mn", variants=variants)
 

@@ -135,6 +135,14 @@ def device_info() -> DeviceInfo:
     return context().info
 
 
+def pci_bus_id() -> str:
+    """The device's PCI bus id ("0000:19:00.0"): how NVML (the power sampler of `bench --sustained`) finds the same
+    GPU whatever CUDA_VISIBLE_DEVICES renumbered."""
+    ctx = context()
+    raw = check(cu.cuDeviceGetPCIBusId(32, ctx.device), "reading the device's PCI bus id")
+    return raw.split(b"\0", 1)[0].decode() if isinstance(raw, bytes) else str(raw)
+
+
 def device_available() -> bool:
     """True when a CUDA device can be opened. Never raises."""
     try:

@@ -9,6 +9,12 @@ as DeepGEMM's published ones): no flush, a run of launches queued back to back, 
 its mean per launch; the median over rounds, implementations interleaved. The L2 stays warm with the operands and
 the launch gaps overlap the previous kernel, so a small kernel times close to its own duration. Short runs: this is
 not the sustained, power-limited figure of a long run.
+
+sustained (time_sustained; `bench --sustained S`): one launcher's launches queued back to back for at least S
+seconds with no flush, the way a training step runs them, CUDA events around the whole window, its mean per launch.
+The board reaches its power limit within the window and the clock falls until it draws no more, so this figure,
+not burst, ranks kernels by energy per FLOP. The caller idles between windows (bench: --sustained-gap) so each
+starts from a cool, boosted state.
 """
 from __future__ import annotations
 
@@ -63,6 +69,27 @@ def time_back_to_back(launchers: dict[str, Callable[[], object]], launches: int 
         end.record()
         return start.elapsed_ms(end) / launches
     return _median_of_rounds(launchers, rounds, warmup, one_run)
+
+
+def time_sustained(launch: Callable[[], object], seconds: float, calibrate: int = 10) -> tuple[float, int]:
+    """(mean ms per launch, launches) of one back-to-back window of at least `seconds` (see the module's
+    docstring): the launch count from a short back-to-back run of `calibrate` launches first. Returns once the GPU
+    has finished the window."""
+    start, end = driver.Event(), driver.Event()
+    launch()
+    start.record()
+    for _ in range(calibrate):
+        launch()
+    end.record()
+    end.synchronize()
+    per_ms = max(start.elapsed_ms(end) / calibrate, 1e-3)
+    launches = max(calibrate, int(seconds * 1000.0 / per_ms) + 1)
+    start.record()
+    for _ in range(launches):
+        launch()
+    end.record()
+    end.synchronize()
+    return start.elapsed_ms(end) / launches, launches
 
 
 @functools.lru_cache(maxsize=1)

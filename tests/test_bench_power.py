@@ -1,0 +1,67 @@
+"""The sustained benchmark's power sampler (ptxgemm/bench/power.py) and its row fields, without a GPU: NVML
+replaced by a fake whose clock falls and whose energy counter runs, and NVML missing altogether."""
+from __future__ import annotations
+
+import sys
+import types
+
+import pytest
+
+from ptxgemm.bench import power, suite
+
+
+def test_the_window_means_skip_the_settling_and_energy_comes_from_the_counter():
+    samples = [(0.0, 1980.0, 300.0), (0.1, 1980.0, 690.0), (0.3, 1320.0, 700.0), (0.5, 1300.0, 698.0)]
+    w = power.summarize(samples, 2.0, (5_000_000, 6_400_000))
+    assert (w.samples, w.sm_mhz, w.watts) == (2, 1310.0, 699.0)     # the first 0.25 s left out
+    assert (w.joules, w.energy_source) == (1400.0, "counter")
+    assert w.joules_per_tflop(700e12 * 2.0) == pytest.approx(1.0)   # 1400 J over 1400 TFLOP
+    w = power.summarize(samples, 2.0, None)                          # no counter: mean power x time
+    assert (w.joules, w.energy_source) == (1398.0, "mean power x time")
+    w = power.summarize([(0.1, 1980.0, 400.0)], 0.2, (7, 7))          # only settling samples: they are used
+    assert (w.samples, w.watts, w.joules) == (1, 400.0, 80.0)
+
+
+def _fake_nvml(calls):
+    clock = iter(range(1980, 0, -10))
+    energy = iter((1_000_000, 1_000_000 + 2_100_000))
+    return types.SimpleNamespace(
+        NVML_CLOCK_SM=0,
+        nvmlInit=lambda: calls.append("init"),
+        nvmlDeviceGetHandleByPciBusId=lambda bus: calls.append(bus) or "handle",
+        nvmlDeviceGetHandleByIndex=lambda i: "handle0",
+        nvmlDeviceGetClockInfo=lambda h, kind: next(clock),
+        nvmlDeviceGetPowerUsage=lambda h: 700_000,
+        nvmlDeviceGetTotalEnergyConsumption=lambda h: next(energy))
+
+
+def test_the_sampler_reads_the_gpu_by_its_bus_id_while_the_window_runs(monkeypatch):
+    import time
+
+    calls = []
+    monkeypatch.setitem(sys.modules, "pynvml", _fake_nvml(calls))
+    sampler = power.Sampler("0000:19:00.0")
+    assert calls == ["init", "0000:19:00.0"] and sampler.note == ""
+    result, w = sampler.measure(lambda: time.sleep(0.35) or "done")
+    assert result == "done" and w.samples >= 1 and w.watts == 700.0 and w.sm_mhz < 1980
+    assert (w.joules, w.energy_source) == (2100.0, "counter") and w.seconds >= 0.35
+
+
+def test_without_nvml_the_window_keeps_its_length_and_says_why(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pynvml", None)     # import pynvml raises ImportError
+    sampler = power.Sampler("0000:19:00.0")
+    assert "nvidia-ml-py" in sampler.note
+    result, w = sampler.measure(lambda: 3)
+    assert result == 3 and (w.sm_mhz, w.watts, w.joules) == (None, None, None) and "nvidia-ml-py" in w.note
+
+
+def test_sustained_fields_per_implementation():
+    w = power.Window(seconds=2.0, sm_mhz=1300.0, watts=700.0, joules=1400.0)
+    flops = 2.0 * 8192 ** 3
+    fields = suite.sustained_fields("ptxgemm", flops, 1.6, 1250, w)
+    assert fields["ptxgemm_sustained_tflops"] == pytest.approx(flops / 1.6e-3 / 1e12)
+    assert fields["ptxgemm_j_per_tflop"] == pytest.approx(1400.0 / (flops * 1250 / 1e12))
+    assert (fields["ptxgemm_sustained_sm_mhz"], fields["ptxgemm_sustained_watts"]) == (1300.0, 700.0)
+    rows = [{"M": 4096, "N": 4096, "K": 4096, "sustained_ratio": 1.02}, {"M": 8192, "N": 8192, "K": 8192,
+                                                                          "sustained_ratio": 0.98}]
+    assert suite.geomeans(rows, "sustained_ratio")["all"] == pytest.approx((1.02 * 0.98) ** 0.5)
