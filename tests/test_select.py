@@ -180,10 +180,19 @@ def test_only_selectable_configs_are_chosen_and_near_ties_go_to_the_earlier(monk
         monkeypatch.setitem(S.EPILOGUE_NS, tag, 0.0)
         monkeypatch.setitem(S.KTILE_NS, tag, per_flop(tag))
     first, second = S.SELECTABLE[0], S.SELECTABLE[2]   # 128x256 and 256x128: 512 tiles, 4 steps each at 4096^3
+    first = S.MULTICAST_FIRST if shape[2] >= S.MULTICAST_MIN_K else first    # a long k-loop: the pair sharing B
     monkeypatch.setitem(S.KTILE_NS, second, per_flop(second, 1 / (1 + S.TIE_FRACTION / 2)))
     assert select_config(*shape, device=H100).tag == first
     monkeypatch.setitem(S.KTILE_NS, second, per_flop(second, 1 / (1 + 2 * S.TIE_FRACTION)))
     assert select_config(*shape, device=H100).tag == second
+
+
+def test_a_long_k_loop_ties_go_to_the_pair_sharing_b():
+    """Within a tie, K >= MULTICAST_MIN_K takes the cooperative 128x256 in cluster pairs (B multicast: less L2
+    traffic per FLOP, measured faster under sustained load); a shorter k-loop keeps the single CTA."""
+    assert select_config(8192, 8192, 8192, device=H100).tag == S.MULTICAST_FIRST
+    assert select_config(8448, 9216, S.MULTICAST_MIN_K, device=H100).tag == S.MULTICAST_FIRST
+    assert select_config(8448, 9216, 1024, device=H100).tag == "coop128x256"
 
 
 def test_explain_is_sorted_and_matches_the_selection():
@@ -347,7 +356,7 @@ def test_a_heavy_last_wave_yields_to_a_fuller_tied_tile():
         cfg = select_config(3000, 5000, 2048, b_major="k", device=device)
         assert cfg.tag == "pp128x192", cfg.tag
         rows = S.explain(3000, 5000, 2048, b_major="k", device=device)
-        assert rows[0]["tag"] == "pp128x192" and rows[1]["tag"] == "coop128x256"
+        assert rows[0]["tag"] == "pp128x192" and rows[1]["tag"] == S.MULTICAST_FIRST   # K 2048: the pair next
     for shape in ((8448, 9216, 512), (8448, 9216, 1024), (8192, 8192, 8192)):   # pp128x192 alone would win these
         assert select_config(*shape, device=H100).tile_tag in S.SELECTABLE
     assert select_config(3000, 5000, 2048, device=H100).tag == "coop128x256c2"   # B row-major: the misaligned pair

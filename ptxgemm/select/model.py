@@ -94,6 +94,14 @@ MEMORY = {
 SELECTABLE = ("coop128x256", "coop128x256c2", "coop256x128", "coop256x128c2", "coop256x192", "pp128x128", "pp64x128",
               "pp128x16t", "pp128x32t", "pp128x64t", "pp64x128c2")
 TIE_FRACTION = 0.03
+# Within a tie, a long k-loop (K >= MULTICAST_MIN_K) goes to the cooperative 128x256 tile in cluster pairs sharing B
+# (each CTA loads half of B's panel and multicasts it): measured under sustained, power-limited load on the H100 over
+# the six square/LLM shapes (K 4096-14336; bench_h100_sustained_coop128x256c2.json beside bench_h100_sustained_r*.json),
+# it held a 20-40 MHz higher clock at the same 650 W and ran 1.008x cuBLAS against the single CTA's 0.992x, and
+# 1.016x against 0.997x in burst: half of B's traffic from L2 is energy the clock gets back. Short k-loops keep the
+# single CTA, whose store is the cheaper (EPILOGUE_NS).
+MULTICAST_MIN_K = 2048
+MULTICAST_FIRST = "coop128x256c2"
 # Tiles the model's constants do not rank reliably against SELECTABLE (pp128x192 measured weaker on the seed sweep's
 # full waves, where the model would pick it), offered only where they fill the grid better: when one is predicted
 # within TIE_FRACTION of SELECTABLE's fastest and its steps are fuller than every tied SELECTABLE candidate's by more
@@ -385,7 +393,8 @@ def with_epilogue(config: GemmConfig, epilogue: tuple) -> GemmConfig | None:
 def _ranked(problem: Problem, sm_count: int, gpu_name: str = "", batches: int = 1,
             epilogue: tuple = ()) -> list[tuple[Prediction, GemmConfig]]:
     """The selectable candidates with their predictions, in the order select_config prefers them: predicted time,
-    except that a candidate within TIE_FRACTION of the fastest yields to an earlier one in SELECTABLE, and a
+    except that a candidate within TIE_FRACTION of the fastest yields to an earlier one in SELECTABLE (or, for a
+    long k-loop, to MULTICAST_FIRST), and a
     WAVE_FILL_TILES candidate tied with them that fills the grid better than all of them goes first. The other
     WAVE_FILL_TILES candidates come last. With a fused `epilogue`, only candidates that can carry it; when no
     SELECTABLE one can (blockwise scaling's two sets of accumulators), every candidate that can."""
@@ -414,6 +423,8 @@ def _ranked(problem: Problem, sm_count: int, gpu_name: str = "", batches: int = 
         if p.total_ns > fastest * (1 + TIE_FRACTION):
             return (1, p.total_ns, 0, 0, 0)
         order = SELECTABLE.index(c.tile_tag) if c.tile_tag in SELECTABLE else len(SELECTABLE)
+        if c.tile_tag == MULTICAST_FIRST and problem.k >= MULTICAST_MIN_K:
+            order = -1
         if p.memory_bound:   # tied on streaming the same bytes: the least padded work, the fewest splits, the fewest
             # straddled L2 lines
             return (0, p.padded_area, c.splits, misaligned_factor(c, *_kernel_mnk(c, problem.m, problem.n, problem.k)), order)
