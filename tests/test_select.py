@@ -188,11 +188,13 @@ def test_only_selectable_configs_are_chosen_and_near_ties_go_to_the_earlier(monk
 
 
 def test_a_long_k_loop_ties_go_to_the_pair_sharing_b():
-    """Within a tie, K >= MULTICAST_MIN_K takes the cooperative 128x256 in cluster pairs (B multicast: less L2
-    traffic per FLOP, measured faster under sustained load); a shorter k-loop keeps the single CTA."""
+    """Within a tie, K >= MULTICAST_MIN_K over at least MULTICAST_MIN_STEPS tiles per SM takes the cooperative
+    128x256 in cluster pairs (B multicast: less L2 traffic per FLOP, measured faster under sustained load); a
+    shorter k-loop, or a grid of one partial wave, keeps the single CTA."""
     assert select_config(8192, 8192, 8192, device=H100).tag == S.MULTICAST_FIRST
     assert select_config(8448, 9216, S.MULTICAST_MIN_K, device=H100).tag == S.MULTICAST_FIRST
     assert select_config(8448, 9216, 1024, device=H100).tag == "coop128x256"
+    assert select_config(512, 8192, 8192, device=H100).tag == "coop128x256"
 
 
 def test_explain_is_sorted_and_matches_the_selection():

@@ -99,8 +99,11 @@ TIE_FRACTION = 0.03
 # the six square/LLM shapes (K 4096-14336; bench_h100_sustained_coop128x256c2.json beside bench_h100_sustained_r*.json),
 # it held a 20-40 MHz higher clock at the same 650 W and ran 1.008x cuBLAS against the single CTA's 0.992x, and
 # 1.016x against 0.997x in burst: half of B's traffic from L2 is energy the clock gets back. Short k-loops keep the
-# single CTA, whose store is the cheaper (EPILOGUE_NS).
+# single CTA, whose store is the cheaper (EPILOGUE_NS), and so does a grid of under MULTICAST_MIN_STEPS tiles per
+# SM: at 512x8192x8192 (128 tiles, one partial wave) the pair ran 1.3% slower than the single CTA, side by side
+# (bench_h100_quick_sel.json), where 8448x9216x2048 (6 steps) ran 1.5% faster.
 MULTICAST_MIN_K = 2048
+MULTICAST_MIN_STEPS = 2
 MULTICAST_FIRST = "coop128x256c2"
 # Tiles the model's constants do not rank reliably against SELECTABLE (pp128x192 measured weaker on the seed sweep's
 # full waves, where the model would pick it), offered only where they fill the grid better: when one is predicted
@@ -423,7 +426,7 @@ def _ranked(problem: Problem, sm_count: int, gpu_name: str = "", batches: int = 
         if p.total_ns > fastest * (1 + TIE_FRACTION):
             return (1, p.total_ns, 0, 0, 0)
         order = SELECTABLE.index(c.tile_tag) if c.tile_tag in SELECTABLE else len(SELECTABLE)
-        if c.tile_tag == MULTICAST_FIRST and problem.k >= MULTICAST_MIN_K:
+        if c.tile_tag == MULTICAST_FIRST and problem.k >= MULTICAST_MIN_K and p.steps >= MULTICAST_MIN_STEPS:
             order = -1
         if p.memory_bound:   # tied on streaming the same bytes: the least padded work, the fewest splits, the fewest
             # straddled L2 lines
