@@ -104,6 +104,7 @@ TIE_FRACTION = 0.03
 # (bench_h100_quick_sel.json), where 8448x9216x2048 (6 steps) ran 1.5% faster.
 MULTICAST_MIN_K = 2048
 MULTICAST_MIN_STEPS = 2
+MULTICAST_DTYPES = ("bfloat16", "float16")   # measured with bf16; fp8's k-tiles are not (their B panel is half)
 MULTICAST_FIRST = "coop128x256c2"
 # Tiles the model's constants do not rank reliably against SELECTABLE (pp128x192 measured weaker on the seed sweep's
 # full waves, where the model would pick it), offered only where they fill the grid better: when one is predicted
@@ -426,7 +427,8 @@ def _ranked(problem: Problem, sm_count: int, gpu_name: str = "", batches: int = 
         if p.total_ns > fastest * (1 + TIE_FRACTION):
             return (1, p.total_ns, 0, 0, 0)
         order = SELECTABLE.index(c.tile_tag) if c.tile_tag in SELECTABLE else len(SELECTABLE)
-        if c.tile_tag == MULTICAST_FIRST and problem.k >= MULTICAST_MIN_K and p.steps >= MULTICAST_MIN_STEPS:
+        if c.tile_tag == MULTICAST_FIRST and problem.k >= MULTICAST_MIN_K and p.steps >= MULTICAST_MIN_STEPS and \
+                problem.in_dtype in MULTICAST_DTYPES:
             order = -1
         if p.memory_bound:   # tied on streaming the same bytes: the least padded work, the fewest splits, the fewest
             # straddled L2 lines
