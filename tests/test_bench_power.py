@@ -65,3 +65,21 @@ def test_sustained_fields_per_implementation():
     rows = [{"M": 4096, "N": 4096, "K": 4096, "sustained_ratio": 1.02}, {"M": 8192, "N": 8192, "K": 8192,
                                                                           "sustained_ratio": 0.98}]
     assert suite.geomeans(rows, "sustained_ratio")["all"] == pytest.approx((1.02 * 0.98) ** 0.5)
+
+
+def test_summarize_spreads_the_sustained_ratios_beside_the_burst_ones():
+    from ptxgemm.bench import summary
+
+    def run(ratio, sustained):
+        return {"gpu": "NVIDIA H100 80GB HBM3", "rows": [
+            {"M": 8192, "N": 8192, "K": 8192, "ratio": ratio, "sustained_ratio": sustained, "config": "coop128x256c2"},
+            {"M": 4096, "N": 4096, "K": 4096, "ratio": ratio, "sustained_ratio": sustained - 0.02,
+             "config": "coop128x256c2"}]}
+    out = summary.summarize({"a.json": run(1.01, 1.02), "b.json": run(1.03, 1.00), "c.json": run(1.02, 1.01)})
+    g = out["NVIDIA H100 80GB HBM3"]
+    shape = next(s for s in g["shapes"] if s["M"] == 8192)
+    assert shape["sustained_ratio"] == {"n": 3, "min": 1.00, "median": 1.01, "max": 1.02}
+    assert g["sustained_geomeans"]["square_llm"]["n"] == 3
+    assert "sustained square_llm" in summary.format_summary(out)
+    plain = summary.summarize({"a.json": {"gpu": "x", "rows": [{"M": 1, "N": 1, "K": 1, "ratio": 1.0}]}})
+    assert "sustained_geomeans" not in plain["x"]       # a run without sustained windows reads as it always did

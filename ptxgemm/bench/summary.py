@@ -1,5 +1,6 @@
 """`python -m ptxgemm bench --summarize FILE...`: several bench runs' JSON -> min/median/max of the cuBLAS/ptxgemm
-ratio per shape and per geomean group, per GPU. No GPU needed.
+ratio per shape and per geomean group, per GPU, and of the sustained ratio where the runs have one (`bench
+--sustained`). No GPU needed.
 
 Runs of the fp8 and epilogue benches (ptxgemm.bench.modes: their JSON says in_dtype, scaling, epilogue and what the
 ratio means) are summarized apart from the bf16 bench's, under "<gpu> [<mode>]"; epilogue runs add the spread of
@@ -60,14 +61,17 @@ def summarize(runs: dict) -> dict:
     for gpu, items in by_gpu.items():
         shapes: dict = {}
         per_group = {g: [] for g in (*GROUPS, "all")}
+        sustained_groups = {g: [] for g in (*GROUPS, "all")}
         mins = []
         mode = run_mode(items[0][1])
         for _, run in items:
             rows = [{**r, "ratio": _row_ratio(r)} for r in run["rows"]]
             for r in rows:
                 s = shapes.setdefault((r["M"], r["N"], r["K"]), {"ratios": [], "configs": [], "group": row_group(r),
+                                                                 "sustained": [],
                                                                  **{m: [] for m in EPILOGUE_METRICS}})
                 s["ratios"].append(r["ratio"])
+                s["sustained"].append(r.get("sustained_ratio"))
                 for m in EPILOGUE_METRICS:
                     s[m].append(r.get(m))
                 cfg = r.get("config")
@@ -77,17 +81,23 @@ def summarize(runs: dict) -> dict:
             computed = geomeans(rows)
             for g in per_group:
                 per_group[g].append(stored[g] if g in stored else computed[g])
+            sustained = geomeans(rows, "sustained_ratio")
+            for g in sustained_groups:
+                sustained_groups[g].append(sustained[g])
             ratios = [r["ratio"] for r in rows if r["ratio"] is not None]
             mins.append(run["min_ratio"] if run.get("min_ratio") is not None else (min(ratios) if ratios else None))
         out[gpu] = {
             "runs": [f for f, _ in items],
             "shapes": [{"M": m, "N": n, "K": k, "group": s["group"], "configs": s["configs"],
                         "ratio": _spread(s["ratios"]),
+                        **({"sustained_ratio": _spread(s["sustained"])} if any(s["sustained"]) else {}),
                         **{m_: _spread(s[m_]) for m_ in EPILOGUE_METRICS if any(v is not None for v in s[m_])}}
                        for (m, n, k), s in sorted(shapes.items(), key=lambda i: (GROUPS.index(i[1]["group"]), i[0]))],
             "geomeans": {g: _spread(v) for g, v in per_group.items()},
             "min_ratio": _spread(mins),
         }
+        if any(v is not None for v in sustained_groups["all"]):
+            out[gpu]["sustained_geomeans"] = {g: _spread(v) for g, v in sustained_groups.items()}
         if mode is not None:
             out[gpu]["mode"] = mode
             out[gpu]["ratio_means"] = items[0][1].get("ratio_means") or "see the run files"
@@ -107,11 +117,15 @@ def format_summary(summary: dict) -> str:
         for s in g["shapes"]:
             shape = f"{s['M']}x{s['N']}x{s['K']}"
             lines.append(f"{shape:<22} {cells(s['ratio'])}  {'/'.join(s['configs']) or '-'}"
-                         + "".join(f"  {m} median {s[m]['median']:+.1%}" for m in EPILOGUE_METRICS if s.get(m)))
+                         + "".join(f"  {m} median {s[m]['median']:+.1%}" for m in EPILOGUE_METRICS if s.get(m))
+                         + (f"  sustained {cells(s['sustained_ratio']).strip()}" if s.get("sustained_ratio") else ""))
         lines.append("-" * len(head))
         for name, s in g["geomeans"].items():
             lines.append(f"{'geomean ' + name:<22} {cells(s)}")
         lines.append(f"{'min ratio':<22} {cells(g['min_ratio'])}")
+        for name, s in (g.get("sustained_geomeans") or {}).items():
+            if s:
+                lines.append(f"{'sustained ' + name:<22} {cells(s)}")
         lines.append(f"(ratio = {g.get('ratio_means', BF16_RATIO)}; min/median/max across runs)")
         lines.append("")
     return "\n".join(lines).rstrip("\n")
