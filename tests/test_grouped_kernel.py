@@ -273,6 +273,23 @@ def test_the_grouped_epilogue_maps_per_group_arguments_and_refuses_what_is_unver
     assert [a.value for a in args][-3:] == [256, 256, 0]
 
 
+def test_one_block_per_group_is_refused_not_read_as_one_scale_for_all():
+    """Blockwise per expert with K <= 128 and N <= 128: each group's table is one block, which the dense epilogue
+    would read as one per-tensor scale (group 0's) for every group; refused by name instead (the emulated fuzzer's
+    blockwise draws found it)."""
+    import numpy as np
+
+    f32 = np.float32
+    p = rules.GroupedProblem("contiguous", 4, 32, 128, 64, "float8_e4m3fn", None, "bfloat16", (32, 128))
+    with pytest.raises(ConfigError, match=r"^scale_b: a blockwise table of one block per group"):
+        grouped_call.grouped_epilogue(p, 1.0, _Fake((32, 1), f32), _Fake((4, 1, 1), f32), None, None,
+                                      lambda x, name: x)
+    one = rules.GroupedProblem("contiguous", 1, 32, 128, 64, "float8_e4m3fn", None, "bfloat16", (32, 128))
+    fused, _ = grouped_call.grouped_epilogue(one, 1.0, _Fake((32, 1), f32), _Fake((1, 1, 1), f32), None, None,
+                                             lambda x, name: x)
+    assert fused.device_b is not None or fused.block_b is not None   # one group: its one scale is every group's
+
+
 def test_the_emulated_grouped_fuzzer_finds_nothing(monkeypatch):
     """CI's net under the grouped plans: random grouped calls through ptxgemm.grouped.plan_launch on the plan
     emulator (the kernel's parameters read by name from its PTX, A, B and C through the tensor maps' specs, every

@@ -150,6 +150,10 @@ def grouped_epilogue(problem: grouped.GroupedProblem, alpha, scale_a, scale_b, b
             if shape in ((g, n), (g, 1, n)) and g > 1:
                 scale_b, strides["col_scale"] = _flat(sb, "scale_b", (g * n,), "a per-group scale table").view((n,)), n
             elif len(shape) == 3 and shape == (g, kb, nb):
+                if kb * nb == 1 and g > 1:   # group 0's one block would read as a per-tensor scale for all groups
+                    raise ConfigError(f"scale_b: a blockwise table of one block per group ({shape}: K <= 128 and "
+                                      f"N <= 128) is one scale per group, which the grouped kernel takes as rowwise "
+                                      f"scales: pass scale_b as (G, N) = ({g}, {n}) and scale_a per row of a")
                 scale_b = _flat(sb, "scale_b", (g * kb, nb), "a blockwise table (G, kb, nb)").view((kb, nb))
             else:
                 scale_b = sb

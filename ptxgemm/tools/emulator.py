@@ -337,8 +337,10 @@ def grouped_matmul(a, b, *, offs=None, masked_m=None, out=None, alpha=1.0, scale
                                    config=config, convert=_as_host, upload=upload, allocate=HostArray.empty,
                                    sm_count=lambda: device.sm_count, spill_check=_no_spills)
     if plan.config is not None:
-        arrays_ = [plan.a, plan.b, plan.out, plan.counts]
-        grouped_kernel(plan, Memory(arrays_))
+        e = plan.epilogue
+        vectors = [x for x in (e.row_scale, e.col_scale, e.bias, e.block_a, e.block_b, e.device_a, e.device_b)
+                   if x is not None]
+        grouped_kernel(plan, Memory([plan.a, plan.b, plan.out, plan.counts, *vectors]))
     return plan.out
 
 
@@ -357,18 +359,38 @@ def _grouped_params(plan) -> dict:
 def grouped_kernel(plan, memory: Memory) -> None:
     """The grouped kernel's result, as its config and parameters define it: the counts read from the address the
     kernel is given and clamped as its scan clamps them (ptxgemm.kernel.grouped_walk.ranges), each group's rows of A
-    (contiguous, masked) or K range (k form) times its B through the tensor maps, the per-tensor epilogue, the cast,
-    and C written only on the groups' rows."""
+    (contiguous, masked) or K range (k form) times its B through the tensor maps, the epilogue (alpha, the rowwise
+    scales with each group's column vectors at its group stride, the blockwise tables with each group's B table after
+    the previous one's, the activation), the cast, and C written only on the groups' rows."""
     from ..kernel import grouped_walk
 
     cfg, p, specs = plan.config, _grouped_params(plan), plan.specs
     form, groups, n = cfg.grouped, p["param_groups"], p["param_n"]
-    if cfg.row_scale or cfg.col_scale or cfg.bias or cfg.block_scale or cfg.device_scales:
-        raise NotImplementedError("the grouped emulator runs per-tensor epilogues (alpha, activation) only")
+    if cfg.has_source:
+        raise NotImplementedError("the grouped GEMM takes no source matrix")
     counts = memory.at(p["param_counts"], (groups,), (4,), np.int32, "the counts").tolist()
     total = {"masked": p["param_group_rows"], "k": p["param_group_rows"]}.get(form, p["param_m"])
     spans = grouped_walk.ranges(form, counts, total)
     alpha = p.get("param_alpha", 1.0)
+    if cfg.device_scales:   # per-tensor scales on the device, read once by every consumer (one for all groups)
+        for operand in ("a", "b"):
+            ptr = p[f"param_scale_{operand}_ptr"]
+            alpha *= float(memory.at(ptr, (1,), (4,), np.float32, f"scale_{operand}")[0]) if ptr else 1.0
+    rows_2d = p["param_m"]          # A's and C's rows as the kernel sees them (2-D)
+
+    def column_vector(name: str, g: int, dtype) -> np.ndarray:
+        """Group g's column vector: the kernel adds g x its group stride (elements) to the vector's address."""
+        item = np.dtype(dtype).itemsize
+        ptr = p[f"param_{name}"] + g * p[f"param_{name}_group_stride"] * item
+        return memory.at(ptr, (n,), (item,), dtype, f"group {g}'s {name}").astype(np.float64)
+
+    row_scale = (memory.at(p["param_row_scale"], (rows_2d,), (4,), np.float32, "the row scales").astype(np.float64)
+                 if cfg.row_scale else None)
+    kb = nb = 0
+    if cfg.block_scale:
+        kb, nb = p["param_scale_a_ld"], p["param_scale_b_ld"]
+        table_a = memory.at(p["param_scale_a"], (rows_2d, kb), (4 * kb, 4), np.float32,
+                            "scale_a's table").astype(np.float64)
     sa, sb, sc = specs["tmap_a"], specs["tmap_b"], specs["tmap_c"]
     ia, ib, ic = sa.dtype.itemsize, sb.dtype.itemsize, sc.dtype.itemsize
     assert p["param_c_ptr"] == sc.address and p["param_ldc"] == sc.strides[0], (p, sc)
@@ -393,8 +415,25 @@ def grouped_kernel(plan, memory: Memory) -> None:
                 b_g = memory.at(sb.address + g * sb.strides[1], (n, k), (sb.strides[0], ib), sb.dtype, "B").T
             else:                    # dims (N, K, G)
                 b_g = memory.at(sb.address + g * sb.strides[1], (k, n), (sb.strides[0], ib), sb.dtype, "B")
-            acc = a_g.astype(np.float64) @ b_g.astype(np.float64)
+            a64, b64 = a_g.astype(np.float64), b_g.astype(np.float64)
+            if cfg.block_scale:   # each k-block's product promoted with its row's and its column block's scales
+                table_b = memory.at(p["param_scale_b"] + g * kb * nb * 4, (kb, nb), (4 * nb, 4), np.float32,
+                                    f"group {g}'s scale_b table").astype(np.float64)
+                col_block = np.arange(n) // SCALE_BLOCK
+                acc = np.zeros((e - s, n))
+                for j in range(kb):
+                    ks = slice(j * SCALE_BLOCK, (j + 1) * SCALE_BLOCK)
+                    acc += table_a[s:e, j:j + 1] * table_b[j, col_block][None, :] * (a64[:, ks] @ b64[ks, :])
+            else:
+                acc = a64 @ b64
             rows = slice(s, e)
             c = memory.at(sc.address, (sc.dims[1], n), (sc.strides[0], ic), sc.dtype, "C")
-        v = activation64(cfg.activation, alpha * acc)
+            if row_scale is not None:
+                acc = acc * row_scale[s:e, None]
+            if cfg.col_scale:
+                acc = acc * column_vector("col_scale", g, np.float32)[None, :]
+        v = alpha * acc
+        if cfg.bias == "col":     # the k form takes no vectors (GemmConfig refuses them)
+            v = v + column_vector("bias", g, cfg.bias_dtype)[None, :]
+        v = activation64(cfg.activation, v)
         c[rows] = v.astype(np.float32).astype(out_type).view(sc.dtype)

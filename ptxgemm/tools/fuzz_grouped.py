@@ -20,6 +20,9 @@ from ..errors import ConfigError
 DTYPES = ("bfloat16", "float16", "float8_e4m3fn")
 TILES = (None, "coop128x256", "coop128x128", "coop256x128", "coop128x192")
 ACTIVATIONS = (None, "relu", "gelu", "silu")
+SCALINGS = ("tensor", "row", "block")     # fp8 cases' scale_a / scale_b
+BIASES = (None, None, "shared", "group")
+BLOCK_TILES = (None, "coop128x128")
 # rows x K plus G x K x N: on the GPU a case runs in a few ms and its reference in well under a second; emulated
 # (numpy computes the kernel's products too) a case stays small enough that hundreds run in CI's minute
 MAX_ELEMENTS = {"gpu": 6e6, "emulate": 2.5e5}
@@ -59,12 +62,20 @@ def draw(rng, forms=("contiguous", "masked"), max_elements: float = MAX_ELEMENTS
             "tile": TILES[rng.integers(len(TILES))], "extra_rows": int(rng.choice([0, 0, 9])),
             "scale": float(rng.choice([1.0, 0.5, 1.75])), "activation": ACTIVATIONS[rng.integers(len(ACTIVATIONS))],
             "array": "torch" if rng.random() < 0.3 else "device", "seed": int(rng.integers(1 << 31))}
+    # the epilogue's vectors: fp8 takes rowwise (per token of a, per channel of each group's b) or blockwise scales
+    # (1x128 per token, 128x128 per block of each group's b); any dtype a bias shared by the groups or one per group
+    spec["scaling"] = str(rng.choice(SCALINGS)) if dtype.startswith("float8") else "tensor"
+    spec["bias"] = None if spec["scaling"] == "block" else BIASES[rng.integers(len(BIASES))]
+    if spec["scaling"] == "block":   # the tiles that carry block scales (block_n | 128), or the default's pick
+        spec["tile"] = BLOCK_TILES[rng.integers(len(BLOCK_TILES))]
     rows = groups * m_max if form == "masked" else sum(sizes) + spec["extra_rows"]
     while rows * k + groups * k * n > max_elements and k > 16:   # keep the case small
         k = max(16, k // 2 // 16 * 16)
     while rows * k + groups * k * n > max_elements and spec["n"] > 16:
         spec["n"] = n = max(16, n // 2 // 16 * 16)
     spec["k"] = k
+    if spec["scaling"] == "block" and groups > 1 and spec["n"] <= 128 and k <= 128:
+        spec["n"] = 136   # one block per group is refused by name (grouped_call.grouped_epilogue): not drawn
     return spec
 
 
@@ -170,6 +181,24 @@ def _arrays(spec: dict):
     return a, b, counts, out_shape
 
 
+def _epilogue_arrays(spec: dict, a: np.ndarray) -> dict:
+    """The case's epilogue arrays (numpy, float32), drawn from its seed: scale_a shaped like a's rows (rowwise) or
+    with ceil(K/128) per row (blockwise), scale_b (G, N) or (G, ceil(K/128), ceil(N/128)), bias (N,) or (G, N)."""
+    rng = np.random.default_rng(spec["seed"] + 1)
+    g, n, k = spec["groups"], spec["n"], spec["k"]
+    kb, nb = -(-k // accuracy.SCALE_BLOCK), -(-n // accuracy.SCALE_BLOCK)
+    out = {}
+    if spec.get("scaling") == "row":
+        out["scale_a"] = rng.uniform(0.5, 2.0, a.shape[:-1]).astype(np.float32)
+        out["scale_b"] = rng.uniform(0.5, 2.0, (g, n)).astype(np.float32)
+    elif spec.get("scaling") == "block":
+        out["scale_a"] = rng.uniform(0.5, 2.0, (*a.shape[:-1], kb)).astype(np.float32)
+        out["scale_b"] = rng.uniform(0.5, 2.0, (g, kb, nb)).astype(np.float32)
+    if spec.get("bias"):
+        out["bias"] = rng.standard_normal((n,) if spec["bias"] == "shared" else (g, n)).astype(np.float32)
+    return out
+
+
 def run_case(spec: dict, backend: str = "gpu") -> tuple[str, str]:
     """("correct" | "wrong" | "refused" | "crashed", detail) of one case on the GPU, or emulated (the library's
     plan and the kernel's result in numpy: ptxgemm.tools.emulator.grouped_matmul; device counts there too, so they
@@ -191,8 +220,13 @@ def run_case(spec: dict, backend: str = "gpu") -> tuple[str, str]:
 
             args = tuple(torch.from_dlpack(x) for x in args)
         kw = {"offs" if spec["form"] == "contiguous" else "masked_m": args[2]}
-        if spec["scale"] != 1.0:
-            kw["scale_a"], kw["scale_b"] = spec["scale"], 1.0
+        vectors = _epilogue_arrays(spec, a)
+        kw.update({name: be.upload(x) for name, x in vectors.items()})
+        if spec["scale"] != 1.0:   # per tensor: in scale_a, or in alpha beside vector scales
+            if "scale_a" in kw:
+                kw["alpha"] = spec["scale"]
+            else:
+                kw["scale_a"], kw["scale_b"] = spec["scale"], 1.0
         config = GemmConfig.from_tag(spec["tile"]) if spec["tile"] else None
         be.entry(args[0], args[1], out=args[3], activation=spec["activation"], config=config, **kw)
         got = be.read(out)
@@ -200,10 +234,10 @@ def run_case(spec: dict, backend: str = "gpu") -> tuple[str, str]:
         return "refused", f"ConfigError: {e}"
     except Exception:  # noqa: BLE001 - a crash is an outcome
         return "crashed", traceback.format_exc(limit=4)
-    return _verdict(spec, a, b, counts, poisoned, got, out_dtype)
+    return _verdict(spec, a, b, counts, poisoned, got, out_dtype, vectors)
 
 
-def _verdict(spec, a, b, counts, poisoned, got, out_dtype) -> tuple[str, str]:
+def _verdict(spec, a, b, counts, poisoned, got, out_dtype, vectors=None) -> tuple[str, str]:
     covered = np.zeros(got.shape[:-1], dtype=bool)
     start = 0
     for g, size in enumerate(spec["sizes"]):
@@ -216,6 +250,19 @@ def _verdict(spec, a, b, counts, poisoned, got, out_dtype) -> tuple[str, str]:
         if not size:
             continue
         covered[idx] = True
+        if vectors:   # the fused epilogue's reference, group g's own vectors
+            args = {"alpha": spec["scale"] if "scale_a" in vectors else 1.0, "activation": spec["activation"]}
+            if "scale_a" in vectors:
+                args["scale_a"], args["scale_b"] = vectors["scale_a"][idx], vectors["scale_b"][g]
+            else:
+                args["scale_a"], args["scale_b"] = spec["scale"], 1.0
+            if "bias" in vectors:
+                args["bias"] = vectors["bias"] if vectors["bias"].ndim == 1 else vectors["bias"][g]
+            ref, bound = accuracy.fused_reference(rows, b[g], args, out_dtype, spec.get("scaling") == "block")
+            v = accuracy.check_bound(got[idx].astype(np.float64), ref, bound)
+            if not v.ok:
+                return "wrong", f"group {g} ({size} rows, {spec.get('scaling')} scaling, bias {spec.get('bias')}): {v}"
+            continue
         ref, absp = accuracy.reference(rows, b[g])
         if spec["scale"] == 1.0 and spec["activation"] is None:
             bound = accuracy.error_bound(ref, absp, spec["k"], out_dtype, spec["dtype"])
