@@ -19,11 +19,10 @@ difference between ptxgemm's output and the first peer's on the groups' rows, re
 from __future__ import annotations
 
 import json
-import math
-import statistics
 from pathlib import Path
 
 from . import grouped_shapes
+from .suite import geomean
 
 METHOD = ("burst: L2 flushed before each launch, CUDA events around it, implementations interleaved, median of "
           "rounds; b2b: 20 launches back to back, warm L2, mean per launch, median of 3 rounds")
@@ -232,13 +231,13 @@ def run(rounds: int, in_dtype: str, out_dir: str, name: str | None, with_variant
     summary = {}
     for peer in sorted({r["peer"] for r in rows if "peer" in r}):
         sp = [r["speedup"] for r in rows if r.get("peer") == peer]
-        summary[peer] = {"shapes": len(sp), "geomean": math.exp(statistics.fmean(math.log(x) for x in sp)),
+        summary[peer] = {"shapes": len(sp), "geomean": geomean(sp),
                          "min": min(sp)}
         print(f"geomean vs {peer}: {summary[peer]['geomean']:.3f} over {len(sp)} shapes (min {min(sp):.3f})")
     for key in ("vs_published", "vs_published_b2b"):
         vs = {r["case"]: r[key] for r in rows if r.get(key)}
         if vs:
-            summary[key] = {"shapes": len(vs), "geomean": math.exp(statistics.fmean(math.log(x) for x in vs.values())),
+            summary[key] = {"shapes": len(vs), "geomean": geomean(vs.values()),
                             "min": min(vs.values())}
             print(f"{key}: geomean {summary[key]['geomean']:.3f} over {len(vs)} of DeepGEMM's shapes "
                   f"(min {summary[key]['min']:.3f})")

@@ -10,7 +10,7 @@ import math
 import numpy as np
 
 from ..errors import ConfigError
-from ..kernel.config import GemmConfig
+from ..kernel.config import SCALE_BLOCK, GemmConfig
 from . import epilogue, grouped
 
 # The grouped kernel's tiles (cooperative, single CTAs, whole output panels) and how fast each runs a full tile,
@@ -126,12 +126,12 @@ def grouped_epilogue(problem: grouped.GroupedProblem, alpha, scale_a, scale_b, b
     scales: N for one vector per group, 0 for one shared by all). The grouped shapes are turned into the dense
     epilogue's (ptxgemm.plan.epilogue checks them there):
       scale_a  a number or 1 element (per tensor); one per row of a, (total_M,) or (G, M_max) [+ a trailing 1]
-               (rowwise); (total_M, kb) or (G, M_max, kb) (blockwise, kb = ceil(K / 128))
-      scale_b  per tensor; (N,) shared or (G, N) one per group (rowwise); (G, kb, ceil(N / 128)) (blockwise)
+               (rowwise); (total_M, kb) or (G, M_max, kb) (blockwise, kb = ceil(K / SCALE_BLOCK))
+      scale_b  per tensor; (N,) shared or (G, N) one per group (rowwise); (G, kb, ceil(N / SCALE_BLOCK)) (blockwise)
       bias     (N,) shared or (G, N) one per group."""
     g, n, k = problem.groups, problem.n, problem.k
     rows = problem.m * g if problem.form == "masked" else problem.m
-    kb, nb = -(-k // 128), -(-n // 128)
+    kb, nb = -(-k // SCALE_BLOCK), -(-n // SCALE_BLOCK)
     strides = {}
 
     def is_array(x):
@@ -151,8 +151,8 @@ def grouped_epilogue(problem: grouped.GroupedProblem, alpha, scale_a, scale_b, b
                 scale_b, strides["col_scale"] = _flat(sb, "scale_b", (g * n,), "a per-group scale table").view((n,)), n
             elif len(shape) == 3 and shape == (g, kb, nb):
                 if kb * nb == 1 and g > 1:   # group 0's one block would read as a per-tensor scale for all groups
-                    raise ConfigError(f"scale_b: a blockwise table of one block per group ({shape}: K <= 128 and "
-                                      f"N <= 128) is one scale per group, which the grouped kernel takes as rowwise "
+                    raise ConfigError(f"scale_b: a blockwise table of one block per group ({shape}: K <= {SCALE_BLOCK} "
+                                      f"and N <= {SCALE_BLOCK}) is one scale per group, which the grouped kernel takes as rowwise "
                                       f"scales: pass scale_b as (G, N) = ({g}, {n}) and scale_a per row of a")
                 scale_b = _flat(sb, "scale_b", (g * kb, nb), "a blockwise table (G, kb, nb)").view((kb, nb))
             else:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import functools
 import math
 
 import numpy as np
@@ -344,13 +345,20 @@ def grouped_matmul(a, b, *, offs=None, masked_m=None, out=None, alpha=1.0, scale
     return plan.out
 
 
-def _grouped_params(plan) -> dict:
-    """The kernel's scalar arguments by the names its PTX entry declares (the template, rendered), so that a value
-    packed in the wrong slot is read as the kernel would read it."""
+@functools.lru_cache(maxsize=64)
+def _scalar_names(config) -> tuple[str, ...]:
+    """The names of a kernel's scalar parameters after its three tensor maps, as its PTX entry declares them
+    (rendered once per config: the fuzzer's cases share a few configs)."""
     from ..build.kernels import render_gemm
     from ..kernel.codegen import entry_params
 
-    names = [nm for _, nm in entry_params(render_gemm(plan.config))][3:]
+    return tuple(nm for _, nm in entry_params(render_gemm(config)))[3:]
+
+
+def _grouped_params(plan) -> dict:
+    """The kernel's scalar arguments by the names its PTX entry declares (the template, rendered), so that a value
+    packed in the wrong slot is read as the kernel would read it."""
+    names = _scalar_names(plan.config)
     values = plan.scalars()
     assert len(names) == len(values), (names, values)
     return {nm: v.value for nm, v in zip(names, values)}

@@ -130,12 +130,7 @@ def _grouped_k_job(config: GemmConfig, w: GroupedWorkload, directory: Path, i: i
         else:
             bound[rows] = accuracy.error_bound(np.zeros((w.m, w.n)), np.zeros((w.m, w.n)), 1, config.out_dtype,
                                                config.in_dtype)
-    paths = {}
-    for name, arr in (("a", _raw(x)), ("b", _raw(b)), ("ref", ref.astype(np.float32)),
-                      ("bound", bound.astype(np.float32)), ("counts", counts)):
-        paths[name] = str(directory / f"w{i}_{name}.npy")
-        np.save(paths[name], arr)
-    return {"workload": dataclasses.asdict(w), "paths": paths, "arrays": {}, "scalars": {}}
+    return _saved_job(w, directory, i, x, b, ref, bound, counts)
 
 
 def _grouped_job(config: GemmConfig, w: GroupedWorkload, directory: Path, i: int) -> dict:
@@ -159,6 +154,11 @@ def _grouped_job(config: GemmConfig, w: GroupedWorkload, directory: Path, i: int
             bg = b[gi].T if k_major else b[gi]
             r, absp = accuracy.reference(a[s:e], bg)
             ref[s:e], bound[s:e] = r, accuracy.error_bound(r, absp, w.k, config.out_dtype, config.in_dtype)
+    return _saved_job(w, directory, i, a, b, ref, bound, counts)
+
+
+def _saved_job(w: GroupedWorkload, directory: Path, i: int, a, b, ref, bound, counts) -> dict:
+    """A grouped job: its operands (raw words), reference, bound and counts saved as .npy files the worker maps."""
     paths = {}
     for name, arr in (("a", _raw(a)), ("b", _raw(b)), ("ref", ref.astype(np.float32)),
                       ("bound", bound.astype(np.float32)), ("counts", counts)):
