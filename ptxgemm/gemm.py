@@ -172,13 +172,18 @@ class GemmPlan:
 
     def __init__(self, a, b, out, config: GemmConfig | None = None, *, c=None, alpha=1.0, beta=0.0, bias=None,
                  activation=None, scale_a=None, scale_b=None, ctas: int | None = None,
-                 kernel: GemmKernel | None = None, stream=None, fused: epilogue.Epilogue | None = None):
+                 kernel: GemmKernel | None = None, stream=None, fused: epilogue.Epilogue | None = None,
+                 scratch=None):
         """out = act(alpha * (scale_a . a) @ (b . scale_b) + beta * c + bias), cast to out's dtype (ptxgemm.plan.epilogue
         has the rules of the epilogue arguments; all left out: out = a @ b). `ctas` caps the grid (default: one CTA
         per SM): fewer CTAs give each consumer more tiles, which is how the tests make every consumer run the
         pingpong several times on small problems. `kernel` replaces the config's compiled kernel (ptxgemm.tools.mutants
         runs edited PTX this way); its config must be the plan's. `stream`: where staging buffers are allocated
-        (stream-ordered); launch on the same stream. `fused`: the epilogue arguments already parsed (matmul)."""
+        (stream-ordered); launch on the same stream. `fused`: the epilogue arguments already parsed (matmul).
+        `scratch(nbytes)`: where the plan's own device memory (staging buffers, split-K's workspace and flags) comes
+        from, a DeviceArray of nbytes bytes usable on `stream`; default ptxgemm's stream-ordered pool. A framework
+        passes its own allocator, so that a plan made while its stream is captured into a CUDA graph takes memory
+        the graph may keep (ptxgemm.torch: torch's caching allocator)."""
         check_config(config)
         # any framework's device arrays, read in place (DLPack or __cuda_array_interface__); never a copy
         a, b, out = (as_device_array(x, name, stream) for x, name in ((a, "a"), (b, "b"), (out, "out")))
@@ -202,6 +207,7 @@ class GemmPlan:
             self._steps = _copy_launches(lay.fill)
             return
         self.config = cfg
+        self._scratch = scratch or (lambda nbytes: arrays.DeviceArray.empty((nbytes,), np.uint8, stream=stream))
         if kernel is not None and kernel.config != cfg:
             raise ConfigError(f"kernel: built for {kernel.config.describe()}, but these operands need "
                               f"{cfg.describe()}")
@@ -209,7 +215,7 @@ class GemmPlan:
         info = driver.require_sm90("running the GEMM")
         for op in lay.operands:  # staging buffers, allocated in stream order (no synchronization)
             if op.staged:
-                self.buffers[op.name] = arrays.DeviceArray.empty((op.staging.nbytes,), np.uint8, stream=stream)
+                self.buffers[op.name] = self._scratch(op.staging.nbytes)
         bound, copies_in, copies_out = operands.bind(lay, {k: v.ptr for k, v in self.buffers.items()})
         self._encode(bound, cfg, info, ctas, stream)
         self._steps = _copy_launches(copies_in) + [self._launch] + _copy_launches(copies_out)
@@ -257,10 +263,10 @@ class GemmPlan:
         """Split-K's workspace (the partial tiles: splits - 1 per output tile and consumer half) and its flags (one
         u32 each), both the plan's own; the flags are zeroed once here, and every launch leaves them zero."""
         halves = sched.work_tiles * cfg.consumers_per_tile
-        self.workspace = arrays.DeviceArray.empty((max(halves * (sched.splits - 1) * cfg.partial_bytes, 16),),
-                                                  np.uint8, stream=stream)
-        self.flags = arrays.DeviceArray.empty((halves,), np.uint32, stream=stream)
-        self.flags.fill_bytes(0, 4)
+        self.workspace = self._scratch(max(halves * (sched.splits - 1) * cfg.partial_bytes, 16))
+        flags = self._scratch(halves * 4)
+        self.flags = arrays.DeviceArray(flags.ptr, (halves,), np.uint32, owner=False, base=flags)
+        self.flags.fill_bytes(0, 4, stream=stream)
         return [ctypes.c_uint32(sched.splits), ctypes.c_uint64(self.workspace.ptr), ctypes.c_uint64(self.flags.ptr)]
 
     def _trace_arguments(self) -> list:

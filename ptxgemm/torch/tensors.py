@@ -1,0 +1,89 @@
+"""torch tensors as ptxgemm sees them: a CUDA tensor as a DeviceArray view (no DLPack capsule, no copy), torch's
+current stream as the launch stream, and torch's caching allocator as the source of a plan's scratch memory.
+
+Why not DLPack here: the protocol costs a capsule and a deleter per argument per call, and the custom ops already
+hold the tensors for as long as the launch is enqueued on torch's stream (torch's allocator is stream-ordered, so a
+tensor freed after the op returns is reused only by later work on that stream, as for torch's own kernels). A view
+therefore keeps no reference to its tensor, and a cached plan none to the caller's memory."""
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import torch
+
+from ..errors import ConfigError
+from ..runtime.arrays import DeviceArray
+
+#: torch dtype -> the numpy dtype ptxgemm's planning reads (ml_dtypes for bfloat16 and fp8)
+NUMPY_DTYPES = {
+    torch.bfloat16: np.dtype(ml_dtypes.bfloat16),
+    torch.float16: np.dtype(np.float16),
+    torch.float32: np.dtype(np.float32),
+    torch.float8_e4m3fn: np.dtype(ml_dtypes.float8_e4m3fn),
+    torch.float8_e5m2: np.dtype(ml_dtypes.float8_e5m2),
+    torch.int32: np.dtype(np.int32),
+}
+
+#: the 16-bit dtypes whose products have gradients here (fp8 is inference: its scales are not differentiated)
+GRAD_DTYPES = (torch.bfloat16, torch.float16)
+FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
+
+
+def check_cuda(t: torch.Tensor, name: str) -> None:
+    """ConfigError unless `t` is a CUDA tensor on device 0 (ptxgemm runs in the primary context of ordinal 0, the
+    one torch's cuda:0 uses)."""
+    if not isinstance(t, torch.Tensor):
+        raise ConfigError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+    if t.device.type != "cuda":
+        raise ConfigError(f"{name}: a {t.device.type} tensor; ptxgemm's ops run on CUDA tensors (move it with "
+                          f".cuda(), or use ptxgemm.run for host numpy arrays)")
+    if (t.device.index or 0) != 0:
+        raise ConfigError(f"{name}: on {t.device}; ptxgemm runs on CUDA device 0 (set CUDA_VISIBLE_DEVICES to "
+                          f"choose which GPU that is)")
+
+
+def numpy_dtype(dtype: torch.dtype, name: str) -> np.dtype:
+    try:
+        return NUMPY_DTYPES[dtype]
+    except KeyError:
+        raise ConfigError(f"{name}: dtype {dtype} is not one ptxgemm reads ("
+                          f"{', '.join(str(d) for d in NUMPY_DTYPES)})") from None
+
+
+def view(t: torch.Tensor | None, name: str) -> DeviceArray | None:
+    """The DeviceArray over `t`'s memory: its address, shape, byte strides and dtype (None stays None)."""
+    if t is None:
+        return None
+    check_cuda(t, name)
+    dt = numpy_dtype(t.dtype, name)
+    item = dt.itemsize
+    return DeviceArray(t.data_ptr(), tuple(t.shape), dt, tuple(s * item for s in t.stride()), owner=False)
+
+
+def key(t: torch.Tensor | None) -> tuple | None:
+    """What a cached plan depends on of one tensor: address, shape, strides and dtype."""
+    if t is None:
+        return None
+    return (t.data_ptr(), tuple(t.shape), t.stride(), t.dtype)
+
+
+def current_stream(device: torch.device) -> int:
+    """torch's current stream on `device` as a raw CUstream handle: every op launches there, so it orders with
+    torch's own kernels and is what a CUDA graph capture records."""
+    return torch.cuda.current_stream(device).cuda_stream
+
+
+def capturing() -> bool:
+    return torch.cuda.is_current_stream_capturing()
+
+
+def scratch(device: torch.device):
+    """A plan's scratch allocator backed by torch's caching allocator (uint8 tensors on `device`, for the current
+    stream). A plan made during a CUDA graph capture so takes memory from the graph's private pool, which the graph
+    keeps for its replays; ptxgemm's own stream-ordered pool would record an allocation the graph never frees."""
+    def allocate(nbytes: int) -> DeviceArray:
+        t = torch.empty((max(int(nbytes), 1),), dtype=torch.uint8, device=device)
+        arr = DeviceArray(t.data_ptr(), (int(nbytes),), np.uint8, owner=False)
+        arr._keepalive = t      # the plan owns its scratch: the tensor lives as long as the plan
+        return arr
+    return allocate
