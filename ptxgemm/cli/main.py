@@ -20,6 +20,8 @@ the dispatch to one module per command.
     python -m ptxgemm swizzle-probe [--simulate] [--mode 128B|all] [--direction both] [--rows R] [--cols C] [--json]
     python -m ptxgemm bank-conflicts --op OP --addresses A0,A1,... | --pattern stmatrix-tile | --kernel [...]
     python -m ptxgemm bank-probe --list | --run | --measure [--only TEXT] [--results F.md] [--ncu PATH]
+    python -m ptxgemm model [--arch llama|mixtral|both] [--layers N] [--modes eager,compiled]
+                            [--phases prefill,train,decode] [--repeats R] [--out DIR] [--name RUN] [--quick]
 
 No GPU needed: `dump` (renders the PTX, assembles it with ptxas, writes PTX, cubin, SASS and report.json, and says
 what M, N and K decide), `select` (the config select_config picks and the cost model's table), `info` (the
@@ -69,6 +71,8 @@ COMMANDS = {
     "bank-conflicts": ("banks", "predict the shared-memory bank conflicts of one warp-wide instruction (no GPU "
                                 "needed)"),
     "bank-probe": ("bank_probe", "check the bank-conflict model against ncu's counters (--list: no GPU)"),
+    "model": ("model", "run transformers' Llama and Mixtral stock and with ptxgemm's GEMMs: accuracy and tokens/s "
+                       "(issue 27; needs torch, transformers and a GPU)"),
 }
 
 

@@ -1,0 +1,745 @@
+"""The model benchmark of issue 27 (`python -m ptxgemm model`): transformers' Llama and Mixtral at their 8B-class
+dimensions, a few layers deep, with random bf16 weights, run stock and with ptxgemm's GEMMs (ptxgemm.torch) side by
+side in one process: accuracy first, then prefill, training-step and decode tokens/s.
+
+Models (random weights, no download: torch.manual_seed(27), initializer_range 0.02, sdpa attention, bf16 on cuda):
+- llama: LlamaForCausalLM with Llama-3-8B's dimensions (hidden 4096, MLP 14336, 32 heads, 8 KV heads, vocab
+  128256, rope_theta 500000, RMS eps 1e-5, 8192 positions), `layers` decoder layers. Peers: "cublas", the stock
+  model (every nn.Linear through torch, so cuBLAS), and "ptxgemm", copy.deepcopy of it after pt.replace_linear
+  (every nn.Linear, lm_head included).
+- mixtral: MixtralForCausalLM with Mixtral-8x7B's (hidden 4096, experts' MLP 14336, 8 experts top-2, 32/8 heads,
+  vocab 32000). Peers, deep copies of one seeded model: "grouped_mm" (transformers' default experts implementation,
+  torch._grouped_mm), "eager" (its python loop over the experts, F.linear each) and "ptxgemm" (experts
+  implementation "ptxgemm", i.e. pt.grouped_mm, registered by pt.use_in_transformers(), plus pt.replace_linear on
+  q/k/v/o and lm_head). The router (MixtralTopKRouter in transformers 5.17) holds an nn.Parameter that F.linear
+  reads, not an nn.Linear: it stays on cuBLAS in every peer (its N = 8 GEMM is a sliver of a layer's work). "eager"
+  is timed in eager prefill and training only: its data-dependent loop (nonzero, where) neither compiles to one
+  graph nor can be captured in a CUDA graph.
+
+Accuracy (eager, before any timing, the same `accuracy_batch` x `prefill_seq` random tokens for every peer, labels =
+the tokens): each peer's logits, its causal-LM loss, and after one backward the gradient of every parameter, against
+the default stock peer ("cublas" or "grouped_mm"): logits_rel_err = ||L_p - L_s||_F / ||L_s||_F (in float64 on the
+device), loss_rel_err = |loss_p - loss_s| / |loss_s|, grad_rel_err = sqrt(sum ||g_p - g_s||^2) / sqrt(sum ||g_s||^2)
+over all parameters together, grad_worst_rel_err the largest single parameter's (named). With the fp32 reference (on
+by default) the same errors against a float32 copy of the stock model (TF32 off; Mixtral's copy runs the eager
+experts loop, so every GEMM of the reference is a float32 cuBLAS one) are reported for every peer, stock included, under "vs_fp32": the
+honest scale of an error is the stock model's own distance from float32. `inside_bound` is True when ptxgemm's
+logits_rel_err <= 2**-7 and grad_rel_err <= 0.02. Why those numbers: bf16 keeps 8 significant bits, so one rounding
+moves a value by up to 2**-8 relative; two correct implementations that accumulate in different orders and round
+every activation to bf16 (each layer's output, the attention, the logits themselves) differ by a few such roundings,
+so a logits distance of one bf16 spacing (2**-7, twice the unit roundoff) in the Frobenius norm is what different
+but correct GEMMs produce, and more is not rounding. Gradients pass through twice as many bf16 roundings (forward
+and backward) and through the softmax of the loss: 0.02 (about 5 unit roundoffs). In Mixtral a token whose top-2
+experts flip between two peers (router logits a rounding apart) changes its row by O(1): its errors can exceed the
+dense model's without any GEMM being wrong; the "eager" peer's error against "grouped_mm" (both stock) shows that
+scale.
+
+Timing (`METHOD`): per phase, every peer runs its first call untimed (`first_call_s`: plans, kernel loads and, in
+compiled rows, torch.compile's compile time, as `compile_s`), then `repeats` repeats, the peers' order alternating
+per repeat; in each, `warmup` untimed iterations and CUDA events around `iters` iterations back to back, with
+torch.cuda.synchronize between peers. tokens/s = tokens per iteration x iters / seconds; min / median / max over the
+repeats. Phases:
+- prefill: model(input_ids, use_cache=False) under torch.inference_mode(), logits included, batch `prefill_batch` x
+  `prefill_seq` tokens per iteration;
+- train_step: model(input_ids, labels=input_ids), loss.backward(), torch.optim.SGD(lr=1e-6).step(),
+  zero_grad(set_to_none=True), batch `train_batch` x `train_seq` (model.train(); every config has dropout 0);
+- decode: one new token per sequence per step, batch `decode_batch`, against transformers' StaticCache holding a
+  prefix of `decode_prefix` tokens, the step captured once in a torch.cuda.CUDAGraph (warmed up on a side stream
+  first) and replayed. In transformers 5.17 the static cache keeps its length as a device tensor per layer
+  (StaticLayer.cumulative_length) that the step advances in place and from which the model derives the positions
+  and the mask: the graph replays with no host input, and the benchmark rewinds the counters in place (fill_) to
+  the prefix before each timed window. The cache has `decode_prefix` + max(3, warmup + decode_steps) slots and the
+  attention reads all of them (masked), as transformers' static cache does. decode_logits_rel_err: ptxgemm's logits
+  of one step against the stock peer's, each model on its own cache (prefilled by its own GEMMs).
+Compiled rows use torch.compile(model, mode="default", dynamic=False), one compiled module per peer reused across
+repeats and phases (prefill and training compile separately: grad mode and shapes differ); decode is eager + CUDA
+graph only (compiled: false).
+
+Output: per model, <out>/model_<gpu>_<model>[_<name>].json (gpu: "h100", "h200", ...; model: "llama3-8b-2l",
+"mixtral-8x-2l"), an object of the run's header (`gpu`, `device_name`, `model`, `arch`, `layers`, `dims`, `sizes`,
+`date`, `torch`, `transformers`, `ptxgemm`, `cuda`, `method`, `bound`, `variants`: what each peer runs), its
+`accuracy` (`reference`, `batch`, `seq`, per peer `logits_rel_err`, `loss_rel_err`, `grad_rel_err`,
+`grad_worst_rel_err`, `grad_worst_param`, `loss`, and `vs_fp32` with the first four against float32), `errors`
+(each (phase, mode) that raised, with the exception; its row is missing, the other phases still ran; the command
+then exits 1) and `rows`, one per (mode, phase), each with:
+    gpu, model, arch, layers, phase ("prefill" | "train_step" | "decode"), compiled, train_step (phase ==
+    "train_step"), graph (decode: a CUDA graph), batch, seq (tokens per sequence per iteration; decode: 1), prefix
+    and cache_len (decode), tokens_per_iter, iters, warmup, repeats, method, peer (the stock default peer), ptxgemm_tokens_per_s
+    and cublas_tokens_per_s (medians; "cublas" = the stock default peer, torch._grouped_mm for Mixtral), peers
+    ({name: {tokens_per_s_min, tokens_per_s_median, tokens_per_s_max, tokens_per_s_runs, first_call_s[,
+    compile_s]}}), ratio ({peer: {median: ptxgemm's median / the peer's, min, max: of the per-repeat ratios}};
+    above 1: ptxgemm faster), logits_rel_err, loss_rel_err, grad_rel_err (ptxgemm vs the stock default peer, from
+    the accuracy pass), inside_bound, decode_logits_rel_err (decode rows), torch, transformers.
+
+torch and transformers are imported only inside the functions that run a model: importing this module (the CLI's
+--help, the CPU tests) needs neither. `run_arch(..., prepare=...)` takes the function that turns a stock model into
+the ptxgemm peer, so the CPU tests run the whole harness with the identity in its place.
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import gc
+import json
+import math
+import statistics
+import time
+from pathlib import Path
+
+from .. import __version__
+from ..errors import ConfigError
+
+ARCHS = ("llama", "mixtral")
+MODES = ("eager", "compiled")
+PHASES = ("prefill", "train", "decode")
+#: a phase's name in the rows
+PHASE_ROW = {"prefill": "prefill", "train": "train_step", "decode": "decode"}
+MAX_LAYERS = 4               # Mixtral at 4 layers: 3 bf16 copies, grads and the fp32 reference fill an 80 GB card
+SEED = 27                    # the weights; the tokens use SEED + 1
+#: ptxgemm's errors inside these are what correct bf16 GEMMs produce (the module's docstring says why)
+BOUND = {"logits": 2.0 ** -7, "grad": 0.02}
+SCHEMA = 1
+
+DIMS = {
+    "llama": dict(hidden_size=4096, intermediate_size=14336, num_attention_heads=32, num_key_value_heads=8,
+                  vocab_size=128256, rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
+                  rms_norm_eps=1e-5, max_position_embeddings=8192, tie_word_embeddings=False),
+    "mixtral": dict(hidden_size=4096, intermediate_size=14336, num_attention_heads=32, num_key_value_heads=8,
+                    vocab_size=32000, num_local_experts=8, num_experts_per_tok=2, max_position_embeddings=32768,
+                    tie_word_embeddings=False),
+}
+#: each arch's peers, the stock default first (its tokens/s are the row's cublas_tokens_per_s), ptxgemm last
+PEERS = {"llama": ("cublas", "ptxgemm"), "mixtral": ("grouped_mm", "eager", "ptxgemm")}
+OURS = "ptxgemm"
+#: peers that only run in eager prefill and training (see the module's docstring)
+EAGER_ONLY = {"eager"}
+
+METHOD = ("per phase: each peer's first call untimed (first_call_s; compile_s when compiled), then repeats with the "
+          "peers' order alternating per repeat; in each, `warmup` untimed iterations, then CUDA events around `iters` "
+          "iterations back to back on torch's current stream, torch.cuda.synchronize between peers; tokens/s = "
+          "tokens per iteration x iters / seconds, min/median/max over repeats; decode: replays of one CUDA graph "
+          "per peer")
+
+
+@dataclasses.dataclass(frozen=True)
+class Sizes:
+    """The run's shapes and counts (the CLI's options)."""
+    layers: int = 2
+    prefill_batch: int = 8
+    prefill_seq: int = 2048
+    train_batch: int = 4
+    train_seq: int = 2048
+    decode_batch: int = 64
+    decode_prefix: int = 512
+    decode_steps: int = 64        # timed replays per repeat
+    accuracy_batch: int = 2
+    repeats: int = 3
+    prefill_iters: int = 5
+    train_iters: int = 3
+    warmup: int = 1
+
+    @property
+    def decode_cache_len(self) -> int:
+        # 3: the side-stream warm-up calls before the capture (the counters are rewound after them)
+        return self.decode_prefix + max(3, self.warmup + self.decode_steps)
+
+
+#: --quick: every phase at smoke-test sizes (the model's widths stay 8B-class: the GEMMs are what is measured)
+QUICK = Sizes(layers=1, prefill_batch=2, prefill_seq=256, train_batch=2, train_seq=256, decode_batch=8,
+              decode_prefix=64, decode_steps=16, accuracy_batch=1, prefill_iters=2, train_iters=2)
+
+
+def check_sizes(s: Sizes, max_positions: int = 8192) -> Sizes:
+    """`s`, or a ConfigError naming the option and its rule."""
+    if not 1 <= s.layers <= MAX_LAYERS:
+        raise ConfigError(f"--layers: must be 1 to {MAX_LAYERS} (an 8B-wide model's copies, gradients and fp32 "
+                          f"reference must fit one GPU), got {s.layers}")
+    for field, option in (("prefill_batch", "--prefill-batch"), ("prefill_seq", "--prefill-seq"),
+                          ("train_batch", "--train-batch"), ("train_seq", "--train-seq"),
+                          ("decode_batch", "--decode-batch"), ("decode_prefix", "--decode-prefix"),
+                          ("repeats", "--repeats")):
+        if getattr(s, field) < 1:
+            raise ConfigError(f"{option}: must be >= 1, got {getattr(s, field)}")
+    for field in ("decode_steps", "accuracy_batch", "prefill_iters", "train_iters"):
+        if getattr(s, field) < 1:
+            raise ConfigError(f"{field}: must be >= 1, got {getattr(s, field)}")
+    if s.warmup < 0:
+        raise ConfigError(f"warmup: must be >= 0, got {s.warmup}")
+    for option, n in (("--prefill-seq", s.prefill_seq), ("--train-seq", s.train_seq),
+                      ("--decode-prefix", s.decode_cache_len)):
+        if n > max_positions:
+            raise ConfigError(f"{option}: {n} positions exceed the model's {max_positions}"
+                              + (" (the prefix plus the decode steps)" if option == "--decode-prefix" else ""))
+    return s
+
+
+def parse_list(text: str, allowed, option: str) -> tuple:
+    """'a,b' -> ('a', 'b') in the order of `allowed`, each one of `allowed`, or a ConfigError naming `option`."""
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    if not items:
+        raise ConfigError(f"{option}: give at least one of {', '.join(allowed)}")
+    for t in items:
+        if t not in allowed:
+            raise ConfigError(f"{option}: {t!r} is not one of {', '.join(allowed)}")
+    return tuple(a for a in allowed if a in items)
+
+
+def model_name(arch: str, layers: int) -> str:
+    return {"llama": "llama3-8b", "mixtral": "mixtral-8x"}[arch] + f"-{layers}l"
+
+
+def peers_for(arch: str, phase: str, compiled: bool) -> tuple:
+    """The peers timed in one (phase, mode): every peer of the arch but the eager-only ones outside eager
+    prefill and training."""
+    eager_ok = not compiled and phase != "decode"
+    return tuple(p for p in PEERS[arch] if eager_ok or p not in EAGER_ONLY)
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Rows (plain python: the CPU tests build them without torch)
+# ------------------------------------------------------------------------------------------------------------------
+
+def peer_stats(runs: list) -> dict:
+    """One peer's tokens/s over the repeats."""
+    return {"tokens_per_s_min": min(runs), "tokens_per_s_median": statistics.median(runs),
+            "tokens_per_s_max": max(runs), "tokens_per_s_runs": list(runs)}
+
+
+def ratios(runs: dict, ours: str = OURS) -> dict:
+    """{peer: {median, min, max}}: ptxgemm's median tokens/s over the peer's, and the extremes of the per-repeat
+    ratios (repeat i of ptxgemm over repeat i of the peer: the two ran next to each other)."""
+    out = {}
+    for peer, theirs in runs.items():
+        if peer == ours:
+            continue
+        per = [a / b for a, b in zip(runs[ours], theirs)]
+        out[peer] = {"median": statistics.median(runs[ours]) / statistics.median(theirs), "min": min(per),
+                     "max": max(per)}
+    return out
+
+
+def make_row(header: dict, *, phase: str, compiled: bool, runs: dict, batch: int, seq: int, iters: int,
+             warmup: int, accuracy: dict | None, first_call_s: dict | None = None, **extra) -> dict:
+    """One row: `runs` {peer: [tokens/s per repeat]}, the stock default peer first and ptxgemm among them;
+    `accuracy` the model's accuracy block (or None when it was not measured)."""
+    peers = list(runs)
+    default = peers[0]
+    stats = {p: peer_stats(runs[p]) for p in peers}
+    for p, s in (first_call_s or {}).items():
+        stats[p]["first_call_s"] = s
+        if compiled:
+            stats[p]["compile_s"] = s
+    ours = (accuracy or {}).get("peers", {}).get(OURS, {})
+    row = {"gpu": header["gpu"], "model": header["model"], "arch": header["arch"], "layers": header["layers"],
+           "phase": phase, "compiled": compiled, "train_step": phase == "train_step", "graph": phase == "decode"
+           and header.get("graph", True), "batch": batch, "seq": seq, "tokens_per_iter": batch * seq,
+           "iters": iters, "warmup": warmup, "repeats": len(runs[default]), "method": METHOD, "peer": default,
+           "ptxgemm_tokens_per_s": stats[OURS]["tokens_per_s_median"],
+           "cublas_tokens_per_s": stats[default]["tokens_per_s_median"], "peers": stats, "ratio": ratios(runs),
+           "logits_rel_err": ours.get("logits_rel_err"), "loss_rel_err": ours.get("loss_rel_err"),
+           "grad_rel_err": ours.get("grad_rel_err"), "inside_bound": inside_bound(ours) if ours else None,
+           "torch": header.get("torch"), "transformers": header.get("transformers")}
+    row.update(extra)
+    return row
+
+
+def inside_bound(errors: dict) -> bool:
+    return errors["logits_rel_err"] <= BOUND["logits"] and errors["grad_rel_err"] <= BOUND["grad"]
+
+
+def report_path(out_dir, gpu: str, model: str, name: str | None = None) -> Path:
+    return Path(out_dir) / (f"model_{gpu}_{model}" + (f"_{name}" if name else "") + ".json")
+
+
+def write_report(report: dict, out_dir, name: str | None = None) -> Path:
+    path = report_path(out_dir, report["gpu"], report["model"], name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=1) + "\n")
+    return path
+
+
+def _fmt(x, spec=".0f") -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def format_table(reports) -> str:
+    """The compact table the command prints: one line per row and peer (ptxgemm's tokens/s, the peer's, the ratio
+    of the medians and the per-repeat extremes, compile seconds of both), then each model's errors."""
+    lines = [f"{'model':<16}{'phase':<11}{'mode':<9}{'peer':<11}{'ptxgemm tok/s':>14}{'peer tok/s':>12}"
+             f"{'ratio':>7}  {'min-max':<13}{'compile s':>12}"]
+    for rep in reports:
+        for row in rep["rows"]:
+            for peer, r in row["ratio"].items():
+                comp = (f"{row['peers'][OURS]['compile_s']:.0f}/{row['peers'][peer]['compile_s']:.0f}"
+                        if row["compiled"] else "-")
+                lines.append(f"{row['model']:<16}{row['phase']:<11}{'compiled' if row['compiled'] else 'eager':<9}"
+                             f"{peer:<11}{row['ptxgemm_tokens_per_s']:>14.0f}"
+                             f"{row['peers'][peer]['tokens_per_s_median']:>12.0f}{r['median']:>7.3f}  "
+                             f"{r['min']:.3f}-{r['max']:.3f}  {comp:>10}")
+    for rep in reports:
+        acc = rep.get("accuracy")
+        if not acc:
+            continue
+        lines.append(f"{rep['model']}: relative errors against {acc['reference']}"
+                     + (" and float32" if acc["fp32_reference"] else "")
+                     + f" (batch {acc['batch']} x {acc['seq']}; bound: logits {BOUND['logits']:.4f}, "
+                       f"grads {BOUND['grad']})")
+        for peer, e in acc["peers"].items():
+            line = f"  {peer:<11}"
+            if peer != acc["reference"]:
+                line += (f"logits {e['logits_rel_err']:.2e}  loss {_fmt(e['loss_rel_err'], '.2e')}  grads "
+                         f"{e['grad_rel_err']:.2e} (worst {e['grad_worst_rel_err']:.2e})")
+            else:
+                line += f"{'(the reference)':<63}"
+            fp32 = e.get("vs_fp32")
+            if fp32:
+                line += f"   vs fp32: logits {fp32['logits_rel_err']:.2e}  grads {fp32['grad_rel_err']:.2e}"
+            lines.append(line)
+        for row in rep["rows"]:
+            if row.get("decode_logits_rel_err") is not None:
+                lines.append(f"  decode step logits, ptxgemm vs {row['peer']}: {row['decode_logits_rel_err']:.2e}")
+    for rep in reports:
+        for e in rep.get("errors", ()):
+            lines.append(f"{rep['model']}: FAILED {e['phase']} {e['mode']}: {e['error']}")
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Models (torch and transformers from here on, imported inside)
+# ------------------------------------------------------------------------------------------------------------------
+
+def require_torch(device: str):
+    """torch, once transformers imports too and `device` is usable, or a ConfigError saying what is missing."""
+    try:
+        import torch
+        import transformers
+    except ImportError as e:
+        raise ConfigError(f"python -m ptxgemm model runs transformers models: it needs torch and transformers "
+                          f"({e})") from None
+    if not hasattr(transformers.PreTrainedModel, "set_experts_implementation"):
+        raise ConfigError(f"python -m ptxgemm model needs transformers 5 (experts implementations, StaticCache "
+                          f"layers), found {transformers.__version__}")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("python -m ptxgemm model times the models on the GPU, and torch sees none here "
+                          "(torch.cuda.is_available() is False)")
+    return torch
+
+
+def gpu_slug(torch, device) -> str:
+    if device.type != "cuda":
+        return device.type
+    from .suite import gpu_slug as slug    # imported here: suite loads the driver bindings
+    return slug(torch.cuda.get_device_name(device))
+
+
+def environment(torch, device, arch: str, sizes: Sizes, dims: dict) -> dict:
+    import transformers
+
+    cuda = device.type == "cuda"
+    return {"schema": SCHEMA, "gpu": gpu_slug(torch, device),
+            "device_name": torch.cuda.get_device_name(device) if cuda else device.type,
+            "model": model_name(arch, sizes.layers), "arch": arch, "layers": sizes.layers, "dims": dims,
+            "sizes": dataclasses.asdict(sizes), "graph": cuda,
+            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "torch": torch.__version__,
+            "transformers": transformers.__version__, "ptxgemm": __version__, "cuda": torch.version.cuda,
+            "allow_bf16_reduced_precision_reduction": torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction,
+            "method": METHOD, "bound": BOUND}
+
+
+def build_stock(torch, arch: str, layers: int, dims: dict, device):
+    """The seeded stock model: bf16 weights initialised on `device` (transformers' normal(0, 0.02) init), sdpa,
+    eval mode; Mixtral with its default experts implementation named ("grouped_mm")."""
+    import transformers
+
+    cls, cfg = {"llama": (transformers.LlamaForCausalLM, transformers.LlamaConfig),
+                "mixtral": (transformers.MixtralForCausalLM, transformers.MixtralConfig)}[arch]
+    config = cfg(**dims, num_hidden_layers=layers, initializer_range=0.02)
+    torch.manual_seed(SEED)
+    with torch.device(device):
+        model = cls._from_config(config, dtype=torch.bfloat16, attn_implementation="sdpa")
+    if arch == "mixtral":
+        model.set_experts_implementation("grouped_mm")
+    return model.eval()
+
+
+def ptxgemm_prepare(model, arch: str) -> dict:
+    """Turn a copy of the stock model into the ptxgemm peer (in place); what now runs on ptxgemm."""
+    import ptxgemm.torch as pt
+
+    out = {}
+    if arch == "mixtral":
+        pt.use_in_transformers()
+        model.set_experts_implementation("ptxgemm")
+        out["experts"] = "ptxgemm (pt.grouped_mm, contiguous form)"
+        out["router"] = "F.linear on an nn.Parameter (cuBLAS): not an nn.Linear, so not replaced"
+    out["replaced_linears"] = pt.replace_linear(model)
+    out["linears"] = ("q/k/v/o, gate/up/down and lm_head" if arch == "llama" else "q/k/v/o and lm_head")
+    return out
+
+
+STOCK_TEXT = {
+    "cublas": "the stock model: every nn.Linear through torch (cuBLAS)",
+    "grouped_mm": "the stock model: experts_implementation 'grouped_mm' (torch._grouped_mm), attention, router "
+                  "and lm_head through torch (cuBLAS)",
+    "eager": "a copy, experts_implementation 'eager' (transformers' python loop over experts, F.linear = cuBLAS)",
+}
+
+
+def make_peers(torch, arch: str, stock, prepare) -> tuple[dict, dict]:
+    """{name: model} in PEERS' order (deep copies of `stock`, which is the first) and {name: what it runs}."""
+    models, text = {}, {}
+    for name in PEERS[arch]:
+        if name == PEERS[arch][0]:
+            models[name], text[name] = stock, STOCK_TEXT[name]
+            continue
+        m = copy.deepcopy(stock)
+        if name == OURS:
+            text[name] = {"what": "a copy of the stock model with ptxgemm's GEMMs", **prepare(m, arch)}
+        else:
+            m.set_experts_implementation(name)
+            text[name] = STOCK_TEXT[name]
+        models[name] = m
+    return models, text
+
+
+def tokens(torch, vocab: int, batch: int, seq: int, device, seed: int):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, vocab, (batch, seq), generator=g).to(device)
+
+
+def free(torch) -> None:
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Accuracy
+# ------------------------------------------------------------------------------------------------------------------
+
+CHUNK = 1 << 25   # elements per float64 slice: a 128256-wide logits tensor is never copied whole to float64
+
+
+def sq_err(a, b) -> tuple[float, float]:
+    """(||a - b||^2, ||b||^2) in float64, on a's device, slice by slice."""
+    fa, fb = a.reshape(-1), b.reshape(-1).to(a.device)
+    num = den = 0.0
+    for s in range(0, fa.numel(), CHUNK):
+        x, y = fa[s:s + CHUNK].double(), fb[s:s + CHUNK].double()
+        num += float((x - y).square().sum())
+        den += float(y.square().sum())
+    return num, den
+
+
+def rel_err(a, b) -> float:
+    """||a - b||_F / ||b||_F in float64 (0 for two zero tensors, inf for a nonzero one against zero)."""
+    if tuple(a.shape) != tuple(b.shape):
+        raise ConfigError(f"rel_err: shapes {tuple(a.shape)} and {tuple(b.shape)} differ")
+    return _ratio(*sq_err(a, b))
+
+
+def _ratio(num: float, den: float) -> float:
+    if den == 0.0:
+        return 0.0 if num == 0.0 else math.inf
+    return math.sqrt(num / den)
+
+
+def forward_backward(model, ids) -> dict:
+    """One eager forward with labels and its backward: logits, loss and every parameter's gradient, in the
+    parameters' order (the gradients taken out of the model, so the next model's pass does not add to them)."""
+    model.zero_grad(set_to_none=True)
+    out = model(input_ids=ids, labels=ids, use_cache=False)
+    out.loss.backward()
+    grads = [(n, p.grad) for n, p in model.named_parameters()]
+    model.zero_grad(set_to_none=True)
+    return {"logits": out.logits.detach(), "loss": float(out.loss.detach().double()), "grads": grads}
+
+
+def compare(got: dict, ref: dict) -> dict:
+    """The errors of one pass (forward_backward's) against another. Parameters pair in order (a deep copy keeps
+    it, and replace_linear keeps each module's place), checked by shape; a parameter without a gradient in the
+    reference is skipped."""
+    if len(got["grads"]) != len(ref["grads"]):
+        raise ConfigError(f"accuracy: the models have {len(got['grads'])} and {len(ref['grads'])} parameters")
+    num_all = den_all = 0.0
+    worst, worst_name = 0.0, None
+    for (name, g), (ref_name, r) in zip(got["grads"], ref["grads"]):
+        if r is None:
+            continue
+        if g is None or tuple(g.shape) != tuple(r.shape):
+            raise ConfigError(f"accuracy: parameter {name} ({None if g is None else tuple(g.shape)}) does not match "
+                              f"the reference's {ref_name} {tuple(r.shape)}")
+        num, den = sq_err(g, r)
+        num_all, den_all = num_all + num, den_all + den
+        e = _ratio(num, den)
+        if e >= worst:
+            worst, worst_name = e, ref_name
+    return {"logits_rel_err": rel_err(got["logits"], ref["logits"]),
+            "loss_rel_err": abs(got["loss"] - ref["loss"]) / abs(ref["loss"]) if ref["loss"] else None,
+            "grad_rel_err": _ratio(num_all, den_all), "grad_worst_rel_err": worst, "grad_worst_param": worst_name}
+
+
+def fp32_reference(torch, arch: str, stock, ids) -> dict:
+    """forward_backward of a float32 copy of `stock` (TF32 off), its gradients kept on the host so the bf16 peers
+    fit beside them; the copy is freed before returning."""
+    precision = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("highest")
+    try:
+        ref = copy.deepcopy(stock).float()
+        if arch == "mixtral":
+            ref.set_experts_implementation("eager")   # float32 cuBLAS GEMMs, whatever torch._grouped_mm takes
+        result = forward_backward(ref, ids)
+    finally:
+        torch.set_float32_matmul_precision(precision)
+    result["grads"] = [(n, None if g is None else g.cpu()) for n, g in result["grads"]]
+    del ref
+    free(torch)
+    return result
+
+
+def accuracy(torch, models: dict, ids, reference: dict | None) -> dict:
+    """Every peer against the first (the stock default), and against the float32 `reference` when given."""
+    names = list(models)
+    stock = forward_backward(models[names[0]], ids)
+    peers = {}
+    for name in names:
+        run = stock if name == names[0] else forward_backward(models[name], ids)
+        e = compare(run, stock) if name != names[0] else {}
+        e["loss"] = run["loss"]
+        if reference is not None:
+            r = compare(run, reference)
+            e["vs_fp32"] = {k: r[k] for k in ("logits_rel_err", "loss_rel_err", "grad_rel_err", "grad_worst_rel_err")}
+        peers[name] = e
+        del run
+    del stock
+    free(torch)
+    return {"reference": names[0], "batch": int(ids.shape[0]), "seq": int(ids.shape[1]),
+            "fp32_reference": reference is not None, "peers": peers, "bound": BOUND}
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Timing
+# ------------------------------------------------------------------------------------------------------------------
+
+class Clock:
+    """Seconds of `iters` back-to-back calls: CUDA events on the current stream (perf_counter on the CPU)."""
+
+    def __init__(self, torch, device):
+        self.torch, self.cuda = torch, device.type == "cuda"
+
+    def sync(self):
+        if self.cuda:
+            self.torch.cuda.synchronize()
+
+    def time(self, step, iters: int) -> float:
+        self.sync()
+        if not self.cuda:
+            t = time.perf_counter()
+            for _ in range(iters):
+                step()
+            return time.perf_counter() - t
+        start, end = self.torch.cuda.Event(enable_timing=True), self.torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(iters):
+            step()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 1e3
+
+    def first_call(self, step) -> float:
+        self.sync()
+        t = time.perf_counter()
+        step()
+        self.sync()
+        return time.perf_counter() - t
+
+
+def measure(clock: Clock, steps: dict, *, tokens_per_iter: int, iters: int, warmup: int, repeats: int,
+            before: dict | None = None) -> dict:
+    """{peer: [tokens/s per repeat]}: the peers' order alternating per repeat, `before[peer]()` (if any) ahead of
+    each peer's warm-up."""
+    names = list(steps)
+    runs = {n: [] for n in names}
+    for r in range(repeats):
+        for n in (names if r % 2 == 0 else names[::-1]):
+            if before:
+                before[n]()
+            for _ in range(warmup):
+                steps[n]()
+            runs[n].append(tokens_per_iter * iters / clock.time(steps[n], iters))
+    return runs
+
+
+def prefill_step(torch, model, ids):
+    def step():
+        with torch.inference_mode():
+            model(input_ids=ids, use_cache=False)
+    return step
+
+
+def train_step(torch, model, ids, optimizer):
+    def step():
+        out = model(input_ids=ids, labels=ids, use_cache=False)
+        out.loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    return step
+
+
+class Decoder:
+    """One model's decode step against its own StaticCache holding `prefix_ids`' tokens, reading the shared static
+    input `tok` (batch, 1); on cuda captured once in a CUDA graph, replayed by step(). `logits` holds the last
+    step's (batch, 1, vocab)."""
+
+    WARM_CALLS = 3
+
+    def __init__(self, torch, model, prefix_ids, tok, cache_len: int, graph: bool):
+        from transformers import StaticCache
+
+        self.torch, self.model, self.tok = torch, model, tok
+        self.prefix = int(prefix_ids.shape[1])
+        self.cache = StaticCache(config=model.config, max_cache_len=cache_len)
+        self.graph = None
+        with torch.inference_mode():
+            model(input_ids=prefix_ids, past_key_values=self.cache, use_cache=True, logits_to_keep=1)
+            if graph:
+                # torch's rule for capture: warm up on a side stream (the ops' first calls load kernels, plan, and
+                # allocate outside the graph's pool)
+                side = torch.cuda.Stream()
+                side.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(side):
+                    for _ in range(self.WARM_CALLS):
+                        self._forward()
+                torch.cuda.current_stream().wait_stream(side)
+                self.rewind()
+                self.graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(self.graph):
+                    self.logits = self._forward()
+                self.rewind()
+
+    def _forward(self):
+        return self.model(input_ids=self.tok, past_key_values=self.cache, use_cache=True).logits
+
+    def rewind(self) -> None:
+        """Back to `prefix` cached tokens, in place (the graph reads these counters at their addresses)."""
+        with self.torch.inference_mode():   # the cache was made under it: its tensors are inference tensors
+            for layer in self.cache.layers:
+                layer.cumulative_length.fill_(self.prefix)
+
+    def step(self) -> None:
+        if self.graph is not None:
+            self.graph.replay()
+        else:
+            with self.torch.inference_mode():
+                self.logits = self._forward()
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# One model, every phase
+# ------------------------------------------------------------------------------------------------------------------
+
+def run_arch(arch: str, sizes: Sizes, *, modes=MODES, phases=PHASES, prepare=ptxgemm_prepare, dims: dict | None = None,
+             device: str = "cuda", reference: bool = True, log=print) -> dict:
+    """Build `arch`'s peers, measure their accuracy and every (mode, phase), free them; the report (header,
+    accuracy, rows). `prepare(model, arch) -> dict` makes the ptxgemm peer from a copy of the stock model."""
+    torch = require_torch(device)
+    dev = torch.device(device)
+    dims = dict(DIMS[arch] if dims is None else dims)
+    check_sizes(sizes, dims["max_position_embeddings"])
+    header = environment(torch, dev, arch, sizes, dims)
+    clock = Clock(torch, dev)
+    vocab = dims["vocab_size"]
+    log(f"{header['model']}: building on {header['device_name']}")
+    stock = build_stock(torch, arch, sizes.layers, dims, dev)
+
+    ids = tokens(torch, vocab, sizes.accuracy_batch, sizes.prefill_seq, dev, SEED + 1)
+    ref = fp32_reference(torch, arch, stock, ids) if reference else None
+    models, header["variants"] = make_peers(torch, arch, stock, prepare)
+    log(f"{header['model']}: accuracy (batch {sizes.accuracy_batch} x {sizes.prefill_seq})")
+    acc = accuracy(torch, models, ids, ref)
+    del ref, ids
+    free(torch)
+
+    rows, compiled = [], {}
+
+    def runnable(name, mode):
+        if mode == "eager":
+            return models[name]
+        if name not in compiled:
+            compiled[name] = torch.compile(models[name], mode="default", dynamic=False)
+        return compiled[name]
+
+    def timed(phase, mode, make_step, *, batch, seq, iters, before=None, **extra):
+        names = peers_for(arch, phase, mode == "compiled")
+        steps = {n: make_step(n, runnable(n, mode)) for n in names}
+        log(f"{header['model']}: {PHASE_ROW[phase]} {mode}: " + ", ".join(names))
+        first = {}
+        for n in names:
+            if before:
+                before[n]()
+            first[n] = clock.first_call(steps[n])
+        runs = measure(clock, steps, tokens_per_iter=batch * seq, iters=iters, warmup=sizes.warmup,
+                       repeats=sizes.repeats, before=before)
+        rows.append(make_row(header, phase=PHASE_ROW[phase], compiled=mode == "compiled", runs=runs, batch=batch,
+                             seq=seq, iters=iters, warmup=sizes.warmup, accuracy=acc, first_call_s=first, **extra))
+
+    errors = []
+
+    def guarded(phase, mode, run):
+        """Run one (phase, mode); a failure is recorded in the report and the other phases still run."""
+        try:
+            run()
+        except Exception as e:   # whatever a peer's step raised: the report names it, the rest is still measured
+            errors.append({"phase": PHASE_ROW[phase], "mode": mode, "error": f"{type(e).__name__}: {e}"})
+            log(f"{header['model']}: {PHASE_ROW[phase]} {mode} failed: {type(e).__name__}: {e}")
+            for m in models.values():
+                m.zero_grad(set_to_none=True)   # a training step that stopped halfway left its gradients
+
+    if "prefill" in phases:
+        ids = tokens(torch, vocab, sizes.prefill_batch, sizes.prefill_seq, dev, SEED + 2)
+        for mode in modes:
+            guarded("prefill", mode, lambda: timed("prefill", mode, lambda n, m: prefill_step(torch, m, ids),
+                                                   batch=sizes.prefill_batch, seq=sizes.prefill_seq,
+                                                   iters=sizes.prefill_iters))
+        del ids
+        free(torch)
+
+    def decode():
+        prefix = tokens(torch, vocab, sizes.decode_batch, sizes.decode_prefix, dev, SEED + 3)
+        tok = tokens(torch, vocab, sizes.decode_batch, 1, dev, SEED + 4)
+        names = peers_for(arch, "decode", False)
+        decoders = {n: Decoder(torch, models[n], prefix, tok, sizes.decode_cache_len, graph=dev.type == "cuda")
+                    for n in names}
+        for d in decoders.values():
+            d.rewind()
+            d.step()
+        err = rel_err(decoders[OURS].logits, decoders[names[0]].logits)
+        timed("decode", "eager", lambda n, m: decoders[n].step, batch=sizes.decode_batch, seq=1,
+              iters=sizes.decode_steps, before={n: d.rewind for n, d in decoders.items()},
+              prefix=sizes.decode_prefix, cache_len=sizes.decode_cache_len, decode_logits_rel_err=err)
+
+    if "decode" in phases:   # before training, so that its one-step error compares the seeded weights
+        guarded("decode", "eager", decode)
+        free(torch)          # the graphs and caches went with decode()'s frame
+
+    if "train" in phases:
+        ids = tokens(torch, vocab, sizes.train_batch, sizes.train_seq, dev, SEED + 5)
+        optimizers = {n: torch.optim.SGD(m.parameters(), lr=1e-6) for n, m in models.items()}
+        for m in models.values():
+            m.train()
+        for mode in modes:
+            guarded("train", mode, lambda: timed("train", mode,
+                                                 lambda n, m: train_step(torch, m, ids, optimizers[n]),
+                                                 batch=sizes.train_batch, seq=sizes.train_seq,
+                                                 iters=sizes.train_iters))
+        del optimizers, ids
+
+    report = {**header, "accuracy": acc, "rows": rows, "errors": errors}
+    models.clear()
+    compiled.clear()
+    del stock
+    if hasattr(torch, "_dynamo"):
+        torch._dynamo.reset()    # compiled graphs and their guards hold on to the models
+    free(torch)
+    return report

@@ -1,0 +1,309 @@
+"""`python -m ptxgemm model` without a GPU (ptxgemm/bench/model.py, issue 27): its options and their checks, the rows
+and the report file, the relative error, that importing it loads no torch, and, where torch and transformers are
+installed, the whole harness on the CPU with tiny models and the identity in place of the ptxgemm swap."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ptxgemm.bench import model as mb
+from ptxgemm.cli import model as cli_model
+from ptxgemm.cli.main import build_parser, main
+from ptxgemm.errors import ConfigError
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+ISSUE_FIELDS = {"gpu", "model", "compiled", "train_step", "ptxgemm_tokens_per_s", "cublas_tokens_per_s",
+                "logits_rel_err", "grad_rel_err"}
+TINY = {
+    "llama": dict(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2, vocab_size=512,
+                  rope_parameters={"rope_type": "default", "rope_theta": 500000.0}, rms_norm_eps=1e-5,
+                  max_position_embeddings=256, tie_word_embeddings=False),
+    "mixtral": dict(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2,
+                    vocab_size=512, num_local_experts=4, num_experts_per_tok=2, max_position_embeddings=256,
+                    tie_word_embeddings=False),
+}
+TINY_SIZES = mb.Sizes(layers=1, prefill_batch=2, prefill_seq=32, train_batch=2, train_seq=32, decode_batch=4,
+                      decode_prefix=8, decode_steps=3, accuracy_batch=2, repeats=2, prefill_iters=1, train_iters=1)
+
+
+def args_of(*argv):
+    return build_parser(["model"]).parse_args(["model", *argv])
+
+
+# --- no torch needed ------------------------------------------------------------------------------------------------
+
+def test_importing_the_benchmark_and_its_command_loads_no_torch():
+    code = ("import sys, ptxgemm, ptxgemm.bench.model, ptxgemm.cli.model; "
+            "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO_ROOT, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
+def test_sizes_default_quick_and_given():
+    assert cli_model.sizes_from(args_of()) == mb.Sizes()
+    quick = cli_model.sizes_from(args_of("--quick"))
+    assert quick == mb.QUICK and quick.layers == 1 and quick.prefill_seq == 256
+    s = cli_model.sizes_from(args_of("--quick", "--layers", "3", "--prefill-seq", "512", "--repeats", "5"))
+    assert (s.layers, s.prefill_seq, s.repeats, s.train_seq) == (3, 512, 5, mb.QUICK.train_seq)
+    s = cli_model.sizes_from(args_of("--train-batch", "2", "--decode-batch", "32", "--decode-prefix", "256"))
+    assert (s.train_batch, s.decode_batch, s.decode_prefix, s.layers) == (2, 32, 256, 2)
+    assert s.decode_cache_len == 256 + s.warmup + s.decode_steps
+
+
+@pytest.mark.parametrize("argv, option", [
+    (("--layers", "0"), "--layers"), (("--layers", "5"), "--layers"), (("--repeats", "0"), "--repeats"),
+    (("--prefill-batch", "0"), "--prefill-batch"), (("--train-seq", "-1"), "--train-seq"),
+    (("--prefill-seq", "9000"), "--prefill-seq"), (("--decode-prefix", "8190"), "--decode-prefix"),
+])
+def test_bad_sizes_name_their_option(argv, option):
+    with pytest.raises(ConfigError, match=f"^{option}"):
+        cli_model.sizes_from(args_of(*argv))
+
+
+def test_positions_are_the_built_models_own():
+    # Llama's 8192 positions bind only when the run builds Llama
+    assert cli_model.sizes_from(args_of("--arch", "mixtral", "--prefill-seq", "9000")).prefill_seq == 9000
+    with pytest.raises(ConfigError, match="^--prefill-seq"):
+        cli_model.sizes_from(args_of("--arch", "both", "--prefill-seq", "9000"))
+
+
+def test_parse_list():
+    assert mb.parse_list("compiled,eager", mb.MODES, "--modes") == ("eager", "compiled")
+    assert mb.parse_list(" decode ", mb.PHASES, "--phases") == ("decode",)
+    with pytest.raises(ConfigError, match="^--modes: 'fast' is not one of eager, compiled"):
+        mb.parse_list("eager,fast", mb.MODES, "--modes")
+    with pytest.raises(ConfigError, match="^--phases: give at least one"):
+        mb.parse_list(",", mb.PHASES, "--phases")
+
+
+@pytest.mark.parametrize("argv, text", [
+    (("--modes", "eager,jit"), "--modes: 'jit'"), (("--phases", "infer"), "--phases: 'infer'"),
+    (("--name", "a/b"), "--name: letters"), (("--layers", "9"), "--layers: must be 1 to 4"),
+])
+def test_the_command_refuses_bad_input_before_loading_a_model(argv, text, capsys):
+    assert main(["model", *argv]) == 2
+    assert text in capsys.readouterr().err
+
+
+def test_without_a_gpu_the_command_says_what_is_missing(tmp_path):
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": str(REPO_ROOT)}
+    out = subprocess.run([sys.executable, "-m", "ptxgemm", "model", "--quick", "--out", str(tmp_path)],
+                         capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120)
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert out.stderr.startswith("python -m ptxgemm model: error: ")
+    assert "needs torch and transformers" in out.stderr or "torch sees none" in out.stderr
+    assert not list(tmp_path.glob("model_*.json"))
+
+
+def test_names_and_peers():
+    assert mb.model_name("llama", 2) == "llama3-8b-2l" and mb.model_name("mixtral", 3) == "mixtral-8x-3l"
+    assert mb.peers_for("llama", "decode", False) == ("cublas", "ptxgemm")
+    assert mb.peers_for("mixtral", "prefill", False) == ("grouped_mm", "eager", "ptxgemm")
+    assert mb.peers_for("mixtral", "train", True) == ("grouped_mm", "ptxgemm")
+    assert mb.peers_for("mixtral", "decode", False) == ("grouped_mm", "ptxgemm")
+    assert mb.report_path("out", "h100", "llama3-8b-2l") == Path("out/model_h100_llama3-8b-2l.json")
+    assert mb.report_path("out", "h200", "mixtral-8x-2l", "r1") == Path("out/model_h200_mixtral-8x-2l_r1.json")
+
+
+HEADER = {"gpu": "h100", "model": "mixtral-8x-2l", "arch": "mixtral", "layers": 2, "torch": "2.11.0",
+          "transformers": "5.17.0", "graph": True}
+ACCURACY = {"reference": "grouped_mm", "batch": 2, "seq": 2048, "fp32_reference": True,
+            "peers": {"grouped_mm": {"loss": 10.4, "vs_fp32": {"logits_rel_err": 3e-3, "loss_rel_err": 1e-6,
+                                                               "grad_rel_err": 4e-3, "grad_worst_rel_err": 8e-3}},
+                      "eager": {"logits_rel_err": 2e-3, "loss_rel_err": 1e-6, "grad_rel_err": 3e-3,
+                                "grad_worst_rel_err": 6e-3, "grad_worst_param": "lm_head.weight", "loss": 10.4},
+                      "ptxgemm": {"logits_rel_err": 4e-3, "loss_rel_err": 2e-6, "grad_rel_err": 5e-3,
+                                  "grad_worst_rel_err": 9e-3, "grad_worst_param": "lm_head.weight", "loss": 10.4}},
+            "bound": mb.BOUND}
+
+
+def test_a_row_has_the_issues_fields_and_the_spread():
+    runs = {"grouped_mm": [100.0, 110.0, 90.0], "eager": [50.0, 60.0, 40.0], "ptxgemm": [120.0, 110.0, 99.0]}
+    row = mb.make_row(HEADER, phase="train_step", compiled=True, runs=runs, batch=4, seq=2048, iters=3, warmup=1,
+                      accuracy=ACCURACY, first_call_s={"grouped_mm": 40.0, "ptxgemm": 50.0, "eager": 1.0})
+    assert ISSUE_FIELDS <= set(row)
+    assert row["train_step"] and row["compiled"] and not row["graph"] and row["phase"] == "train_step"
+    assert row["peer"] == "grouped_mm" and row["cublas_tokens_per_s"] == 100.0 and row["ptxgemm_tokens_per_s"] == 110.0
+    assert row["tokens_per_iter"] == 8192 and row["repeats"] == 3
+    assert row["peers"]["eager"] == {"tokens_per_s_min": 40.0, "tokens_per_s_median": 50.0, "tokens_per_s_max": 60.0,
+                                     "tokens_per_s_runs": [50.0, 60.0, 40.0], "first_call_s": 1.0, "compile_s": 1.0}
+    assert row["ratio"]["grouped_mm"] == {"median": 1.1, "min": 1.0, "max": 1.2}
+    assert row["ratio"]["eager"]["median"] == pytest.approx(2.2)
+    assert (row["ratio"]["eager"]["min"], row["ratio"]["eager"]["max"]) == pytest.approx((1.8333333, 2.475))
+    assert "ptxgemm" not in row["ratio"]
+    assert (row["logits_rel_err"], row["grad_rel_err"], row["inside_bound"]) == (4e-3, 5e-3, True)
+    assert json.loads(json.dumps(row)) == row
+
+
+def test_eager_rows_have_no_compile_time_and_decode_rows_a_graph():
+    runs = {"cublas": [10.0], "ptxgemm": [12.0]}
+    header = {**HEADER, "model": "llama3-8b-2l", "arch": "llama"}
+    row = mb.make_row(header, phase="decode", compiled=False, runs=runs, batch=64, seq=1, iters=64, warmup=1,
+                      accuracy=None, first_call_s={"cublas": 0.1, "ptxgemm": 0.2}, decode_logits_rel_err=1e-3)
+    assert row["graph"] and not row["train_step"] and "compile_s" not in row["peers"]["ptxgemm"]
+    assert row["logits_rel_err"] is None and row["inside_bound"] is None and row["decode_logits_rel_err"] == 1e-3
+    assert mb.inside_bound({"logits_rel_err": 0.01, "grad_rel_err": 0.001}) is False
+    assert mb.inside_bound({"logits_rel_err": 0.001, "grad_rel_err": 0.03}) is False
+
+
+def test_the_report_file_and_the_table(tmp_path):
+    runs = {"grouped_mm": [100.0, 110.0], "eager": [50.0, 60.0], "ptxgemm": [120.0, 110.0]}
+    rows = [mb.make_row(HEADER, phase="prefill", compiled=c, runs=runs, batch=8, seq=2048, iters=5, warmup=1,
+                        accuracy=ACCURACY, first_call_s={p: 30.0 for p in runs}) for c in (False, True)]
+    report = {**HEADER, "accuracy": ACCURACY, "rows": rows}
+    path = mb.write_report(report, tmp_path / "results", "r1")
+    assert path == tmp_path / "results" / "model_h100_mixtral-8x-2l_r1.json"
+    assert json.loads(path.read_text())["rows"][1]["compiled"] is True
+    table = mb.format_table([report])
+    assert "mixtral-8x-2l   prefill    compiled grouped_mm" in table and "30/30" in table
+    assert "relative errors against grouped_mm and float32" in table and "(the reference)" in table
+
+
+def test_the_command_writes_a_file_per_model_and_exits_1_on_a_failed_phase(tmp_path, monkeypatch, capsys):
+    """run_arch stubbed (no torch): what the command does with its reports."""
+    seen = []
+
+    def fake_run_arch(arch, sizes, *, modes, phases, reference, log):
+        seen.append((arch, sizes.layers, modes, phases, reference))
+        runs = {p: [100.0, 110.0] for p in mb.PEERS[arch]}
+        header = {**HEADER, "arch": arch, "model": mb.model_name(arch, sizes.layers)}
+        row = mb.make_row(header, phase="prefill", compiled=False, runs=runs, batch=2, seq=256, iters=2, warmup=1,
+                          accuracy=None)
+        errors = [{"phase": "decode", "mode": "eager", "error": "RuntimeError: boom"}] if arch == "mixtral" else []
+        return {**header, "accuracy": None, "rows": [row], "errors": errors}
+
+    monkeypatch.setattr(mb, "run_arch", fake_run_arch)
+    assert main(["model", "--quick", "--modes", "eager", "--phases", "prefill,decode", "--reference", "none",
+                 "--out", str(tmp_path), "--name", "t"]) == 1
+    assert seen == [(a, 1, ("eager",), ("prefill", "decode"), False) for a in mb.ARCHS]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model_h100_llama3-8b-1l_t.json",
+                                                         "model_h100_mixtral-8x-1l_t.json"]
+    assert "FAILED decode eager: RuntimeError: boom" in capsys.readouterr().out
+    assert main(["model", "--arch", "llama", "--out", str(tmp_path)]) == 0
+
+
+# --- with torch (skipped where it is not installed, as in CI) -------------------------------------------------------
+
+def _torch():
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    return torch
+
+
+def test_rel_err():
+    torch = _torch()
+    b = torch.tensor([[3.0, 4.0], [0.0, 0.0]])
+    assert mb.rel_err(b.clone(), b) == 0.0
+    assert mb.rel_err(2 * b, b) == 1.0
+    assert mb.rel_err(b + torch.tensor([[0.0, 0.0], [0.0, 0.5]]), b) == 0.1
+    assert mb.rel_err(torch.zeros(3), torch.zeros(3)) == 0.0
+    assert mb.rel_err(torch.ones(3), torch.zeros(3)) == math.inf
+    with pytest.raises(ConfigError, match="rel_err: shapes"):
+        mb.rel_err(torch.ones(3), torch.ones(4))
+
+
+def test_rel_err_in_slices_is_the_whole_float64_one(monkeypatch):
+    torch = _torch()
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(37, 11, generator=g).to(torch.bfloat16)
+    b = torch.randn(37, 11, generator=g)
+    whole = float((a.double() - b.double()).norm() / b.double().norm())
+    monkeypatch.setattr(mb, "CHUNK", 10)
+    assert mb.rel_err(a, b) == pytest.approx(whole, rel=1e-12)
+
+
+def test_compare_pairs_parameters_and_names_the_worst():
+    torch = _torch()
+    ref = {"logits": torch.ones(2, 3), "loss": 2.0,
+           "grads": [("a", torch.ones(4)), ("b", torch.full((2,), 2.0)), ("frozen", None)]}
+    got = {"logits": torch.ones(2, 3), "loss": 2.2,
+           "grads": [("a", torch.ones(4)), ("b", torch.tensor([2.0, 3.0])), ("frozen", None)]}
+    e = mb.compare(got, ref)
+    assert e["logits_rel_err"] == 0.0 and e["loss_rel_err"] == pytest.approx(0.1)
+    assert e["grad_rel_err"] == pytest.approx(1 / math.sqrt(4 + 8))
+    assert e["grad_worst_rel_err"] == pytest.approx(1 / math.sqrt(8)) and e["grad_worst_param"] == "b"
+    with pytest.raises(ConfigError, match="parameter b"):
+        mb.compare({**got, "grads": [("a", torch.ones(4)), ("b", torch.ones(3)), ("frozen", None)]}, ref)
+
+
+def identity(model, arch):
+    return {"identity": True}
+
+
+@pytest.mark.parametrize("arch", mb.ARCHS)
+def test_the_harness_runs_every_phase_on_the_cpu(arch, tmp_path):
+    """The whole run_arch on tiny models: the "ptxgemm" peer is the stock model's copy unchanged, so its errors are
+    exactly 0 (the same CPU kernels in the same order), while Mixtral's eager loop differs from torch._grouped_mm
+    by bf16 rounding. Compile and CUDA graphs are GPU-only here (decode runs without a graph on the CPU)."""
+    _torch()
+    logs = []
+    report = mb.run_arch(arch, TINY_SIZES, modes=("eager",), prepare=identity, dims=TINY[arch], device="cpu",
+                         log=logs.append)
+    assert report["gpu"] == "cpu" and report["model"] == mb.model_name(arch, 1) and report["errors"] == []
+    assert report["variants"]["ptxgemm"]["identity"] is True
+    assert [r["phase"] for r in report["rows"]] == ["prefill", "decode", "train_step"]
+    acc = report["accuracy"]
+    assert acc["reference"] == mb.PEERS[arch][0] and list(acc["peers"]) == list(mb.PEERS[arch])
+    ours = acc["peers"]["ptxgemm"]
+    assert (ours["logits_rel_err"], ours["loss_rel_err"], ours["grad_rel_err"]) == (0.0, 0.0, 0.0)
+    for e in acc["peers"].values():   # bf16 against float32: a few roundings, not zero
+        assert 1e-4 < e["vs_fp32"]["logits_rel_err"] < mb.BOUND["logits"]
+        assert 1e-4 < e["vs_fp32"]["grad_rel_err"] < mb.BOUND["grad"]
+    if arch == "mixtral":
+        assert 0.0 < acc["peers"]["eager"]["logits_rel_err"] < mb.BOUND["logits"]
+    for row in report["rows"]:
+        assert ISSUE_FIELDS <= set(row) and row["inside_bound"] is True and not row["compiled"]
+        assert list(row["peers"]) == list(mb.peers_for(arch, {"train_step": "train"}.get(row["phase"], row["phase"]),
+                                                        False))
+        for stats in row["peers"].values():
+            assert len(stats["tokens_per_s_runs"]) == 2 and all(t > 0 for t in stats["tokens_per_s_runs"])
+    decode = report["rows"][1]
+    assert decode["decode_logits_rel_err"] == 0.0 and decode["graph"] is False and decode["seq"] == 1
+    assert decode["cache_len"] == TINY_SIZES.decode_cache_len
+    path = mb.write_report(report, tmp_path)
+    assert json.loads(path.read_text())["rows"][0]["phase"] == "prefill"
+    assert "prefill" in mb.format_table([report])
+
+
+def test_the_ptxgemm_peer_swaps_the_linears_and_the_experts():
+    """ptxgemm_prepare on a tiny Mixtral copy (the modules only: nothing runs, so no GPU): every nn.Linear (q/k/v/o
+    and lm_head) is a ptxgemm Linear on the same parameter names, the experts' implementation is "ptxgemm", the
+    router is left alone, and the stock model is untouched."""
+    torch = _torch()
+    pytest.importorskip("ptxgemm.torch")
+    import copy
+
+    import ptxgemm.torch as pt
+
+    stock = mb.build_stock(torch, "mixtral", 2, TINY["mixtral"], torch.device("cpu"))
+    peer = copy.deepcopy(stock)
+    done = mb.ptxgemm_prepare(peer, "mixtral")
+    assert done["replaced_linears"] == 2 * 4 + 1
+    assert peer.config._experts_implementation == "ptxgemm" and stock.config._experts_implementation == "grouped_mm"
+    assert type(peer.model.layers[0].self_attn.q_proj) is pt.Linear and type(peer.lm_head) is pt.Linear
+    assert type(stock.lm_head) is torch.nn.Linear
+    assert type(peer.model.layers[0].mlp.gate).__name__ == "MixtralTopKRouter"
+    assert [n for n, _ in peer.named_parameters()] == [n for n, _ in stock.named_parameters()]
+
+
+def test_a_failing_phase_is_recorded_and_the_others_still_run(monkeypatch):
+    _torch()
+
+    class Broken:
+        def __init__(self, *args, **kwargs):
+            raise RuntimeError("no graph today")
+
+    monkeypatch.setattr(mb, "Decoder", Broken)
+    report = mb.run_arch("llama", TINY_SIZES, modes=("eager",), prepare=identity, dims=TINY["llama"], device="cpu",
+                         reference=False, log=lambda s: None)
+    assert report["errors"] == [{"phase": "decode", "mode": "eager", "error": "RuntimeError: no graph today"}]
+    assert [r["phase"] for r in report["rows"]] == ["prefill", "train_step"]
+    assert "vs_fp32" not in report["accuracy"]["peers"]["ptxgemm"]
+    assert "FAILED decode eager: RuntimeError: no graph today" in mb.format_table([report])
