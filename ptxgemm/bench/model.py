@@ -88,6 +88,7 @@ from pathlib import Path
 
 from .. import __version__
 from ..errors import ConfigError
+from .suite import gpu_slug
 
 ARCHS = ("llama", "mixtral")
 MODES = ("eager", "compiled")
@@ -325,18 +326,16 @@ def require_torch(device: str):
     return torch
 
 
-def gpu_slug(torch, device) -> str:
-    if device.type != "cuda":
-        return device.type
-    from .suite import gpu_slug as slug    # imported here: suite loads the driver bindings
-    return slug(torch.cuda.get_device_name(device))
+def device_slug(torch, device) -> str:
+    """'h100', 'h200', ... (suite.gpu_slug of the device's name); 'cpu' for the CPU tests."""
+    return gpu_slug(torch.cuda.get_device_name(device)) if device.type == "cuda" else device.type
 
 
 def environment(torch, device, arch: str, sizes: Sizes, dims: dict) -> dict:
     import transformers
 
     cuda = device.type == "cuda"
-    return {"schema": SCHEMA, "gpu": gpu_slug(torch, device),
+    return {"schema": SCHEMA, "gpu": device_slug(torch, device),
             "device_name": torch.cuda.get_device_name(device) if cuda else device.type,
             "model": model_name(arch, sizes.layers), "arch": arch, "layers": sizes.layers, "dims": dims,
             "sizes": dataclasses.asdict(sizes), "graph": cuda,
