@@ -7,9 +7,17 @@ import dataclasses
 
 from ..build.kernels import spills
 from ..kernel.config import FP8_DTYPES, GemmConfig
-from ..select.model import preferences
+from ..select import tune_cache
+from ..select.model import preferences, resolve_device
 from . import epilogue, operands
 from .checks import b_dtype_of, check_config, check_ctas, check_dtypes, check_out_dtype, dtype_name
+
+
+#: selections made, by everything they depend on (the problem, the device, the epilogue, the tune cache's state):
+#: ranking the candidates costs milliseconds of Python, and a framework's eager loop plans the same shapes at new
+#: addresses over and over (ptxgemm.torch), so a shape is ranked once per process
+_SELECTED_MAX = 4096
+_selected: dict = {}
 
 
 def _resolve_config(config: GemmConfig | None, in_dtype: str, b_dtype: str | None, out_dtype: str, a_major: str,
@@ -30,6 +38,25 @@ def _resolve_config(config: GemmConfig | None, in_dtype: str, b_dtype: str | Non
     if config is not None:
         return complete(config)  # GemmPlan checked that it is a GemmConfig before asking for the GPU
 
+    key = None
+    if spill_check is spills:   # a test's own spill_check answers differently: never remembered
+        device = resolve_device(device)
+        ident = (str(device.name), int(device.sm_count), str(getattr(device, "driver_version_str", "")))
+        key = (in_dtype, b_dtype, out_dtype, a_major, b_major, shape, ident, ctas, batches,
+               tuple(sorted(fused.items())), tune_cache.generation())
+        cfg = _selected.get(key)
+        if cfg is not None:
+            return cfg
+    cfg = _select(complete, in_dtype, out_dtype, a_major, b_major, shape, device, ctas, batches, fused, spill_check)
+    if key is not None:
+        if len(_selected) >= _SELECTED_MAX:
+            _selected.clear()
+        _selected[key] = cfg
+    return cfg
+
+
+def _select(complete, in_dtype, out_dtype, a_major, b_major, shape, device, ctas, batches, fused, spill_check):
+    """The first preferred config that does not spill (or the preferred one, when every candidate spills)."""
     first = None
     for base, _ in preferences(*shape, in_dtype, out_dtype, a_major, b_major, device=device, batches=batches,
                                epilogue=tuple(sorted(fused.items()))):

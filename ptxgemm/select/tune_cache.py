@@ -46,6 +46,19 @@ def path() -> Path:
     return compiler.cache_dir() / FILE_NAME
 
 
+def generation():
+    """What a remembered selection depends on of the tune cache: None when the cache is off, else its file and that
+    file's (mtime, size), None for a missing file. A tune that stores a winner changes it (one stat per call)."""
+    if not enabled():
+        return None
+    file = path()
+    try:
+        st = file.stat()
+    except OSError:
+        return (str(file), None)
+    return (str(file), st.st_mtime_ns, st.st_size)
+
+
 def device_identity(device) -> dict:
     """What of a device the key holds. `device` is a driver.DeviceInfo or any object with .name and .sm_count
     (and .driver_version_str when it knows the driver; 'unknown' otherwise)."""

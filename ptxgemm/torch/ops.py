@@ -30,6 +30,9 @@ PLAN_CACHE_SIZE = 1024
 _plans: collections.OrderedDict = collections.OrderedDict()
 _lock = threading.Lock()
 
+#: plans made and plans found since the last clear_plan_cache (`plan_stats()`: a model's steady state should only find)
+_stats = {"made": 0, "found": 0, "captured": 0}
+
 #: configs pinned by `use_config` for the next calls (tests and tuning); None: the selection picks
 _pinned: dict[str, GemmConfig | None] = {"mm": None, "grouped_mm": None}
 
@@ -37,6 +40,12 @@ _pinned: dict[str, GemmConfig | None] = {"mm": None, "grouped_mm": None}
 def clear_plan_cache() -> None:
     with _lock:
         _plans.clear()
+        _stats.update(made=0, found=0, captured=0)
+
+
+def plan_stats() -> dict:
+    """{"made", "found", "captured"}: plans made (a cache miss), found (a hit), and made during a graph capture."""
+    return dict(_stats)
 
 
 def _launch(key: tuple, make, stream: int) -> None:
@@ -50,9 +59,13 @@ def _launch(key: tuple, make, stream: int) -> None:
                                                  "once before capturing it (it loads the kernel and its tables then)"
                             ) from e
         plan.launch(stream)
+        _stats["captured"] += 1
         return
     plan = _plans.get(key)
-    if plan is None:
+    if plan is not None:
+        _stats["found"] += 1
+    else:
+        _stats["made"] += 1
         plan = make()
         with _lock:
             _plans[key] = plan
