@@ -170,7 +170,7 @@ def test_the_command_writes_a_file_per_model_and_exits_1_on_a_failed_phase(tmp_p
     """run_arch stubbed (no torch): what the command does with its reports."""
     seen = []
 
-    def fake_run_arch(arch, sizes, *, modes, phases, reference, log):
+    def fake_run_arch(arch, sizes, *, modes, phases, reference, log, tune=False):
         seen.append((arch, sizes.layers, modes, phases, reference))
         runs = {p: [100.0, 110.0] for p in mb.PEERS[arch]}
         header = {**HEADER, "arch": arch, "model": mb.model_name(arch, sizes.layers)}
@@ -307,3 +307,15 @@ def test_a_failing_phase_is_recorded_and_the_others_still_run(monkeypatch):
     assert [r["phase"] for r in report["rows"]] == ["prefill", "train_step"]
     assert "vs_fp32" not in report["accuracy"]["peers"]["ptxgemm"]
     assert "FAILED decode eager: RuntimeError: no graph today" in mb.format_table([report])
+
+
+def test_tune_covers_every_dense_gemm_of_prefill_and_training():
+    """--tune's problems: each linear forward over the prefill and training tokens, and in training its input and
+    weight gradients in the layouts ptxgemm.torch.autograd runs them (no experts, no decode)."""
+    sizes = mb.Sizes()
+    llama = mb.gemm_problems("llama", mb.DIMS["llama"], sizes)
+    t, p = sizes.train_batch * sizes.train_seq, sizes.prefill_batch * sizes.prefill_seq
+    assert (t, 128256, 4096, "k", "k") in llama and (p, 128256, 4096, "k", "k") in llama
+    assert (t, 4096, 14336, "k", "mn") in llama and (14336, 4096, t, "mn", "mn") in llama
+    assert len(llama) == 5 * 3 + 5            # five distinct (in, out) linears: fwd/dgrad/wgrad, and prefill fwd
+    assert len(mb.gemm_problems("mixtral", mb.DIMS["mixtral"], sizes, ("prefill",))) == 3

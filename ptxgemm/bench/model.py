@@ -345,6 +345,60 @@ def environment(torch, device, arch: str, sizes: Sizes, dims: dict) -> dict:
             "method": METHOD, "bound": BOUND}
 
 
+#: the configs `--tune` times for each dense GEMM of the model (back to back, as a step runs them): the large
+#: cooperative tiles with and without a cluster pair, among which the selection picks for these shapes
+TUNE_CANDIDATES = ("coop128x256c2", "coop128x256", "coop256x128c2", "coop256x128", "coop256x192", "coop256x192cn2")
+TUNE_ROUNDS = 3
+
+
+def gemm_problems(arch: str, dims: dict, sizes: Sizes, phases=PHASES) -> list[tuple]:
+    """(m, n, k, a_major, b_major) of every dense GEMM the ptxgemm peer runs in the prefill and training phases (the
+    experts' grouped GEMMs and decode's small-M ones are not tuned): each linear (in, out) over T tokens runs
+    forward (T, out, in; x and W^T both K-major), and in training its input gradient (T, in, out; W read MN-major)
+    and its weight gradient in W's layout (out, in, T; dY^T and x both MN-major), as ptxgemm.torch.autograd does."""
+    h, inter = dims["hidden_size"], dims["intermediate_size"]
+    kv = h // dims["num_attention_heads"] * dims["num_key_value_heads"]
+    linears = {(h, h), (h, kv), (h, dims["vocab_size"])}
+    if arch == "llama":
+        linears |= {(h, inter), (inter, h)}
+    problems = set()
+    for fin, fout in linears:
+        if "prefill" in phases:
+            problems.add((sizes.prefill_batch * sizes.prefill_seq, fout, fin, "k", "k"))
+        if "train" in phases:
+            t = sizes.train_batch * sizes.train_seq
+            problems |= {(t, fout, fin, "k", "k"), (t, fin, fout, "k", "mn"), (fout, fin, t, "mn", "mn")}
+    return sorted(problems)
+
+
+def tune_gemms(problems, rounds: int = TUNE_ROUNDS, log=print) -> list[dict]:
+    """ptxgemm.tune each problem over TUNE_CANDIDATES, back to back (method "b2b"), the winners stored in the tune
+    cache (which the ptxgemm peer's selection then reads); one record per problem."""
+    from . import tune as tuning
+
+    out = []
+    for m, n, k, a_major, b_major in problems:
+        winner, records = tuning.tune(m, n, k, "bfloat16", None, a_major, b_major, candidates=list(TUNE_CANDIDATES),
+                                      rounds=rounds, progress=None, method="b2b")
+        ms = {r["tag"]: r["ms"] for r in records if r["ms"] is not None}
+        out.append({"m": m, "n": n, "k": k, "a_major": a_major, "b_major": b_major, "winner": winner.tag, "ms": ms})
+        log(f"tuned {m}x{n}x{k} A {a_major}-major B {b_major}-major: {winner.tag} ({ms[winner.tag]:.3f} ms; "
+            + ", ".join(f"{t} {v:.3f}" for t, v in ms.items() if t != winner.tag) + ")")
+    return out
+
+
+def tune_cache_state(device_info) -> dict:
+    """Whether the ptxgemm peer's selection read a tune cache, and how many entries it holds for this GPU."""
+    from ..select import tune_cache
+
+    if not tune_cache.enabled():
+        return {"enabled": False}
+    name = str(device_info.name)
+    entries = [e for e in tune_cache.load().values() if e.get("gpu") == name]
+    return {"enabled": True, "path": str(tune_cache.path()), "entries_for_this_gpu": len(entries),
+            "methods": sorted({e.get("method", "burst") for e in entries})}
+
+
 def build_stock(torch, arch: str, layers: int, dims: dict, device):
     """The seeded stock model: bf16 weights initialised on `device` (transformers' normal(0, 0.02) init), sdpa,
     eval mode; Mixtral with its default experts implementation named ("grouped_mm")."""
@@ -639,7 +693,7 @@ class Decoder:
 # ------------------------------------------------------------------------------------------------------------------
 
 def run_arch(arch: str, sizes: Sizes, *, modes=MODES, phases=PHASES, prepare=ptxgemm_prepare, dims: dict | None = None,
-             device: str = "cuda", reference: bool = True, log=print) -> dict:
+             device: str = "cuda", reference: bool = True, log=print, tune: bool = False) -> dict:
     """Build `arch`'s peers, measure their accuracy and every (mode, phase), free them; the report (header,
     accuracy, rows). `prepare(model, arch) -> dict` makes the ptxgemm peer from a copy of the stock model."""
     torch = require_torch(device)
@@ -647,6 +701,11 @@ def run_arch(arch: str, sizes: Sizes, *, modes=MODES, phases=PHASES, prepare=ptx
     dims = dict(DIMS[arch] if dims is None else dims)
     check_sizes(sizes, dims["max_position_embeddings"])
     header = environment(torch, dev, arch, sizes, dims)
+    if tune:   # before anything is planned: the ptxgemm peer's selection then reads the winners
+        header["tuned"] = tune_gemms(gemm_problems(arch, dims, sizes, phases), log=log)
+    if dev.type == "cuda":
+        from ..runtime import driver
+        header["tune_cache"] = tune_cache_state(driver.device_info())
     clock = Clock(torch, dev)
     vocab = dims["vocab_size"]
     log(f"{header['model']}: building on {header['device_name']}")

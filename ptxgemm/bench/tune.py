@@ -77,6 +77,8 @@ def operands(problem: Problem, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     return a, b
 
 
+METHODS = ("burst", "b2b")   # how candidates are timed: alone after an L2 flush, or back to back (see tune)
+B2B_LAUNCHES = 10            # launches per back-to-back window: long enough that launch gaps do not count
 SCALINGS = ("block",)   # what tune can measure besides the plain GEMM: blockwise fp8 (its own kernels and cache entries)
 
 
@@ -126,7 +128,7 @@ def tune(m: int, n: int, k: int, in_dtype: str = "bfloat16", out_dtype: str | No
          b_major: str = "mn", candidates=None, rounds: int = 20, store: bool = True,
          progress: Callable[[str], object] | None = print, *, seed: int = 0, check_rows: int = CHECK_ROWS,
          plan_factory: Callable | None = None, timer: Callable | None = None,
-         device=None, scaling: str | None = None) -> tuple[GemmConfig, list[dict]]:
+         device=None, scaling: str | None = None, method: str = "burst") -> tuple[GemmConfig, list[dict]]:
     """Time every candidate config on this problem and return (the fastest correct one, one record per candidate).
 
     candidates: GemmConfigs or tags ('pp128x128,coop256x128c2' or a list); None: ptxgemm.select.model.candidates.
@@ -141,8 +143,13 @@ def tune(m: int, n: int, k: int, in_dtype: str = "bfloat16", out_dtype: str | No
     blockwise tiles as candidates, the result checked against the dequantized float64 product, and the winner
     stored under the blockwise key, which select_config reads for blockwise calls only. plan_factory then also
     takes the scales: plan_factory(a, b, config, {"scale_a": ..., "scale_b": ...}).
+    method: how the candidates are timed (METHODS): "burst", each launch alone after an L2 flush (the bench's
+    method), or "b2b", windows of B2B_LAUNCHES launches back to back (a model's step: warm L2, the clock the power
+    limit leaves). The winner of one need not be the other's; the entry records which.
     """
     problem = Problem(m, n, k, in_dtype, out_dtype, a_major, b_major)
+    if method not in METHODS:
+        raise ConfigError(f"method: one of {METHODS}, got {method!r}")
     if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
         raise ConfigError(f"rounds: must be a whole number >= 1, got {rounds!r}")
     if isinstance(check_rows, bool) or not isinstance(check_rows, int) or check_rows < 1:
@@ -154,7 +161,8 @@ def tune(m: int, n: int, k: int, in_dtype: str = "bfloat16", out_dtype: str | No
         device = info if device is None else device
         plan_factory = GpuPlans()
     if timer is None:
-        timer = timing.time_interleaved
+        timer = (timing.time_interleaved if method == "burst" else
+                 lambda launchers, rounds: timing.time_back_to_back(launchers, B2B_LAUNCHES, rounds))
     device = select.resolve_device(device)
 
     a, b = operands(problem, seed)
@@ -195,7 +203,8 @@ def tune(m: int, n: int, k: int, in_dtype: str = "bfloat16", out_dtype: str | No
         raise PtxgemmError(f"tune: no candidate for {problem.describe()} ran and produced a correct result: "
                            + "; ".join(f"{r['tag']}: {r['error'] or r['check']}" for r in records))
 
-    say(f"timing {len(launchers)} candidates together, {rounds} interleaved rounds (L2 flushed before each launch)")
+    say(f"timing {len(launchers)} candidates together, {rounds} interleaved rounds ("
+        + ("L2 flushed before each launch)" if method == "burst" else f"{B2B_LAUNCHES} launches back to back)"))
     times = timer(launchers, rounds)
     for rec in records:
         if rec["tag"] in launchers:
@@ -214,7 +223,7 @@ def tune(m: int, n: int, k: int, in_dtype: str = "bfloat16", out_dtype: str | No
         else:
             try:
                 where = tune_cache.store(problem, device, winner.tag, {r["tag"]: r["ms"] for r in timed}, rounds,
-                                         scaling=scaling)
+                                         scaling=scaling, method=method)
             except OSError as e:  # the measurement is still worth returning
                 say(f"could not store the winner in {tune_cache.path()}: {e}")
             else:

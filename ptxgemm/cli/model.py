@@ -64,6 +64,11 @@ def add_arguments(p) -> None:
     p.add_argument("--reference", choices=("fp32", "none"), default="fp32",
                    help="fp32: also measure every peer's errors against a float32 copy of the stock model (TF32 "
                         "off), the scale of bf16's own error; none: only against the stock model (default fp32)")
+    p.add_argument("--tune", action="store_true",
+                   help="first tune every dense GEMM of the prefill and training phases (ptxgemm tune --method b2b "
+                        "over the large cooperative tiles; the winners go to the tune cache, which the ptxgemm peer "
+                        "then reads; the report lists them under 'tuned') (default off: the selection alone; either "
+                        "way the report says what the tune cache held)")
     p.add_argument("--out", default=DEFAULT_OUT,
                    help=f"directory for model_<gpu>_<model>[_<name>].json (default {DEFAULT_OUT})")
     p.add_argument("--name", default=None,
@@ -97,7 +102,7 @@ def run(args) -> int:
     reports = []
     for arch in archs_of(args):
         report = bench_model.run_arch(arch, sizes, modes=modes, phases=phases, reference=args.reference == "fp32",
-                                      log=lambda s: print(s, flush=True))
+                                      log=lambda s: print(s, flush=True), tune=args.tune)
         path = bench_model.write_report(report, args.out, args.name)
         print(f"wrote {path}", flush=True)
         reports.append(report)

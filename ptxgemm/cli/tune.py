@@ -35,6 +35,9 @@ def add_arguments(p) -> None:
                         "tiles and split counts are the candidates, and the winner is stored for blockwise calls "
                         "only (default: none, the plain GEMM)")
     p.add_argument("--rounds", type=int, default=20, help="interleaved timing rounds, >= 1 (default 20)")
+    p.add_argument("--method", default="burst", choices=tuning.METHODS,
+                   help=f"burst: each launch alone after an L2 flush (the bench's method); b2b: windows of "
+                        f"{tuning.B2B_LAUNCHES} launches back to back, as a model's step runs them (default burst)")
     p.add_argument("--no-store", action="store_true", help="do not write the tune cache (default: store the winner)")
     p.add_argument("--seed", type=int, default=0, help="random operands' seed (default 0)")
     p.add_argument("--check-rows", type=int, default=tuning.CHECK_ROWS,
@@ -55,12 +58,13 @@ def run(args) -> int:
                           f"{reason.rstrip('.')}. `python -m ptxgemm select` shows the cost model's choice without one")
     winner, records = tuning.tune(*problem_args(args), candidates=args.candidates, rounds=args.rounds,
                                   store=not args.no_store, progress=lambda line: print(line, flush=True),
-                                  seed=args.seed, check_rows=args.check_rows, scaling=args.scaling)
+                                  seed=args.seed, check_rows=args.check_rows, scaling=args.scaling,
+                                  method=args.method)
     if args.json:
         info = driver.device_info()
         with open(args.json, "w") as f:
             json.dump({"gpu": info.name, "sm_count": info.sm_count, "driver": info.driver_version_str,
                        "problem": dataclasses.asdict(problem), "scaling": args.scaling, "winner": winner.tag,
-                       "rounds": args.rounds,
+                       "rounds": args.rounds, "method": args.method,
                        "candidates": records}, f, indent=1)
     return 0 if all(r["ok"] for r in records) else 1  # a candidate that failed or computed wrong is a bug

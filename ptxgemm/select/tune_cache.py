@@ -115,7 +115,7 @@ def lookup(problem, device, scaling: str | None = None):
 
 
 def store(problem, device, winner_tag: str, timings: dict, rounds: int, file: Path | None = None,
-          scaling: str | None = None) -> Path:
+          scaling: str | None = None, method: str = "burst") -> Path:
     """Add or replace the entry for (problem, device) and write the file atomically: a temporary file in the same
     directory, then os.replace, so a reader (or a crash) never sees half a file. Two tunes storing at the same moment
     can lose one of the two entries (last writer wins), never corrupt the file. OSError when it cannot be written."""
@@ -126,7 +126,7 @@ def store(problem, device, winner_tag: str, timings: dict, rounds: int, file: Pa
         **ident, "m": problem.m, "n": problem.n, "k": problem.k, "in_dtype": problem.in_dtype,
         "out_dtype": problem.out_dtype, "a_major": problem.a_major, "b_major": problem.b_major,
         **({"scaling": scaling} if scaling else {}), "config": winner_tag, "ms": timings.get(winner_tag), "timings_ms": timings, "rounds": rounds,
-        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "method": method, "date": time.strftime("%Y-%m-%d %H:%M:%S"),
     }
     text = json.dumps({"format": FORMAT, "entries": entries}, indent=1, sort_keys=True)
     file.parent.mkdir(parents=True, exist_ok=True)
