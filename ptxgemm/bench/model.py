@@ -135,8 +135,8 @@ class Sizes:
     decode_steps: int = 64        # timed replays per repeat
     accuracy_batch: int = 2
     repeats: int = 3
-    prefill_iters: int = 5
-    train_iters: int = 3
+    prefill_iters: int = 10
+    train_iters: int = 6
     warmup: int = 1
 
     @property
