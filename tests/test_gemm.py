@@ -140,7 +140,7 @@ def test_cooperative_ptx_has_no_order_barriers_and_defers_the_store_wait():
     (dict(group_m=0), "group_m"), (dict(cluster_m=4), "cluster_m"), (dict(cluster_m=2, block_n=192), "cluster_m"),
     (dict(schedule="stream"), "schedule"), (dict(schedule="cooperative", block_m=64), "block_m"),
     (dict(block_m=256), "block_m"), (dict(schedule="cooperative", block_m=256, block_n=256), "block_m x block_n"),
-    (dict(schedule="cooperative", block_m=256, trace=True), "trace"),
+    (dict(schedule="cooperative", block_m=256, grouped="contiguous", trace=True), "trace: the grouped kernel"),
     (dict(cluster_n=3), "cluster_n"), (dict(block_m=64, block_n=256, cluster_n=2), "cluster_n"),
     (dict(cluster_m=2, cluster_n=2), "not both"), (dict(raster="snake"), "raster"),
 ])

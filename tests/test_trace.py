@@ -286,7 +286,7 @@ def test_chrome_trace(tmp_path):
     assert all(e["tid"] in (1, 2) and isinstance(e["ts"], float) and e["dur"] > 0 for e in mainloops)
     assert all("store_issued_us" in e["args"] and "tile" in e["args"] for e in epilogues)
     assert all("pos" in e["args"] for e in spans if e["tid"] == 0)
-    assert {e["name"] for e in spans} == set(trace_decode.SPAN_KINDS)
+    assert {e["name"] for e in spans} == set(trace_decode.SPAN_KINDS) - set(trace_decode.SPLIT_KINDS)  # no split-K
     (first,) = [e for e in mainloops if e["pid"] == 0 and e["args"]["tile"] == 0]
     row = trace.spans_of("mainloop")[0]
     assert first["ts"] == row["start"] / 1e3 and first["dur"] == (row["end"] - row["start"]) / 1e3
@@ -365,3 +365,148 @@ def test_import_does_not_pull_plotting_or_gpu_libraries():
             "print(sorted(m for m in ('matplotlib', 'torch', 'cupy') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+# ---- the cooperative schedule and split-K
+
+TICK = F.TIMER_TICK_NS
+
+
+def _coop(ctas=3, per_consumer=3, k_tiles=4, **kw) -> Trace:
+    buf, capacity = trace_synthetic.synthetic_buffer(ctas, per_consumer, k_tiles, schedule="cooperative", **kw)
+    return Trace.from_buffer(buf, ctas, capacity, meta={"config": "cooperative synthetic"})
+
+
+def test_cooperative_round_trip():
+    """Both consumers record every tile of their CTA (consumer 1's half a tick later in the synthetic kernel)."""
+    trace = _coop()
+    assert trace.schedule == "cooperative" and not trace.split_k and trace.warnings == []
+    for cta in range(3):
+        halves = [trace.tiles[(trace.tiles["cta"] == cta) & (trace.tiles["role"] == role)]["tile"].tolist()
+                  for role in (CONSUMER0, CONSUMER1)]
+        assert halves[0] == halves[1] == [cta, cta + 3, cta + 6]
+    assert np.all(trace.tiles["store_drained"] == trace_decode.NO_TIME)  # the cooperative epilogue ends at the store
+    epilogues = trace.spans_of("epilogue")
+    assert len(epilogues) == 18 and np.all(epilogues["mark"] == trace_decode.NO_MARK)
+    assert len(trace.loads) == 3 * 3 * 4
+    assert F.capacity_for(3, 4, "cooperative") == 2 + 6 * 3  # a consumer's slice: 6 records per tile
+
+
+def test_cooperative_summary_measures_the_tile():
+    """k-tiles of 8 ticks, a 4-tick tail, a 16-tick epilogue, consumer 1 a tick behind: per tile the mainloop runs
+    from consumer 0's first wgmma to consumer 1's last retired, the epilogue from consumer 0's EPILOGUE_START to
+    consumer 1's STORE_ISSUED, and the tensor cores idle from that retirement to the next tile's first wgmma."""
+    s = _coop().summary()
+    assert s["schedule"] == "cooperative" and "epilogue_hidden_fraction" not in s
+    mainloop = 4 * 8 * TICK + 4 * TICK + TICK
+    epilogue = 16 * TICK + TICK
+    assert s["tile_mainloop_ns"]["count"] == 9 and s["tile_mainloop_ns"]["median"] == mainloop
+    assert s["tile_epilogue_ns"]["count"] == 9 and s["tile_epilogue_ns"]["max"] == epilogue
+    # a tile runs from consumer 0's first wgmma to consumer 1's STORE_ISSUED: the two stretches above, which share
+    # consumer 1's tick behind
+    share = epilogue / (mainloop + epilogue)
+    assert s["epilogue_share"] == pytest.approx(share)
+    # the next tile: a tick after consumer 0's STORE_ISSUED to ORDER_ACQUIRED, a tick to its first wgmma
+    gap = epilogue + TICK
+    assert s["tensor_idle_gap_ns"]["count"] == 3 * 2 and s["tensor_idle_gap_ns"]["median"] == gap
+    assert s["next_tile_data_wait_ns"] == trace_decode.distribution(np.full(6, TICK))
+    assert s["tiles_per_consumer"] == {"min": 3, "max": 3}
+    text = T.format_summary(s)
+    assert "both consumers on every tile" in text and f"{share:.1%} of the tiles' time" in text
+    assert "hidden behind" not in text and "split-K" not in text
+
+
+@pytest.mark.parametrize("schedule", ["pingpong", "cooperative"])
+def test_split_k_summary(schedule):
+    """Units alternate partial (stored to the workspace) and final (waits, adds the partials, stores): the
+    summary counts both and times the partial store, the wait for the other splits and the fix-up."""
+    partial_ns, wait_ns, fixup_ns = 3 * TICK, 7 * TICK, 2 * TICK
+    buf, capacity = trace_synthetic.synthetic_buffer(2, 2, 4, schedule=schedule, splits=2,
+                                                     split_ns=(partial_ns, wait_ns, fixup_ns))
+    trace = Trace.from_buffer(buf, 2, capacity)
+    assert trace.split_k and trace.schedule == schedule
+    split = trace.summary()["split_k"]
+    rows = len(trace.tiles)
+    assert split["partial_tiles"] + split["final_tiles"] == rows and split["partial_tiles"] == split["final_tiles"]
+    assert split["partial_store_ns"]["median"] == partial_ns and split["partial_store_ns"]["max"] == partial_ns
+    assert split["fixup_wait_ns"]["min"] == split["fixup_wait_ns"]["max"] == wait_ns
+    assert split["fixup_ns"]["min"] == split["fixup_ns"]["max"] == fixup_ns
+    consumer_ns = (trace.role_last_ns[:, 1:] - trace.role_first_ns[:, 1:]).sum()
+    assert split["fixup_wait_share"] == pytest.approx(wait_ns * split["final_tiles"] / consumer_ns)
+    # the spans: a final's epilogue runs from its fix-up's end; a partial has none
+    final = trace.tiles[trace.tiles["splits_arrived"] != trace_decode.NO_TIME]
+    epilogues = trace.spans_of("epilogue")
+    assert sorted(epilogues["start"].tolist()) == sorted(final["fixup_done"].tolist())
+    assert len(trace.spans_of("partial_store")) == split["partial_tiles"]
+    assert len(trace.spans_of("fixup_wait")) == len(trace.spans_of("fixup")) == split["final_tiles"]
+    text = T.format_summary(trace.summary())
+    assert f"split-K: {split['partial_tiles']} partial and {split['final_tiles']} final" in text
+    names = {e["name"] for e in trace.to_chrome()["traceEvents"] if e["ph"] == "X"}
+    assert set(trace_decode.SPLIT_KINDS) <= names
+
+
+@pytest.mark.parametrize("schedule, splits, edit, what", [
+    ("cooperative", 1, {6: STORE_DRAINED}, "STORE_DRAINED (22) is not a consumer code of the cooperative schedule"),
+    ("pingpong", 2, {6: F.FIXUP_DONE}, "FIXUP_DONE (26) where one of STORE_ISSUED (21), PARTIAL_STORED (24), "
+                                         "SPLITS_ARRIVED (25) was expected"),
+    ("pingpong", 1, {7: F.PARTIAL_STORED}, "PARTIAL_STORED (24) where STORE_DRAINED (22) was expected"),
+    ("cooperative", 1, {5: STORE_ISSUED}, "STORE_ISSUED (21) where EPILOGUE_START (20) was expected"),
+], ids=["coop-drain", "fixup-before-arrival", "partial-after-store", "coop-store-early"])
+def test_malformed_paths(schedule, splits, edit, what):
+    buf, capacity = trace_synthetic.synthetic_buffer(1, 1, 2, schedule=schedule, splits=splits)
+    raw = bytearray(buf)
+    records = np.frombuffer(raw, F.RECORD_DTYPE, offset=F.header_bytes(1)).reshape(1, F.ROLES, capacity)
+    for j, code in edit.items():
+        records["code"][0, CONSUMER0, j] = code
+    with pytest.raises(ValueError, match="malformed trace") as info:
+        Trace.from_buffer(bytes(raw), 1, capacity)
+    assert "consumer 0 (role 1)" in str(info.value) and what in str(info.value)
+
+
+def test_split_paths_need_their_schedule():
+    """The header names the schedule: a final split's path without the drain reads as cooperative, and is
+    malformed as pingpong."""
+    buf, capacity = trace_synthetic.synthetic_buffer(1, 2, 2, schedule="cooperative", splits=2)
+    assert Trace.from_buffer(buf, 1, capacity).split_k
+    raw, header = writable_header(buf, 1)
+    header["schedule"] = 0
+    with pytest.raises(ValueError, match=r"ROLE_END right after STORE_ISSUED \(21\), inside a cycle that must end "
+                                         r"with STORE_DRAINED"):
+        Trace.from_buffer(bytes(raw), 1, capacity)
+
+
+@pytest.mark.parametrize("value, what", [(7, "schedule 7 is none of pingpong, cooperative"),
+                                         (None, "schedule 0 differs from CTA 0 producer's 1")])
+def test_malformed_schedule_word(value, what):
+    buf, capacity = trace_synthetic.synthetic_buffer(1, 1, 2, schedule="cooperative")
+    raw, header = writable_header(buf, 1)
+    header["schedule"][0, CONSUMER1] = 0 if value is None else value
+    with pytest.raises(ValueError, match=r"CTA 0 consumer 1 \(role 2\) header") as info:
+        Trace.from_buffer(bytes(raw), 1, capacity)
+    assert what in str(info.value)
+
+
+def test_trace_format_schedules_are_the_configs():
+    from ptxgemm.kernel.config import SCHEDULES
+
+    assert F.SCHEDULES == SCHEDULES
+    assert F.CONSUMER_CYCLE == F.consumer_paths("pingpong")["tile"]
+    assert set(F.CONSUMER_CODES) == {c for s in F.SCHEDULES for p in F.consumer_paths(s).values() for c in p}
+
+
+def test_cooperative_and_split_k_pngs(tmp_path):
+    pytest.importorskip("matplotlib")
+    coop = _coop(6, 3, 4, splits=3)
+    buf, capacity = trace_synthetic.synthetic_buffer(6, 2, 4)
+    pingpong = Trace.from_buffer(buf, 6, capacity, meta={"config": "pingpong synthetic"})
+    coop.plot_sm(tmp_path / "sm.png")
+    coop.plot_overview(tmp_path / "overview.png")
+    T.plot_compare([pingpong, coop], tmp_path / "compare.png", sm_count=2)
+    T.plot_compare([pingpong, coop], tmp_path / "zoom.png", sm_count=2, window_ns=40 * TICK)
+    for name in ("sm.png", "overview.png", "compare.png", "zoom.png"):
+        width, height = png_size(tmp_path / name)
+        assert 0 < width <= MAX_PNG_WIDTH and 0 < height
+    assert len(coop.typical_sms(2)) == 2 and coop.typical_sms(1) == [coop.default_sm()]
+    assert "split-K" in " ".join(T.LEGEND[key][1] for key in coop.legend_keys())
+    with pytest.raises(ValueError, match="sm_count must be >= 1"):
+        T.plot_compare([pingpong, coop], tmp_path / "x.png", sm_count=0)

@@ -1,4 +1,4 @@
-"""The traced pingpong on the GPU: the events show the schedule the kernel was built to run.
+"""The traced kernels on the GPU: the events show the schedule the kernel was built to run.
 
 At 8448x9216x1024 (66 x 72 tiles, 36 per CTA on 132 SMs, 18 per consumer, 16 k-tiles each) the trace must show
 - every tile and every k-tile of the static schedule, on the CTA and consumer the schedule gives it;
@@ -9,9 +9,16 @@ At 8448x9216x1024 (66 x 72 tiles, 36 per CTA on 132 SMs, 18 per consumer, 16 k-t
 
 PTXGEMM_TRACE_OUT=DIR also writes that run's summary, Chrome trace and PNGs there (docs/results/h100/trace/ holds the
 committed ones).
+
+The cooperative schedule and split-K (both schedules), traced: the result still right against float64 on every
+element, every role's records exactly the paths its schedule gives each of its tiles (trace_format.consumer_paths:
+a split-K unit a partial's or the final's), both halves of a cooperative tile in their mainloops together, and a
+final split's wait ending only after its tile's partials were published.
 """
 from __future__ import annotations
 
+import dataclasses
+import functools
 import json
 import os
 from pathlib import Path
@@ -19,10 +26,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from gemm_reference import check_result
+from ptxgemm import gemm
 from ptxgemm.kernel import trace_format
 from ptxgemm.kernel.config import GemmConfig
-from ptxgemm.kernel.schedule import plan_schedule
+from ptxgemm.kernel.schedule import plan_for
+from ptxgemm.runtime import arrays, driver
 from ptxgemm.tools import tracing
+from ptxgemm.tools.trace import Trace
+from ptxgemm.tools.trace_decode import NO_TIME
 
 gpu = pytest.mark.gpu
 SHAPE = (8448, 9216, 1024)
@@ -32,30 +44,48 @@ MIN_OVERLAPPING_EPILOGUES = 0.9  # of the epilogues that have a peer tile after 
 
 def _schedule(rec, config: GemmConfig, ctas=None):
     m, n, k = rec.trace.meta["shape"]
-    return plan_schedule(m, n, k, config.block_m, config.block_n, config.block_k, config.cluster_m,
-                         rec.trace.meta["sm_count"], ctas)
+    return plan_for(config, m, n, k, rec.trace.meta["sm_count"], ctas)
+
+
+def _path(config: GemmConfig, sched, unit: int) -> str:
+    """The consumer path (trace_format.consumer_paths) scheduler unit `unit` takes."""
+    if not config.split_k:
+        return "tile"
+    return "final" if unit % sched.splits == sched.splits - 1 else "partial"
 
 
 def _check_against_schedule(rec, config: GemmConfig, ctas=None):
+    """Every role's records are what the static schedule gives it: the consumer's units in walk order (pingpong:
+    alternate steps; cooperative: every step, on both consumers), each along its path, and the producer's k-tiles."""
     t = rec.trace
     sched = _schedule(rec, config, ctas)
+    assert t.schedule == config.schedule and t.split_k == config.split_k
     assert t.ctas == sched.grid and t.warnings == [] and not t.header["dropped"].any()
     assert np.all(t.records["value"][:, :, 0] == sched.k_tiles)  # ROLE_START carries k-tiles per tile
     count = t.header["count"].astype(int)
-    assert count.max() == t.capacity  # the plan sized the slices for exactly the busiest role
+    paths = trace_format.consumer_paths(config.schedule)
+    if not config.split_k:
+        assert count.max() == t.capacity  # the plan sized the slices for exactly the busiest role
     for cta in range(t.ctas):
-        cluster = cta // config.cluster_m
-        mine = []
+        cluster = cta // config.cluster_size
+        mine = set()
         for consumer, role in enumerate(trace_format.CONSUMER_ROLES):
             rows = t.tiles[(t.tiles["cta"] == cta) & (t.tiles["role"] == role)]
-            expected = [cluster + (consumer + 2 * j) * sched.clusters
+            step, first = (1, 0) if config.cooperative else (2, consumer)
+            expected = [cluster + (first + step * j) * sched.clusters
                         for j in range(sched.consumer_tiles(cluster, consumer))]
             assert rows["tile"].tolist() == expected, (cta, role)
-            mine += expected
+            taken = [_path(config, sched, unit) for unit in expected]
+            assert count[cta, role] == trace_format.BRACKET_RECORDS + sum(len(paths[p]) for p in taken), (cta, role)
+            assert ((rows["partial_stored"] != NO_TIME) == [p == "partial" for p in taken]).all(), (cta, role)
+            assert ((rows["fixup_done"] != NO_TIME) == [p == "final" for p in taken]).all(), (cta, role)
+            mine |= set(expected)
         loads = t.loads[t.loads["cta"] == cta]
         assert loads["tile"].tolist() == list(range(len(mine) * sched.k_tiles)), cta  # pos 0, 1, ... in order
-    units = sorted(t.tiles["tile"][t.tiles["cta"] % config.cluster_m == 0].tolist())
-    assert units == list(range(sched.units))
+        assert count[cta, trace_format.PRODUCER] == trace_format.BRACKET_RECORDS + 2 * len(mine) * sched.k_tiles
+    leaders = (t.tiles["cta"] % config.cluster_size == 0) & (
+        (t.tiles["role"] == trace_format.CONSUMER0) if config.cooperative else True)
+    assert sorted(t.tiles["tile"][leaders].tolist()) == list(range(sched.units))
 
 
 @pytest.fixture(scope="module")
@@ -160,3 +190,94 @@ def test_small_grids_trace_every_tile(config, shape, ctas):
     rec = tracing.record(*shape, config, ctas=ctas)
     assert rec.verdict.ok, rec.verdict
     _check_against_schedule(rec, config, ctas)
+
+
+# ---- the cooperative schedule and split-K
+
+CROSS_SM_SLACK_NS = 500   # two SMs' events placed on one time base: each CTA's cycles fitted to its own timer anchors
+
+
+@functools.cache   # the three tests below look at the same launch of each case
+def _traced(shape, config: GemmConfig, ctas=None, seed=0):
+    """One traced launch of `config` on random operands; (Trace with the schedule's meta, every element checked
+    against float64)."""
+    m, n, k = shape
+    config = dataclasses.replace(config, trace=True)
+    _, a, b = tracing._operands(m, n, k, config, seed)
+    out = arrays.DeviceArray.empty((m, n), np.dtype(config.out_dtype))
+    out.poison()
+    plan = gemm.GemmPlan(arrays.DeviceArray.from_numpy(a), arrays.DeviceArray.from_numpy(b), out, config, ctas=ctas)
+    assert plan.config == config    # the config asked for runs, not another the plan picked
+    plan.launch()
+    trace = Trace.from_plan(plan, {"sm_count": driver.device_info().sm_count})
+    return trace, check_result(out.to_numpy(), a, b)
+
+
+COOPERATIVE_CASES = [
+    (GemmConfig.from_tag("coop128x256"), (2112, 2304, 1024), 16),
+    (GemmConfig.from_tag("coop256x128c2"), (1000, 1000, 1000), 4),
+    (GemmConfig.from_tag("coop128x256k4"), (256, 4096, 8192), None),
+    (GemmConfig.from_tag("coop128x256", splits=3), (700, 1300, 2048), 5),
+    (GemmConfig.from_tag("pp64x128k2"), (128, 4096, 8192), None),
+    (GemmConfig.from_tag("pp64x128", splits=3), (300, 1000, 2048), 3),
+]
+CASE_IDS = ["coop128x256-16ctas", "coop256x128c2-4ctas", "coop-splitk4", "coop-splitk3-5ctas", "pp-splitk2",
+            "pp-splitk3-3ctas"]
+
+
+@gpu
+@pytest.mark.parametrize("config,shape,ctas", COOPERATIVE_CASES, ids=CASE_IDS)
+def test_cooperative_and_split_k_traces_follow_the_schedule(config, shape, ctas, device_report):
+    trace, verdict = _traced(shape, config, ctas)
+    assert verdict.ok, verdict
+    rec = tracing.Recording(trace, 0.0, verdict, {})
+    _check_against_schedule(rec, config, ctas)
+    summary = trace.summary()
+    line = f"trace {config.tag} {shape} ctas {ctas}: tensor cores busy {summary['tensor_core_coverage']['mean']:.1%}"
+    if config.cooperative:
+        line += f", epilogue {summary['epilogue_share']:.1%} of the tiles' time"
+        assert 0 < summary["epilogue_share"] < 1
+    if config.split_k:
+        split = summary["split_k"]
+        line += (f", split-K: fix-up wait median {split['fixup_wait_ns'].get('median', 0) / 1e3:.2f} us, "
+                 f"{split['fixup_wait_share']:.1%} of the consumers' time")
+    device_report(line)
+
+
+@gpu
+@pytest.mark.parametrize("config,shape,ctas", [c for c in COOPERATIVE_CASES if c[0].cooperative],
+                         ids=[i for i, c in zip(CASE_IDS, COOPERATIVE_CASES) if c[0].cooperative])
+def test_cooperative_halves_share_each_mainloop(config, shape, ctas):
+    """Both consumers read the same stages, so neither can run more than the ring's stages ahead of the other:
+    with more k-tiles than stages, their mainloops of one tile overlap in time."""
+    trace, _ = _traced(shape, config, ctas)
+    sched = plan_for(config, *shape, trace.meta["sm_count"], ctas)
+    assert sched.k_tiles > config.num_stages
+    t = trace.tiles
+    for cta in range(trace.ctas):
+        halves = [t[(t["cta"] == cta) & (t["role"] == role)] for role in trace_format.CONSUMER_ROLES]
+        assert np.all(halves[0]["tile"] == halves[1]["tile"])
+        assert np.all((halves[0]["mainloop_start"] < halves[1]["mma_issued"])
+                      & (halves[1]["mainloop_start"] < halves[0]["mma_issued"])), cta
+
+
+@gpu
+@pytest.mark.parametrize("config,shape,ctas", [c for c in COOPERATIVE_CASES if c[0].split_k],
+                         ids=[i for i, c in zip(CASE_IDS, COOPERATIVE_CASES) if c[0].split_k])
+def test_a_final_split_waits_for_its_partials(config, shape, ctas):
+    """Each (work tile, consumer half) has splits - 1 partials and one final, and the final's wait ends after
+    every partial of its tile was published (within the slack of placing two SMs' clocks on one time base)."""
+    trace, _ = _traced(shape, config, ctas)
+    sched = plan_for(config, *shape, trace.meta["sm_count"], ctas)
+    t = trace.tiles
+    consumer_half = (t["role"] - trace_format.CONSUMER0) if config.cooperative else np.zeros(len(t), int)
+    work = t["tile"] // sched.splits
+    leaders = t["cta"] % config.cluster_size == 0
+    for w in np.unique(work[leaders]):
+        for half in np.unique(consumer_half):
+            rows = t[leaders & (work == w) & (consumer_half == half)]
+            partial = rows[rows["partial_stored"] != NO_TIME]
+            final = rows[rows["splits_arrived"] != NO_TIME]
+            assert len(partial) == sched.splits - 1 and len(final) == 1, (w, half)
+            if len(partial):
+                assert final["splits_arrived"][0] >= partial["partial_stored"].max() - CROSS_SM_SLACK_NS, (w, half)

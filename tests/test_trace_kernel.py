@@ -19,12 +19,22 @@ from ptxgemm.tools import trace_decode
 
 UNTRACED = [GemmConfig(), GemmConfig(block_n=192, out_dtype="float32"),
             GemmConfig(block_m=64, block_n=256, in_dtype="float16", out_dtype="float16", a_major="k", b_major="k"),
-            GemmConfig(cluster_m=2, a_major="mn", b_major="mn"), GemmConfig(debug=True)]
+            GemmConfig(cluster_m=2, a_major="mn", b_major="mn"), GemmConfig(debug=True),
+            GemmConfig.from_tag("coop128x256"), GemmConfig.from_tag("coop256x128c2"),
+            GemmConfig.from_tag("coop128x256k4"), GemmConfig.from_tag("pp64x128k2")]
 TRACED = [GemmConfig(trace=True), GemmConfig(trace=True, cluster_m=2, a_major="mn"),
           GemmConfig(trace=True, block_m=64, block_n=256, out_dtype="float32"), GemmConfig(trace=True, block_n=192)]
+#: the cooperative schedule and split-K, traced (each schedule's paths: trace_format.consumer_paths)
+TRACED_PATHS = [GemmConfig.from_tag("coop128x256", trace=True), GemmConfig.from_tag("coop256x128c2", trace=True),
+                GemmConfig.from_tag("coop128x256k4", trace=True), GemmConfig.from_tag("pp64x128k2", trace=True),
+                GemmConfig.from_tag("coop256x192", trace=True, out_dtype="float32"),
+                GemmConfig.from_tag("coop128x128", trace=True, in_dtype="float8_e4m3fn", b_major="k",
+                                    block_scale=True, splits=2),
+                GemmConfig.from_tag("coop128x256", trace=True, bias="col", activation="gelu", col_pairs=True)]
 
 
-KERNEL_TEMPLATES = ("gemm_roles.ptx.j2", "gemm_consumer.ptx.j2", "gemm_pingpong.ptx.j2", "gemm_cooperative.ptx.j2")
+KERNEL_TEMPLATES = ("gemm_roles.ptx.j2", "gemm_consumer.ptx.j2", "gemm_pingpong.ptx.j2", "gemm_cooperative.ptx.j2",
+                    "splitk.ptx.j2")
 
 
 def without_blank_lines(ptx: str) -> str:
@@ -102,6 +112,93 @@ def test_traced_ptx_records_each_roles_events_once_per_site(config):
     assert f"mad.wide.u32 %trace_entry, %trace_slice, {trace_format.HEADER_ENTRY_BYTES}," in ptx
 
 
+def _instructions(section: str) -> tuple[list[str], dict[str, int]]:
+    """The section's instructions (comments and declarations dropped) and each label's index among them."""
+    code, labels = [], {}
+    for line in section.splitlines():
+        line = line.split("//", 1)[0].strip()
+        if not line or line in "{}" or line.startswith("."):
+            continue
+        if re.fullmatch(r"\w+:", line):
+            labels[line[:-1]] = len(code)
+        else:
+            code.append(line)
+    return code, labels
+
+
+def writer_tile_paths(ptx: str) -> set[tuple[int, ...]]:
+    """Every sequence of trace codes the consumers' writer thread (its warpgroup's leader: %p_leader true) can record
+    from one pass of CONSUMER_TILE to the next (or to the end, closed by ROLE_END): the PTX's branches walked as a
+    graph, both ways where the predicate is anything but the leader's. Loops record nothing, so (instruction,
+    codes so far) states are finite."""
+    code, labels = _instructions(ptx[ptx.index("\nCONSUMER_TILE:"):])
+    start, found, seen = labels["CONSUMER_TILE"], set(), set()
+    stack = [(start, ())]
+    while stack:
+        i, codes = stack.pop()
+        if (i, codes) in seen:
+            continue
+        seen.add((i, codes))
+        line = code[i]
+        event = re.match(r"mov\.u32\s+%trace_word, (\d+);", line)
+        if event:
+            codes += (int(event.group(1)),)
+        if line.startswith("ret"):
+            found.add(codes)
+            continue
+        branch = re.match(r"(?:@(!?)(%\w+)\s+)?bra(?:\.uni)?\s+(\w+);", line)
+        nexts = [i + 1]
+        if branch:
+            negated, predicate, target = branch.groups()
+            taken = [labels[target]]
+            if predicate is None or (predicate == "%p_leader" and not negated):
+                nexts = taken
+            elif predicate != "%p_leader":
+                nexts = taken + nexts
+        for j in nexts:
+            if j == start:
+                found.add(codes)
+            else:
+                stack.append((j, codes))
+    return found
+
+
+@pytest.mark.parametrize("config", TRACED + TRACED_PATHS, ids=lambda c: c.describe())
+def test_every_path_through_a_tile_records_one_of_the_schedules_paths(config):
+    """Walked through the consumer's branches, each tile records exactly the codes of one of its schedule's paths
+    (the grammar ptxgemm.tools.trace_decode checks), a split-K tile a partial's or the final's, and the loop's
+    exit ROLE_END alone: the events sit where the decoder expects them on every branch, split-K's included."""
+    paths = trace_format.consumer_paths(config.schedule)
+    expected = {paths["partial"], paths["final"]} if config.split_k else {paths["tile"]}
+    assert writer_tile_paths(render_gemm(config)) == expected | {(trace_format.ROLE_END,)}
+
+
+@pytest.mark.parametrize("config", TRACED_PATHS, ids=lambda c: c.describe())
+def test_cooperative_and_split_k_record_each_event_once_per_site(config):
+    ptx = render_gemm(config)
+    sections = _sections(ptx)
+    assert sorted(_codes(sections["producer"])) == sorted([trace_format.ROLE_START, *trace_format.PRODUCER_CYCLE,
+                                                           trace_format.ROLE_END])
+    paths = trace_format.consumer_paths(config.schedule)
+    codes = set(paths["partial"] + paths["final"]) if config.split_k else set(paths["tile"])
+    assert sorted(_codes(sections["consumer"])) == sorted([trace_format.ROLE_START, *codes, trace_format.ROLE_END])
+    # the header's fourth word: the schedule, so the decoder knows the paths
+    word = trace_format.SCHEDULES.index(config.schedule)
+    assert re.search(r"st\.global\.v4\.u32 \[%trace_entry\], \{ %trace_count, %trace_smid, %trace_zero, "
+                     + (str(word) if word else "%trace_zero") + r" \}", ptx)
+
+
+def test_cooperative_records_no_wait_for_its_stores():
+    """Tracing must not change the schedule: the cooperative epilogue's bulk-store waits and barriers are the
+    untraced kernel's (a store wait once per panel, before its slot is rewritten), none added for an event. (The
+    one wait tracing adds is the mainloop's, on the first stage's full barrier, which both schedules share.)"""
+    for tag in ("coop128x256", "coop256x128", "coop128x256k4"):
+        plain = render_gemm(GemmConfig.from_tag(tag))
+        traced = render_gemm(GemmConfig.from_tag(tag, trace=True))
+        for pattern in (r"cp\.async\.bulk\.wait_group(\.read)? \d+;", r"bar\.sync\b", r"\bred\.", r"ld\.acquire"):
+            assert len(re.findall(pattern, traced)) == len(re.findall(pattern, plain)), (tag, pattern)
+
+
 def test_consumer_hand_over_is_recorded_before_the_arrive():
     """MMA_ISSUED and STORE_DRAINED carry times no later than the peer's next ORDER_ACQUIRED / EPILOGUE_START only
     if they are taken before the arrive that lets the peer go: the GPU test's no-overlap check rests on it."""
@@ -117,7 +214,7 @@ def test_consumer_hand_over_is_recorded_before_the_arrive():
     assert drained < index(r"bar\.arrive %peer_epi_bar", drained - 40)
 
 
-@pytest.mark.parametrize("config", TRACED, ids=lambda c: c.describe())
+@pytest.mark.parametrize("config", TRACED + TRACED_PATHS, ids=lambda c: c.describe())
 def test_traced_build_is_clean(config):
     kernel = ptxgemm.compile_gemm(config)
     assert not kernel.report.warnings, kernel.report.warnings
@@ -165,6 +262,25 @@ def test_capacity_covers_the_busiest_role_of_a_schedule():
         assert capacity == max(producer, consumer)
 
 
+@pytest.mark.parametrize("tag", ["coop128x256", "coop128x256k4", "pp64x128k2", "coop256x128c2"])
+def test_capacity_of_cooperative_and_split_k_plans(tag):
+    """A cooperative consumer records every tile of its CTA; a split-K tile up to its final's fix-up events: the
+    slice holds the longest path a tile of the config takes, times the busiest consumer's tiles."""
+    from ptxgemm.kernel.schedule import plan_for
+
+    config = GemmConfig.from_tag(tag)
+    paths = trace_format.consumer_paths(config.schedule)
+    longest = max(len(paths["partial"]), len(paths["final"])) if config.split_k else len(paths["tile"])
+    for m, n, k, ctas in ((256, 4096, 8192, None), (1000, 1000, 1000, 3), (8192, 8192, 1024, None)):
+        sched = plan_for(config, m, n, k, 132, ctas)
+        if config.cooperative:
+            assert sched.max_tiles_per_consumer == -(-sched.units // sched.clusters)  # every step of the walk
+        capacity = trace_format.capacity_for(sched.max_tiles_per_consumer, sched.ring_passes, config.schedule,
+                                             config.split_k)
+        assert capacity == max(2 + 2 * sched.ring_passes, 2 + longest * sched.max_tiles_per_consumer)
+    assert trace_format.tile_records("cooperative") == 6 and trace_format.tile_records("pingpong", True) == 9
+
+
 def test_refine_times_places_cycle_stamps_on_the_timer_through_the_anchors():
     """A 1755 MHz SM: each role stamps %globaltimer (32 ns steps) on its first and last record only and %clock64 on
     all. The decoded times keep the cycles' order, fall within a timer step of the truth, and the fit gives the
@@ -205,3 +321,33 @@ def test_config_variants_for_side_by_side_traces():
                         ("block_n=100", "block_n: must be a multiple of 16")):
         with pytest.raises(ptxgemm.ConfigError, match=match):
             config_variant(base, spec)
+
+
+def test_trace_takes_every_dense_schedule_and_refuses_the_grouped_kernel():
+    for tag in ("coop128x256", "coop128x256k4", "pp64x128k2", "coop256x128c2", "coop128x256cn2"):
+        assert GemmConfig.from_tag(tag, trace=True).trace
+    with pytest.raises(ptxgemm.ConfigError, match="trace: the grouped kernel records no timeline"):
+        GemmConfig.from_tag("coop128x128", grouped="contiguous", trace=True)
+
+
+@pytest.mark.parametrize("args, what", [
+    (["--compare", "pingpong,coop"], "--compare: must name two or more of pingpong, cooperative"),
+    (["--compare", "pingpong"], "--compare: must name two or more"),
+    (["--compare", "pingpong,cooperative", "--block-n", "128"], "so --block-n cannot be given with it"),
+    (["--compare", "pingpong,cooperative", "--sm-count", "0"], "--sm-count must be >= 1"),
+])
+def test_trace_compare_is_checked_before_the_gpu(tmp_path, args, what):
+    proc = subprocess.run([sys.executable, "-m", "ptxgemm", "trace", "--m", "256", "--n", "256", "--k", "256",
+                           "--out", str(tmp_path), *args], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and what in proc.stderr, proc.stderr
+
+
+def test_compare_picks_each_schedule_from_the_selection():
+    """--compare's configs: the selection's preferred config of each schedule (split-K where it splits)."""
+    from ptxgemm.select.model import DEFAULT_DEVICE
+    from ptxgemm.tools.tracing import schedule_picks
+
+    operands = {"in_dtype": "bfloat16", "out_dtype": "bfloat16", "a_major": "k", "b_major": "mn"}
+    picks = schedule_picks(128, 4096, 8192, operands, ["pingpong", "cooperative"], device=DEFAULT_DEVICE)
+    assert [c.schedule for c in picks] == ["pingpong", "cooperative"]
+    assert all(c.split_k and not c.transposed_store for c in picks)

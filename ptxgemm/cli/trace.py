@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from ..errors import ConfigError
+from ..kernel.config import SCHEDULES, GemmConfig
 from ..runtime import driver
 from ..tools import trace, tracing
 from . import options
@@ -16,7 +17,9 @@ from .options import SHAPE_OPTIONS
 DESCRIPTION = ("Run the GEMM once with GemmConfig(trace=True) and write what every warpgroup did "
                "and when: trace.json.gz (Chrome trace / Perfetto: a process per SM, a track per "
                "role), summary.json, sm<N>.png and overview.png (with the 'plot' extra); then "
-               "time the traced kernel against the untraced one. Needs an sm_90 GPU.")
+               "time the traced kernel against the untraced one. --compare pingpong,cooperative "
+               "traces the selection's pick of each schedule and draws them one above the other "
+               "in compare.png. Needs an sm_90 GPU.")
 
 
 def add_arguments(p) -> None:
@@ -34,7 +37,35 @@ def add_arguments(p) -> None:
     p.add_argument("--also", action="append", default=[], metavar="NAME=VALUE[,...]",
                    help="also trace this variant of the config on the same problem and draw it under the first in "
                         "compare.png (repeatable; e.g. --also block_n=192 --also cluster_m=2; default: none)")
+    p.add_argument("--compare", default=None, metavar="SCHEDULE,SCHEDULE",
+                   help=f"trace, instead of the config the options name, the selection's pick of each of these "
+                        f"schedules ({', '.join(SCHEDULES)}) for the problem and its dtypes (split-K where the "
+                        f"selection splits), and draw them one above the other in compare.png (e.g. --compare "
+                        f"pingpong,cooperative; no tile option with it; default: off)")
+    p.add_argument("--sm-count", type=int, default=1,
+                   help="SMs each panel of compare.png draws, those whose CTAs finished around the median time "
+                        "(default 1)")
+    p.add_argument("--window-us", type=float, default=None,
+                   help="also write compare_zoom.png: this many microseconds around the middle of the kernels, the "
+                        "same stretch in every panel (default: none)")
     options.add_config_arguments(p.add_argument_group("GEMM configuration"))
+
+
+def _configs(args) -> tuple[GemmConfig, list, list]:
+    """(the first config to trace, the compared schedules' other picks, the --also variants of the first)."""
+    if not args.compare:
+        config = options.config_from_args(args)
+        return config, [], [tracing.config_variant(config, spec) for spec in args.also]
+    schedules = [s.strip() for s in args.compare.split(",") if s.strip()]
+    if len(schedules) < 2 or len(set(schedules)) != len(schedules) or not set(schedules) <= set(SCHEDULES):
+        raise ConfigError(f"--compare: must name two or more of {', '.join(SCHEDULES)}, each once "
+                          f"(e.g. pingpong,cooperative), got {args.compare!r}")
+    tile = options.given(args, options.TILE_OPTIONS)
+    if tile:
+        raise ConfigError(f"--compare: the selection picks each schedule's tile, so {', '.join(tile)} cannot be "
+                          f"given with it (leave them out, or trace one config with --also variants)")
+    first, *others = tracing.schedule_picks(args.m, args.n, args.k, options.operand_fields(args), schedules)
+    return first, others, [tracing.config_variant(first, spec) for spec in args.also]
 
 
 def run(args) -> int:
@@ -43,8 +74,9 @@ def run(args) -> int:
             raise ConfigError(f"--{dim}: must be >= 1, got {getattr(args, dim)}")
     if args.rounds < 0 or args.sets < 1:
         raise ConfigError(f"--rounds must be >= 0 and --sets >= 1, got {args.rounds} and {args.sets}")
-    config = options.config_from_args(args)
-    variants = [tracing.config_variant(config, spec) for spec in args.also]  # bad specs fail before the GPU
+    if args.sm_count < 1 or (args.window_us is not None and args.window_us <= 0):
+        raise ConfigError(f"--sm-count must be >= 1 and --window-us > 0, got {args.sm_count} and {args.window_us}")
+    config, compared, variants = _configs(args)   # bad specs and schedules fail before the GPU
     reason = driver.no_device_reason()
     if reason is not None:
         raise ConfigError(f"trace runs the kernel, so it needs an sm_90 GPU (H100/H200), and there is none here: "
@@ -70,15 +102,25 @@ def run(args) -> int:
         print(ovh)
         result["overhead"] = ovh.as_dict()
     others = []
-    for variant in variants:
+    for variant in compared + variants:
         other = tracing.record(args.m, args.n, args.k, variant, ctas=args.ctas, seed=args.seed)
-        print(f"\n--also {variant.describe()}: check {other.verdict}")
+        print(f"\n{'--compare' if variant in compared else '--also'} {variant.describe()}: check {other.verdict}")
         print(trace.format_summary(other.trace.summary()))
         others.append(other)
-        result.setdefault("also", []).append({"meta": other.trace.meta, "summary": other.trace.summary(),
-                                              "event_ms": other.event_ms, "check_ok": other.verdict.ok})
+        entry = {"meta": other.trace.meta, "summary": other.trace.summary(), "event_ms": other.event_ms,
+                 "span_vs_events": tracing.span_agreement(other), "check_ok": other.verdict.ok,
+                 "traced_build": other.ptxas}
+        if args.rounds and variant in compared:   # a compared schedule's own tracing cost
+            ovh = tracing.overhead(args.m, args.n, args.k, variant, rounds=args.rounds, sets=args.sets, seed=args.seed)
+            print(ovh)
+            entry["overhead"] = ovh.as_dict()
+        result.setdefault("also", []).append(entry)
     t.to_chrome(out / "trace.json.gz")
     written = ["trace.json.gz"]
+    for i, other in enumerate(others, 1):
+        name = f"trace_{i}_{other.trace.meta['tag']}.json.gz"
+        other.trace.to_chrome(out / name)
+        written.append(name)
     try:
         import matplotlib  # noqa: F401
     except ImportError:
@@ -89,9 +131,13 @@ def run(args) -> int:
         t.plot_overview(out / "overview.png")
         written += [f"sm{sm}.png", "overview.png"]
         if others:
-            trace.plot_compare([t] + [o.trace for o in others], out / "compare.png",
-                               labels=[r.trace.meta["config"] for r in [rec] + others])
+            traces, labels = [t] + [o.trace for o in others], [r.trace.meta["config"] for r in [rec] + others]
+            trace.plot_compare(traces, out / "compare.png", labels=labels, sm_count=args.sm_count)
             written.append("compare.png")
+            if args.window_us:
+                trace.plot_compare(traces, out / "compare_zoom.png", labels=labels, sm_count=args.sm_count,
+                                   window_ns=int(args.window_us * 1e3))
+                written.append("compare_zoom.png")
     with open(out / "summary.json", "w") as f:
         json.dump(result, f, indent=1, default=str)
     written.append("summary.json")

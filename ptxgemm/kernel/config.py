@@ -136,7 +136,7 @@ class GemmConfig(KernelLayout):
     cluster_m: int = 1            # CTAs per cluster along M; 2: the pair shares B, each loads half and multicasts
     debug: bool = False           # bounded barrier waits that report the stalled barrier (ptxgemm.runtime.debug)
     debug_timeout_ns: int = 2_000_000_000
-    trace: bool = False           # record a per-warpgroup timeline into a device buffer (ptxgemm.tools.trace)
+    trace: bool = False           # record a per-warpgroup timeline into a device buffer (ptxgemm.tools.trace); dense only
     schedule: str = "pingpong"    # SCHEDULES: how the two consumer warpgroups share the tiles
     cluster_n: int = 1            # CTAs per cluster along N; 2: the pair shares A, each loads half and multicasts
     raster: str = "m"             # RASTERS: grouped down tile-rows ("m"), across tile-columns ("n"), or "hilbert"
@@ -221,9 +221,6 @@ class GemmConfig(KernelLayout):
         if self.block_m not in allowed_m:
             raise ConfigError(f"block_m: the {self.schedule} schedule takes {allowed_m[0]} or {allowed_m[1]} (each "
                               f"consumer one or two m64 wgmma rows), got {self.block_m}")
-        if self.trace and self.schedule != "pingpong":
-            raise ConfigError("trace: only the pingpong schedule records a timeline so far (ptxgemm.tools.trace's summary "
-                              "models its alternation); trace the cooperative schedule later")
         if self.block_n % 16 or not 16 <= self.block_n <= 256:
             raise ConfigError(f"block_n: must be a multiple of 16 in 16..256 (the epilogue stores 16-column blocks; "
                               f"a last output panel narrower than 64 columns goes out through its own tensor map), "
@@ -263,6 +260,9 @@ class GemmConfig(KernelLayout):
             raise ConfigError(f"raster: must be one of {RASTERS}, got {self.raster!r}")
         self._validate_epilogue()
         self._validate_grouped()
+        if self.trace and self.grouped is not None:
+            raise ConfigError("trace: the grouped kernel records no timeline (its scheduler and row-predicated store "
+                              "have no trace events); trace the dense GEMM of either schedule, split-K included")
         if self._max_stages() < 2:
             raise ConfigError(f"block_m x block_n: {self.block_m}x{self.block_n} leaves room for fewer than 2 stages"
                               + (f" beside the {self.source_bytes} B source tile" if self.source_bytes else ""))
@@ -318,7 +318,7 @@ class GemmConfig(KernelLayout):
                                          ("cluster_m/cluster_n", self.cluster_size > 1),
                                          ("splits", self.split_k), ("c_major='m'", self.transposed_store),
                                          ("raster='hilbert'", self.raster == "hilbert"),
-                                         ("source_dtype", self.has_source), ("trace", self.trace)) if on]
+                                         ("source_dtype", self.has_source)) if on]
         if refused:
             raise ConfigError(f"grouped: the grouped kernel is the cooperative schedule on single CTAs without a "
                               f"source tile; it does not take {', '.join(refused)}")

@@ -60,4 +60,5 @@ def template_params(cfg: GemmConfig) -> dict:
         "trace_roles": trace_format.ROLES,
         "trace_record_bytes": trace_format.RECORD_BYTES,
         "trace_header_entry_bytes": trace_format.HEADER_ENTRY_BYTES,
+        "trace_schedule": trace_format.SCHEDULES.index(cfg.schedule),   # the header's schedule word
     }

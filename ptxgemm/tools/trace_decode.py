@@ -1,45 +1,64 @@
 """A trace buffer decoded and checked: the records per role, validated against the format's grammar (every
-role's events in cycle order, no unknown codes, clocks that only go forward), cycles mapped onto nanoseconds,
-and the per-tile / per-load tables and spans the Trace class summarizes. Also the interval arithmetic of those
-summaries. The format itself is ptxgemm.kernel.trace_format."""
+role's events along one of its schedule's paths, no unknown codes, clocks that only go forward), cycles mapped onto
+nanoseconds, and the per-tile / per-load tables and spans the Trace class summarizes. Also the interval arithmetic
+of those summaries. The format itself is ptxgemm.kernel.trace_format."""
 from __future__ import annotations
 
 import numpy as np
 
-from ..kernel.trace_format import (BRACKET_RECORDS, CODE_NAMES, CONSUMER_CYCLE, HEADER_DTYPE, PRODUCER, PRODUCER_CYCLE,
-                                   RECORD_DTYPE, ROLES, ROLE_CYCLES, ROLE_END, ROLE_NAMES, ROLE_START, buffer_bytes,
-                                   header_bytes)
+from ..kernel.trace_format import (BRACKET_RECORDS, CODE_NAMES, CONSUMER_CODES, HEADER_DTYPE,
+                                   PRODUCER, PRODUCER_CYCLE, RECORD_DTYPE, ROLES, ROLE_END, ROLE_NAMES, ROLE_START,
+                                   SCHEDULES, buffer_bytes, header_bytes, role_paths)
 
 
-def _time_fields(cycle) -> tuple[str, ...]:
+def _time_fields(codes) -> tuple[str, ...]:
     """Column names of a cycle table: 'prev' (the record before the cycle) and one per code."""
-    return ("prev",) + tuple(CODE_NAMES[code].lower() for code in cycle)
+    return ("prev",) + tuple(CODE_NAMES[code].lower() for code in codes)
 
 
 #: Times are ns relative to the kernel's first event; `tile` is the consumer's tile index or the producer's pos.
 _ID_FIELDS = [("cta", "<i4"), ("smid", "<i4"), ("role", "<i4"), ("tile", "<i8")]
 
 
-TILE_DTYPE = np.dtype(_ID_FIELDS + [(name, "<i8") for name in _time_fields(CONSUMER_CYCLE)])
+#: One row per consumer tile; a code the tile's path does not take (a split-K code of an unsplit tile,
+#: STORE_DRAINED in the cooperative schedule) has NO_TIME.
+TILE_DTYPE = np.dtype(_ID_FIELDS + [(name, "<i8") for name in _time_fields(CONSUMER_CODES)])
 
 
 LOAD_DTYPE = np.dtype(_ID_FIELDS + [(name, "<i8") for name in _time_fields(PRODUCER_CYCLE)])
 
 
-#: span kind -> the (begin, end) columns of the tile / load table it runs between
-CONSUMER_SPANS = {"order_wait": ("prev", "order_acquired"), "data_wait": ("order_acquired", "mainloop_start"),
-                  "mainloop": ("mainloop_start", "mma_issued"),
-                  "mma_tail": ("mma_issued", "mma_retired"), "epilogue_wait": ("mma_retired", "epilogue_start"),
-                  "epilogue": ("epilogue_start", "store_drained")}
+NO_TIME = -1
 
 
-PRODUCER_SPANS = {"empty_wait": ("prev", "empty_acquired"), "issue": ("empty_acquired", "tma_issued")}
+#: span kind -> (begin columns, end columns) of the tile / load table: a span runs from the first begin column the
+#: row has (not NO_TIME) to the first end column it has; a row without either has no span of that kind.
+CONSUMER_SPANS = {"order_wait": (("prev",), ("order_acquired",)),
+                  "data_wait": (("order_acquired",), ("mainloop_start",)),
+                  "mainloop": (("mainloop_start",), ("mma_issued",)),
+                  "mma_tail": (("mma_issued",), ("mma_retired",)),
+                  "epilogue_wait": (("mma_retired",), ("epilogue_start",)),
+                  # split-K: a partial's store to the workspace; the final's wait for the other splits, its fix-up
+                  "partial_store": (("epilogue_start",), ("partial_stored",)),
+                  "fixup_wait": (("epilogue_start",), ("splits_arrived",)),
+                  "fixup": (("splits_arrived",), ("fixup_done",)),
+                  # the epilogue proper, to C: after the fix-up, if any, to the drain (pingpong) or the last store
+                  "epilogue": (("fixup_done", "epilogue_start"), ("store_drained", "store_issued"))}
+
+
+PRODUCER_SPANS = {"empty_wait": (("prev",), ("empty_acquired",)), "issue": (("empty_acquired",), ("tma_issued",))}
 
 
 SPAN_KINDS = tuple(CONSUMER_SPANS) + tuple(PRODUCER_SPANS)
 
 
-#: `kind` indexes SPAN_KINDS; `mark` is the STORE_ISSUED instant of an epilogue span, NO_MARK elsewhere.
+#: the spans of a consumer's work after its mainloop retired: what pingpong hides under the peer's mainloop
+EPILOGUE_KINDS = ("partial_store", "fixup_wait", "fixup", "epilogue")
+SPLIT_KINDS = ("partial_store", "fixup_wait", "fixup")
+
+
+#: `kind` indexes SPAN_KINDS; `mark` is the STORE_ISSUED instant inside an epilogue span that ends at the drain,
+#: NO_MARK elsewhere.
 SPAN_DTYPE = np.dtype(_ID_FIELDS + [("kind", "<i4"), ("start", "<i8"), ("end", "<i8"), ("mark", "<i8")])
 
 
@@ -83,17 +102,35 @@ def _code_name(code) -> str:
     return f"{CODE_NAMES[int(code)]} ({int(code)})" if int(code) in CODE_NAMES else f"unknown code {int(code)}"
 
 
-def _grammar(capacity: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per role and record index: the code it must carry (ROLE_START, then the role's cycle repeated) and whether
-    it continues the cycle of the record before it (so carries the same tile / pos)."""
-    j = np.arange(capacity)
-    codes = np.empty((ROLES, capacity), np.int64)
-    continues = np.empty((ROLES, capacity), bool)
-    for role, cycle in enumerate(ROLE_CYCLES):
-        phase = (j - 1) % len(cycle)
-        codes[role] = np.where(j == 0, ROLE_START, np.asarray(cycle)[phase])
-        continues[role] = (j > 0) & (phase > 0)
-    return codes, continues
+def schedule_of(header) -> str:
+    """The schedule the kernel ran, from its header (every entry carries it; _check_header checks they agree)."""
+    return SCHEDULES[int(header["schedule"].flat[0])]
+
+
+def _transitions(schedule: str) -> np.ndarray:
+    """allowed[role, previous code, code]: the code pairs that may follow each other in a role's records — ROLE_START,
+    then cycles along the role's paths (trace_format.role_paths), then ROLE_END."""
+    size = max(CODE_NAMES) + 1
+    allowed = np.zeros((ROLES, size, size), bool)
+    for role, paths in enumerate(role_paths(schedule)):
+        ends = [ROLE_START] + [path[-1] for path in paths]    # where a cycle may begin: after these
+        for path in paths:
+            allowed[role, ends, path[0]] = True
+            for a, b in zip(path, path[1:]):
+                allowed[role, a, b] = True
+        allowed[role, ends, ROLE_END] = True
+    return allowed
+
+
+def cycle_start(schedule: str, role: int) -> int:
+    """The code every cycle of `role` begins with (the producer's EMPTY_ACQUIRED, a consumer's ORDER_ACQUIRED)."""
+    (start,) = {path[0] for path in role_paths(schedule)[role]}
+    return start
+
+
+def cycle_ends(schedule: str, role: int) -> tuple[int, ...]:
+    """The codes a complete cycle of `role` ends with in `schedule`."""
+    return tuple(sorted({path[-1] for path in role_paths(schedule)[role]}))
 
 
 def _check_header(header, capacity: int) -> None:
@@ -108,6 +145,14 @@ def _check_header(header, capacity: int) -> None:
     hit = _first((dropped == 0) & (count < BRACKET_RECORDS))
     if hit:
         raise _error(*hit, None, f"count {count[hit]}: every role writes at least ROLE_START and ROLE_END")
+    schedule = header["schedule"]
+    hit = _first(schedule >= len(SCHEDULES))
+    if hit:
+        raise _error(*hit, None, f"schedule {schedule[hit]} is none of {', '.join(SCHEDULES)} (0..{len(SCHEDULES) - 1})")
+    hit = _first(schedule != schedule.flat[0])
+    if hit:
+        raise _error(*hit, None, f"schedule {schedule[hit]} differs from CTA 0 producer's {schedule.flat[0]} (one "
+                                 "kernel runs one schedule)")
     smid = header["smid"]
     hit = _first(smid != smid[:, :1])
     if hit:
@@ -115,16 +160,18 @@ def _check_header(header, capacity: int) -> None:
                                  "(all roles of a CTA run on one SM)")
 
 
-def _check_codes(code, valid) -> None:
+def _check_codes(code, valid, schedule: str) -> None:
     table_size = max(CODE_NAMES) + 1
     allowed = np.zeros((ROLES, table_size), bool)
-    for role, cycle in enumerate(ROLE_CYCLES):
-        allowed[role, [ROLE_START, ROLE_END, *cycle]] = True
+    for role, paths in enumerate(role_paths(schedule)):
+        allowed[role, [ROLE_START, ROLE_END, *{c for path in paths for c in path}]] = True
     in_table = code < table_size
     ok = in_table & allowed[np.arange(ROLES)[:, None], np.where(in_table, code, 0)]
     hit = _first(valid & ~ok)
     if hit:
-        raise _error(*hit, f"{_code_name(code[hit])} is not a {ROLE_NAMES[hit[1]].split()[0]} code")
+        kind = ROLE_NAMES[hit[1]].split()[0]
+        raise _error(*hit, f"{_code_name(code[hit])} is not a {kind} code"
+                           + (f" of the {schedule} schedule" if int(code[hit]) in CODE_NAMES else ""))
 
 
 def _check_clock(clock, valid) -> None:
@@ -136,40 +183,54 @@ def _check_clock(clock, valid) -> None:
                                        f"{clock[cta, role, j]} cycles (a role's clock never goes backwards)")
 
 
-def _check_sequence(header, records, valid) -> None:
-    """Codes follow ROLE_START, whole cycles, ROLE_END; a role that dropped records is a prefix of that."""
+def _expected_after(allowed: np.ndarray, role: int, previous: int) -> str:
+    following = [_code_name(c) for c in np.nonzero(allowed[role, previous])[0]]
+    return following[0] if len(following) == 1 else "one of " + ", ".join(following) if following else "nothing"
+
+
+def _check_sequence(header, records, valid, schedule: str) -> None:
+    """Codes follow ROLE_START, whole cycles along the schedule's paths, ROLE_END; a role that dropped records is a
+    prefix of that."""
     capacity = records.shape[2]
-    codes, continues = _grammar(capacity)
-    expected = np.broadcast_to(codes, records.shape).copy()
+    code = records["code"].astype(np.int64)
+    allowed = _transitions(schedule)
+    role = np.arange(ROLES)[None, :, None]
+    step_ok = np.ones(code.shape, bool)
+    step_ok[..., 1:] = allowed[np.broadcast_to(role, code[..., 1:].shape), code[..., :-1], code[..., 1:]]
     count = header["count"].astype(np.int64)
-    closed = header["dropped"] == 0  # its last record must be ROLE_END
-    cta, role = np.nonzero(closed)
-    expected[cta, role, count[cta, role] - 1] = ROLE_END
-    code = records["code"]
-    hit = _first(valid & (code != expected))
+    last = (np.arange(capacity) == (count - 1)[..., None]) & (header["dropped"] == 0)[..., None]  # closed roles
+    first = np.arange(capacity) == 0
+    bad = valid & ((first & (code != ROLE_START)) | (~first & ~step_ok) | (last & (code != ROLE_END)))
+    hit = _first(bad)
     if hit:
-        raise _error(*hit, f"{_code_name(code[hit])} where {_code_name(expected[hit])} was expected")
-    period = np.array([len(cycle) for cycle in ROLE_CYCLES])
-    hit = _first(closed & ((count - BRACKET_RECORDS) % period != 0))
-    if hit:
-        cta, role = hit
-        last = count[hit] - 1
-        raise _error(cta, role, last, f"ROLE_END right after {_code_name(code[cta, role, last - 1])}, inside a "
-                                      f"cycle that must run {CODE_NAMES[ROLE_CYCLES[role][0]]}.."
-                                      f"{CODE_NAMES[ROLE_CYCLES[role][-1]]}")
+        cta, r, j = hit
+        got = _code_name(code[hit])
+        if j == 0:
+            raise _error(*hit, f"{got} where {_code_name(ROLE_START)} was expected")
+        previous = int(code[cta, r, j - 1])
+        if step_ok[hit] and last[hit]:
+            raise _error(*hit, f"{got} where {_code_name(ROLE_END)} was expected")
+        if code[hit] == ROLE_END:
+            ends = ", ".join(CODE_NAMES[c] for c in cycle_ends(schedule, r))
+            raise _error(*hit, f"ROLE_END right after {_code_name(previous)}, inside a cycle that must end with "
+                               f"{ends}")
+        raise _error(*hit, f"{got} where {_expected_after(allowed, r, previous)} was expected")
     value = records["value"]
-    hit = _first(valid[..., 1:] & continues[:, 1:] & (value[..., 1:] != value[..., :-1]))
+    starts = np.array([cycle_start(schedule, r) for r in range(ROLES)])[None, :, None]
+    continues = valid[..., 1:] & (code[..., 1:] != starts) & (code[..., 1:] != ROLE_END)
+    hit = _first(continues & (value[..., 1:] != value[..., :-1]))
     if hit:
-        cta, role, j = hit
-        raise _error(cta, role, j + 1, f"value {value[cta, role, j + 1]} differs from the {value[cta, role, j]} "
-                                       "of the rest of its cycle (one tile / pos per cycle)")
+        cta, r, j = hit
+        raise _error(cta, r, j + 1, f"value {value[cta, r, j + 1]} differs from the {value[cta, r, j]} "
+                                    "of the rest of its cycle (one tile / pos per cycle)")
 
 
 def validate(header, records) -> None:
     capacity = records.shape[2]
     _check_header(header, capacity)
+    schedule = schedule_of(header)
     valid = np.arange(capacity) < header["count"][..., None].astype(np.int64)
-    _check_codes(records["code"], valid)
+    _check_codes(records["code"], valid, schedule)
     _check_clock(records["clock"], valid)
     anchor = valid & np.isin(records["code"], (ROLE_START, ROLE_END))
     hit = _first(anchor & (records["time_ns"] == 0))
@@ -179,7 +240,7 @@ def validate(header, records) -> None:
     hit = _first((header["count"] >= BRACKET_RECORDS) & (header["dropped"] == 0) & (end < start))
     if hit:
         raise _error(*hit, None, f"ROLE_END's timer {end[hit]} ns is before ROLE_START's {start[hit]} ns")
-    _check_sequence(header, records, valid)
+    _check_sequence(header, records, valid, schedule)
 
 
 def dropped_warnings(header, capacity: int) -> list[str]:
@@ -212,34 +273,69 @@ def refine_times(records: np.ndarray, count: np.ndarray) -> tuple[np.ndarray, np
     return fine, ns_per_cycle
 
 
-def cycle_table(rel, records, count, smid, cycle, dtype) -> np.ndarray:
-    """One row per complete cycle of `cycle`'s codes (in CTA, role, time order), with the times of its records."""
-    j = np.arange(records.shape[2])
-    starts = (records["code"] == cycle[0]) & (j + len(cycle) <= count[..., None])
+def cycle_table(rel, records, count, smid, codes, start: int, ends, dtype) -> np.ndarray:
+    """One row per complete cycle (in CTA, role, time order): the cycle begins with code `start` and is complete when
+    its last record is one of `ends` (a role that dropped records may stop inside one). Columns: the time of the
+    record before the cycle ('prev') and of each of `codes` it wrote, NO_TIME for those it did not."""
+    code = records["code"]
+    valid = np.arange(records.shape[2]) < count[..., None]
+    starts = valid & (code == start)
+    cycle = np.cumsum(starts, axis=-1) - 1                  # the role's cycle a record belongs to (-1: none yet)
+    per_role = starts.sum(axis=-1).ravel()
+    first_row = (np.cumsum(per_role) - per_role).reshape(starts.shape[:2])
+    row = first_row[..., None] + cycle                      # the table row of every record of a cycle
     cta, role, first = np.nonzero(starts)
-    times = rel[cta[:, None], role[:, None], first[:, None] + np.arange(-1, len(cycle))]
     table = np.zeros(len(cta), dtype)
     table["cta"], table["smid"], table["role"] = cta, smid[cta], role
     table["tile"] = records["value"][cta, role, first]
-    for column, name in enumerate(_time_fields(cycle)):
-        table[name] = times[:, column]
-    return table
+    table["prev"] = rel[cta, role, first - 1]                # record 0 is ROLE_START, so first >= 1
+    for c, name in zip(codes, _time_fields(codes)[1:]):
+        table[name] = NO_TIME
+        hit = valid & (cycle >= 0) & (code == c)
+        table[name][row[hit]] = rel[hit]
+    # complete: the cycle's last record is an end code, i.e. the record after it starts a cycle or ends the role
+    following = np.zeros(code.shape, bool)
+    following[..., :-1] = valid[..., 1:] & ((code[..., 1:] == start) | (code[..., 1:] == ROLE_END))
+    closing = valid & (cycle >= 0) & np.isin(code, ends) & (following | (np.arange(code.shape[-1]) ==
+                                                                         (count - 1)[..., None]))
+    complete = np.zeros(len(cta), bool)
+    complete[row[closing]] = True
+    return table[complete]
 
 
 def span_table(tiles: np.ndarray, loads: np.ndarray) -> np.ndarray:
     parts = []
     for table, kinds in ((tiles, CONSUMER_SPANS), (loads, PRODUCER_SPANS)):
-        for kind, (begin, end) in kinds.items():
-            part = np.zeros(len(table), SPAN_DTYPE)
+        for kind, (begins, ends) in kinds.items():
+            start, end = _first_present(table, begins), _first_present(table, ends)
+            rows = table[(start != NO_TIME) & (end != NO_TIME)]
+            part = np.zeros(len(rows), SPAN_DTYPE)
             for field in ("cta", "smid", "role", "tile"):
-                part[field] = table[field]
+                part[field] = rows[field]
             part["kind"] = SPAN_KINDS.index(kind)
-            part["start"], part["end"] = table[begin], table[end]
-            part["mark"] = table["store_issued"] if kind == "epilogue" else NO_MARK
+            part["start"] = start[(start != NO_TIME) & (end != NO_TIME)]
+            part["end"] = end[(start != NO_TIME) & (end != NO_TIME)]
+            part["mark"] = NO_MARK
+            if kind == "epilogue":   # the store issued, inside a span that runs on to the drain
+                drained = rows["store_drained"] != NO_TIME
+                part["mark"][drained] = rows["store_issued"][drained]
             parts.append(part)
     spans = np.concatenate(parts)
     # chronological per role; a zero-length wait sorts before the span that starts where it ends
     return spans[np.lexsort((spans["end"], spans["start"], spans["role"], spans["cta"]))]
+
+
+def _first_present(table: np.ndarray, columns) -> np.ndarray:
+    """Per row, the time of the first of `columns` the row has (NO_TIME where it has none)."""
+    out = np.full(len(table), NO_TIME, np.int64)
+    for name in reversed(columns):
+        out = np.where(table[name] != NO_TIME, table[name], out)
+    return out
+
+
+def row_end(table: np.ndarray) -> np.ndarray:
+    """Per row of a tile table, its last event: when the consumer left the tile."""
+    return np.max([table[name] for name in _time_fields(CONSUMER_CODES)[1:]], axis=0)
 
 
 def merge(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

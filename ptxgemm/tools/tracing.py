@@ -135,6 +135,25 @@ def config_variant(base: GemmConfig, spec: str) -> GemmConfig:
     return dataclasses.replace(base, **changes)
 
 
+def schedule_picks(m: int, n: int, k: int, operands: dict, schedules, device=None) -> list[GemmConfig]:
+    """Per schedule in `schedules`, the config the selection prefers among that schedule's for this problem
+    (ptxgemm.select.model.preferences: the tune cache's winner, then the cost model's ranking; split-K included),
+    with `operands`' dtypes and majors: the two schedules at their best on one problem, for side-by-side traces.
+    Swap-AB picks (c_major 'm') are passed over: a trace runs the problem as given."""
+    from ..select import model
+
+    picks = []
+    for schedule in schedules:
+        for config, _ in model.preferences(m, n, k, **operands, device=device):
+            if config.schedule == schedule and not config.transposed_store:
+                picks.append(config)
+                break
+        else:
+            raise ConfigError(f"--compare: the selection has no {schedule} config for {m}x{n}x{k} "
+                              f"({', '.join(f'{k}={v}' for k, v in operands.items())})")
+    return picks
+
+
 def span_agreement(recording: Recording) -> float:
     """(trace's first-to-last event span) / (CUDA-event time of the same launch) - 1."""
     return recording.trace.kernel_end_ns / (recording.event_ms * 1e6) - 1
