@@ -36,9 +36,12 @@ scale.
 
 Timing (`METHOD`): per phase, every peer runs its first call untimed (`first_call_s`: plans, kernel loads and, in
 compiled rows, torch.compile's compile time, as `compile_s`), then `repeats` repeats, the peers' order alternating
-per repeat; in each, `warmup` untimed iterations and CUDA events around `iters` iterations back to back, with
-torch.cuda.synchronize between peers. tokens/s = tokens per iteration x iters / seconds; min / median / max over the
-repeats. Phases:
+per repeat; in each, as many untimed iterations as the window has (`warmup` for decode: a settle, so that each window
+starts at the clock and power the peer's own work holds the board at under its power limit, not where the other peer
+left it), then CUDA events around `iters` iterations back to back, with torch.cuda.synchronize between peers.
+tokens/s = tokens per iteration x iters / seconds; min / median / max over the repeats. Where nvidia-ml-py is
+installed each window also records the board's SM clock, power and energy (ptxgemm.bench.power; medians per peer in
+the row's `draw`, with joules per token). Phases:
 - prefill: model(input_ids, use_cache=False) under torch.inference_mode(), logits included, batch `prefill_batch` x
   `prefill_seq` tokens per iteration;
 - train_step: model(input_ids, labels=input_ids), loss.backward(), torch.optim.SGD(lr=1e-6).step(),
@@ -116,8 +119,8 @@ OURS = "ptxgemm"
 EAGER_ONLY = {"eager"}
 
 METHOD = ("per phase: each peer's first call untimed (first_call_s; compile_s when compiled), then repeats with the "
-          "peers' order alternating per repeat; in each, `warmup` untimed iterations, then CUDA events around `iters` "
-          "iterations back to back on torch's current stream, torch.cuda.synchronize between peers; tokens/s = "
+          "peers' order alternating per repeat; in each, untimed settle iterations (as many as the window's), then CUDA "
+          "events around `iters` iterations back to back on torch's current stream, torch.cuda.synchronize between peers; tokens/s = "
           "tokens per iteration x iters / seconds, min/median/max over repeats; decode: replays of one CUDA graph "
           "per peer")
 
@@ -244,6 +247,17 @@ def make_row(header: dict, *, phase: str, compiled: bool, runs: dict, batch: int
     return row
 
 
+def draw_stats(draw: dict) -> dict:
+    """{peer: medians over the repeats of the board's SM clock, power and joules per token} (empty without NVML)."""
+    out = {}
+    for peer, windows in draw.items():
+        def med(key):
+            values = [w[key] for w in windows if w.get(key) is not None]
+            return statistics.median(values) if values else None
+        out[peer] = {"sm_mhz": med("sm_mhz"), "watts": med("watts"), "joules_per_token": med("joules_per_token")}
+    return out
+
+
 def inside_bound(errors: dict) -> bool:
     return errors["logits_rel_err"] <= BOUND["logits"] and errors["grad_rel_err"] <= BOUND["grad"]
 
@@ -265,18 +279,26 @@ def _fmt(x, spec=".0f") -> str:
 
 def format_table(reports) -> str:
     """The compact table the command prints: one line per row and peer (ptxgemm's tokens/s, the peer's, the ratio
-    of the medians and the per-repeat extremes, compile seconds of both), then each model's errors."""
+    of the medians and the per-repeat extremes, compile seconds of both, and ptxgemm/peer SM clock, board power and
+    millijoules per token where NVML read them), then each model's errors."""
     lines = [f"{'model':<16}{'phase':<11}{'mode':<9}{'peer':<11}{'ptxgemm tok/s':>14}{'peer tok/s':>12}"
-             f"{'ratio':>7}  {'min-max':<13}{'compile s':>12}"]
+             f"{'ratio':>7}  {'min-max':<13}{'compile s':>12}  {'MHz':>9}  {'W':>7}  {'mJ/token':>11}"]
     for rep in reports:
         for row in rep["rows"]:
             for peer, r in row["ratio"].items():
                 comp = (f"{row['peers'][OURS]['compile_s']:.0f}/{row['peers'][peer]['compile_s']:.0f}"
                         if row["compiled"] else "-")
+                d = row.get("draw") or {}
+                ours, theirs = d.get(OURS, {}), d.get(peer, {})
+
+                def pair(key, scale=1.0, spec=".0f"):
+                    a, b = ours.get(key), theirs.get(key)
+                    return "-" if a is None or b is None else f"{a * scale:{spec}}/{b * scale:{spec}}"
                 lines.append(f"{row['model']:<16}{row['phase']:<11}{'compiled' if row['compiled'] else 'eager':<9}"
                              f"{peer:<11}{row['ptxgemm_tokens_per_s']:>14.0f}"
                              f"{row['peers'][peer]['tokens_per_s_median']:>12.0f}{r['median']:>7.3f}  "
-                             f"{r['min']:.3f}-{r['max']:.3f}  {comp:>10}")
+                             f"{r['min']:.3f}-{r['max']:.3f}  {comp:>10}  {pair('sm_mhz'):>9}  {pair('watts'):>7}  "
+                             f"{pair('joules_per_token', 1e3, '.2f'):>11}")
     for rep in reports:
         acc = rep.get("accuracy")
         if not acc:
@@ -576,10 +598,17 @@ def accuracy(torch, models: dict, ids, reference: dict | None) -> dict:
 # ------------------------------------------------------------------------------------------------------------------
 
 class Clock:
-    """Seconds of `iters` back-to-back calls: CUDA events on the current stream (perf_counter on the CPU)."""
+    """Seconds of `iters` back-to-back calls: CUDA events on the current stream (perf_counter on the CPU), and on
+    the GPU what the board drew meanwhile (NVML through ptxgemm.bench.power, where nvidia-ml-py is installed):
+    `last` holds the window's {sm_mhz, watts, joules} (None without NVML)."""
 
     def __init__(self, torch, device):
         self.torch, self.cuda = torch, device.type == "cuda"
+        self.sampler, self.last = None, None
+        if self.cuda:
+            from ..runtime import driver
+            from . import power
+            self.sampler = power.Sampler(driver.pci_bus_id())
 
     def sync(self):
         if self.cuda:
@@ -593,11 +622,16 @@ class Clock:
                 step()
             return time.perf_counter() - t
         start, end = self.torch.cuda.Event(enable_timing=True), self.torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(iters):
-            step()
-        end.record()
-        end.synchronize()
+
+        def run():
+            start.record()
+            for _ in range(iters):
+                step()
+            end.record()
+            end.synchronize()
+        _, window = self.sampler.measure(run)
+        self.last = (None if window.sm_mhz is None else
+                     {"sm_mhz": window.sm_mhz, "watts": window.watts, "joules": window.joules})
         return start.elapsed_time(end) / 1e3
 
     def first_call(self, step) -> float:
@@ -609,9 +643,9 @@ class Clock:
 
 
 def measure(clock: Clock, steps: dict, *, tokens_per_iter: int, iters: int, warmup: int, repeats: int,
-            before: dict | None = None) -> dict:
+            before: dict | None = None, draw: dict | None = None) -> dict:
     """{peer: [tokens/s per repeat]}: the peers' order alternating per repeat, `before[peer]()` (if any) ahead of
-    each peer's warm-up."""
+    each peer's warm-up; `draw` (a dict) receives {peer: [the board's draw per repeat]} where NVML reads it."""
     names = list(steps)
     runs = {n: [] for n in names}
     for r in range(repeats):
@@ -621,6 +655,9 @@ def measure(clock: Clock, steps: dict, *, tokens_per_iter: int, iters: int, warm
             for _ in range(warmup):
                 steps[n]()
             runs[n].append(tokens_per_iter * iters / clock.time(steps[n], iters))
+            if draw is not None and clock.last is not None:
+                draw.setdefault(n, []).append({**clock.last, "joules_per_token": clock.last["joules"] /
+                                               (tokens_per_iter * iters) if clock.last["joules"] else None})
     return runs
 
 
@@ -737,10 +774,17 @@ def run_arch(arch: str, sizes: Sizes, *, modes=MODES, phases=PHASES, prepare=ptx
             if before:
                 before[n]()
             first[n] = clock.first_call(steps[n])
-        runs = measure(clock, steps, tokens_per_iter=batch * seq, iters=iters, warmup=sizes.warmup,
-                       repeats=sizes.repeats, before=before)
+        draw = {}
+        runs = measure(clock, steps, tokens_per_iter=batch * seq, iters=iters, warmup=settle(phase),
+                       repeats=sizes.repeats, before=before, draw=draw)
         rows.append(make_row(header, phase=PHASE_ROW[phase], compiled=mode == "compiled", runs=runs, batch=batch,
-                             seq=seq, iters=iters, warmup=sizes.warmup, accuracy=acc, first_call_s=first, **extra))
+                             seq=seq, iters=iters, warmup=settle(phase), accuracy=acc, first_call_s=first,
+                             draw=draw_stats(draw), **extra))
+
+    def settle(phase):
+        """Untimed iterations before each window: as many as the window has (decode: `warmup`), so the window
+        starts at the clock and power this peer's own work holds the board at, not where the other peer left it."""
+        return {"prefill": sizes.prefill_iters, "train": sizes.train_iters}.get(phase, sizes.warmup)
 
     errors = []
 
