@@ -175,6 +175,23 @@ def test_compile_fullgraph_runs_forward_and_backward_as_eager_does():
 
 
 @gpu
+def test_the_layers_eager_path_computes_what_the_op_does():
+    """Under no_grad a Linear calls the implementation without the dispatcher (ops.eager_ok); the same kernel, the
+    same bits as the op."""
+    torch, pt = _torch(), _pt()
+    gen = torch.Generator(device="cuda").manual_seed(14)
+    lin = pt.Linear.from_linear(torch.nn.Linear(520, 776).cuda().to(torch.bfloat16))
+    x = _rand((300, 520), torch.bfloat16, gen)
+    with torch.no_grad():
+        from ptxgemm.torch import ops
+        assert ops.eager_ok(x, lin.weight, lin.bias)
+        direct = lin(x)
+        op = pt.mm(x, lin.weight.t(), bias=lin.bias)
+    torch.cuda.synchronize()
+    assert torch.equal(direct, op)
+
+
+@gpu
 def test_cuda_graph_replays_with_new_inputs():
     """A Linear stack and a grouped projection captured in a torch.cuda graph (after the warm-up torch asks for),
     replayed on new values and new group counts written in place: each replay equals the eager ops on them."""

@@ -31,7 +31,7 @@ class Linear(nn.Linear):
         return new
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = ops.mm(_rows(x, self.in_features, "x"), self.weight.t(), bias=self.bias)
+        y = ops.linear_mm(_rows(x, self.in_features, "x"), self.weight, self.bias)
         return y.reshape(*x.shape[:-1], self.out_features)
 
 
@@ -56,7 +56,8 @@ class Fp8Linear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         xq, sx = quant.quantize_activations(_rows(x, self.in_features, "x"), self.weight_q.dtype)
-        y = ops.scaled_mm(xq, self.weight_q.t(), sx, self.weight_scale, bias=self.bias, out_dtype=x.dtype)
+        args = (xq, self.weight_q.t(), sx, self.weight_scale, self.bias, None, 1.0, x.dtype)
+        y = ops.scaled_mm_impl(*args) if ops.eager_ok(xq, self.weight_q, sx, self.bias) else ops.scaled_mm(*args)
         return y.reshape(*x.shape[:-1], self.out_features)
 
     def extra_repr(self) -> str:

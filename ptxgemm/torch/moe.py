@@ -23,7 +23,10 @@ def group_ends(sorted_ids: torch.Tensor, groups: int) -> torch.Tensor:
 
 def _project(x, weight, offs, bias, transposed: bool):
     """x (S, in) through each group's weight: (G, in, out) when `transposed`, else (G, out, in) read K-major."""
-    return ops.grouped_mm(x, weight if transposed else weight.transpose(-1, -2), offs=offs, bias=bias)
+    b = weight if transposed else weight.transpose(-1, -2)
+    if ops.eager_ok(x, weight, offs, bias):   # inference outside torch.compile: no dispatcher
+        return ops.grouped_mm_impl(x, b, offs, None, None, None, bias)
+    return ops.grouped_mm(x, b, offs=offs, bias=bias)
 
 
 def experts_forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor,

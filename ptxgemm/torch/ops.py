@@ -125,16 +125,53 @@ def _dense(a, b, out, *, c=None, beta=0.0, alpha=1.0, bias=None, activation=None
 # ptxgemm::mm — bf16/fp16 (and unscaled fp8) matmul with the fused epilogue
 # ------------------------------------------------------------------------------------------------------------------
 
-@torch.library.custom_op("ptxgemm::mm", mutates_args=())
-def mm(a: Tensor, b: Tensor, bias: Optional[Tensor] = None, activation: Optional[str] = None, alpha: float = 1.0,
-       c: Optional[Tensor] = None, beta: float = 0.0, out_dtype: Optional[torch.dtype] = None) -> Tensor:
-    """act(alpha * a @ b + beta * c + bias), numpy's matmul semantics (batch axes broadcast), on torch's current
-    stream. bias: (N,) per column or (M, 1) per row; activation: "relu", "gelu" (tanh form), "silu"."""
+def mm_impl(a: Tensor, b: Tensor, bias: Tensor | None = None, activation: str | None = None, alpha: float = 1.0,
+            c: Tensor | None = None, beta: float = 0.0, out_dtype: torch.dtype | None = None) -> Tensor:
+    """ptxgemm::mm's implementation: the result allocated, the plan found (or made) and launched."""
     for t, name in ((a, "a"), (b, "b")):
         tensors.check_cuda(t, name)
     out = torch.empty(mm_shape(a, b), dtype=default_out_dtype(a, out_dtype), device=a.device)
     _dense(a, b, out, c=c, beta=beta, alpha=alpha, bias=bias, activation=activation, config=_pinned["mm"])
     return out
+
+
+@torch.library.custom_op("ptxgemm::mm", mutates_args=())
+def mm(a: Tensor, b: Tensor, bias: Optional[Tensor] = None, activation: Optional[str] = None, alpha: float = 1.0,
+       c: Optional[Tensor] = None, beta: float = 0.0, out_dtype: Optional[torch.dtype] = None) -> Tensor:
+    """act(alpha * a @ b + beta * c + bias), numpy's matmul semantics (batch axes broadcast), on torch's current
+    stream. bias: (N,) per column or (M, 1) per row; activation: "relu", "gelu" (tanh form), "silu"."""
+    return mm_impl(a, b, bias, activation, alpha, c, beta, out_dtype)
+
+
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+
+
+def eager_ok(*args) -> bool:
+    """Whether a call may skip the custom-op dispatcher (about 15-20 us of Python per call) and run the
+    implementation directly: plain tensors (no fake, functional or other subclass: nothing is tracing), no mode
+    intercepting dispatch, not under torch.compile, and no gradient to record. Anything else takes the op, which
+    does all of that properly."""
+    if torch.compiler.is_compiling() or _dispatch_mode() is not None:
+        return False
+    grad = torch.is_grad_enabled()
+    for t in args:
+        if t is None:
+            continue
+        if type(t) not in _PLAIN or (grad and t.requires_grad):
+            return False
+    return True
+
+
+def _dispatch_mode():
+    from torch.utils._python_dispatch import _get_current_dispatch_mode
+    return _get_current_dispatch_mode()
+
+
+def linear_mm(x2: Tensor, w: Tensor, bias: Tensor | None) -> Tensor:
+    """x2 @ w^T + bias for the drop-in layers: the implementation directly where eager_ok, else the op."""
+    if eager_ok(x2, w, bias):
+        return mm_impl(x2, w.t(), bias)
+    return mm(x2, w.t(), bias=bias)
 
 
 @mm.register_fake
@@ -154,6 +191,12 @@ def scaled_mm(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor, bias: Opti
     row-major (N, K) weight). The scales' shapes say the scaling (ptxgemm.plan.epilogue): one element each (per
     tensor), (M, 1) and (1, N) (rowwise), or (M, ceil(K/128)) and (ceil(K/128), ceil(N/128)) (blockwise: 1x128 per
     token, 128x128 per weight block, C-contiguous). float32 scales; out_dtype defaults to bfloat16."""
+    return scaled_mm_impl(a, b, scale_a, scale_b, bias, activation, alpha, out_dtype)
+
+
+def scaled_mm_impl(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor, bias: Tensor | None = None,
+                   activation: str | None = None, alpha: float = 1.0, out_dtype: torch.dtype | None = None) -> Tensor:
+    """ptxgemm::scaled_mm's implementation."""
     for t, name in ((a, "a"), (b, "b"), (scale_a, "scale_a"), (scale_b, "scale_b")):
         tensors.check_cuda(t, name)
     _check_fp8(a, b)
@@ -215,6 +258,13 @@ def grouped_mm(a: Tensor, b: Tensor, offs: Optional[Tensor] = None, masked_m: Op
     b (total_K, N) with offs over K -> (G, M, N). offs / masked_m: int32 CUDA tensors, read by the kernel (no host
     synchronization). Rows outside every group (past offs[-1], past masked_m[g]) are not written: their values
     are whatever torch's allocator left there, as with torch._grouped_mm."""
+    return grouped_mm_impl(a, b, offs, masked_m, scale_a, scale_b, bias, activation, alpha, out_dtype)
+
+
+def grouped_mm_impl(a: Tensor, b: Tensor, offs: Tensor | None = None, masked_m: Tensor | None = None,
+                    scale_a: Tensor | None = None, scale_b: Tensor | None = None, bias: Tensor | None = None,
+                    activation: str | None = None, alpha: float = 1.0, out_dtype: torch.dtype | None = None) -> Tensor:
+    """ptxgemm::grouped_mm's implementation."""
     for t, name in ((a, "a"), (b, "b"), (offs, "offs"), (masked_m, "masked_m")):
         if t is not None:
             tensors.check_cuda(t, name)
