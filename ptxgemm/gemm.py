@@ -307,23 +307,59 @@ class GemmPlan:
 # --------------------------------------------------------------------------------------------------------------
 
 PLAN_CACHE_SIZE = 64
-_plans: dict[tuple, GemmPlan] = {}
-_plans_lock = threading.Lock()
+
+
+class PlanCache:
+    """Plans by key, made once each by the caller's `make()`; past `size` the oldest made is dropped (its staging
+    buffers go back to their pool). `stats` counts the plans `get` made and found. The library's matmul and
+    grouped_matmul share one (`cached_plan`); ptxgemm.torch keeps a larger one of its own (a model's step runs
+    hundreds of GEMMs)."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self.plans: dict[tuple, object] = {}
+        self.stats = {"made": 0, "found": 0}
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple, make):
+        plan = self.plans.get(key)  # one dictionary read, atomic: no lock on the hit path
+        if plan is not None:
+            self.stats["found"] += 1
+            return plan
+        plan = make()
+        with self._lock:
+            self.stats["made"] += 1
+            self.plans[key] = plan
+            while len(self.plans) > self.size:
+                self.plans.pop(next(iter(self.plans)))  # the oldest plan made
+        return plan
+
+    def clear(self) -> None:
+        with self._lock:
+            self.plans.clear()
+            self.stats.update(made=0, found=0)
+
+
+_cache = PlanCache(PLAN_CACHE_SIZE)
+_plans = _cache.plans          # matmul's repeated-call path reads it directly
+
+#: the attributes through which a plan could keep its caller's arrays alive (GemmPlan's and GroupedPlan's)
+CALLER_ARRAYS = ("a", "b", "out", "epilogue", "plan", "counts")
+
+
+def without_caller_arrays(plan):
+    """`plan` with no reference left to the caller's arrays, as a cached plan must be (the caller's memory must be
+    free to go; the plan keeps only its own buffers)."""
+    for name in CALLER_ARRAYS:
+        if hasattr(plan, name):
+            setattr(plan, name, None)
+    return plan
 
 
 def cached_plan(key: tuple, make):
-    """The plan under `key`, made once by `make()` (the dense plans here and the grouped ones, ptxgemm.grouped,
-    share the cache and clear_plan_cache). Past PLAN_CACHE_SIZE the oldest plan is dropped (its staging buffers
-    go back to the pool)."""
-    plan = _plans.get(key)  # one dictionary read, atomic: no lock on the hit path
-    if plan is not None:
-        return plan
-    plan = make()
-    with _plans_lock:
-        _plans[key] = plan
-        while len(_plans) > PLAN_CACHE_SIZE:
-            _plans.pop(next(iter(_plans)))  # the oldest plan made
-    return plan
+    """The plan under `key` in the library's cache, made once by `make()` (the dense plans here and the grouped
+    ones, ptxgemm.grouped, share it and clear_plan_cache)."""
+    return _cache.get(key, make)
 
 
 def _cached_plan(a, b, out, config, stream, fused: epilogue.Epilogue | None = None) -> GemmPlan:
@@ -331,16 +367,12 @@ def _cached_plan(a, b, out, config, stream, fused: epilogue.Epilogue | None = No
     dtypes, config, stream: staging buffers belong to one stream), so a new array at an old address with the old
     layout reuses it correctly. Cached plans keep no reference to the arrays (the caller's arrays must be free to
     go)."""
-    def make():
-        plan = GemmPlan(a, b, out, config, stream=stream, fused=fused)
-        plan.a = plan.b = plan.out = plan.epilogue = None
-        return plan
-    return cached_plan(_plan_key(a, b, out, config, stream, fused), make)
+    return cached_plan(_plan_key(a, b, out, config, stream, fused),
+                       lambda: without_caller_arrays(GemmPlan(a, b, out, config, stream=stream, fused=fused)))
 
 
 def clear_plan_cache() -> None:
-    with _plans_lock:
-        _plans.clear()
+    _cache.clear()
 
 
 def matmul(a, b, out=None, *, c=None, alpha=1.0, beta=0.0, bias=None, activation=None, scale_a=None, scale_b=None,

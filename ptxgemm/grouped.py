@@ -17,7 +17,7 @@ import numpy as np
 
 from .errors import ConfigError, CudaError
 from .build.kernels import spills
-from .gemm import LOAD_L2_PROMOTION, MN_PANEL, array_key, cached_plan, get_kernel, stream_key
+from .gemm import LOAD_L2_PROMOTION, MN_PANEL, array_key, cached_plan, get_kernel, stream_key, without_caller_arrays
 from .kernel.config import GemmConfig
 from .plan import grouped, grouped_call
 from .plan.epilogue import Epilogue
@@ -260,9 +260,7 @@ def grouped_matmul(a, b, *, offs=None, masked_m=None, out=None, alpha=1.0, scale
                 activation=activation, out_dtype=out_dtype, config=config, stream=stream)
 
     def make():
-        plan = GroupedPlan(a, b, **args)
-        plan.plan = plan.a = plan.b = plan.out = plan.counts = plan.epilogue = None   # the caller's to free
-        return plan
+        return without_caller_arrays(GroupedPlan(a, b, **args))   # the caller's arrays stay the caller's to free
     try:
         if any(isinstance(x, np.ndarray) for x in (offs, masked_m)):
             raise _Uncached("host counts")

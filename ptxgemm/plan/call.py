@@ -15,7 +15,8 @@ from .checks import b_dtype_of, check_config, check_ctas, check_dtypes, check_ou
 
 #: selections made, by everything they depend on (the problem, the device, the epilogue, the tune cache's state):
 #: ranking the candidates costs milliseconds of Python, and a framework's eager loop plans the same shapes at new
-#: addresses over and over (ptxgemm.torch), so a shape is ranked once per process
+#: addresses over and over (ptxgemm.torch), so a shape is ranked once per process. Remembered here, per plan, not in
+#: the selection: select_config must follow its cost tables, which tests and the fitting tools change in place
 _SELECTED_MAX = 4096
 _selected: dict = {}
 

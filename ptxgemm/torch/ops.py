@@ -10,14 +10,12 @@ from the graph's private pool, and is not cached (its addresses are the graph's)
 run each op once before capturing it: that loads the kernel and builds the tables a capture may not upload."""
 from __future__ import annotations
 
-import collections
-import threading
 from typing import Optional
 
 import torch
 
 from ..errors import ConfigError, CudaError
-from ..gemm import GemmPlan
+from ..gemm import GemmPlan, PlanCache, without_caller_arrays
 from ..grouped import GroupedPlan
 from ..kernel.config import GemmConfig
 from . import tensors
@@ -27,25 +25,22 @@ Tensor = torch.Tensor
 #: plans kept per process: a model's step runs a few hundred distinct GEMMs (layers x projections x forward and
 #: backward), and a miss costs a plan (tens of microseconds of host time)
 PLAN_CACHE_SIZE = 1024
-_plans: collections.OrderedDict = collections.OrderedDict()
-_lock = threading.Lock()
-
-#: plans made and plans found since the last clear_plan_cache (`plan_stats()`: a model's steady state should only find)
-_stats = {"made": 0, "found": 0, "captured": 0}
+_cache = PlanCache(PLAN_CACHE_SIZE)
+_captured = [0]   # plans made during a graph capture (never cached)
 
 #: configs pinned by `use_config` for the next calls (tests and tuning); None: the selection picks
 _pinned: dict[str, GemmConfig | None] = {"mm": None, "grouped_mm": None}
 
 
 def clear_plan_cache() -> None:
-    with _lock:
-        _plans.clear()
-        _stats.update(made=0, found=0, captured=0)
+    _cache.clear()
+    _captured[0] = 0
 
 
 def plan_stats() -> dict:
-    """{"made", "found", "captured"}: plans made (a cache miss), found (a hit), and made during a graph capture."""
-    return dict(_stats)
+    """{"made", "found", "captured"}: plans made (a cache miss), found (a hit), and made during a graph capture,
+    since the last clear_plan_cache (a model's steady state only finds)."""
+    return {**_cache.stats, "captured": _captured[0]}
 
 
 def _launch(key: tuple, make, stream: int) -> None:
@@ -59,27 +54,9 @@ def _launch(key: tuple, make, stream: int) -> None:
                                                  "once before capturing it (it loads the kernel and its tables then)"
                             ) from e
         plan.launch(stream)
-        _stats["captured"] += 1
+        _captured[0] += 1
         return
-    plan = _plans.get(key)
-    if plan is not None:
-        _stats["found"] += 1
-    else:
-        _stats["made"] += 1
-        plan = make()
-        with _lock:
-            _plans[key] = plan
-            while len(_plans) > PLAN_CACHE_SIZE:
-                _plans.popitem(last=False)
-    plan.launch(stream)
-
-
-def _forget_arrays(plan):
-    """A cached plan keeps no view of the caller's tensors (only its own scratch)."""
-    for name in ("a", "b", "out", "epilogue", "plan", "counts"):
-        if hasattr(plan, name):
-            setattr(plan, name, None)
-    return plan
+    _cache.get(key, make).launch(stream)
 
 
 def default_out_dtype(a: Tensor, out_dtype: torch.dtype | None) -> torch.dtype:
@@ -112,7 +89,7 @@ def _dense(a, b, out, *, c=None, beta=0.0, alpha=1.0, bias=None, activation=None
            activation, tensors.key(scale_a), tensors.key(scale_b), config, stream)
 
     def make():
-        return _forget_arrays(GemmPlan(tensors.view(a, "a"), tensors.view(b, "b"), tensors.view(out, "out"), config,
+        return without_caller_arrays(GemmPlan(tensors.view(a, "a"), tensors.view(b, "b"), tensors.view(out, "out"), config,
                                        c=tensors.view(c, "c"), alpha=alpha, beta=beta,
                                        bias=tensors.view(bias, "bias"), activation=activation,
                                        scale_a=tensors.view(scale_a, "scale_a"),
@@ -275,7 +252,7 @@ def grouped_mm_impl(a: Tensor, b: Tensor, offs: Tensor | None = None, masked_m: 
            tensors.key(scale_a), tensors.key(scale_b), tensors.key(bias), activation, alpha, config, stream)
 
     def make():
-        return _forget_arrays(GroupedPlan(tensors.view(a, "a"), tensors.view(b, "b"),
+        return without_caller_arrays(GroupedPlan(tensors.view(a, "a"), tensors.view(b, "b"),
                                           offs=tensors.view(offs, "offs"), masked_m=tensors.view(masked_m, "masked_m"),
                                           out=tensors.view(out, "out"), alpha=alpha,
                                           scale_a=tensors.view(scale_a, "scale_a"),
