@@ -415,7 +415,9 @@ class PreparedLaunch:
         self._what = f"launching {fn.name} (grid {self.grid}, block {self.block}, {self.smem_bytes} B dynamic smem)"
 
     def __call__(self, stream=None):
-        if stream is not self._last_stream:  # converting the handle costs as much as the rest of the call
+        # converting the handle costs as much as the rest of the call: only for a new stream (a raw handle, as
+        # frameworks give it, is a new int object on every call: compared by value)
+        if stream is not self._last_stream and not (type(stream) is int and stream == self._last_stream):
             self._cfg.hStream = cu_stream(stream)
             self._last_stream = stream
         err, = cu.cuLaunchKernelEx(self._cfg, self.fn.handle, self._params_address, 0)
