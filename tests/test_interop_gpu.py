@@ -5,30 +5,18 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from gemm_reference import check_result
+from torch_peer import host_values, require_torch_cuda
 
 gpu = pytest.mark.gpu
 M, N, K = 1000, 776, 520          # partial tiles in every dimension, several tiles per consumer
 
 
 def _torch():
-    torch = pytest.importorskip("torch", reason="torch is not installed: the torch interop tests need it")
-    if not torch.cuda.is_available():
-        pytest.skip("torch sees no CUDA device")
-    return torch
+    return require_torch_cuda("the torch interop tests")
 
 
 def _cupy():
     return pytest.importorskip("cupy", reason="CuPy is not installed: the CuPy interop tests need it")
-
-
-def _host(torch, t):
-    """A torch tensor's values as a numpy array of the same dtype (bf16 through its bit pattern)."""
-    import ml_dtypes
-
-    t = t.detach().cpu().contiguous()
-    if t.dtype == torch.bfloat16:
-        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
-    return t.numpy()
 
 
 @gpu
@@ -48,7 +36,7 @@ def test_torch_tensors_in_and_out_in_place(dtype, b_layout):
     result = ptxgemm.matmul(a, b, out, stream=torch.cuda.current_stream())
     torch.cuda.synchronize()
     assert out.data_ptr() == before and result.ptr == before          # written in place
-    verdict = check_result(_host(torch, out), _host(torch, a), _host(torch, b))
+    verdict = check_result(host_values(out), host_values(a), host_values(b))
     assert verdict.ok, str(verdict)
 
 
@@ -63,7 +51,7 @@ def test_a_ptxgemm_result_goes_to_torch_without_a_copy():
     t = torch.from_dlpack(c)                       # bfloat16 through DLPack's bfloat type
     assert t.data_ptr() == c.ptr and t.dtype == torch.bfloat16 and tuple(t.shape) == (M, N)
     torch.cuda.synchronize()
-    assert check_result(_host(torch, t), _host(torch, a), _host(torch, b)).ok
+    assert check_result(host_values(t), host_values(a), host_values(b)).ok
     del c                                          # torch's view keeps the memory alive
     assert torch.isfinite(t.float()).all()
 

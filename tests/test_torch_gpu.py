@@ -14,34 +14,19 @@ import numpy as np
 import pytest
 
 from ptxgemm import ConfigError, accuracy
+from torch_peer import host_values, require_torch_cuda
 
 gpu = pytest.mark.gpu
 
 
 def _torch():
-    torch = pytest.importorskip("torch", reason="torch is not installed: the ptxgemm.torch tests need it")
-    if not torch.cuda.is_available():
-        pytest.skip("torch sees no CUDA device")
-    return torch
+    return require_torch_cuda("the ptxgemm.torch tests")
 
 
 def _pt():
     _torch()
     import ptxgemm.torch as pt
     return pt
-
-
-def _np(t):
-    """A tensor's exact values as numpy (bf16 and fp8 through their bit patterns, as ml_dtypes)."""
-    import ml_dtypes
-    torch = _torch()
-    t = t.detach().cpu().contiguous()
-    views = {torch.bfloat16: (torch.int16, ml_dtypes.bfloat16), torch.float8_e4m3fn: (torch.int8, ml_dtypes.float8_e4m3fn),
-             torch.float8_e5m2: (torch.int8, ml_dtypes.float8_e5m2)}
-    if t.dtype in views:
-        int_type, np_type = views[t.dtype]
-        return t.view(int_type).numpy().view(np_type)
-    return t.numpy()
 
 
 @contextlib.contextmanager
@@ -57,7 +42,7 @@ def poisoned(shape, dtype):
 
 
 def _check(out, ref, bound, what=""):
-    verdict = accuracy.check_bound(_np(out).astype(np.float64), ref, bound)
+    verdict = accuracy.check_bound(host_values(out).astype(np.float64), ref, bound)
     assert verdict.ok, f"{what}: {verdict}"
 
 
@@ -85,17 +70,17 @@ def test_mm_matches_the_float64_reference(dtype, epilogue):
     kw, args = {}, {}
     if epilogue.get("bias"):
         kw["bias"] = _rand((N,), tdt, gen)
-        args["bias"] = _np(kw["bias"])
+        args["bias"] = host_values(kw["bias"])
     if epilogue.get("c"):
         kw["c"], kw["beta"] = _rand((M, N), tdt, gen), epilogue["beta"]
-        args["c"], args["beta"] = _np(kw["c"]), epilogue["beta"]
+        args["c"], args["beta"] = host_values(kw["c"]), epilogue["beta"]
     for name in ("alpha", "activation"):
         if name in epilogue:
             kw[name] = args[name] = epilogue[name]
     with poisoned((M, N), tdt) as got:
         got["out"] = out = pt.mm(a, w.t(), **kw)
     torch.cuda.synchronize()
-    ref, bound = accuracy.fused_reference(_np(a), _np(w).T, args, dtype)
+    ref, bound = accuracy.fused_reference(host_values(a), host_values(w).T, args, dtype)
     _check(out, ref, bound, f"mm {dtype} {epilogue}")
 
 
@@ -108,7 +93,7 @@ def test_mm_batched_activations_over_one_weight_and_row_major_b():
         got["out"] = out = pt.mm(x, b)
     torch.cuda.synchronize()
     for i in range(3):
-        ref, absprod = accuracy.reference(_np(x[i]), _np(b))
+        ref, absprod = accuracy.reference(host_values(x[i]), host_values(b))
         _check(out[i], ref, accuracy.error_bound(ref, absprod, K, "bfloat16"), f"batch {i}")
 
 
@@ -131,8 +116,8 @@ def test_mm_gradients_against_float64(epilogue):
     y = pt.mm(x, w.t(), bias=bias, activation=act, alpha=alpha)
     y.backward(g)
     torch.cuda.synchronize()
-    x64, w64, g64 = (_np(t).astype(np.float64) for t in (x, w, g))
-    pre = alpha * x64 @ w64.T + (0 if bias is None else _np(bias).astype(np.float64))
+    x64, w64, g64 = (host_values(t).astype(np.float64) for t in (x, w, g))
+    pre = alpha * x64 @ w64.T + (0 if bias is None else host_values(bias).astype(np.float64))
     d_act = pt.activation_derivative(act, torch.from_numpy(pre)).numpy() if act else 1.0
     dp = g64 * d_act
     slack = 2.0 ** -6 if act else 0.0
@@ -258,15 +243,15 @@ def test_grouped_contiguous_forward_and_gradients(weights):
     with poisoned((total, GN), torch.bfloat16) as got:
         got["out"] = out = pt.grouped_mm(a, b, offs=offs)
     torch.cuda.synchronize()
-    out_np = _np(out).astype(np.float64)
+    out_np = host_values(out).astype(np.float64)
     assert np.isnan(out_np[starts[-1]:]).all(), "rows past offs[-1] were written"
-    a64, b64 = _np(a).astype(np.float64), _np(b.detach()).astype(np.float64)
+    a64, b64 = host_values(a).astype(np.float64), host_values(b.detach()).astype(np.float64)
     dc = _rand((total, GN), torch.bfloat16, gen)
     dc[starts[-1]:] = 0
     out.backward(dc)
     torch.cuda.synchronize()
-    dc64 = _np(dc).astype(np.float64)
-    da, db = _np(a.grad).astype(np.float64), _np(wp.grad).astype(np.float64)
+    dc64 = host_values(dc).astype(np.float64)
+    da, db = host_values(a.grad).astype(np.float64), host_values(wp.grad).astype(np.float64)
     if not weights.startswith("(G,N,K)"):
         db = db.transpose(0, 2, 1)            # compare as (G, N, K)
     for i in range(g):
@@ -293,9 +278,9 @@ def test_grouped_masked_and_k_forms():
         got["out"] = out = pt.grouped_mm(a, b, masked_m=masked)
     torch.cuda.synchronize()
     for i, rows in enumerate(masked.tolist()):
-        assert np.isnan(_np(out[i, rows:]).astype(np.float64)).all(), f"group {i}: rows past masked_m written"
+        assert np.isnan(host_values(out[i, rows:]).astype(np.float64)).all(), f"group {i}: rows past masked_m written"
         if rows:
-            ref, absprod = accuracy.reference(_np(a[i, :rows]), _np(b[i]))
+            ref, absprod = accuracy.reference(host_values(a[i, :rows]), host_values(b[i]))
             _check(out[i, :rows], ref, accuracy.error_bound(ref, absprod, GK, "bfloat16"), f"masked {i}")
     # the k form: x^T (M, total_K) @ dy (total_K, N) per group of rows, as an MoE weight gradient reads them
     starts, total = _groups(SIZES)
@@ -306,7 +291,7 @@ def test_grouped_masked_and_k_forms():
     torch.cuda.synchronize()
     for i in range(len(SIZES)):
         r = slice(starts[i], starts[i + 1])
-        ref, absprod = accuracy.reference(_np(x[r]).T, _np(dy[r]))
+        ref, absprod = accuracy.reference(host_values(x[r]).T, host_values(dy[r]))
         _check(out[i], ref, accuracy.error_bound(ref, absprod, max(r.stop - r.start, 1), "bfloat16"), f"k {i}")
 
 
@@ -354,7 +339,7 @@ def test_scaled_mm_matches_the_dequantized_reference(scaling):
     with poisoned((m, n), torch.bfloat16) as got:
         got["out"] = out = pt.scaled_mm(xq, wq.t(), sa, sb)
     torch.cuda.synchronize()
-    ref, bound = accuracy.fused_reference(_np(xq), _np(wq).T, {"scale_a": _np(sa), "scale_b": _np(sb)}, "bfloat16",
+    ref, bound = accuracy.fused_reference(host_values(xq), host_values(wq).T, {"scale_a": host_values(sa), "scale_b": host_values(sb)}, "bfloat16",
                                           block=scaling == "block")
     _check(out, ref, bound, f"scaled_mm {scaling}")
 
