@@ -8,12 +8,23 @@ import re
 from ..bench import model as bench_model
 from ..bench.model import ARCHS, DIMS, MAX_LAYERS, MODES, PHASES, QUICK, Sizes
 from ..errors import ConfigError
+from .options import flag
 
 DEFAULT_OUT = "docs/results"
 DEFAULT = Sizes()
 #: the options that set a Sizes field of the same name (default None: the defaults', or --quick's)
 SIZE_OPTIONS = ("layers", "prefill_batch", "prefill_seq", "train_batch", "train_seq", "decode_batch", "decode_prefix",
                 "repeats")
+
+#: the size options besides --layers and --repeats, each a Sizes field: what it counts
+SIZE_HELP = {
+    "prefill_batch": "prefill sequences",
+    "prefill_seq": "prefill tokens per sequence, also the accuracy pass's",
+    "train_batch": "training-step sequences",
+    "train_seq": "training-step tokens per sequence",
+    "decode_batch": "decode sequences, one new token each per step",
+    "decode_prefix": "tokens prefilled into the static cache before decoding",
+}
 
 #: the command's --help text (its one-line summary is in ptxgemm/cli/main.py's table)
 DESCRIPTION = ("Run transformers' LlamaForCausalLM (Llama-3-8B's widths) and MixtralForCausalLM (Mixtral-8x7B's), "
@@ -45,22 +56,9 @@ def add_arguments(p) -> None:
     p.add_argument("--repeats", type=int, default=None,
                    help=f"timed repeats per peer and phase, the peers' order alternating, >= 1 (default "
                         f"{DEFAULT.repeats})")
-    p.add_argument("--prefill-batch", type=int, default=None,
-                   help=f"prefill sequences (default {DEFAULT.prefill_batch}; {QUICK.prefill_batch} with --quick)")
-    p.add_argument("--prefill-seq", type=int, default=None,
-                   help=f"prefill tokens per sequence, also the accuracy pass's (default {DEFAULT.prefill_seq}; "
-                        f"{QUICK.prefill_seq} with --quick)")
-    p.add_argument("--train-batch", type=int, default=None,
-                   help=f"training-step sequences (default {DEFAULT.train_batch}; {QUICK.train_batch} with --quick)")
-    p.add_argument("--train-seq", type=int, default=None,
-                   help=f"training-step tokens per sequence (default {DEFAULT.train_seq}; {QUICK.train_seq} with "
-                        "--quick)")
-    p.add_argument("--decode-batch", type=int, default=None,
-                   help=f"decode sequences, one new token each per step (default {DEFAULT.decode_batch}; "
-                        f"{QUICK.decode_batch} with --quick)")
-    p.add_argument("--decode-prefix", type=int, default=None,
-                   help=f"tokens prefilled into the static cache before decoding (default {DEFAULT.decode_prefix}; "
-                        f"{QUICK.decode_prefix} with --quick)")
+    for field, what in SIZE_HELP.items():
+        p.add_argument(flag(field), type=int, default=None,
+                       help=f"{what} (default {getattr(DEFAULT, field)}; {getattr(QUICK, field)} with --quick)")
     p.add_argument("--reference", choices=("fp32", "none"), default="fp32",
                    help="fp32: also measure every peer's errors against a float32 copy of the stock model (TF32 "
                         "off), the scale of bf16's own error; none: only against the stock model (default fp32)")
