@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Optional
 
 import torch
+from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from ..errors import ConfigError, CudaError
 from ..gemm import GemmPlan, PlanCache, without_caller_arrays
@@ -128,7 +129,7 @@ def eager_ok(*args) -> bool:
     implementation directly: plain tensors (no fake, functional or other subclass: nothing is tracing), no mode
     intercepting dispatch, not under torch.compile, and no gradient to record. Anything else takes the op, which
     does all of that properly."""
-    if torch.compiler.is_compiling() or _dispatch_mode() is not None:
+    if torch.compiler.is_compiling() or _get_current_dispatch_mode() is not None:
         return False
     grad = torch.is_grad_enabled()
     for t in args:
@@ -137,11 +138,6 @@ def eager_ok(*args) -> bool:
         if type(t) not in _PLAIN or (grad and t.requires_grad):
             return False
     return True
-
-
-def _dispatch_mode():
-    from torch.utils._python_dispatch import _get_current_dispatch_mode
-    return _get_current_dispatch_mode()
 
 
 def linear_mm(x2: Tensor, w: Tensor, bias: Tensor | None) -> Tensor:
