@@ -117,13 +117,13 @@ def test_grouped_backward_is_two_grouped_launches():
     assert da.shape == a.shape and dw.shape == w.shape and dw.stride() == w.stride()
 
 
-def test_compile_fullgraph_traces_the_ops_without_a_graph_break():
-    """torch.compile(fullgraph=True) raises on any graph break; the backend records the graph and does not run it
-    (no GPU here)."""
-    graphs = []
+class NotRun(Exception):
+    """What a compiled function built by `compile_graphs` raises when called: there is no GPU to run it on."""
 
-    class NotRun(Exception):
-        pass
+
+def compile_graphs(fn):
+    """(torch.compile(fn, fullgraph=True) on a backend that records each graph and never runs it, the graphs)."""
+    graphs = []
 
     def backend(gm, example_inputs):
         graphs.append(gm)
@@ -131,12 +131,18 @@ def test_compile_fullgraph_traces_the_ops_without_a_graph_break():
         def never(*args):
             raise NotRun
         return never
+    return torch.compile(fn, fullgraph=True, backend=backend), graphs
+
+
+def test_compile_fullgraph_traces_the_ops_without_a_graph_break():
+    """torch.compile(fullgraph=True) raises on any graph break; the backend records the graph and does not run it
+    (no GPU here)."""
 
     def layer(x, w, b, we, offs):
         h = pt.mm(x, w.t(), bias=b, activation="gelu")
         return pt.grouped_mm(h, we.transpose(-1, -2), offs=offs)
 
-    compiled = torch.compile(layer, fullgraph=True, backend=backend)
+    compiled, graphs = compile_graphs(layer)
     args = (torch.randn(64, 32, dtype=BF16), torch.randn(48, 32, dtype=BF16), torch.randn(48, dtype=BF16),
             torch.randn(4, 16, 48, dtype=BF16), torch.tensor([8, 16, 40, 64], dtype=torch.int32))
     with pytest.raises(NotRun):
@@ -258,12 +264,7 @@ def test_the_layers_skip_the_dispatcher_only_in_plain_eager_inference():
         gm = make_fx(lambda x, w: ops.linear_mm(x, w, None), tracing_mode="fake")(x, w.detach())
     assert _ops_in(gm) == ["ptxgemm.mm.default"]
     lin = pt.Linear.from_linear(torch.nn.Linear(32, 48, dtype=BF16))
-    graphs = []
-
-    def backend(gm, example_inputs):
-        graphs.append(gm)
-        return lambda *args: (_ for _ in ()).throw(RuntimeError("not run"))
-
-    with torch.no_grad(), pytest.raises(RuntimeError, match="not run"):
-        torch.compile(lin, fullgraph=True, backend=backend)(x)
+    compiled, graphs = compile_graphs(lin)
+    with torch.no_grad(), pytest.raises(NotRun):
+        compiled(x)
     assert _ops_in(graphs[0]) == ["ptxgemm.mm.default"]     # compiled inference keeps the op too
