@@ -268,3 +268,17 @@ def test_the_layers_skip_the_dispatcher_only_in_plain_eager_inference():
     with torch.no_grad(), pytest.raises(NotRun):
         compiled(x)
     assert _ops_in(graphs[0]) == ["ptxgemm.mm.default"]     # compiled inference keeps the op too
+
+
+def test_use_config_pins_and_restores_and_names_a_bad_op():
+    from ptxgemm import GemmConfig
+    from ptxgemm.torch import ops
+
+    cfg = GemmConfig.from_tag("coop128x256")
+    with pt.use_config("mm", cfg):
+        assert ops._pinned["mm"] is cfg and ops._pinned["grouped_mm"] is None
+    assert ops._pinned["mm"] is None
+    with pytest.raises(ConfigError, match="^op: one of"):
+        pt.use_config("bmm", cfg)
+    pt.clear_plan_cache()
+    assert ops.plan_stats() == {"made": 0, "found": 0, "captured": 0}
