@@ -1,11 +1,13 @@
 """Blockwise fp8 scaling (DeepSeek-V3's recipe: 1x128 scales per row of A, 128x128 per block of B) on every tile
 that carries it, with split-K and cluster pairs, against a float64 reference of the dequantized inputs.
 
-The mainloop keeps two sets of k-tile products and alternates them by the k-tile's parity (blockscale.ptx.j2), so
-the cases vary what that can get wrong: one k-tile (only the drain of the even set), an odd and an even count (the
+Tiles up to 64x128 per consumer keep two sets of k-tile products and alternate them by the k-tile's parity
+(blockscale.ptx.j2); wider ones keep one set of one m64 row block, and a tile whose columns reach into a second
+block of B's scales promotes through the copy for where that block begins. The cases vary what that can get wrong: one k-tile (only the drain of the even set), an odd and an even count (the
 loop leaves through either drain), a last k-tile cut short by K (TMA fills zeros), several tiles per consumer on 3
 CTAs (the sets and the ring's phase carry from tile to tile), and split-K ranges of which the last runs past K (its
-scale reads are clamped to the table's last block). Inputs are random (never zero), scales random positive, the
+scale reads are clamped to the table's last block), every copy of the promotion of the 144-, 160- and 192-column
+tiles, and the one set over two row blocks of the 256x128 and pingpong 128x128 tiles. Inputs are random (never zero), scales random positive, the
 output NaN-poisoned, every element checked against ptxgemm.accuracy's bound.
 """
 from __future__ import annotations
@@ -40,6 +42,17 @@ CASES = (
     ("pp64x128k3", (130, 390, 2176), "split-K 3 of 17 k-tiles: 6, 6 and 5, the last range past K"),
     ("coop128x128k2", (260, 260, 1920), "split-K 2 of 15 k-tiles: 8 and 7"),
     ("pp64x64k4", (64, 330, 7168), "split-K 4 at M = 64, DeepGEMM's small-M shape class"),
+    # one product set (tiles too wide for two): each m64 row block issued, retired and promoted in turn
+    ("coop128x192", (300, 520, 1408), "one set, 11 k-tiles; every copy of the promotion (B's second block at "
+                                      "column 128 or 64)"),
+    ("coop128x160", (260, 700, 1152), "one set; every copy of the promotion (t = 128, 96, 64, 32)"),
+    ("coop128x144", (130, 1160, 640), "one set; every copy of the promotion (t = 16 .. 128, eight)"),
+    ("coop256x128", (520, 260, 1664), "one set over two row blocks per consumer, B's one block"),
+    ("pp128x128", (260, 390, 1152), "pingpong, one set over two row blocks per consumer"),
+    ("coop128x192cn2", (260, 600, 1536), "one set in a cluster pair multicasting A; every copy of the promotion"),
+    ("coop256x128c2", (1040, 260, 1280), "one set in a cluster pair multicasting B"),
+    ("coop128x160k2", (260, 330, 1920), "one set, split-K 2 of 15 k-tiles: 8 and 7"),
+    ("coop128x112", (260, 460, 1280), "two sets with a second B block (t = 16, 32, 48, 64; 112: one block)"),
 )
 
 
@@ -73,6 +86,12 @@ def test_each_case_exercises_what_it_claims(tag, shape, why):
     if "even drain" in why:
         assert s.k_tiles % 2 == 1
     assert s.units > _ctas(cfg), s.describe()   # a CTA runs several units: the sets carry across tiles
+    assert ("one set" in why) == (cfg.bs_product_sets == 1)
+    starts = {min(SCALE_BLOCK - j * cfg.block_n % SCALE_BLOCK, cfg.block_n) for j in range(-(-shape[1] // cfg.block_n))}
+    if "every copy" in why:
+        assert starts == set(cfg.bs_b_boundaries), (starts, cfg.bs_b_boundaries)
+    if "second B block" in why:
+        assert len(starts) > 1 and cfg.bs_b_boundaries[0] == cfg.block_n
 
 
 @gpu

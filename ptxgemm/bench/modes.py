@@ -380,6 +380,9 @@ def peer_row(p: Problem, impls, times: dict, errs: dict, refused: dict, worst: d
     if variants:
         row["variants"] = {i.tag: {"ms": times[i.name], "tflops": _tflops(p, times[i.name]),
                                    "rel_err": errs.get(i.name)} for i in variants}
+        for i in variants:
+            if warm and warm.get(i.name):
+                row["variants"][i.tag].update(b2b_ms=warm[i.name], b2b_tflops=_tflops(p, warm[i.name]))
     if warm:   # the back-to-back figures (timing.time_back_to_back), beside the burst ones
         row["ptxgemm_b2b_ms"], row["peer_b2b_ms"] = warm.get(main.name), warm.get(peer.name) if peer else None
         row["ptxgemm_b2b_tflops"], row["peer_b2b_tflops"] = _tflops(p, row["ptxgemm_b2b_ms"]), _tflops(p, row["peer_b2b_ms"])
@@ -473,7 +476,8 @@ def run_mode_bench(shapes, rounds: int, mode: Mode, config=None, out="bench_out"
         impls = _impls(mode, config, torch, variants)
         launchers, refused = _prepare(impls, p)
         times = timing.time_interleaved(launchers, rounds, warmup=3)
-        compared = [i.name for i in impls[:2] if i.name in launchers]   # ptxgemm's selection and the peer
+        # ptxgemm's selection, the peer and any --variants
+        compared = [i.name for j, i in enumerate(impls) if i.name in launchers and (j < 2 or getattr(i, "variant", False))]
         warm = (timing.time_back_to_back({n: launchers[n] for n in compared}, BACK_TO_BACK_LAUNCHES, rounds=3)
                 if mode.scaling and deepgemm.published(m, n, k) is not None else {})
         picked = sample_rows(m)

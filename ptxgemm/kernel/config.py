@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import numbers
 
 import numpy as np
@@ -44,11 +45,13 @@ GELU_CUBIC = 0.044715                       # the tanh form's cubic coefficient
 # KNOWN_SPILLS), so the selection compiles its fused pick and walks past one that spills (gemm._resolve_config).
 FUSED_REGISTER_BUDGET = 196
 SCALE_BLOCK = 128                           # blockwise scaling: A's scales per 1x128, B's per 128x128 block
-# Blockwise scaling keeps three sets of accumulators live per consumer thread: the promoted sums and the products
-# of two k-tiles (one retiring and promoted while the next one's wgmmas run: blockscale.ptx.j2). 192 of them, with
-# the scale addresses and the loop's registers, fit the consumers' 232 without spills (ptxas 13, coop128x128 and
-# pp64x128); the next size up, 128 columns of 128 rows per consumer, would need 384.
-BLOCK_SCALE_ACC_SETS = 3
+# Blockwise scaling keeps the promoted sums and k-tile products in registers (blockscale.ptx.j2). Where three sets
+# fit (the sums and two k-tiles' products: 64 x 128 per consumer at most), the k-tiles alternate two product sets by
+# parity, so one retires and is promoted while the next one's wgmmas run. A wider tile keeps one product set of one
+# m64 row block (DeepGEMM's layout): each row block's wgmmas retire and are promoted before the next are issued, and
+# the other consumer's wgmmas fill the tensor core meanwhile. 192 registers of sets, with the scale addresses and the
+# loop's registers, fit the consumers' 232 without spills (ptxas 13: coop128x128 and pp64x128 with two product sets,
+# coop128x192 and coop256x128 with one); 128 x 256 per consumer would need 256.
 BLOCK_SCALE_ACC_BUDGET = 192
 
 
@@ -177,6 +180,28 @@ class GemmConfig(KernelLayout):
     def fp8(self) -> bool:
         return self.in_dtype in FP8_DTYPES
 
+    # --- blockwise scaling's derived shape (blockscale.ptx.j2) -----------------------------------------------
+    @property
+    def bs_product_sets(self) -> int:
+        """k-tile product sets the blockwise mainloop keeps: 2 (whole consumer tiles, alternated by the k-tile's
+        parity) where they fit beside the sums, else 1 (one m64 row block's, reused by each row block in turn), 0
+        where not even that fits (BLOCK_SCALE_ACC_BUDGET)."""
+        if 3 * self.acc_registers <= BLOCK_SCALE_ACC_BUDGET:
+            return 2
+        return 1 if self.acc_registers + self.acc_per_half <= BLOCK_SCALE_ACC_BUDGET else 0
+
+    @property
+    def bs_b_boundaries(self) -> tuple[int, ...]:
+        """Where, in the tile's columns, B's second scale block begins, for each tile start n0 = j * block_n the
+        kernel meets: SCALE_BLOCK - n0 % SCALE_BLOCK, or block_n where the whole tile lies in one block. The first
+        entry is j = 0's (one block when block_n divides SCALE_BLOCK); each entry is one copy of the promotion."""
+        seen = []
+        for j in range(SCALE_BLOCK):
+            t = min(SCALE_BLOCK - j * self.block_n % SCALE_BLOCK, self.block_n)
+            if t not in seen:
+                seen.append(t)
+        return tuple(seen)
+
     # --- validation ------------------------------------------------------------------------------------
     def _check_types(self):
         """Each field's type, before any rule formats or compares it: whole numbers (not bools), bools, strings,
@@ -296,13 +321,17 @@ class GemmConfig(KernelLayout):
             if not self.fp8:
                 raise ConfigError(f"block_scale: blockwise scaling is for fp8 inputs (one k-tile is one "
                                   f"{SCALE_BLOCK}-wide scale block), got {self.in_dtype}")
-            if SCALE_BLOCK % self.block_n or self.transposed_store:
-                raise ConfigError(f"block_scale: block_n must divide {SCALE_BLOCK} (one B scale per tile and "
-                                  f"k-tile), without the transposed store; got {self.block_n}")
-            if BLOCK_SCALE_ACC_SETS * self.acc_registers > BLOCK_SCALE_ACC_BUDGET:
+            if self.transposed_store:
+                raise ConfigError("block_scale: the transposed store (swap-AB) is not built for blockwise scales "
+                                  "(the B scales would be the tile's rows)")
+            if self.block_n - SCALE_BLOCK > math.gcd(self.block_n, SCALE_BLOCK):
+                raise ConfigError(f"block_scale: a tile's columns may span at most two {SCALE_BLOCK}-column blocks "
+                                  f"of B's scales (block_n <= {SCALE_BLOCK} + gcd(block_n, {SCALE_BLOCK}): 144, 160 "
+                                  f"and 192 do, 176 and 208 do not); got {self.block_n}")
+            if self.bs_product_sets == 0:
                 raise ConfigError(f"block_scale: {self.consumer_m}x{self.block_n} per consumer needs "
-                                  f"{BLOCK_SCALE_ACC_SETS * self.acc_registers} accumulator registers (the promoted "
-                                  f"sums and two k-tiles' products); at most {BLOCK_SCALE_ACC_BUDGET}")
+                                  f"{self.acc_registers + self.acc_per_half} accumulator registers (the promoted "
+                                  f"sums and one row block's k-tile products); at most {BLOCK_SCALE_ACC_BUDGET}")
             if self.row_scale or self.col_scale:
                 raise ConfigError("block_scale: rowwise scales do not combine with blockwise ones (fold them into "
                                   "the block scales)")
