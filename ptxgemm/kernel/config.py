@@ -53,7 +53,11 @@ SCALE_BLOCK = 128                           # blockwise scaling: A's scales per 
 # loop's registers, fit the consumers' 232 without spills (ptxas 13: coop128x128 and pp64x128 with two product sets,
 # coop128x192 and coop256x128 with one); 128 x 256 per consumer would need 256.
 BLOCK_SCALE_ACC_BUDGET = 192
+SCALE_LOOKAHEAD = 2
 BS_TURNS = ("issued", "retired")
+# The one-set mainloop loads each k-tile's scales this many k-tiles ahead of their promotion (blockscale.ptx.j2). One
+# was not enough on the H100: under the operands' TMA traffic the loads took longer than a k-tile (ncu source
+# counters: the promotion waited on them).
 
 
 def default_out_dtype(in_dtype: str) -> str:

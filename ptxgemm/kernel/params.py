@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 from . import trace_format
-from .config import GELU_CUBIC, GemmConfig, PTX_FLOAT_TYPES, PTX_VERSION, SCALE_BLOCK, WGMMA_TYPES
+from .config import GELU_CUBIC, GemmConfig, PTX_FLOAT_TYPES, PTX_VERSION, SCALE_BLOCK, SCALE_LOOKAHEAD, WGMMA_TYPES
 from .hardware import DESC_ADDRESS_MASK, MBARRIER_BYTES, SWIZZLE_BYTES, WARPGROUP_THREADS
 from .layout import BARRIER_CTA, BARRIER_EPILOGUE_ORDER, BARRIER_EPILOGUE_SYNC, BARRIER_MMA_ORDER, FLAG_BYTES, itemsize
 from .stall_format import STALL_CODES
@@ -51,6 +51,7 @@ def template_params(cfg: GemmConfig) -> dict:
         "flag_bytes": FLAG_BYTES,
         "quad_stride": WARPGROUP_THREADS * 16,
         "scale_block": SCALE_BLOCK,
+        "scale_lookahead": SCALE_LOOKAHEAD,
         "ptx_float": PTX_FLOAT_TYPES,
         "float_bytes": {name: itemsize(name) for name in PTX_FLOAT_TYPES},
         "gelu_cubic": GELU_CUBIC,
