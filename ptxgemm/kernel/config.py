@@ -53,11 +53,10 @@ SCALE_BLOCK = 128                           # blockwise scaling: A's scales per 
 # loop's registers, fit the consumers' 232 without spills (ptxas 13: coop128x128 and pp64x128 with two product sets,
 # coop128x192 and coop256x128 with one); 128 x 256 per consumer would need 256.
 BLOCK_SCALE_ACC_BUDGET = 192
-SCALE_LOOKAHEAD = 2
-BS_TURNS = ("issued", "retired")
-# The one-set mainloop loads each k-tile's scales this many k-tiles ahead of their promotion (blockscale.ptx.j2). One
-# was not enough on the H100: under the operands' TMA traffic the loads took longer than a k-tile (ncu source
+# The one-set mainloop loads each k-tile's A scales this many k-tiles ahead of their promotion (blockscale.ptx.j2).
+# One was not enough on the H100: under the operands' TMA traffic the loads took longer than a k-tile (ncu source
 # counters: the promotion waited on them).
+SCALE_LOOKAHEAD = 2
 
 
 def default_out_dtype(in_dtype: str) -> str:
@@ -166,9 +165,6 @@ class GemmConfig(KernelLayout):
     grouped: str | None = None    # GROUPED_FORMS: one launch over G groups along M (None: the dense GEMM)
     group_capacity: int | None = None  # grouped: the most groups the kernel's tables hold, a power of two up to
     #                                    MAX_GROUPS (None: MAX_GROUPS); smaller tables leave room for staging
-    bs_turns: str | None = None   # BS_TURNS, blockwise with one product set, cooperative: the consumers take turns
-    #                               issuing each k-tile's wgmmas, the other's turn given once this one's are issued
-    #                               ("issued") or retired ("retired"); None: each issues when its stage is full
 
     def __post_init__(self):
         self._check_types()
@@ -293,7 +289,6 @@ class GemmConfig(KernelLayout):
             raise ConfigError(f"raster: must be one of {RASTERS}, got {self.raster!r}")
         self._validate_epilogue()
         self._validate_grouped()
-        self._validate_turns()
         if self.trace and self.grouped is not None:
             raise ConfigError("trace: the grouped kernel records no timeline (its scheduler and row-predicated store "
                               "have no trace events); trace the dense GEMM of either schedule, split-K included")
@@ -344,15 +339,6 @@ class GemmConfig(KernelLayout):
             if self.row_scale or self.col_scale:
                 raise ConfigError("block_scale: rowwise scales do not combine with blockwise ones (fold them into "
                                   "the block scales)")
-
-    def _validate_turns(self):
-        if self.bs_turns is None:
-            return
-        if self.bs_turns not in BS_TURNS:
-            raise ConfigError(f"bs_turns: must be None or one of {BS_TURNS}, got {self.bs_turns!r}")
-        if not (self.block_scale and self.cooperative and self.bs_product_sets == 1 and self.grouped is None):
-            raise ConfigError("bs_turns: the k-tile turns are for the dense cooperative blockwise mainloop with one "
-                              "product set (block_scale, schedule='cooperative', a tile too wide for two sets)")
 
     def _validate_grouped(self):
         if self.grouped is None:

@@ -13,6 +13,8 @@ WGMMA_K_BYTES = 32                 # one wgmma consumes 32 bytes of K: k16 of a 
 MBARRIER_BYTES = 8
 DESC_ADDRESS_MASK = 0x3FFFF        # a GMMA descriptor encodes bits 4..17 of the shared-memory address
 MAX_STAGES = 8
+WARP_LANES = 32
+FULL_WARP_MASK = 0xFFFFFFFF        # shfl.sync's member mask: every lane of the warp
 WARPS_PER_WARPGROUP = 4           # a stage is released by lane 0 of every consumer warp that read it
 CONSUMERS = 2                      # consumer warpgroups per CTA (warpgroups 1 and 2; the producer is 0)
 # Grouped GEMM: the kernel keeps two tables of G + 1 u32 in shared memory (each group's row end and its running unit

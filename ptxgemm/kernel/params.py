@@ -7,7 +7,7 @@ import math
 
 from . import trace_format
 from .config import GELU_CUBIC, GemmConfig, PTX_FLOAT_TYPES, PTX_VERSION, SCALE_BLOCK, SCALE_LOOKAHEAD, WGMMA_TYPES
-from .hardware import DESC_ADDRESS_MASK, MBARRIER_BYTES, SWIZZLE_BYTES, WARPGROUP_THREADS
+from .hardware import DESC_ADDRESS_MASK, FULL_WARP_MASK, MBARRIER_BYTES, SWIZZLE_BYTES, WARP_LANES, WARPGROUP_THREADS
 from .layout import BARRIER_CTA, BARRIER_EPILOGUE_ORDER, BARRIER_EPILOGUE_SYNC, BARRIER_MMA_ORDER, FLAG_BYTES, itemsize
 from .stall_format import STALL_CODES
 
@@ -52,6 +52,8 @@ def template_params(cfg: GemmConfig) -> dict:
         "quad_stride": WARPGROUP_THREADS * 16,
         "scale_block": SCALE_BLOCK,
         "scale_lookahead": SCALE_LOOKAHEAD,
+        "warp_lanes": WARP_LANES,
+        "full_warp_mask": FULL_WARP_MASK,
         "ptx_float": PTX_FLOAT_TYPES,
         "float_bytes": {name: itemsize(name) for name in PTX_FLOAT_TYPES},
         "gelu_cubic": GELU_CUBIC,
