@@ -125,15 +125,24 @@ WAVE_FILL_TILES = ("pp128x192",)
 # Their k-tile costs (ns per SM), from the H100 at 4096x7168x16384 (118 k-tiles per tile, so the store hardly counts):
 # coop128x128 1108 TFLOP/s, pp64x128 714, coop128x64 685, pp64x64 510 (bench_h100_fp8_block_issue24_calib.json):
 # ns = 2 * block_m * block_n * 128 / (TFLOP/s * 1e12 / 132) * 1e9. Cluster pairs take their tile's.
-BLOCK_SCALE_KTILE_NS = {"coop128x128": 500, "pp64x128": 388, "coop128x64": 404, "pp64x64": 271}
+# The one-product-set tiles (issue 24: 128x192 and 256x128 cooperative; scales a k-tile batch ahead), from the same
+# shape in the variants runs beside coop128x128 (docs/results/h100/fp8/turns_h100_run4.json: 1177 and 1123-1230
+# TFLOP/s, coop128x128 1004 in that run).
+BLOCK_SCALE_KTILE_NS = {"coop128x128": 500, "pp64x128": 388, "coop128x64": 404, "pp64x64": 271,
+                        "coop128x192": 705, "coop256x128": 940}
 # ... and the cooperative 128x128's store, from 4096x32768x512 (4 k-tiles per tile): 888 TFLOP/s over 63 steps of
 # 8192 tiles leaves about 460 ns a tile beyond its k-tiles (the table's guess for it, 1730, picked pp64x128 there:
 # 786 TFLOP/s). The other tiles keep the tables' estimates.
-BLOCK_SCALE_EPILOGUE_NS = {"coop128x128": 460}
+BLOCK_SCALE_EPILOGUE_NS = {"coop128x128": 460, "coop128x192": 690, "coop256x128": 920}   # the wider ones: by area
 # Split counts offered with them: up to 4, which fills 132 SMs from 33 tiles (M = 64, N = 2112); more splits only
 # add partial tiles to sum (split-K's fixup) where the memory model cannot tell them apart.
 BLOCK_SCALE_SPLITS = (1, 2, 3, 4)
-BLOCK_SCALE_TILES = (("cooperative", 128, 128), ("pingpong", 64, 128), ("cooperative", 128, 64), ("pingpong", 64, 64))
+# Within a tie, a blockwise k-loop of at least this K goes to the cluster pair sharing B (coop256x128c2 beside
+# coop256x128, H100, turns_h100_run3/run4.json): 4096x7168x16384 1220-1230 against 1123-1205 TFLOP/s, 4096x4096x7168
+# 1243-1264 against 1133-1195; at K 1536-2048 the two were within 1%.
+BLOCK_SCALE_MULTICAST_MIN_K = 4096
+BLOCK_SCALE_TILES = (("cooperative", 256, 128), ("cooperative", 128, 192), ("cooperative", 128, 128),
+                     ("pingpong", 64, 128), ("cooperative", 128, 64), ("pingpong", 64, 64))
 WAVE_FILL_MARGIN = 0.05
 
 # (schedule, block_m, block_n), each with every cluster shape in CLUSTER_SHAPES: what `tune` tries. Single-CTA
@@ -467,7 +476,8 @@ def _ranked_blockwise(problem: Problem, sm_count: int, gpu_name: str, batches: i
         if not tied:
             return (1, p.total_ns, 0, 0, 0, 0)
         busy = min(p.tiles_m * p.tiles_n * c.splits, sm_count)   # CTAs with work: each streams its own B columns
-        return (0, -busy, p.padded_area, order.index(base), c.splits, c.cluster_size)
+        pair_first = c.cluster_m > 1 and problem.k >= BLOCK_SCALE_MULTICAST_MIN_K
+        return (0, -busy, p.padded_area, order.index(base), c.splits, not pair_first, c.cluster_size)
     return sorted(pairs, key=rank)
 
 
