@@ -127,11 +127,28 @@ def test_a_float32_source_leaves_a_big_tile_too_few_stages_and_selection_avoids_
     assert cfg.source_dtype == "float32" and cfg.num_stages >= 2
 
 
-def test_blockwise_selection_picks_a_tile_with_room_for_two_accumulator_sets():
+def test_blockwise_selection_picks_a_tile_with_room_for_its_product_sets():
+    from ptxgemm.kernel.config import BLOCK_SCALE_ACC_BUDGET
     from ptxgemm.select.model import select_config
 
-    cfg = select_config(4096, 4096, 4096, "float8_e4m3fn", "bfloat16", "k", "k", epilogue=(("block_scale", True),))
-    assert cfg.block_scale and 2 * cfg.acc_registers <= 192 and 128 % cfg.block_n == 0
+    for m in (64, 128, 4096):
+        cfg = select_config(m, 4096, 4096, "float8_e4m3fn", "bfloat16", "k", "k", epilogue=(("block_scale", True),))
+        products = cfg.acc_registers if cfg.bs_product_sets == 2 else cfg.acc_per_half
+        assert cfg.block_scale and cfg.bs_product_sets in (1, 2), cfg.tag
+        assert cfg.acc_registers + cfg.bs_product_sets * products <= BLOCK_SCALE_ACC_BUDGET, cfg.tag
+
+
+def test_blockwise_rules_name_the_tile_that_breaks_them():
+    fp8 = dict(in_dtype="float8_e4m3fn", a_major="k", b_major="k", block_scale=True)
+    with pytest.raises(ConfigError, match="at most two 128-column blocks"):
+        GemmConfig.from_tag("coop128x176", **fp8)
+    with pytest.raises(ConfigError, match="256 accumulator registers"):
+        GemmConfig.from_tag("coop128x256", **fp8)
+    with pytest.raises(ConfigError, match="transposed store"):
+        GemmConfig.from_tag("pp128x64t", **fp8)
+    wide = GemmConfig.from_tag("coop128x160", **fp8)
+    assert wide.bs_product_sets == 1 and wide.bs_b_boundaries == (128, 96, 64, 32)
+    assert GemmConfig.from_tag("coop128x128", **fp8).bs_b_boundaries == (128,)
 
 
 def test_the_plain_gemm_ptx_has_no_epilogue_code():

@@ -30,6 +30,10 @@ MUTANT_PRESETS = {"default": {}, "cluster": {"cluster_m": 2},
                                     "col_pairs": True},
                   "blockwise": {"schedule": "cooperative", "block_m": 128, "block_n": 128,
                                 "in_dtype": "float8_e4m3fn", "b_major": "k", "block_scale": True},
+                  # issue 24's one-product-set mainloop: two m64 row blocks per consumer, each retired and promoted
+                  # in turn, the stage released after the second
+                  "blockwise-wide": {"schedule": "cooperative", "block_m": 256, "block_n": 128,
+                                     "in_dtype": "float8_e4m3fn", "b_major": "k", "block_scale": True},
                   # the grouped kernel (issue 25): its walk's scan and tables, and the row copy past a group's end
                   "grouped": {"schedule": "cooperative", "block_m": 128, "block_n": 256, "b_major": "k",
                               "grouped": "contiguous", "group_capacity": 512},
@@ -55,7 +59,9 @@ def add_arguments(p) -> None:
                         "'cooperative-epilogue' the cooperative 256x128 with an fp16 source, a row bias and silu, "
                         "'epilogue-fp32' the pingpong 64x128 fp16 -> fp32 with an fp32 source, column scales and "
                         "relu, "
-                        "'blockwise' the fp8 cooperative 128x128 with blockwise scales, 'grouped' the grouped kernel "
+                        "'blockwise' the fp8 cooperative 128x128 with blockwise scales (two product sets), "
+                        "'blockwise-wide' the fp8 cooperative 256x128 with blockwise scales (one product set), "
+                        "'grouped' the grouped kernel "
                         "(contiguous, 128x256, B K-major), 'grouped-masked' its masked form (128x128) and 'grouped-k' "
                         "its k form (weight gradients, both operands MN-major) on grouped workloads")
     p.add_argument("--list", action="store_true",

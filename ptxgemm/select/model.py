@@ -141,6 +141,14 @@ BLOCK_SCALE_SPLITS = (1, 2, 3, 4)
 # coop256x128, H100, turns_h100_run3/run4.json): 4096x7168x16384 1220-1230 against 1123-1205 TFLOP/s, 4096x4096x7168
 # 1243-1264 against 1133-1195; at K 1536-2048 the two were within 1%.
 BLOCK_SCALE_MULTICAST_MIN_K = 4096
+# Small M (DeepGEMM's M = 64 and 128 shapes) is memory-bound: the model predicts most candidates within the tie, and
+# the tie used to go to the most CTAs with work, which picked split counts leaving a second, partial wave (64x7168x16384:
+# pp64x128k3, 168 units on 132 SMs, 206-208 TFLOP/s burst, where pp64x128k2's 112 in one wave ran 251). Ties among
+# memory-bound predictions now go first to the fuller waves (Prediction.wave_fill), then to the busier grid: over the 12 shapes of the calibration run
+# (bench_h100_fp8_block_issue24_smallm_calib.json, 22 fixed variants each) the pick's burst time is 0.956 of the
+# fastest variant's (geomean; lowest 0.852) where the old rule's was 0.945 (lowest 0.813). The one-set tiles are
+# offered only above this M: measured at M = 4096, and at M <= 128 no faster than coop128x128 with the same splits.
+BLOCK_SCALE_WIDE_MIN_M = 128
 BLOCK_SCALE_TILES = (("cooperative", 256, 128), ("cooperative", 128, 192), ("cooperative", 128, 128),
                      ("pingpong", 64, 128), ("cooperative", 128, 64), ("pingpong", 64, 64))
 WAVE_FILL_MARGIN = 0.05
@@ -457,12 +465,15 @@ def blockwise_candidates(problem: Problem) -> list[GemmConfig]:
 
 def _ranked_blockwise(problem: Problem, sm_count: int, gpu_name: str, batches: int, epilogue: tuple):
     """_ranked for blockwise scaling: the BLOCK_SCALE_TILES candidates by predicted time, ties (TIE_FRACTION) to
-    the least padded work, then the earlier tile, then fewer splits."""
+    fuller waves (memory-bound predictions), then more CTAs with work, then the least padded work, then the earlier tile, then fewer splits, then
+    (K >= BLOCK_SCALE_MULTICAST_MIN_K) a cluster pair sharing B."""
     order = [f"{TAG_SCHEDULE[s]}{bm}x{bn}" for s, bm, bn in BLOCK_SCALE_TILES]
     pairs = []
     for c in blockwise_candidates(problem):
         c = with_epilogue(c, epilogue)
         if c is None or c.cluster_size > sm_count or not _cluster_fills(c, problem.m):
+            continue
+        if c.bs_product_sets == 1 and problem.m <= BLOCK_SCALE_WIDE_MIN_M:
             continue
         pairs.append((predict(c, problem.m, problem.n, problem.k, sm_count, gpu_name, batches), c))
     if not pairs:
@@ -477,7 +488,8 @@ def _ranked_blockwise(problem: Problem, sm_count: int, gpu_name: str, batches: i
             return (1, p.total_ns, 0, 0, 0, 0)
         busy = min(p.tiles_m * p.tiles_n * c.splits, sm_count)   # CTAs with work: each streams its own B columns
         pair_first = c.cluster_m > 1 and problem.k >= BLOCK_SCALE_MULTICAST_MIN_K
-        return (0, -busy, p.padded_area, order.index(base), c.splits, not pair_first, c.cluster_size)
+        fill = round(p.wave_fill, 2) if p.memory_bound else 1.0
+        return (0, -fill, -busy, p.padded_area, order.index(base), c.splits, not pair_first, c.cluster_size)
     return sorted(pairs, key=rank)
 
 
