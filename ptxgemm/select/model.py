@@ -142,13 +142,16 @@ BLOCK_SCALE_SPLITS = (1, 2, 3, 4)
 # 1243-1264 against 1133-1195; at K 1536-2048 the two were within 1%.
 BLOCK_SCALE_MULTICAST_MIN_K = 4096
 # Small M (DeepGEMM's M = 64 and 128 shapes) is memory-bound: the model predicts most candidates within the tie, and
-# the tie used to go to the most CTAs with work, which picked split counts leaving a second, partial wave (64x7168x16384:
-# pp64x128k3, 168 units on 132 SMs, 206-208 TFLOP/s burst, where pp64x128k2's 112 in one wave ran 251). Ties among
-# memory-bound predictions now go first to the fuller waves (Prediction.wave_fill), then to the busier grid: over the 12 shapes of the calibration run
-# (bench_h100_fp8_block_issue24_smallm_calib.json, 22 fixed variants each) the pick's burst time is 0.956 of the
-# fastest variant's (geomean; lowest 0.852) where the old rule's was 0.945 (lowest 0.813). The one-set tiles are
-# offered only above this M: measured at M = 4096, and at M <= 128 no faster than coop128x128 with the same splits.
+# the tie used to go to the most CTAs with work, which picked split counts leaving a second, partial wave
+# (64x7168x16384: pp64x128k3, 168 units on 132 SMs, 206-208 TFLOP/s burst, where pp64x128k2's 112 in one wave ran
+# 251). Ties among memory-bound predictions now go first to the fuller waves (Prediction.wave_fill; a split counts
+# only with at least BLOCK_SCALE_FILL_MIN_K_TILES k-tiles), then to the busier grid: over the 12 shapes of the
+# calibration run (bench_h100_fp8_block_issue24_smallm_calib.json, 22 fixed variants each) the pick's burst time is
+# 0.976 of the fastest variant's (geomean; lowest 0.80) where the old rule's was 0.945 (lowest 0.813), back to back
+# 0.975 against 0.89. Fitted on those same 12 shapes. The one-set tiles are offered only above this M: measured at M
+# = 4096, and at M <= 128 no faster than coop128x128 with the same splits.
 BLOCK_SCALE_WIDE_MIN_M = 128
+BLOCK_SCALE_FILL_MIN_K_TILES = 16
 BLOCK_SCALE_TILES = (("cooperative", 256, 128), ("cooperative", 128, 192), ("cooperative", 128, 128),
                      ("pingpong", 64, 128), ("cooperative", 128, 64), ("pingpong", 64, 64))
 WAVE_FILL_MARGIN = 0.05
@@ -488,7 +491,10 @@ def _ranked_blockwise(problem: Problem, sm_count: int, gpu_name: str, batches: i
             return (1, p.total_ns, 0, 0, 0, 0)
         busy = min(p.tiles_m * p.tiles_n * c.splits, sm_count)   # CTAs with work: each streams its own B columns
         pair_first = c.cluster_m > 1 and problem.k >= BLOCK_SCALE_MULTICAST_MIN_K
-        fill = round(p.wave_fill, 2) if p.memory_bound else 1.0
+        # a split whose k-range is short loses more to the fix-up than fuller waves give back (64x24576x1536:
+        # pp64x128k2 169 TFLOP/s against pp64x128's 186), so only splits of BLOCK_SCALE_FILL_MIN_K_TILES count
+        fill = (round(p.wave_fill, 2) if c.splits == 1 or p.k_tiles >= BLOCK_SCALE_FILL_MIN_K_TILES else 0.0) \
+            if p.memory_bound else 1.0
         return (0, -fill, -busy, p.padded_area, order.index(base), c.splits, not pair_first, c.cluster_size)
     return sorted(pairs, key=rank)
 

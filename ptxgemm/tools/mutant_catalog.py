@@ -238,6 +238,7 @@ _UNSEEN = "not observed on the H100 (docs/results/h100/mutants/mutants_h100.json
 _UNSEEN_SPLIT = "not observed on the H100 (docs/results/h100/mutants/mutants_split_h100.json): "
 _UNSEEN_GROUPED = "not observed on the H100 (docs/results/h100/mutants/mutants_grouped_h100.json): "
 _UNSEEN_GROUPED_K = "not observed on the H100 (docs/results/h100/mutants/mutants_grouped_k_h100.json): "
+_UNSEEN_WIDE = "not observed on the H100 (docs/results/h100/mutants/mutants_blockwise_wide_h100.json): "
 
 
 SURVIVOR_REASONS = (
@@ -315,6 +316,17 @@ SURVIVOR_REASONS = (
      "part of the wgmma, and the tensor cores start the wgmma only once all four warps of the warpgroup have "
      "issued it; the memory model orders the other warps' shared stores before the wgmma's reads only through this "
      "barrier"),
+    ("mbarrier.try_wait", ("skipped",), '"BS_WAIT_FULL_ONE_"',
+     _UNSEEN_WIDE + "(blockwise, one product set) the loop is unrolled three times (the scales' rotating sets), so "
+     "each k-tile's full wait is one of three copies; the copies of the tile's first and second k-tiles are killed "
+     "(their stages may not have landed when the consumer arrives), and by the third k-tile of a tile the producer, "
+     "which loaded ahead through the previous tile's epilogue, has every stage in flight landed: a latent race the "
+     "TMA's head start hides"),
+    ("wgmma.fence", ("deleted",), '"kte", only_h=h',
+     _UNSEEN_WIDE + "(blockwise, one product set) the fence orders the promotion's reads of the product registers "
+     "before the next row block's wgmmas overwrite them; the FFMAs read their operands at issue, hundreds of cycles "
+     "before a wgmma writes its first result, so some copies survive (others are killed or assemble to the same "
+     "code); a latent race the tensor core's latency hides"),
     ("cp.async.bulk.commit_group", ("deleted",), "a group per panel, even when empty",
      _UNSEEN_GROUPED + "(grouped) on the last panel: its store then joins the next tile's panel 0 group, and the "
      "next wait that counts it comes after the next tile's mainloop, by which time the store is done (the commits "
@@ -322,11 +334,19 @@ SURVIVOR_REASONS = (
 )
 
 
+def _chain_lines(mutant: Mutant) -> tuple[str, ...]:
+    """The template lines of every macro call that led to the mutated line (innermost first)."""
+    if mutant.origin is None:
+        return ()
+    return tuple(_template_lines(t)[n - 1].strip() for t, n in mutant.origin.calls)
+
+
 def explain(mutant: Mutant) -> str:
     """The reason of the first SURVIVOR_REASONS entry whose kind and mutation match and whose text is in the
-    call-site line or in the line that wrote the instruction; "" when none does."""
+    call-site line, in the line that wrote the instruction, or in a macro call between them; "" when none does."""
     for kind, mutations, needle, reason in SURVIVOR_REASONS:
         if (mutant.kind == kind and mutant.mutation in mutations
-                and (needle in mutant.site or needle in mutant.source_line)):
+                and (needle in mutant.site or needle in mutant.source_line
+                     or any(needle in line for line in _chain_lines(mutant)))):
             return reason
     return ""
