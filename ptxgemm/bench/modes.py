@@ -44,7 +44,7 @@ from ..errors import ConfigError
 from ..kernel.config import SCALE_BLOCK
 from ..runtime import arrays, timing
 from .fp8_peers import (SCALED_MM_BLOCK_PEER, SCALED_MM_PEER, PeerRefused, ScaledMmBlockImpl, ScaledMmImpl)
-from . import deepgemm
+from . import deepgemm, kernel_time
 from .suite import (PtxgemmImpl, QUICK_SHAPES, SAMPLE_ROWS, SAMPLE_SEED, SQUARE_LLM_SHAPES, float64_reference, geomean,
                     geomeans, gpu_slug, group_of, max_err, read_clocks, rel_err, require_device, sample_rows, torch_rows)
 
@@ -356,7 +356,7 @@ def _ratio(num, den):
 
 
 def peer_row(p: Problem, impls, times: dict, errs: dict, refused: dict, worst: dict | None = None,
-             warm: dict | None = None) -> dict:
+             warm: dict | None = None, kernel: dict | None = None) -> dict:
     main = impls[0]
     peer = next((i for i in impls[1:] if not getattr(i, "variant", False)), None)
     worst = worst or {}
@@ -394,6 +394,14 @@ def peer_row(p: Problem, impls, times: dict, errs: dict, refused: dict, worst: d
         row["vs_published"] = _ratio(row["ptxgemm_tflops"], published)
         if row.get("ptxgemm_b2b_tflops"):
             row["vs_published_b2b"] = _ratio(row["ptxgemm_b2b_tflops"], published)
+    for suffix, ms in (kernel or {}).items():   # the kernel-duration method (kernel_time), DeepGEMM's own
+        ours_k, theirs_k = ms.get(main.name), ms.get(peer.name) if peer else None
+        row[f"ptxgemm_kernel{suffix}_ms"], row[f"peer_kernel{suffix}_ms"] = ours_k, theirs_k
+        row[f"ptxgemm_kernel{suffix}_tflops"] = _tflops(p, ours_k)
+        row[f"peer_kernel{suffix}_tflops"] = _tflops(p, theirs_k)
+        row[f"kernel{suffix}_ratio"] = _ratio(theirs_k, ours_k)
+        if published is not None and ours_k:
+            row[f"vs_published_kernel{suffix}"] = _ratio(_tflops(p, ours_k), published)
     return row
 
 
@@ -480,6 +488,12 @@ def run_mode_bench(shapes, rounds: int, mode: Mode, config=None, out="bench_out"
         compared = [i.name for j, i in enumerate(impls) if i.name in launchers and (j < 2 or getattr(i, "variant", False))]
         warm = (timing.time_back_to_back({n: launchers[n] for n in compared}, BACK_TO_BACK_LAUNCHES, rounds=3)
                 if mode.scaling and deepgemm.published(m, n, k) is not None else {})
+        # DeepGEMM's own method (kernel durations from the profiler, L2 flushed), beside the published figures
+        kernel = {}
+        if torch is not None and mode.scaling and deepgemm.published(m, n, k) is not None:
+            pair = {n: launchers[n] for n in compared[:2]}
+            kernel = {"": kernel_time.kernel_ms(pair, torch),
+                      "_flushed": kernel_time.kernel_ms(pair, torch, flush=True)}
         picked = sample_rows(m)
         errs, worst = {}, {}
         for i in impls:
@@ -491,7 +505,7 @@ def run_mode_bench(shapes, rounds: int, mode: Mode, config=None, out="bench_out"
                "config_source": "fixed (--config)" if config is not None else f"library selection (tune cache "
                                                                                f"{tune_cache})",
                **(epilogue_row(p, impls, times, errs, refused) if mode.fused else
-                  peer_row(p, impls, times, errs, refused, worst, warm)), "rel_err_rows": len(picked)}
+                  peer_row(p, impls, times, errs, refused, worst, warm, kernel)), "rel_err_rows": len(picked)}
         rows.append(row)
         if row.get("peer_dtypes") and row["peer_dtypes"] not in peer_dtypes:
             peer_dtypes.append(row["peer_dtypes"])
@@ -520,6 +534,19 @@ def run_mode_bench(shapes, rounds: int, mode: Mode, config=None, out="bench_out"
             summary["geomean_vs_published_b2b"], summary["min_vs_published_b2b"] = geomean(b2b), min(b2b)
             print(f"... back to back ({BACK_TO_BACK_LAUNCHES} launches, L2 warm): geomean "
                   f"{summary['geomean_vs_published_b2b']:.3f}, min {summary['min_vs_published_b2b']:.3f}")
+        for suffix, what in (("", "back to back: DeepGEMM's 2025-02 method"), ("_flushed", "L2 flushed")):
+            kern = [r[f"vs_published_kernel{suffix}"] for r in published if r.get(f"vs_published_kernel{suffix}")]
+            if kern:
+                summary[f"geomean_vs_published_kernel{suffix}"] = geomean(kern)
+                summary[f"min_vs_published_kernel{suffix}"] = min(kern)
+                print(f"... kernel durations (profiler, {what}): geomean {geomean(kern):.3f}, min {min(kern):.3f}")
+    for suffix in ("", "_flushed"):
+        kernel_ratios = [r[f"kernel{suffix}_ratio"] for r in rows if r.get(f"kernel{suffix}_ratio")]
+        if kernel_ratios:
+            summary[f"geomean_kernel{suffix}_ratio"] = geomean(kernel_ratios)
+            summary[f"min_kernel{suffix}_ratio"] = min(kernel_ratios)
+            print(f"geomean ratio by kernel durations{' (L2 flushed)' if suffix else ''}: "
+                  f"{geomean(kernel_ratios):.3f}; min {min(kernel_ratios):.3f}")
     b2b_ratios = [r["b2b_ratio"] for r in rows if r.get("b2b_ratio")]
     if b2b_ratios:
         summary["geomean_b2b_ratio"], summary["min_b2b_ratio"] = geomean(b2b_ratios), min(b2b_ratios)
@@ -536,6 +563,7 @@ def run_mode_bench(shapes, rounds: int, mode: Mode, config=None, out="bench_out"
               "config": config_desc, "rounds": rounds, "a_major": "k", "b_major": b_major,
               "operands": _operands_text(mode),
               "method": METHOD, "method_b2b": METHOD_B2B if any(r.get("b2b_ratio") for r in rows) else None,
+              "method_kernel": kernel_time.METHOD_KERNEL if any(r.get("ptxgemm_kernel_ms") for r in rows) else None,
               "rel_err_method": f"{SAMPLE_ROWS} fixed rows (seed {SAMPLE_SEED}) against float64 of the dequantized "
                                 f"inputs each implementation ran" + (", then act(. + bias)" if mode.fused else ""),
               "date": time.strftime("%Y-%m-%d %H:%M:%S"), "geomeans": means, "min_ratio": min_ratio,

@@ -1,0 +1,56 @@
+"""The kernel-duration method: DeepGEMM's own way of timing the figures it publishes (its `bench_kineto`).
+
+Each implementation runs `calls` times inside one torch.profiler (CUPTI) session; the figure is the summed duration of
+the kernels each call ran, as the profiler's trace records them on the GPU, averaged over the calls. It leaves out
+what burst and back to back include: the gap between an event and the kernel's start, and the gaps between queued
+launches. Two forms: without a flush, the calls back to back (DeepGEMM's harness of 2025-02, when its published
+dense and grouped tables were taken: `bench_kineto` had no flush), and with the L2 flushed before every call (its
+later harness, which flushes by default). It needs torch (the profiler), so it is measured only where torch is
+present, and only for the shapes that carry a published DeepGEMM figure.
+
+Kernels from any launcher in the process are in the trace (CUPTI records the context's activity, so ptxgemm's
+cuda-bindings launches appear beside torch's); the flush's memset is not a kernel and is left out.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ..runtime import timing
+
+CALLS = 20
+METHOD_KERNEL = (f"kernel: the GPU duration of each call's kernels in a torch.profiler (CUPTI) trace, {CALLS} calls back "
+                 f"to back, their mean (DeepGEMM's bench_kineto of 2025-02, its published tables' method); "
+                 f"kernel_flushed: the same with the L2 flushed before each call (its later harness). DeepGEMM's "
+                 f"shapes only, torch present")
+
+
+def _duration_us(event) -> float:
+    """A device event's duration in microseconds, across torch versions' FunctionEvent spellings."""
+    rng = getattr(event, "time_range", None)
+    if rng is not None:
+        return float(rng.elapsed_us())
+    return float(getattr(event, "device_time", None) or getattr(event, "cuda_time", 0.0))
+
+
+def kernel_ms(launchers: dict[str, Callable[[], object]], torch, calls: int = CALLS,
+              flush: bool = False) -> dict[str, float | None]:
+    """{name: mean milliseconds of GPU kernel time per call}; None for a launcher whose kernels the trace lacks.
+    `flush`: the L2 flushed before every call."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    out = {}
+    for name, launch in launchers.items():
+        launch()
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(calls):
+                if flush:
+                    timing.flush_l2()
+                launch()
+            torch.cuda.synchronize()
+        kernels = [e for e in prof.events() if getattr(e, "device_type", None) == DeviceType.CUDA
+                   and not e.name.lower().startswith(("memset", "memcpy"))]
+        total_us = sum(_duration_us(e) for e in kernels)
+        out[name] = total_us / calls / 1e3 if kernels else None
+    return out
