@@ -383,6 +383,9 @@ def peer_row(p: Problem, impls, times: dict, errs: dict, refused: dict, worst: d
         for i in variants:
             if warm and warm.get(i.name):
                 row["variants"][i.tag].update(b2b_ms=warm[i.name], b2b_tflops=_tflops(p, warm[i.name]))
+            if kernel and kernel[""].get(i.name):
+                row["variants"][i.tag].update(kernel_ms=kernel[""][i.name],
+                                              kernel_tflops=_tflops(p, kernel[""][i.name]))
     if warm:   # the back-to-back figures (timing.time_back_to_back), beside the burst ones
         row["ptxgemm_b2b_ms"], row["peer_b2b_ms"] = warm.get(main.name), warm.get(peer.name) if peer else None
         row["ptxgemm_b2b_tflops"], row["peer_b2b_tflops"] = _tflops(p, row["ptxgemm_b2b_ms"]), _tflops(p, row["peer_b2b_ms"])
@@ -492,7 +495,7 @@ def run_mode_bench(shapes, rounds: int, mode: Mode, config=None, out="bench_out"
         kernel = {}
         if torch is not None and mode.scaling and deepgemm.published(m, n, k) is not None:
             pair = {n: launchers[n] for n in compared[:2]}
-            kernel = {"": kernel_time.kernel_ms(pair, torch),
+            kernel = {"": kernel_time.kernel_ms({n: launchers[n] for n in compared}, torch),   # --variants too
                       "_flushed": kernel_time.kernel_ms(pair, torch, flush=True)}
         picked = sample_rows(m)
         errs, worst = {}, {}
