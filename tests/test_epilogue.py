@@ -163,6 +163,16 @@ def test_the_plain_gemm_ptx_has_no_epilogue_code():
     ("pp128x128", {"alpha": True, "source_dtype": "bfloat16", "bias": "row", "activation": "silu"}),
     ("pp64x128", {"block_scale": True}),
     ("coop128x256", {"device_scales": True, "bias": "col", "activation": "gelu"}),   # the fp8 bench's epilogue
+    # the one-set blockwise mainloop: its tiles, a second B block (192, 160, 144 columns), split-K, clusters, a
+    # pingpong one, and an epilogue beside the 192 registers of sums and products
+    ("coop256x128", {"block_scale": True}),
+    ("coop256x128c2", {"block_scale": True}),
+    ("coop128x192", {"block_scale": True}),
+    ("coop128x192cn2", {"block_scale": True}),
+    ("coop128x160k2", {"block_scale": True}),
+    ("coop128x144", {"block_scale": True}),
+    ("pp64x192", {"block_scale": True}),
+    ("coop256x128", {"block_scale": True, "bias": "col", "activation": "gelu"}),
 ])
 def test_fused_kernels_assemble_without_spills(tag, fields):
     from ptxgemm.build.kernels import compile_gemm
