@@ -10,10 +10,9 @@ the bytes.
 from __future__ import annotations
 
 from .config import GemmConfig
-from .hardware import SWIZZLE_BYTES
+from .hardware import SWIZZLE_BYTES, WARP_LANES
 from .swizzle import swizzle_address
 
-WARP_LANES = 32
 ROWS_PER_WARP = 16
 
 

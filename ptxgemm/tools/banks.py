@@ -25,6 +25,7 @@ from types import MappingProxyType
 from typing import Mapping, Sequence
 
 from ..errors import ConfigError
+from ..kernel.hardware import WARP_LANES
 from ..kernel.swizzle import swizzle_address
 
 # --------------------------------------------------------------------------- #
@@ -37,7 +38,7 @@ BANK_BYTES = 4
 """... each 4 bytes wide: consecutive 4-byte words live in consecutive banks."""
 WAVEFRONT_BYTES = NUM_BANKS * BANK_BYTES
 """One wavefront reads or writes one word in every bank: 128 bytes at most."""
-WARP_SIZE = 32
+WARP_SIZE = WARP_LANES
 
 MATRIX_ROWS = 8
 """An 8x8 b16 matrix of ``ldmatrix``/``stmatrix`` has 8 rows, one address per row."""
