@@ -148,8 +148,9 @@ BLOCK_SCALE_MULTICAST_MIN_K = 4096
 # only with at least BLOCK_SCALE_FILL_MIN_K_TILES k-tiles), then to the busier grid: over the 12 shapes of the
 # calibration run (bench_h100_fp8_block_issue24_smallm_calib.json, 22 fixed variants each) the pick's burst time is
 # 0.976 of the fastest variant's (geomean; lowest 0.80) where the old rule's was 0.945 (lowest 0.813), back to back
-# 0.975 against 0.89. Fitted on those same 12 shapes. The one-set tiles are offered only above this M: measured at M
-# = 4096, and at M <= 128 no faster than coop128x128 with the same splits.
+# 0.975 against 0.89. Fitted on those same 12 shapes.
+# The one-set tiles are offered only above this M: measured at M = 4096, and at M <= 128 no faster than coop128x128
+# with the same splits.
 BLOCK_SCALE_WIDE_MIN_M = 128
 BLOCK_SCALE_FILL_MIN_K_TILES = 16
 BLOCK_SCALE_TILES = (("cooperative", 256, 128), ("cooperative", 128, 192), ("cooperative", 128, 128),
@@ -468,8 +469,8 @@ def blockwise_candidates(problem: Problem) -> list[GemmConfig]:
 
 def _ranked_blockwise(problem: Problem, sm_count: int, gpu_name: str, batches: int, epilogue: tuple):
     """_ranked for blockwise scaling: the BLOCK_SCALE_TILES candidates by predicted time, ties (TIE_FRACTION) to
-    fuller waves (memory-bound predictions), then more CTAs with work, then the least padded work, then the earlier tile, then fewer splits, then
-    (K >= BLOCK_SCALE_MULTICAST_MIN_K) a cluster pair sharing B."""
+    fuller waves (memory-bound predictions), then more CTAs with work, then the least padded work, then the earlier
+    tile, then fewer splits, then (K >= BLOCK_SCALE_MULTICAST_MIN_K) a cluster pair sharing B."""
     order = [f"{TAG_SCHEDULE[s]}{bm}x{bn}" for s, bm, bn in BLOCK_SCALE_TILES]
     pairs = []
     for c in blockwise_candidates(problem):
