@@ -8,18 +8,28 @@ dense and grouped tables were taken: `bench_kineto` had no flush), and with the 
 later harness, which flushes by default). It needs torch (the profiler), so it is measured only where torch is
 present, and only for the shapes that carry a published DeepGEMM figure.
 
+Each implementation's window begins the way a shape's test began in that harness: one call, then `calls` calls
+the profiler does not record (its warm-up cycle), then the `calls` it records, all back to back. Before that, the
+GPU rests SETTLE_S seconds, so that no implementation inherits the heat of the one timed before it: a kernel long
+enough to reach the power limit otherwise runs faster when timed first (H100, 4096x7168x16384, the same blockwise
+kernel: 1255 TFLOP/s timed first, 1173 timed second; per-tensor 1557 against 1422, with equal burst times,
+docs/results/h100/fp8/l2promo_h100_issue24.json).
+
 Kernels from any launcher in the process are in the trace (CUPTI records the context's activity, so ptxgemm's
 cuda-bindings launches appear beside torch's); the flush's memset is not a kernel and is left out.
 """
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 from ..runtime import timing
 
-CALLS = 20
-METHOD_KERNEL = (f"kernel: the GPU duration of each call's kernels in a torch.profiler (CUPTI) trace, {CALLS} calls back "
-                 f"to back, their mean (DeepGEMM's bench_kineto of 2025-02, its published tables' method); "
+CALLS = 30        # bench_kineto's num_tests
+SETTLE_S = 1.0    # the idle before each implementation's window (as the sustained method's, ptxgemm.bench.power)
+METHOD_KERNEL = (f"kernel: the GPU duration of each call's kernels in a torch.profiler (CUPTI) trace, after "
+                 f"{SETTLE_S:g} s idle, one call and {CALLS} unrecorded calls, {CALLS} recorded calls back to back, "
+                 f"their mean (DeepGEMM's bench_kineto of 2025-02, its published tables' method); "
                  f"kernel_flushed: the same with the L2 flushed before each call (its later harness). DeepGEMM's "
                  f"shapes only, torch present")
 
@@ -37,18 +47,24 @@ def kernel_ms(launchers: dict[str, Callable[[], object]], torch, calls: int = CA
     """{name: mean milliseconds of GPU kernel time per call}; None for a launcher whose kernels the trace lacks.
     `flush`: the L2 flushed before every call."""
     from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity, profile
+    from torch.profiler import ProfilerActivity, profile, schedule
 
     out = {}
     for name, launch in launchers.items():
         launch()
         torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            for _ in range(calls):
-                if flush:
-                    timing.flush_l2()
-                launch()
-            torch.cuda.synchronize()
+        time.sleep(SETTLE_S)
+        # two cycles back to back, as bench_kineto ran them: the profiler keeps the second
+        cycles = schedule(wait=0, warmup=1, active=1, repeat=1)
+        with profile(activities=[ProfilerActivity.CUDA], schedule=cycles) as prof:
+            for cycle in range(2):
+                for _ in range(calls):
+                    if flush:
+                        timing.flush_l2()
+                    launch()
+                if cycle:   # the recorded calls finished before the profiler stops
+                    torch.cuda.synchronize()
+                prof.step()
         kernels = [e for e in prof.events() if getattr(e, "device_type", None) == DeviceType.CUDA
                    and not e.name.lower().startswith(("memset", "memcpy"))]
         total_us = sum(_duration_us(e) for e in kernels)

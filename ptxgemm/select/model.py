@@ -129,7 +129,8 @@ WAVE_FILL_TILES = ("pp128x192",)
 # shape in the variants runs beside coop128x128 (docs/results/h100/fp8/turns_h100_run4.json: 1177 and 1123-1230
 # TFLOP/s, coop128x128 1004 in that run).
 BLOCK_SCALE_KTILE_NS = {"coop128x128": 500, "pp64x128": 388, "coop128x64": 404, "pp64x64": 271,
-                        "coop128x192": 705, "coop256x128": 940}
+                        "coop128x192": 705, "coop256x128": 940,
+                        "pp64x192": 582}   # not measured where compute decides: pp64x128's scaled by area
 # ... and the cooperative 128x128's store, from 4096x32768x512 (4 k-tiles per tile): 888 TFLOP/s over 63 steps of
 # 8192 tiles leaves about 460 ns a tile beyond its k-tiles (the table's guess for it, 1730, picked pp64x128 there:
 # 786 TFLOP/s). The other tiles keep the tables' estimates.
@@ -153,8 +154,17 @@ BLOCK_SCALE_MULTICAST_MIN_K = 4096
 # with the same splits.
 BLOCK_SCALE_WIDE_MIN_M = 128
 BLOCK_SCALE_FILL_MIN_K_TILES = 16
-BLOCK_SCALE_TILES = (("cooperative", 256, 128), ("cooperative", 128, 192), ("cooperative", 128, 128),
-                     ("pingpong", 64, 128), ("cooperative", 128, 64), ("pingpong", 64, 64))
+# ... except the one-set pingpong 64x192, offered only there (M <= BLOCK_SCALE_WIDE_MIN_M), unsplit and without a
+# cluster. Where its units fill the grid as well as the 64x128's (the rank's first keys tie), it goes first: fewer,
+# longer units for the same waves. Measured on the H100 by kernel durations (DeepGEMM's method), three rounds in one
+# process (docs/results/h100/fp8/l2promo_h100_issue24.json): 128x24576x1536, 256 units against pp64x128's 384 (both
+# 97% of their waves), 536-568 TFLOP/s against 446-463; where its waves are emptier the fill key keeps the other
+# (128x4096x7168: 44 units, 292 against pp64x128k2's 505; 64x32768x512: 171 units in 2 waves, 299 against 335).
+# Its splits are not offered: at 128x4096x7168 pp64x192k2/k3 ran 0.83-0.86 of the published figure where
+# pp64x128k2 ran 0.96 (bench_h100_fp8_block_issue24_smallm_oneset_calib.json), which fill alone would not foresee.
+BLOCK_SCALE_SMALL_M_TILES = (("pingpong", 64, 192),)
+BLOCK_SCALE_TILES = (("cooperative", 256, 128), ("cooperative", 128, 192), ("pingpong", 64, 192),
+                     ("cooperative", 128, 128), ("pingpong", 64, 128), ("cooperative", 128, 64), ("pingpong", 64, 64))
 WAVE_FILL_MARGIN = 0.05
 
 # (schedule, block_m, block_n), each with every cluster shape in CLUSTER_SHAPES: what `tune` tries. Single-CTA
@@ -477,7 +487,10 @@ def _ranked_blockwise(problem: Problem, sm_count: int, gpu_name: str, batches: i
         c = with_epilogue(c, epilogue)
         if c is None or c.cluster_size > sm_count or not _cluster_fills(c, problem.m):
             continue
-        if c.bs_product_sets == 1 and problem.m <= BLOCK_SCALE_WIDE_MIN_M:
+        small_m_tile = (c.schedule, c.block_m, c.block_n) in BLOCK_SCALE_SMALL_M_TILES
+        if small_m_tile != (problem.m <= BLOCK_SCALE_WIDE_MIN_M) and (small_m_tile or c.bs_product_sets == 1):
+            continue   # a wide one-set tile at small M, or the small-M tile at large M
+        if small_m_tile and (c.splits > 1 or c.cluster_size > 1):
             continue
         pairs.append((predict(c, problem.m, problem.n, problem.k, sm_count, gpu_name, batches), c))
     if not pairs:
