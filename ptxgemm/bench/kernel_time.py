@@ -9,7 +9,7 @@ later harness, which flushes by default). It needs torch (the profiler), so it i
 present, and only for the shapes that carry a published DeepGEMM figure.
 
 Each implementation's window begins the way a shape's test began in that harness: one call, then `calls` calls
-the profiler does not record (its warm-up cycle), then the `calls` it records, all back to back. Before that, the
+the profiler does not record (its warm-up cycle), then the `calls` it records, back to back within each cycle. Before that, the
 GPU rests SETTLE_S seconds, so that no implementation inherits the heat of the one timed before it: a kernel long
 enough to reach the power limit otherwise runs faster when timed first (H100, 4096x7168x16384, the same blockwise
 kernel: 1255 TFLOP/s timed first, 1173 timed second; per-tensor 1557 against 1422, with equal burst times,
@@ -54,16 +54,18 @@ def kernel_ms(launchers: dict[str, Callable[[], object]], torch, calls: int = CA
         launch()
         torch.cuda.synchronize()
         time.sleep(SETTLE_S)
-        # two cycles back to back, as bench_kineto ran them: the profiler keeps the second
+        # two cycles, as bench_kineto ran them: the profiler keeps the second. Each ends with its calls finished:
+        # a warm-up kernel still running when the recording starts would be counted (the trace keeps kernels by
+        # the time they run, so at 4096x7168x16384 nearly all 30 were, halving the figure), and the recorded ones
+        # must end before the profiler stops
         cycles = schedule(wait=0, warmup=1, active=1, repeat=1)
         with profile(activities=[ProfilerActivity.CUDA], schedule=cycles) as prof:
-            for cycle in range(2):
+            for _ in range(2):
                 for _ in range(calls):
                     if flush:
                         timing.flush_l2()
                     launch()
-                if cycle:   # the recorded calls finished before the profiler stops
-                    torch.cuda.synchronize()
+                torch.cuda.synchronize()
                 prof.step()
         kernels = [e for e in prof.events() if getattr(e, "device_type", None) == DeviceType.CUDA
                    and not e.name.lower().startswith(("memset", "memcpy"))]
