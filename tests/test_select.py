@@ -381,3 +381,14 @@ def test_misaligned_lines_cost_unless_multicast():
     f1, f2 = S.misaligned_factor(one, 3000, 5000, 2048), S.misaligned_factor(pair, 3000, 5000, 2048)
     assert f1 == pytest.approx(1 + S.MISALIGNED_COST * 2 / 3) and f2 == pytest.approx(1 + S.MISALIGNED_COST / 3)
     assert select_config(3000, 5000, 2048, device=H100).cluster_m == 2
+
+
+def test_fp8_at_one_tile_row_prefers_the_64_column_pingpong_and_bf16_does_not():
+    """At M <= 64 fp8 the 64x64 pingpong is selectable and first within a tie (measured ahead of pp64x128 on five of
+    DeepGEMM's six M = 64 shapes); bf16 and M = 128 keep the tiles they had."""
+    from ptxgemm.select import model
+
+    assert model.select_config(64, 7168, 2048, "float8_e4m3fn", "bfloat16", "k", "k").tile_tag == "pp64x64"
+    assert model.select_config(64, 2112, 7168, "float8_e5m2", "bfloat16", "k", "k").tile_tag == "pp64x64"
+    assert model.select_config(128, 7168, 16384, "float8_e4m3fn", "bfloat16", "k", "k").tile_tag != "pp64x64"
+    assert model.select_config(64, 8192, 8192, "bfloat16", "bfloat16", "k", "mn").tile_tag != "pp64x64"

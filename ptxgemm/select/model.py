@@ -33,7 +33,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..kernel import schedule
-from ..kernel.config import GemmConfig
+from ..kernel.config import FP8_DTYPES, GemmConfig
 from ..kernel.tile import TAG_SCHEDULE
 from ..runtime import driver
 from . import tune_cache
@@ -106,6 +106,15 @@ MULTICAST_MIN_K = 2048
 MULTICAST_MIN_STEPS = 2
 MULTICAST_DTYPES = ("bfloat16", "float16")   # measured with bf16; fp8's k-tiles are not (their B panel is half)
 MULTICAST_FIRST = "coop128x256c2"
+# fp8 at M <= FP8_NARROW_MAX_M (one row of 64-row tiles): the 64x64 pingpong is selectable too, and first within a
+# tie, so each B panel is half as wide and the same split count keeps twice the CTAs streaming B. Measured on the
+# H100 beside pp64x128 and torch._scaled_mm on DeepGEMM's six M = 64 shapes, per-tensor scales, one process
+# (bench_h100_fp8_tensor_issue24_smallm_variants.json; kernel durations / burst, over torch): 64x2112x7168 pp64x64k3
+# 1.12 / 0.97 against pp64x128k3's 0.92 / 0.91; 64x4096x7168 pp64x64k2 1.03 / 1.00 against pp64x128k2's 0.85 / 0.95;
+# 64x7168x2048 1.25 / 1.23 against 1.03 / 1.19; 64x24576x1536 0.99 / 1.09 against 0.95 / 1.04; 64x7168x16384 1.09 /
+# 1.10 against 1.07 / 1.08; 64x32768x512 1.05 / 1.05 against 1.12 / 1.04. At M = 128 it won two shapes and lost two.
+FP8_NARROW_TILE = "pp64x64"
+FP8_NARROW_MAX_M = 64
 # Tiles the model's constants do not rank reliably against SELECTABLE (pp128x192 measured weaker on the seed sweep's
 # full waves, where the model would pick it), offered only where they fill the grid better: when one is predicted
 # within TIE_FRACTION of SELECTABLE's fastest and its steps are fuller than every tied SELECTABLE candidate's by more
@@ -436,12 +445,14 @@ def _ranked(problem: Problem, sm_count: int, gpu_name: str = "", batches: int = 
     if dict(epilogue).get("block_scale"):
         return _ranked_blockwise(problem, sm_count, gpu_name, batches, epilogue)
     pairs, fillers, others = [], [], []
+    narrow = problem.in_dtype in FP8_DTYPES and problem.m <= FP8_NARROW_MAX_M
+    selectable = (FP8_NARROW_TILE,) + SELECTABLE if narrow else SELECTABLE
     for c in problem_candidates(problem):
         c = with_epilogue(c, epilogue)
         if c is None or c.cluster_size > sm_count or not _cluster_fills(c, problem.m):
             continue
         pred = (predict(c, problem.m, problem.n, problem.k, sm_count, gpu_name, batches), c)
-        (pairs if c.tile_tag in SELECTABLE else fillers if c.tile_tag in WAVE_FILL_TILES else others).append(pred)
+        (pairs if c.tile_tag in selectable else fillers if c.tile_tag in WAVE_FILL_TILES else others).append(pred)
     if not pairs:
         pairs, fillers = others, []
     if not pairs:
@@ -457,7 +468,7 @@ def _ranked(problem: Problem, sm_count: int, gpu_name: str = "", batches: int = 
             return (2, p.total_ns, 0, 0, 0)
         if p.total_ns > fastest * (1 + TIE_FRACTION):
             return (1, p.total_ns, 0, 0, 0)
-        order = SELECTABLE.index(c.tile_tag) if c.tile_tag in SELECTABLE else len(SELECTABLE)
+        order = selectable.index(c.tile_tag) if c.tile_tag in selectable else len(selectable)
         if c.tile_tag == MULTICAST_FIRST and problem.k >= MULTICAST_MIN_K and p.steps >= MULTICAST_MIN_STEPS and \
                 problem.in_dtype in MULTICAST_DTYPES:
             order = -1
