@@ -184,8 +184,7 @@ CANDIDATE_TILES = (
     ("cooperative", 256, 128), ("cooperative", 128, 256), ("cooperative", 256, 192), ("cooperative", 128, 128),
     # tiles that are not whole 64-column panels, for shapes whose N they divide better (e.g. N = 4160 = 20 x 208)
     ("pingpong", 128, 160), ("cooperative", 128, 208), ("cooperative", 256, 160),
-    # twice the tiles of pp64x128 where M is 64 or less: measured fastest, or within noise of it, on 4 of DeepGEMM's
-    # 12 small-M fp8 shapes per-tensor (bench_h100_fp8_tensor_issue24_calib.json); `tune` only, not SELECTABLE
+    # twice the tiles of pp64x128 where M is 64 or less: selectable only for fp8 at M <= FP8_NARROW_MAX_M (below)
     ("pingpong", 64, 64),
 )
 CLUSTER_SHAPES = ((1, 1), (2, 1), (1, 2))   # (cluster_m, cluster_n): single CTAs, pairs sharing B, pairs sharing A
