@@ -36,7 +36,8 @@ DESCRIPTION = ("Time ptxgemm and cuBLAS (torch.matmul, else CuPy) on the same sh
                "launch, interleaved rounds, median. ptxgemm runs the config it selects itself, "
                "with the tune cache off unless --use-tune-cache. Writes bench_<gpu>[_<name>].json "
                "and .png. --in-dtype float8_* compares fp8 with torch._scaled_mm (--scaling tensor "
-               "or row) or with ptxgemm bf16 (--scaling block); --epilogue bias-<act> compares the "
+               "or row) or with cuBLAS's blockwise fp8 GEMM through torch (--scaling block; ptxgemm bf16 "
+               "on the same values where torch is absent); --epilogue bias-<act> compares the "
                "fused epilogue with the plain GEMM and with the plain GEMM plus a separate torch "
                "pass; those write bench_<gpu>_<mode>[_<name>].json. --host measures host "
                "microseconds per call instead. Needs an sm_90 GPU, except --summarize.")
@@ -81,8 +82,9 @@ def add_arguments(p) -> None:
                         "for e5m2 it runs A e4m3 x B e5m2 when torch refuses e5m2 x e5m2, and says so per row)")
     p.add_argument("--scaling", choices=SCALINGS, default=None,
                    help="fp8 only: tensor (one fp32 scale per operand, a device scalar both read; the default with an "
-                        "fp8 --in-dtype), row (scale_a (M,1), scale_b (1,N)) or block (128-wide blocks; the peer is "
-                        "then ptxgemm bf16 on the same values: the ratio is speed vs bf16)")
+                        "fp8 --in-dtype), row (scale_a (M,1), scale_b (1,N)) or block (1x128 per row of A, 128x128 per "
+                        "block of B; the peer is then cuBLAS's blockwise fp8 GEMM through torch, or, where torch is "
+                        "absent, ptxgemm bf16 on the same values: the ratio is then speed vs bf16)")
     p.add_argument("--epilogue", choices=EPILOGUES, default=None,
                    help="none (default), bias-gelu, bias-relu or bias-silu: time ptxgemm with a float32 (N,) bias and "
                         "the activation fused, the plain GEMM, and the plain GEMM plus a separate torch pass "
