@@ -492,16 +492,17 @@ def _ranked_blockwise(problem: Problem, sm_count: int, gpu_name: str, batches: i
     fuller waves (memory-bound predictions), then more CTAs with work, then the least padded work, then the earlier
     tile, then fewer splits, then (K >= BLOCK_SCALE_MULTICAST_MIN_K) a cluster pair sharing B."""
     order = [f"{TAG_SCHEDULE[s]}{bm}x{bn}" for s, bm, bn in BLOCK_SCALE_TILES]
+    small_m = problem.m <= BLOCK_SCALE_WIDE_MIN_M
     pairs = []
     for c in blockwise_candidates(problem):
         c = with_epilogue(c, epilogue)
         if c is None or c.cluster_size > sm_count or not _cluster_fills(c, problem.m):
             continue
-        small_m_tile = (c.schedule, c.block_m, c.block_n) in BLOCK_SCALE_SMALL_M_TILES
-        if small_m_tile != (problem.m <= BLOCK_SCALE_WIDE_MIN_M) and (small_m_tile or c.bs_product_sets == 1):
-            continue   # a wide one-set tile at small M, or the small-M tile at large M
-        if small_m_tile and (c.splits > 1 or c.cluster_size > 1):
-            continue
+        if (c.schedule, c.block_m, c.block_n) in BLOCK_SCALE_SMALL_M_TILES:
+            if not small_m or c.splits > 1 or c.cluster_size > 1:
+                continue   # offered at small M only, unsplit and alone
+        elif c.bs_product_sets == 1 and small_m:
+            continue       # the wide one-set tiles: at large M only
         pairs.append((predict(c, problem.m, problem.n, problem.k, sm_count, gpu_name, batches), c))
     if not pairs:
         raise ConfigError(f"scale_a, scale_b: no blockwise-capable config fits {problem.describe()}")
