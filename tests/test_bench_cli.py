@@ -122,6 +122,9 @@ def test_summarize_rejects_a_file_that_is_not_a_bench_run(tmp_path, runs):
     (("--sustained", "3", "--set", "grouped"), "--sustained: the bf16 benchmark against cuBLAS only"),
     (("--sustained", "--in-dtype", "float8_e4m3fn"), "--sustained: the bf16 benchmark against cuBLAS only"),
     (("--host", "--sustained"), "--sustained: not with --host"),
+    (("--fastcu", "no-such-checkout"), "--fastcu: no-such-checkout has no examples/matmul/matmul_12.cuh"),
+    (("--fastcu", ".", "--in-dtype", "float8_e4m3fn"), "--fastcu: a bf16 peer of the bf16 benchmark only"),
+    (("--host", "--fastcu", "."), "--fastcu: not with --host"),
 ])
 def test_bad_arguments_exit_2(args, pattern, tmp_path):
     proc = bench(*args, cwd=tmp_path)

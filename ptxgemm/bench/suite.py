@@ -291,27 +291,31 @@ def require_device():
 
 def run_bench(shapes, rounds: int, config=None, variant_configs=(), out="bench_out", name: str | None = None,
               tune_cache: str = "off", b_major: str = "mn", sustained: float | None = None,
-              sustained_gap: float = 1.0) -> int:
+              sustained_gap: float = 1.0, fastcu: str | None = None) -> int:
     """Time every shape with ptxgemm (`config`, or None: the library's own selection), each of `variant_configs`
     and the cuBLAS peer in the same interleaved rounds; print the table and write bench_<gpu>[_<name>].json and .png
     to `out`. `b_major`: B row-major ("mn", numpy's C order) or column-major ("k"), the same memory for every
     implementation. `tune_cache` only labels the run: the caller has set PTXGEMM_TUNE_CACHE before any selection.
     `sustained`: also one back-to-back window of that many seconds per implementation and shape (timing.
     time_sustained; the order alternating shape by shape, `sustained_gap` seconds idle before each), with the SM
-    clock, power and energy NVML reports (bench/power.py), reported beside the burst figures."""
+    clock, power and energy NVML reports (bench/power.py), reported beside the burst figures. `fastcu`: a fast.cu
+    checkout whose kernel 12 is timed as a second peer wherever it runs the shape (bench/fastcu.py; rows gain
+    fastcu_* fields, `fastcu_ratio` = its ms / ptxgemm's)."""
     import ml_dtypes
 
-    from . import power
+    from . import fastcu as fastcu_peer, power
 
 
     info = require_device()
     peer = find_peer()
+    second = fastcu_peer.FastCuImpl(fastcu_peer.source_dir(fastcu)) if fastcu else None
     variants = [PtxgemmImpl(c, f"ptxgemm {c.tag}") for c in variant_configs]
     main_impl = PtxgemmImpl(config)
     impls = [main_impl] + variants + ([peer] if peer else [])
     config_desc = config.describe() if config else f"library selection (select_config; tune cache {tune_cache})"
     print(f"# {info.name}, {info.sm_count} SMs, driver {info.driver_version_str}; peer: "
-          f"{peer.name if peer else 'none'}; ptxgemm config: {config_desc}; {rounds} rounds, median", flush=True)
+          f"{peer.name if peer else 'none'}{'; ' + second.name if second else ''}; ptxgemm config: {config_desc}; "
+          f"{rounds} rounds, median", flush=True)
     sampler = power.Sampler(driver.pci_bus_id()) if sustained else None
     if sampler is not None and sampler.note:
         print(f"# sustained: {sampler.note}", flush=True)
@@ -329,10 +333,17 @@ def run_bench(shapes, rounds: int, config=None, variant_configs=(), out="bench_o
         if b_major == "k":
             b = np.asfortranarray(b)
         launchers = {impl.name: impl.prepare(a, b, np.dtype(ml_dtypes.bfloat16)) for impl in impls}
+        shape_impls, refused = list(impls), None
+        if second is not None:
+            try:
+                launchers[second.name] = second.prepare(a, b, np.dtype(ml_dtypes.bfloat16))
+                shape_impls.append(second)
+            except fastcu_peer.FastCuRefused as e:
+                refused = str(e)
         times = timing.time_interleaved(launchers, rounds, warmup=3)
         picked = sample_rows(m)
         ref = float64_reference(a[picked], b)
-        errs = {impl.name: rel_err(impl.result(picked), ref) for impl in impls}
+        errs = {impl.name: rel_err(impl.result(picked), ref) for impl in shape_impls}
         flops = 2.0 * m * n * k
         ours = times["ptxgemm"]
         theirs = times.get(peer.name) if peer else None
@@ -349,15 +360,24 @@ def run_bench(shapes, rounds: int, config=None, variant_configs=(), out="bench_o
                "variants": {v.tag: times[v.name] for v in variants},
                "variant_ratios": {v.tag: (theirs / times[v.name] if theirs else None) for v in variants},
                "variant_rel_err": {v.tag: errs[v.name] for v in variants}}
+        if second is not None:
+            fast = times.get(second.name)
+            row.update({"fastcu_ms": fast, "fastcu_tflops": flops / fast / 1e9 if fast else None,
+                        "fastcu_ratio": fast / ours if fast else None, "fastcu_rel_err": errs.get(second.name),
+                        "fastcu_refused": refused})
         if sustained:
-            names = [main_impl.name] + ([peer.name] if peer else [])
+            names = [main_impl.name] + ([peer.name] if peer else []) + \
+                ([second.name] if second is not None and second.name in launchers else [])
             windows = time_sustained_pair(launchers, names if len(rows) % 2 == 0 else names[::-1], sustained,
                                           sustained_gap, sampler)
-            for impl_name, prefix in ((main_impl.name, "ptxgemm"), (peer.name if peer else None, "cublas")):
+            for impl_name, prefix in ((main_impl.name, "ptxgemm"), (peer.name if peer else None, "cublas"),
+                                      (second.name if second else None, "fastcu")):
                 if impl_name in windows:
                     row.update(sustained_fields(prefix, flops, *windows[impl_name]))
             theirs_s = row.get("cublas_sustained_ms")
             row["sustained_ratio"] = theirs_s / row["ptxgemm_sustained_ms"] if theirs_s else None
+            if row.get("fastcu_sustained_ms"):
+                row["fastcu_sustained_ratio"] = row["fastcu_sustained_ms"] / row["ptxgemm_sustained_ms"]
             row["energy_source"] = windows[main_impl.name][2].energy_source
         rows.append(row)
         ratio = row["ratio"] if row["ratio"] is not None else float("nan")
@@ -376,7 +396,17 @@ def run_bench(shapes, rounds: int, config=None, variant_configs=(), out="bench_o
                      f"MHz {fmt(row['cublas_sustained_watts'], '.0f')} W {fmt(row['cublas_j_per_tflop'], '.3f')} "
                      f"J/TFLOP | ratio {row['sustained_ratio']:.3f}" if row.get("sustained_ratio") else ""),
                   flush=True)
+        if second is not None:
+            print(f"{'':>20} | {second.name}: " + (f"refused ({refused})" if refused else
+                  f"{row['fastcu_ms']:.4f} ms {row['fastcu_tflops']:.1f} TFLOP/s, its ms / ptxgemm's "
+                  f"{row['fastcu_ratio']:.3f}, rel_err {row['fastcu_rel_err']:.2e}"
+                  + (f"; sustained {row['fastcu_sustained_tflops']:.1f} TFLOP/s @ "
+                     f"{row['fastcu_sustained_sm_mhz'] or float('nan'):.0f} MHz, ratio "
+                     f"{row['fastcu_sustained_ratio']:.3f}" if row.get("fastcu_sustained_ratio") else "")),
+                  flush=True)
         del launchers
+        if second is not None:
+            second.out = None
         for impl in impls:
             impl.out = None
             if hasattr(impl, "plan"):
@@ -402,6 +432,8 @@ def run_bench(shapes, rounds: int, config=None, variant_configs=(), out="bench_o
             + f"; min {min(s_ratios):.3f}")
     result = {"gpu": info.name, "driver": info.driver_version_str, "sm_count": info.sm_count, "clocks": read_clocks(),
               "tune_cache": tune_cache, "peer": peer.name if peer else None, "config": config_desc, "rounds": rounds,
+              "second_peer": (f"{second.name} from {second.root} (its layouts: A row-major, B K-major, C "
+                              f"column-major; fastcu_ratio = its ms / ptxgemm's)" if second else None),
               "b_major": b_major,
               "method": "L2 flushed before each launch, CUDA events around the launch, interleaved rounds, median",
               "sustained_method": (f"one back-to-back window of >= {sustained:g} s per implementation and shape, no "

@@ -56,6 +56,26 @@ def find_tool(tool: str) -> Path | None:
     return Path(found) if found else None
 
 
+NVCC_ENV = "PTXGEMM_NVCC"
+
+
+def find_nvcc() -> Path | None:
+    """Path of a CUDA toolkit's nvcc (PTXGEMM_NVCC, then CUDA_HOME, CUDA_PATH, /usr/local/cuda, then PATH), or None.
+    Only the benchmark's optional peers compile CUDA C++, and that needs the toolkit's headers beside nvcc, so the
+    pip wheels (which may ship nvcc alone) are not searched."""
+    override = os.environ.get(NVCC_ENV)
+    if override:
+        path = Path(override)
+        if not (path.is_file() and os.access(path, os.X_OK)):
+            raise ToolchainError(f"{NVCC_ENV}={override} is not an executable file; point it at a CUDA toolkit's nvcc")
+        return path
+    for cand in _toolkit_candidates("nvcc"):
+        if cand.is_file() and os.access(cand, os.X_OK):
+            return cand
+    found = shutil.which("nvcc")
+    return Path(found) if found else None
+
+
 @functools.lru_cache(maxsize=None)
 def tool_version(path: str) -> str:
     """'13.5.37'-style version of an NVIDIA tool (the 'V…' in `--version`), or the raw last line."""

@@ -22,7 +22,7 @@ GPU_BENCH_OPTIONS = (("quick", "--quick"), ("rounds", "--rounds"), ("shapes", "-
                      ("config", "--config"), ("variants", "--variants"), ("summarize", "--summarize"),
                      ("summarize_out", "--summarize-out"), ("b_major", "--b-major"), ("in_dtype", "--in-dtype"),
                      ("scaling", "--scaling"), ("epilogue", "--epilogue"), ("sustained", "--sustained"),
-                     ("sustained_gap", "--sustained-gap"))
+                     ("sustained_gap", "--sustained-gap"), ("fastcu", "--fastcu"))
 # what the benchmark compares; --summarize reads it from each file instead
 MODE_OPTIONS = (("in_dtype", "--in-dtype"), ("scaling", "--scaling"), ("epilogue", "--epilogue"))
 # --host's options, which mean nothing without it; all default to None so that "given" is visible
@@ -70,6 +70,11 @@ def add_arguments(p) -> None:
                         "summary a sustained geomean beside the burst one. bf16 against cuBLAS only (default off)")
     p.add_argument("--sustained-gap", type=float, default=None, metavar="SECONDS",
                    help="with --sustained: idle seconds before each window, so each starts cool (default 1)")
+    p.add_argument("--fastcu", default=None, metavar="DIR",
+                   help="also time fast.cu's kernel 12 (a checkout of github.com/pranjalssh/fast.cu at DIR; built with the CUDA toolkit's nvcc, never shipped) as a second bf16 peer, "
+                        "burst and with --sustained; its own layouts (B K-major, C column-major), shapes with M and N "
+                        "multiples of 256 and K of 64 (others: refused, and the row says why). bf16 suite only "
+                        "(default off)")
     p.add_argument("--small-m", action="store_true",
                    help="the small-M suite: M in {1, 16, 64, 128, 256, 512} x (N, K) in {(4096, 4096), (8192, 8192), "
                         "(14336, 4096), (4096, 14336)} (default off)")
@@ -186,6 +191,14 @@ def run(args) -> int:
                 args.epilogue:
             raise ConfigError("--sustained: the bf16 benchmark against cuBLAS only (no --set grouped/deepgemm, "
                               "--in-dtype fp8, --scaling or --epilogue)")
+    if args.fastcu and (args.set in ("grouped", "deepgemm") or args.in_dtype not in (None, "bfloat16") or
+                        args.scaling or args.epilogue):
+        raise ConfigError("--fastcu: a bf16 peer of the bf16 benchmark only (no --set grouped/deepgemm, --in-dtype "
+                          "fp8, --scaling or --epilogue)")
+    if args.fastcu:
+        from ..bench import fastcu as fastcu_peer
+
+        fastcu_peer.source_dir(args.fastcu)   # before anything reaches the GPU
     if args.set == "grouped":
         from ..bench import grouped_bench   # imports torch when it runs: only this set needs it
 
@@ -210,7 +223,8 @@ def run(args) -> int:
     if mode.is_default:
         return bench.run_bench(shapes, rounds, config, variants, out=args.out, name=args.name, tune_cache=tune_cache,
                                b_major=args.b_major or "mn", sustained=args.sustained,
-                               sustained_gap=1.0 if args.sustained_gap is None else args.sustained_gap)
+                               sustained_gap=1.0 if args.sustained_gap is None else args.sustained_gap,
+                               fastcu=args.fastcu)
     return bench_modes.run_mode_bench(shapes, rounds, mode, config, out=args.out, name=args.name,
                                       tune_cache=tune_cache, b_major=args.b_major or "mn", variants=variants)
 
