@@ -35,7 +35,9 @@ def _checkout(tmp_path):
 def _fake_nvcc(tmp_path, body: str):
     path = tmp_path / "nvcc"
     path.write_text("#!/bin/sh\n"
-                    'if [ "$1" = "--version" ]; then echo "Cuda compilation tools, release 13.0, V13.0.88"; exit 0; fi\n'
+                    'if [ "$1" = "--version" ]; then\n'
+                    '  echo "Cuda compilation tools, release 13.0, V13.0.88"; exit 0\n'
+                    'fi\n'
                     + body)
     path.chmod(path.stat().st_mode | stat.S_IXUSR)
     return path

@@ -2,9 +2,9 @@
 
 fast.cu (github.com/pranjalssh/fast.cu) is a series of hand-written Hopper bf16 GEMMs; its kernel 12 (128x256 tiles in
 cluster pairs sharing B, a Hilbert walk, 128 of the SMs) was measured at parity with cuBLAS and a little ahead of it
-under sustained load (issue 26). Its code is not part of ptxgemm: the caller points `--fastcu` at a checkout, and this module compiles a small wrapper around its `examples/matmul/matmul_12.cuh` with the CUDA
-toolkit's nvcc into a shared library in ptxgemm's cache (keyed by the sources and nvcc's version), then calls it
-through ctypes.
+under sustained load (issue 26). Its code is not part of ptxgemm: the caller points `--fastcu` at a checkout, and
+this module compiles a small wrapper around its `examples/matmul/matmul_12.cuh` with the CUDA toolkit's nvcc into a
+shared library in ptxgemm's cache (keyed by the sources and nvcc's version), then calls it through ctypes.
 
 The kernel has its own layouts and limits, which the row states rather than hides:
 - A (M, K) row-major, B as (N, K) row-major (K-major), C written column-major (M contiguous): the peer gets its own
@@ -76,7 +76,7 @@ extern "C" int ptxgemm_fastcu_k12(int M, int N, int K, void *A, void *B, void *C
 
 
 class FastCuRefused(Exception):
-    """fast.cu's kernel 12 does not run this problem (its tile multiples) or could not be built; the row says why."""
+    """fast.cu's kernel 12 does not run this problem (its tile multiples); the row says why and goes on without it."""
 
 
 def source_dir(given: str) -> Path:
@@ -84,7 +84,7 @@ def source_dir(given: str) -> Path:
     root = Path(given)
     if not (root / HEADER).is_file():
         raise ConfigError(f"--fastcu: {root} has no {HEADER}; point it at a checkout of "
-                             f"github.com/pranjalssh/fast.cu")
+                          f"github.com/pranjalssh/fast.cu")
     return root
 
 
