@@ -97,9 +97,9 @@ def supported(m: int, n: int, k: int) -> str | None:
 
 def build(root: Path) -> Path:
     """The wrapper's shared library, compiled once per (wrapper, header, nvcc version) into ptxgemm's cache."""
-    nvcc = toolchain.find_nvcc()
+    nvcc = toolchain.find_tool("nvcc")
     if nvcc is None:
-        raise ToolchainError("fast.cu: nvcc not found (PTXGEMM_NVCC, CUDA_HOME, /usr/local/cuda or PATH): building "
+        raise ToolchainError("fast.cu: nvcc not found (PTXGEMM_NVCC, CUDA_HOME, CUDA_PATH, /usr/local/cuda or PATH): building "
                              "its kernel needs the CUDA toolkit")
     header = (root / HEADER).read_bytes()
     key = hashlib.sha256(WRAPPER.encode() + header + toolchain.tool_version(str(nvcc)).encode()).hexdigest()[:20]
@@ -144,7 +144,6 @@ class FastCuImpl:
         db = arrays.DeviceArray.from_numpy(np.ascontiguousarray(b.T))          # (N, K) row-major: K-major B
         self.out = arrays.DeviceArray.empty((n, m), out_dtype)                 # C column-major: C^T row-major
         self.out.poison()
-        self._keep = (da, db)
         self.lib.ptxgemm_fastcu_reset()
         fn, out = self.lib.ptxgemm_fastcu_k12, self.out
 

@@ -405,9 +405,7 @@ def run_bench(shapes, rounds: int, config=None, variant_configs=(), out="bench_o
                      f"{row['fastcu_sustained_ratio']:.3f}" if row.get("fastcu_sustained_ratio") else "")),
                   flush=True)
         del launchers
-        if second is not None:
-            second.out = None
-        for impl in impls:
+        for impl in shape_impls:
             impl.out = None
             if hasattr(impl, "plan"):
                 impl.plan = None

@@ -15,7 +15,10 @@ from pathlib import Path
 
 from ..errors import ToolchainError
 
-ENV_VARS = {"ptxas": "PTXGEMM_PTXAS", "nvdisasm": "PTXGEMM_NVDISASM"}
+ENV_VARS = {"ptxas": "PTXGEMM_PTXAS", "nvdisasm": "PTXGEMM_NVDISASM", "nvcc": "PTXGEMM_NVCC"}
+# Tools wanted with a whole toolkit beside them: nvcc compiles CUDA C++ (only the benchmark's optional peers do) and
+# needs the toolkit's headers, which NVIDIA's wheels may not ship beside it, so the wheels are not searched for it.
+TOOLKIT_ONLY = ("nvcc",)
 # Layouts of NVIDIA's wheels: CUDA 13 ships everything under nvidia/cu13/bin, CUDA 12 per-package dirs.
 _WHEEL_SUBDIRS = ("cu13/bin", "cuda_nvcc/bin", "cuda_nvdisasm/bin", "cu12/bin")
 
@@ -38,7 +41,7 @@ def _toolkit_candidates(tool: str):
 
 
 def find_tool(tool: str) -> Path | None:
-    """Path of `tool` ('ptxas' or 'nvdisasm'), or None when it is nowhere to be found.
+    """Path of `tool` ('ptxas', 'nvdisasm' or 'nvcc'), or None when it is nowhere to be found.
 
     Raises ToolchainError when the environment override names something that is not an executable file.
     """
@@ -46,33 +49,15 @@ def find_tool(tool: str) -> Path | None:
     if override:
         path = Path(override)
         if not (path.is_file() and os.access(path, os.X_OK)):
+            fallback = "a CUDA toolkit's" if tool in TOOLKIT_ONLY else "the one from NVIDIA's pip wheel"
             raise ToolchainError(f"{ENV_VARS[tool]}={override} is not an executable file; point it at {tool} "
-                                 f"or unset it to use the one from NVIDIA's pip wheel")
+                                 f"or unset it to use {fallback}")
         return path
-    for cand in (*_wheel_candidates(tool), *_toolkit_candidates(tool)):
+    wheels = () if tool in TOOLKIT_ONLY else _wheel_candidates(tool)
+    for cand in (*wheels, *_toolkit_candidates(tool)):
         if cand.is_file() and os.access(cand, os.X_OK):
             return cand
     found = shutil.which(tool)
-    return Path(found) if found else None
-
-
-NVCC_ENV = "PTXGEMM_NVCC"
-
-
-def find_nvcc() -> Path | None:
-    """Path of a CUDA toolkit's nvcc (PTXGEMM_NVCC, then CUDA_HOME, CUDA_PATH, /usr/local/cuda, then PATH), or None.
-    Only the benchmark's optional peers compile CUDA C++, and that needs the toolkit's headers beside nvcc, so the
-    pip wheels (which may ship nvcc alone) are not searched."""
-    override = os.environ.get(NVCC_ENV)
-    if override:
-        path = Path(override)
-        if not (path.is_file() and os.access(path, os.X_OK)):
-            raise ToolchainError(f"{NVCC_ENV}={override} is not an executable file; point it at a CUDA toolkit's nvcc")
-        return path
-    for cand in _toolkit_candidates("nvcc"):
-        if cand.is_file() and os.access(cand, os.X_OK):
-            return cand
-    found = shutil.which("nvcc")
     return Path(found) if found else None
 
 

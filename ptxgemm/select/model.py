@@ -138,8 +138,9 @@ WAVE_FILL_TILES = ("pp128x192",)
 # shape in the variants runs beside coop128x128 (docs/results/h100/fp8/turns_h100_run4.json: 1177 and 1123-1230
 # TFLOP/s, coop128x128 1004 in that run).
 BLOCK_SCALE_KTILE_NS = {"coop128x128": 500, "pp64x128": 388, "coop128x64": 404, "pp64x64": 271,
-                        "coop128x192": 705, "coop256x128": 940,
-                        "pp64x192": 582}   # not measured where compute decides: pp64x128's scaled by area
+                        "coop128x192": 705, "coop256x128": 940}
+# pp64x192 is not measured where compute decides (it is offered at small M only): pp64x128's, scaled by area
+BLOCK_SCALE_KTILE_NS["pp64x192"] = BLOCK_SCALE_KTILE_NS["pp64x128"] * 192 / 128
 # ... and the cooperative 128x128's store, from 4096x32768x512 (4 k-tiles per tile): 888 TFLOP/s over 63 steps of
 # 8192 tiles leaves about 460 ns a tile beyond its k-tiles (the table's guess for it, 1730, picked pp64x128 there:
 # 786 TFLOP/s). The other tiles keep the tables' estimates.
