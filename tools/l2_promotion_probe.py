@@ -8,9 +8,7 @@ showed: the kernel method timed the same kernel 7-9% faster when it ran first.""
 import json, sys, statistics, time
 import numpy as np, ml_dtypes, torch
 import ptxgemm.gemm as G
-from ptxgemm.kernel.config import GemmConfig
-from ptxgemm.kernel.tile import Tile
-import dataclasses
+from ptxgemm.bench.suite import parse_tag
 from ptxgemm.runtime import timing, arrays, driver
 from ptxgemm.bench import kernel_time, deepgemm
 
@@ -54,12 +52,12 @@ if "block" in which:
         sb = arrays.DeviceArray.from_numpy(rng.uniform(0.5, 2, (-(-k // 128), -(-n // 128))).astype(np.float32))
         outs = [arrays.DeviceArray.empty((m, n), ml_dtypes.bfloat16) for _ in range(8)]
         base = G.GemmPlan(da, db, outs[0], None, scale_a=sa, scale_b=sb)
+        # the selection's pick, then other tiles (tile-only configs: the plan adds dtypes, layouts and scaling)
         cfgs = [base.config]
         if m <= 128:
-            for t in ("pp64x192", "pp64x192k2", "pp64x128", "pp64x128k2", "coop128x128", "coop128x128k2", "pp64x64", "pp64x64k2"):
-                tilef = set(Tile.from_tag(t).fields())
-                c = GemmConfig.from_tag(t, **{f.name: getattr(base.config, f.name) for f in dataclasses.fields(base.config) if f.name not in tilef})
-                if c.tag != base.config.tag and c not in cfgs: cfgs.append(c)
+            tags = ("pp64x192", "pp64x192k2", "pp64x128", "pp64x128k2", "coop128x128", "coop128x128k2", "pp64x64",
+                    "pp64x64k2")
+            cfgs += [parse_tag(t) for t in tags if t != base.config.tag]
         launchers = {}
         i = 0
         for c in cfgs:
