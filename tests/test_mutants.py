@@ -124,6 +124,19 @@ def test_presets_enumerate_with_every_line_traced_to_its_template(preset):
     assert found and all(m.origin is not None for m in found)
 
 
+@pytest.mark.parametrize("preset", ["blockwise", "blockwise-wide"])
+def test_blockwise_workloads_end_a_tile_in_every_copy_of_the_loop(preset):
+    """Each copy of the unrolled blockwise k-loop has its own drain (the two-set loop) or its own full wait (the
+    one-set loop); a copy where no workload's tiles end leaves its drain unrun, and its mutants survive unseen."""
+    from ptxgemm.cli.mutants import MUTANT_PRESETS
+    from ptxgemm.tools.mutant_worker import workloads_for
+
+    cfg = GemmConfig(**MUTANT_PRESETS[preset])
+    ends = {(-(-w.k // cfg.block_k) - 1) % cfg.bs_unroll for w in workloads_for(cfg)}
+    assert cfg.bs_unroll > 2 and ends == set(range(cfg.bs_unroll))
+    assert all(w.k % 16 == 0 for w in workloads_for(cfg)[2:])   # fp8 rows: 16-byte TMA strides
+
+
 def test_a_workload_run_is_guarded_and_frees_its_output():
     """The worker's guard: a run's own verdict passes through, a reported stall or a CUDA error is a kill, and the
     output is freed in every case (even when freeing fails after a lost context)."""

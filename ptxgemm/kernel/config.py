@@ -195,6 +195,21 @@ class GemmConfig(KernelLayout):
         return 1 if self.acc_registers + self.acc_per_half <= BLOCK_SCALE_ACC_BUDGET else 0
 
     @property
+    def bs_scale_sets(self) -> int:
+        """Register sets the blockwise loop rotates its scales through: it loads a k-tile's scales SCALE_LOOKAHEAD
+        k-tiles before it issues that k-tile, so the sets hold those, the k-tile being promoted and, with two
+        product sets, the k-tile issued beside it."""
+        return SCALE_LOOKAHEAD + (1 if self.bs_product_sets == 1 else 2)
+
+    @property
+    def bs_unroll(self) -> int:
+        """Copies of the blockwise k-loop's body: the sets rotate by name, so one copy per set, and with two product
+        sets a common multiple with their parity. A tile's last k-tile ends the loop in copy (k_tiles - 1) mod
+        bs_unroll, which has its own drain."""
+        sets = self.bs_scale_sets
+        return sets if self.bs_product_sets == 1 else math.lcm(sets, 2)
+
+    @property
     def bs_b_boundaries(self) -> tuple[int, ...]:
         """Where, in the tile's columns, B's second scale block begins, for each tile start n0 = j * block_n the
         kernel meets: SCALE_BLOCK - n0 % SCALE_BLOCK, or block_n where the whole tile lies in one block. The first

@@ -108,8 +108,29 @@ GROUPED_WORKLOADS = {
 }
 
 
+def block_scale_workloads(config: GemmConfig) -> tuple[Workload, ...]:
+    """WORKLOADS, then as many as it takes for tiles to end in every copy of the blockwise k-loop's body
+    (GemmConfig.bs_unroll): each copy has its own drain, and a copy no workload ends in leaves its drain's release
+    unrun (the two-set loop's third and fourth drains survived their deletion on WORKLOADS alone, whose tiles have
+    1 and 10 k-tiles). The added ones are small grids with ragged edges and K a few elements short of whole
+    k-tiles (a multiple of 16, as the fp8 rows' TMA needs)."""
+    k_tiles = [-(-w.k // config.block_k) for w in WORKLOADS]
+    ends = {(n - 1) % config.bs_unroll for n in k_tiles}
+    added = []
+    n = max(k_tiles)
+    while len(ends) < config.bs_unroll:
+        n += 1
+        if (n - 1) % config.bs_unroll not in ends:
+            ends.add((n - 1) % config.bs_unroll)
+            added.append(Workload(1040 - 136 * len(added), 1176 - 136 * len(added), n * config.block_k - 48, 8,
+                                  13 + len(added)))
+    return WORKLOADS + tuple(added)
+
+
 def workloads_for(config: GemmConfig):
-    return GROUPED_WORKLOADS[config.grouped] if config.grouped else WORKLOADS
+    if config.grouped:
+        return GROUPED_WORKLOADS[config.grouped]
+    return block_scale_workloads(config) if config.block_scale else WORKLOADS
 
 
 def _grouped_k_job(config: GemmConfig, w: GroupedWorkload, directory: Path, i: int) -> dict:
