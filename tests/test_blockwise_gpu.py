@@ -3,8 +3,8 @@ that carries it, with split-K and cluster pairs, against a float64 reference of 
 
 Tiles up to 64x128 per consumer keep two sets of k-tile products and alternate them by the k-tile's parity
 (blockscale.ptx.j2); wider ones keep one set of one m64 row block, and a tile whose columns reach into a second
-block of B's scales promotes through the copy for where that block begins. The cases vary what that can get wrong: one k-tile (only the drain of the even set), an odd and an even count (the
-loop leaves through either drain), a last k-tile cut short by K (TMA fills zeros), several tiles per consumer on 3
+block of B's scales promotes through the copy for where that block begins. The cases vary what that can get wrong: one k-tile (only the drain of the even set), counts that leave the two-set
+loop through each of its four drains, a last k-tile cut short by K (TMA fills zeros), several tiles per consumer on 3
 CTAs (the sets and the ring's phase carry from tile to tile), and split-K ranges of which the last runs past K (its
 scale reads are clamped to the table's last block), every copy of the promotion of the 144-, 160- and 192-column
 tiles, and the one set over two row blocks of the 256x128 and pingpong 128x128 tiles. Inputs are random (never zero), scales random positive, the
@@ -13,6 +13,7 @@ output NaN-poisoned, every element checked against ptxgemm.accuracy's bound.
 from __future__ import annotations
 
 import dataclasses
+import re
 import zlib
 
 import numpy as np
@@ -29,11 +30,11 @@ FP8 = "float8_e4m3fn"
 
 #: (tile tag, (M, N, K), what the case is for)
 CASES = (
-    ("coop128x128", (300, 260, 128), "one k-tile: only the even set, drained at once"),
-    ("coop128x128", (300, 260, 384), "3 k-tiles: the loop leaves through the even drain"),
-    ("coop128x128", (300, 260, 2048), "16 k-tiles: the odd drain; the ring wraps"),
+    ("coop128x128", (300, 260, 128), "one k-tile: only the even set, drain 0 at once"),
+    ("coop128x128", (300, 260, 384), "3 k-tiles: the loop leaves through drain 2"),
+    ("coop128x128", (300, 260, 2048), "16 k-tiles: drain 3; the ring wraps"),
     ("coop128x128", (333, 390, 2100), "17 k-tiles, the last cut short by K"),
-    ("pp64x128", (200, 390, 1216), "pingpong, 10 k-tiles, K not a multiple of 128"),
+    ("pp64x128", (200, 390, 1216), "pingpong, 10 k-tiles (drain 1), K not a multiple of 128"),
     ("pp64x128", (130, 260, 2176), "pingpong, 17 k-tiles"),
     ("coop128x64", (300, 200, 1920), "64-column tiles: one B scale column per two tiles"),
     ("pp64x64", (150, 330, 1408), "the smallest tile, 11 k-tiles"),
@@ -53,6 +54,13 @@ CASES = (
     ("coop256x128c2", (1040, 260, 1280), "one set in a cluster pair multicasting B"),
     ("coop128x160k2", (260, 330, 1920), "one set, split-K 2 of 15 k-tiles: 8 and 7"),
     ("coop128x112", (260, 460, 1280), "two sets with a second B block (t = 16, 32, 48, 64; 112: one block)"),
+    # swap-AB (the transposed store; a row-major out computes C^T = B^T A^T): the kernel's rows are the caller's N
+    # and take B's 128x128 scales, its columns the caller's rows, each with its own A scale
+    ("pp64x32t", (40, 328, 1408), "swap-AB, 11 k-tiles: rows over three of B's scale blocks (the last partial), "
+                                  "columns past M clamped"),
+    ("pp128x16t", (9, 520, 2100), "swap-AB at a decode-sized M: 17 k-tiles, the last cut short by K"),
+    ("pp128x32t", (70, 260, 256), "swap-AB, 2 k-tiles: the loop leaves through drain 1"),
+    ("pp64x64tk2", (100, 392, 1920), "swap-AB with split-K 2 of 15 k-tiles: 8 and 7"),
 )
 
 
@@ -62,14 +70,23 @@ def _ctas(cfg: GemmConfig) -> int:
 
 
 def _config(tag: str) -> GemmConfig:
-    return dataclasses.replace(GemmConfig.from_tag(tag), in_dtype=FP8, out_dtype="bfloat16", a_major="k",
-                               b_major="k", block_scale=True)
+    """The tag's config as GemmPlan completes it for these cases' C-order outputs: a transposed tile swaps the
+    problem, and the scale tables' axes with it."""
+    base = GemmConfig.from_tag(tag)
+    return dataclasses.replace(base, in_dtype=FP8, out_dtype="bfloat16", a_major="k", b_major="k", block_scale=True,
+                               block_scale_swapped=base.transposed_store)
+
+
+def _kernel_shape(cfg: GemmConfig, shape):
+    """(M, N, K) as the kernel sees it: the caller's N and M traded when swapped."""
+    m, n, k = shape
+    return (n, m, k) if cfg.block_scale_swapped else shape
 
 
 @pytest.mark.parametrize("tag, shape, why", CASES, ids=[f"{c[0]}-{'x'.join(map(str, c[1]))}" for c in CASES])
 def test_each_case_exercises_what_it_claims(tag, shape, why):
     cfg = _config(tag)
-    s = plan_for(cfg, *shape, 132, _ctas(cfg))
+    s = plan_for(cfg, *_kernel_shape(cfg, shape), 132, _ctas(cfg))
     k_blocks = -(-shape[2] // SCALE_BLOCK)
     if "one k-tile" in why:
         assert s.k_tiles == 1
@@ -81,17 +98,30 @@ def test_each_case_exercises_what_it_claims(tag, shape, why):
         assert s.k_tiles == k_blocks
     if "cut short" in why or "not a multiple" in why:
         assert shape[2] % SCALE_BLOCK
-    if "odd drain" in why:
-        assert s.k_tiles % 2 == 0 and s.k_tiles > cfg.num_stages
-    if "even drain" in why:
-        assert s.k_tiles % 2 == 1
+    drain = re.search(r"drain (\d)", why)
+    if drain:   # the two-set loop's copy that the tile's last k-tile ends in (GemmConfig.bs_unroll)
+        assert cfg.bs_product_sets == 2 and (s.k_tiles - 1) % cfg.bs_unroll == int(drain.group(1))
+    if "ring wraps" in why:
+        assert s.k_tiles > cfg.num_stages
     assert s.units > _ctas(cfg), s.describe()   # a CTA runs several units: the sets carry across tiles
     assert ("one set" in why) == (cfg.bs_product_sets == 1)
+    assert ("swap-AB" in why) == cfg.block_scale_swapped
+    if cfg.block_scale_swapped:   # the rows: at least two of B's scale blocks; the columns: past M in the last tile
+        assert shape[1] > SCALE_BLOCK and shape[0] % cfg.block_n
+        return
     starts = {min(SCALE_BLOCK - j * cfg.block_n % SCALE_BLOCK, cfg.block_n) for j in range(-(-shape[1] // cfg.block_n))}
     if "every copy" in why:
         assert starts == set(cfg.bs_b_boundaries), (starts, cfg.bs_b_boundaries)
     if "second B block" in why:
         assert len(starts) > 1 and cfg.bs_b_boundaries[0] == cfg.block_n
+
+
+def test_the_cases_leave_the_two_set_loop_through_every_drain():
+    two_set = [_config(tag) for tag, _, _ in CASES if _config(tag).bs_product_sets == 2]
+    unroll = {c.bs_unroll for c in two_set}
+    assert len(unroll) == 1
+    named = {int(d) for _, _, why in CASES for d in re.findall(r"drain (\d)", why)}
+    assert named == set(range(unroll.pop()))
 
 
 @gpu

@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 
 import ml_dtypes
+import zlib
+
 import numpy as np
 import pytest
 
@@ -159,6 +161,30 @@ def test_blockwise_scales_with_a_column_major_out_stage_the_output():
     _close(out, a64 @ b64, rel=2 ** -8)
 
 
+@pytest.mark.parametrize("tag, m, n, k, order", [
+    ("pp64x32t", 40, 328, 300, "C"),      # swapped: rows the caller's N over three 128-blocks, a partial last one
+    ("pp128x16tk2", 9, 200, 520, "C"),     # swapped, split-K: the second split's k-blocks offset
+    ("pp64x64t", 72, 136, 256, "F"),       # a column-major out is computed as given: the scales keep their axes
+])
+def test_blockwise_swap_ab_reads_the_scale_tables_with_their_axes_traded(tag, m, n, k, order):
+    """The swap-AB tiles under blockwise scales: a row-major out is computed as C^T = B^T A^T, so the kernel's rows
+    are the caller's N and take B's 128x128 scales, its columns the caller's M and A's 1x128 ones
+    (GemmConfig.block_scale_swapped); a column-major out keeps the problem, and the flag off."""
+    rng = np.random.default_rng(zlib.crc32(tag.encode()))
+    a, b = _normal(rng, (m, k), E4M3), np.ascontiguousarray(_normal(rng, (n, k), E4M3).T)
+    kb, nb = -(-k // 128), -(-n // 128)
+    sa = rng.uniform(0.5, 2, (m, kb)).astype(np.float32)
+    sb = rng.uniform(0.5, 2, (kb, nb)).astype(np.float32)
+    a64 = a.astype(np.float64) * np.repeat(sa, 128, axis=1)[:, :k]
+    b64 = b.astype(np.float64) * np.repeat(np.repeat(sb, 128, axis=0), 128, axis=1)[:k, :n]
+    out = np.full((m, n), np.nan, np.float32) if order == "C" else np.full((n, m), np.nan, np.float32).T
+    plan = emulator.GemmPlan(a, b, out, GemmConfig.from_tag(tag), scale_a=sa, scale_b=sb)
+    assert plan.config.transposed_store and plan.config.block_scale_swapped == (order == "C")
+    assert plan.layout.swapped == (order == "C")
+    plan.launch()
+    _close(out, a64 @ b64, rel=2 ** -8)
+
+
 # --- bad input: a ConfigError naming the argument, before the GPU -----------------------------------------------
 
 @pytest.fixture
@@ -222,15 +248,15 @@ def test_the_epilogue_parameters_are_the_templates_in_name_and_order(name, swapp
     """Epilogue.kernel_params (which the emulator reads by name and GemmPlan packs by position) against the .param
     lines of the rendered kernel between the tensor maps and param_m."""
     epi = EPILOGUES[name]
-    if swapped and epi.block_a is not None:
-        pytest.skip("blockwise problems are never swapped")
     fp8 = epi.block_a is not None
-    cfg = GemmConfig(block_n=128, block_m=64 if fp8 else 128, in_dtype="float8_e4m3fn" if fp8 else "bfloat16",
+    tile = {"block_n": 64, "c_major": "m"} if fp8 and swapped else {"block_n": 128}   # swapped blockwise: swap-AB tiles
+    cfg = GemmConfig(**tile, block_m=64 if fp8 else 128, in_dtype="float8_e4m3fn" if fp8 else "bfloat16",
                      a_major="k", b_major="k" if fp8 else "mn", **epi.config_fields(swapped, 256))
+    assert cfg.block_scale_swapped == (fp8 and swapped)
     ptx = render_gemm(cfg)
     declared = re.findall(r"\.param \.(?:f32|u32|u64) (param_\w+)", ptx)
     declared = declared[:declared.index("param_m")]
-    assert [n for n, _ in epi.kernel_params(swapped, 512, 256)] == declared
+    assert [n for n, _ in epi.kernel_params(swapped, 512, 384, 256)] == declared
 
 
 def test_a_one_element_block_table_beside_a_real_one_is_blockwise():

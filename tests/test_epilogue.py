@@ -163,8 +163,14 @@ def test_blockwise_rules_name_the_tile_that_breaks_them():
         GemmConfig.from_tag("coop128x176", **fp8)
     with pytest.raises(ConfigError, match="256 accumulator registers"):
         GemmConfig.from_tag("coop128x256", **fp8)
-    with pytest.raises(ConfigError, match="transposed store"):
-        GemmConfig.from_tag("pp128x64t", **fp8)
+    with pytest.raises(ConfigError, match="block_scale_swapped: 128x64 per consumer .* would spill"):
+        GemmConfig.from_tag("pp128x64t", **fp8, block_scale_swapped=True)
+    with pytest.raises(ConfigError, match="block_scale_swapped: the swapped scales are built for pingpong"):
+        GemmConfig.from_tag("coop128x64", **fp8, block_scale_swapped=True)
+    with pytest.raises(ConfigError, match="block_scale_swapped: only with block_scale"):
+        GemmConfig(block_scale_swapped=True)
+    assert GemmConfig.from_tag("pp128x64t", **fp8).bs_a_scales == 4          # a column-major out: not swapped
+    assert GemmConfig.from_tag("pp64x64t", **fp8, block_scale_swapped=True).bs_b_boundaries == (64,)
     wide = GemmConfig.from_tag("coop128x160", **fp8)
     assert wide.bs_product_sets == 1 and wide.bs_b_boundaries == (128, 96, 64, 32)
     assert GemmConfig.from_tag("coop128x128", **fp8).bs_b_boundaries == (128,)
@@ -192,6 +198,12 @@ def test_the_plain_gemm_ptx_has_no_epilogue_code():
     ("coop128x144", {"block_scale": True}),
     ("pp64x192", {"block_scale": True}),
     ("coop256x128", {"block_scale": True, "bias": "col", "activation": "gelu"}),
+    # swap-AB under blockwise scales: A's scale per column in four rotating sets (the widest that fit), split-K,
+    # and a transposed tile of a problem that is not swapped (a column-major out)
+    ("pp64x64t", {"block_scale": True, "block_scale_swapped": True}),
+    ("pp128x32t", {"block_scale": True, "block_scale_swapped": True}),
+    ("pp64x16tk2", {"block_scale": True, "block_scale_swapped": True}),
+    ("pp128x64t", {"block_scale": True}),
 ])
 def test_fused_kernels_assemble_without_spills(tag, fields):
     from ptxgemm.build.kernels import compile_gemm

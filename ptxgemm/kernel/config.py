@@ -156,6 +156,8 @@ class GemmConfig(KernelLayout):
     row_scale: bool = False       # multiply row m by an fp32 vector's element m (rowwise scale of A)
     col_scale: bool = False       # multiply column n by an fp32 vector's element n (rowwise scale of B)
     block_scale: bool = False     # fp8 blockwise scales: each k-tile's products promoted into the fp32 accumulators
+    block_scale_swapped: bool = False  # ... of a swapped problem (C^T = B^T A^T): the kernel's rows are the caller's
+                                       # N, so B's 128x128 scales index its rows and A's 1x128 ones its columns
     source_dtype: str | None = None   # add beta x S, S an M x N matrix of this dtype loaded by TMA (None: no S)
     bias: str | None = None       # BIAS_AXES: add a vector along rows ("row": one value per row) or columns
     bias_dtype: str = "float32"   # VECTOR_DTYPES: the bias vector's dtype
@@ -195,6 +197,18 @@ class GemmConfig(KernelLayout):
         return 1 if self.acc_registers + self.acc_per_half <= BLOCK_SCALE_ACC_BUDGET else 0
 
     @property
+    def bs_a_scales(self) -> int:
+        """A's scales a thread holds per k-tile: one per row it holds (2 per m64 row block), or, swapped, one per
+        column it holds (2 of every 8: block_n / 4)."""
+        return self.block_n // 4 if self.block_scale_swapped else 2 * self.m_halves
+
+    @property
+    def bs_swapped_registers(self) -> int:
+        """Swapped blockwise scales: the registers of the sums, two product sets and every rotating set of A's
+        per-column scales (the swap-AB tiles keep two product sets; checked against BLOCK_SCALE_ACC_BUDGET)."""
+        return 3 * self.acc_registers + self.bs_scale_sets * self.bs_a_scales
+
+    @property
     def bs_scale_sets(self) -> int:
         """Register sets the blockwise loop rotates its scales through: it loads a k-tile's scales SCALE_LOOKAHEAD
         k-tiles before it issues that k-tile, so the sets hold those, the k-tile being promoted and, with two
@@ -213,7 +227,10 @@ class GemmConfig(KernelLayout):
     def bs_b_boundaries(self) -> tuple[int, ...]:
         """Where, in the tile's columns, B's second scale block begins, for each tile start n0 = j * block_n the
         kernel meets: SCALE_BLOCK - n0 % SCALE_BLOCK, or block_n where the whole tile lies in one block. The first
-        entry is j = 0's (one block when block_n divides SCALE_BLOCK); each entry is one copy of the promotion."""
+        entry is j = 0's (one block when block_n divides SCALE_BLOCK); each entry is one copy of the promotion.
+        Swapped, B's scales index the rows (one block per consumer tile) and the columns have none: (block_n,)."""
+        if self.block_scale_swapped:
+            return (self.block_n,)
         seen = []
         for j in range(SCALE_BLOCK):
             t = min(SCALE_BLOCK - j * self.block_n % SCALE_BLOCK, self.block_n)
@@ -340,10 +357,18 @@ class GemmConfig(KernelLayout):
             if not self.fp8:
                 raise ConfigError(f"block_scale: blockwise scaling is for fp8 inputs (one k-tile is one "
                                   f"{SCALE_BLOCK}-wide scale block), got {self.in_dtype}")
-            if self.transposed_store:
-                raise ConfigError("block_scale: the transposed store (swap-AB) is not built for blockwise scales "
-                                  "(the B scales would be the tile's rows)")
-            if self.block_n - SCALE_BLOCK > math.gcd(self.block_n, SCALE_BLOCK):
+            if self.block_scale_swapped:
+                if self.cooperative or self.grouped or self.consumer_m > SCALE_BLOCK:
+                    raise ConfigError(f"block_scale_swapped: the swapped scales are built for pingpong tiles whose "
+                                      f"rows lie in one {SCALE_BLOCK}-row block of B's scales, not grouped; got "
+                                      f"{self.tag}{', grouped' if self.grouped else ''}")
+                if self.bs_swapped_registers > BLOCK_SCALE_ACC_BUDGET:
+                    raise ConfigError(f"block_scale_swapped: {self.consumer_m}x{self.block_n} per consumer keeps "
+                                      f"{3 * self.acc_registers} registers of sums and two product sets and "
+                                      f"{self.bs_scale_sets * self.bs_a_scales} of A's scales (one per column, in "
+                                      f"{self.bs_scale_sets} rotating sets): over {BLOCK_SCALE_ACC_BUDGET}, it "
+                                      f"would spill (pp64x64t, pp128x32t and narrower fit)")
+            elif self.block_n - SCALE_BLOCK > math.gcd(self.block_n, SCALE_BLOCK):
                 raise ConfigError(f"block_scale: a tile's columns may span at most two {SCALE_BLOCK}-column blocks "
                                   f"of B's scales (block_n <= {SCALE_BLOCK} + gcd(block_n, {SCALE_BLOCK}): 144, 160 "
                                   f"and 192 do, 176 and 208 do not); got {self.block_n}")
@@ -354,6 +379,8 @@ class GemmConfig(KernelLayout):
             if self.row_scale or self.col_scale:
                 raise ConfigError("block_scale: rowwise scales do not combine with blockwise ones (fold them into "
                                   "the block scales)")
+        elif self.block_scale_swapped:
+            raise ConfigError("block_scale_swapped: only with block_scale")
 
     def _validate_grouped(self):
         if self.grouped is None:
@@ -401,7 +428,8 @@ class GemmConfig(KernelLayout):
 
     def epilogue_summary(self) -> str:
         """The fused epilogue as a formula, e.g. 'gelu(alpha*acc*r[m]*c[n] + beta*S(bfloat16) + bias[n])'."""
-        v = "acc" + ("[blockwise scaled]" if self.block_scale else "")
+        v = "acc" + (("[blockwise scaled, swapped]" if self.block_scale_swapped else "[blockwise scaled]")
+                     if self.block_scale else "")
         v = ("alpha*" if self.alpha else "") + ("s_a*s_b*" if self.device_scales else "") + v + ("*r[m]" if self.row_scale else "") + ("*c[n]" if self.col_scale else "")
         if self.has_source:
             v += f" + beta*S({self.source_dtype})"

@@ -73,13 +73,14 @@ def _select(complete, in_dtype, out_dtype, a_major, b_major, shape, device, ctas
 def _layout(a, b, out, transposed_store: bool, epi: epilogue.Epilogue = epilogue.PLAIN) -> operands.MatmulPlan:
     """The operands' plan; fp8 operands are read K-major only (one that is not is staged transposed), the epilogue's
     source goes with the output, a batch folds into M only when nothing indexes the kernel's rows, blockwise scales keep
-    the problem as given (no swap: a column-major output is staged instead), and with K = 0 an epilogue that adds
-    something runs on zero operands (Epilogue.at_k)."""
+    the problem as given unless the kernel stores transposed (swap-AB tiles, whose kernel then reads the scale
+    tables with their axes traded: GemmConfig.block_scale_swapped; otherwise a column-major output is staged), and
+    with K = 0 an epilogue that adds something runs on zero operands (Epilogue.at_k)."""
     s = epi.source
     return operands.plan_matmul(a.shape, a.strides, a.ptr, b.shape, b.strides, b.ptr, a.dtype.itemsize,
                                 out.dtype.itemsize, out.shape, out.strides, out.ptr, transposed_store,
                                 k_major=dtype_name(a.dtype) in FP8_DTYPES, indexed=epi.indexed,
-                                swap=epi.block_a is None, zero_k_kernel=epi.adds,
+                                swap=epi.block_a is None or transposed_store, zero_k_kernel=epi.adds,
                                 source=None if s is None else (s.shape, s.strides, s.ptr, s.dtype.itemsize))
 
 

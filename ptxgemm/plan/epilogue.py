@@ -95,15 +95,15 @@ class Epilogue:
             v.ptr % (2 * np.dtype(v.dtype).itemsize) == 0 for v in col_vectors)
         return {"alpha": self.alpha != 1.0, "row_scale": rows is not None, "col_scale": cols is not None,
                 "device_scales": self.device_a is not None or self.device_b is not None,
-                "block_scale": self.block_a is not None,
+                "block_scale": self.block_a is not None, "block_scale_swapped": self.block_a is not None and swapped,
                 "source_dtype": None if self.source is None else np.dtype(self.source.dtype).name,
                 "bias": bias, "bias_dtype": np.dtype(self.bias.dtype).name if self.bias is not None else "float32",
                 "activation": self.activation, "col_pairs": pairs}
 
-    def kernel_params(self, swapped: bool, k: int, n: int) -> list[tuple[str, object]]:
+    def kernel_params(self, swapped: bool, k: int, m: int, n: int) -> list[tuple[str, object]]:
         """(name, ctypes value) of the kernel parameters after tmap_source, named and ordered as fusion.ptx.j2's
         `params` declares them (tests/test_emulator.py holds the two together; ptxgemm.tools.emulator reads them by
-        name)."""
+        name). k, m, n: the kernel's problem (m and n the caller's N and M when swapped)."""
         rows, cols = (self.col_scale, self.row_scale) if swapped else (self.row_scale, self.col_scale)
         params = []
         if self.alpha != 1.0:
@@ -122,12 +122,12 @@ class Epilogue:
             params += [("param_scale_a", ctypes.c_uint64(self.block_a.ptr)),
                        ("param_scale_a_ld", ctypes.c_uint32(_blocks(k))),
                        ("param_scale_b", ctypes.c_uint64(self.block_b.ptr)),
-                       ("param_scale_b_ld", ctypes.c_uint32(_blocks(n)))]
+                       ("param_scale_b_ld", ctypes.c_uint32(_blocks(m if swapped else n)))]   # the caller's N
         return params
 
-    def kernel_args(self, swapped: bool, k: int, n: int) -> list:
+    def kernel_args(self, swapped: bool, k: int, m: int, n: int) -> list:
         """The values of kernel_params, in order."""
-        return [value for _, value in self.kernel_params(swapped, k, n)]
+        return [value for _, value in self.kernel_params(swapped, k, m, n)]
 
 
 PLAIN = Epilogue()

@@ -175,6 +175,12 @@ BLOCK_SCALE_FILL_MIN_K_TILES = 16
 BLOCK_SCALE_SMALL_M_TILES = (("pingpong", 64, 192),)
 BLOCK_SCALE_TILES = (("cooperative", 256, 128), ("cooperative", 128, 192), ("pingpong", 64, 192),
                      ("cooperative", 128, 128), ("pingpong", 64, 128), ("cooperative", 128, 64), ("pingpong", 64, 64))
+# The swap-AB tiles that carry blockwise scales with the problem swapped (GemmConfig.block_scale_swapped: their
+# columns, the caller's rows, each with its own A scale; pp128x64t's would spill), each with every split count in
+# BLOCK_SCALE_SPLITS. For `tune` only: not offered to the selection until they are measured beside the tiles above
+# at M <= 64 (the decode shapes they are for).
+BLOCK_SCALE_TRANSPOSED_TILES = (("pingpong", 128, 16), ("pingpong", 128, 32), ("pingpong", 64, 16),
+                                ("pingpong", 64, 32), ("pingpong", 64, 64))
 WAVE_FILL_MARGIN = 0.05
 
 # (schedule, block_m, block_n), each with every cluster shape in CLUSTER_SHAPES: what `tune` tries. Single-CTA
@@ -483,9 +489,10 @@ def _ranked(problem: Problem, sm_count: int, gpu_name: str = "", batches: int = 
 
 def blockwise_candidates(problem: Problem) -> list[GemmConfig]:
     """The configs that can carry blockwise scaling for this problem's dtypes and layouts (without the epilogue
-    fields yet): BLOCK_SCALE_TILES x CLUSTER_SHAPES, and each single-CTA tile with every split count."""
-    return list(_candidates_for(BLOCK_SCALE_TILES, CLUSTER_SHAPES, BLOCK_SCALE_TILES, (), BLOCK_SCALE_SPLITS,
-                                *problem.config_fields().values()))
+    fields yet): BLOCK_SCALE_TILES x CLUSTER_SHAPES, each single-CTA tile with every split count, and the swap-AB
+    BLOCK_SCALE_TRANSPOSED_TILES with every split count (tune's; the selection passes them over)."""
+    return list(_candidates_for(BLOCK_SCALE_TILES, CLUSTER_SHAPES, BLOCK_SCALE_TILES, BLOCK_SCALE_TRANSPOSED_TILES,
+                                BLOCK_SCALE_SPLITS, *problem.config_fields().values()))
 
 
 def _ranked_blockwise(problem: Problem, sm_count: int, gpu_name: str, batches: int, epilogue: tuple):
@@ -499,6 +506,8 @@ def _ranked_blockwise(problem: Problem, sm_count: int, gpu_name: str, batches: i
         c = with_epilogue(c, epilogue)
         if c is None or c.cluster_size > sm_count or not _cluster_fills(c, problem.m):
             continue
+        if c.transposed_store:
+            continue       # the swap-AB tiles: tune's until measured
         if (c.schedule, c.block_m, c.block_n) in BLOCK_SCALE_SMALL_M_TILES:
             if not small_m or c.splits > 1 or c.cluster_size > 1:
                 continue   # offered at small M only, unsplit and alone

@@ -220,7 +220,7 @@ class GemmPlan:
         self.maps = gemm.tensor_map_specs(self.bound, self.config)
         lay = self.bound
         self.schedule = schedule.plan_for(self.config, lay.m, lay.n, lay.k, device.sm_count, ctas, lay.batches)
-        self.params = self.epilogue.kernel_params(lay.swapped, lay.k, lay.n)
+        self.params = self.epilogue.kernel_params(lay.swapped, lay.k, lay.m, lay.n)
 
     def launch(self):
         for copy in self.copies_in:
@@ -289,9 +289,11 @@ def kernel(lay: operands.MatmulPlan, cfg, maps: dict, params: list[tuple[str, ob
     blocks = None
     if cfg.block_scale:
         kb = -(-k // SCALE_BLOCK)
-        assert param("param_scale_a_ld") == kb and param("param_scale_b_ld") == -(-n // SCALE_BLOCK)
-        nb = -(-n // SCALE_BLOCK)
-        blocks = (memory.at(param("param_scale_a"), (m, kb), (4 * kb, 4), np.float32, "scale_a's table"),
+        # the caller's M and N: swapped (C^T = B^T A^T), the kernel's columns and rows
+        caller_m, caller_n = (n, m) if cfg.block_scale_swapped else (m, n)
+        nb = -(-caller_n // SCALE_BLOCK)
+        assert param("param_scale_a_ld") == kb and param("param_scale_b_ld") == nb
+        blocks = (memory.at(param("param_scale_a"), (caller_m, kb), (4 * kb, 4), np.float32, "scale_a's table"),
                   memory.at(param("param_scale_b"), (kb, nb), (4 * nb, 4), np.float32, "scale_b's table"))
         blocks = tuple(t.astype(np.float64) for t in blocks)
     unread = set(p) - read
@@ -305,10 +307,13 @@ def kernel(lay: operands.MatmulPlan, cfg, maps: dict, params: list[tuple[str, ob
             acc = a @ b
         else:
             acc = np.zeros((m, n))
-            col_block = np.arange(n) // SCALE_BLOCK
             for j in range(blocks[0].shape[1]):
                 ks = slice(j * SCALE_BLOCK, (j + 1) * SCALE_BLOCK)
-                acc += blocks[0][:, j:j + 1] * blocks[1][j, col_block][None, :] * (a[:, ks] @ b[ks, :])
+                if cfg.block_scale_swapped:   # rows: B's block of the caller's column; columns: A's row scale
+                    factor = blocks[1][j, np.arange(m) // SCALE_BLOCK][:, None] * blocks[0][None, :, j]
+                else:
+                    factor = blocks[0][:, j:j + 1] * blocks[1][j, np.arange(n) // SCALE_BLOCK][None, :]
+                acc += factor * (a[:, ks] @ b[ks, :])
         v = acc * scale
         if rows is not None:
             v = v * rows[:, None]
