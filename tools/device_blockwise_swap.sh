@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Issue 24's swap-AB for blockwise scales on the GPU, in one call of the device tool (about 6 minutes on an H100):
+#   bash tools/device_blockwise_swap.sh [all|tests|variants|deepgemm]
+# tests     the blockwise and fp8 GPU tests: the four swap-AB cases (pp64x32t, pp128x16t, pp128x32t, pp64x64tk2 on
+#           C-order outs, so GemmConfig.block_scale_swapped) beside every unswapped tile's cases;
+# variants  the swap-AB tiles beside the selection's pick and the unswapped small tiles at decode-sized M (16, 32)
+#           and M = 64, on N and K of DeepGEMM's shapes, by every method the bench has (its JSON: which tile the
+#           selection should offer there, if any);
+# deepgemm  DeepGEMM's 18 dense shapes, blockwise, as the closing figures use (one run; the selection is unchanged
+#           by the swap-AB tiles, so this checks that nothing moved).
+# Logs and JSON land in $OUT.
+export PYTHONUNBUFFERED=1 PYTHONPATH=.
+OUT=${OUT:-out}
+STEP=${1:-all}
+mkdir -p "$OUT"
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv,noheader | tee "$OUT/gpu.txt"
+
+tests() {
+  timeout 150 python3 -m pytest -q -m gpu -p no:cacheprovider -rs tests/test_blockwise_gpu.py tests/test_fp8_gpu.py \
+    > "$OUT/gpu_blockwise_swap.log" 2>&1
+  echo "blockwise GPU tests rc $?"; tail -n 3 "$OUT/gpu_blockwise_swap.log"
+}
+
+variants() {
+  # M = 16 and 32: decode; M = 64: the smallest of DeepGEMM's shapes, where the unswapped pp64 tiles pass its bar
+  local shapes=16x7168x2048,32x7168x2048,16x2112x7168,32x4096x7168,16x24576x1536,32x7168x16384,64x7168x2048,64x4096x7168
+  local tiles=pp64x64,pp64x64k2,pp64x128k2,pp64x32t,pp64x32tk2,pp64x64t,pp64x64tk2,pp128x16t,pp128x32t,pp128x32tk2,pp64x16t
+  timeout 240 python3 -m ptxgemm bench --in-dtype float8_e4m3fn --scaling block --shapes "$shapes" --rounds 9 \
+    --variants "$tiles" --out "$OUT" --name issue24_swap_variants > "$OUT/swap_variants.log" 2>&1
+  echo "swap-AB variants rc $?"; tail -n 40 "$OUT/swap_variants.log"
+}
+
+deepgemm() {
+  timeout 175 python3 -m ptxgemm bench --set deepgemm --in-dtype float8_e4m3fn --scaling block --out "$OUT" \
+    --name issue24_swap_deepgemm > "$OUT/deepgemm.log" 2>&1
+  echo "deepgemm rc $?"; grep -A 8 "^geomean ratio" "$OUT/deepgemm.log"
+}
+
+case "$STEP" in
+  all) tests; variants; deepgemm ;;
+  tests|variants|deepgemm) "$STEP" ;;
+  *) echo "usage: $0 [all|tests|variants|deepgemm]" >&2; exit 2 ;;
+esac
