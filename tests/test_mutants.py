@@ -113,8 +113,8 @@ def test_split_k_synchronization_is_found_and_its_weakened_forms_assemble():
     assert "(split-K)" in mutant_catalog.explain(pre_publish) and "before the leader's release" in mutant_catalog.explain(pre_publish)
 
 
-@pytest.mark.parametrize("preset", ["default", "epilogue", "cooperative-epilogue", "blockwise", "split", "grouped",
-                                    "grouped-masked", "grouped-k"])
+@pytest.mark.parametrize("preset", ["default", "epilogue", "cooperative-epilogue", "blockwise", "blockwise-swapped",
+                                    "split", "grouped", "grouped-masked", "grouped-k"])
 def test_presets_enumerate_with_every_line_traced_to_its_template(preset):
     """No GPU: each preset's debug build renders, its source map lines up with the plain render (a Jinja comment on
     an instruction line once broke that), and every synchronization instruction has mutants."""
@@ -124,7 +124,7 @@ def test_presets_enumerate_with_every_line_traced_to_its_template(preset):
     assert found and all(m.origin is not None for m in found)
 
 
-@pytest.mark.parametrize("preset", ["blockwise", "blockwise-wide"])
+@pytest.mark.parametrize("preset", ["blockwise", "blockwise-wide", "blockwise-swapped"])
 def test_blockwise_workloads_end_a_tile_in_every_copy_of_the_loop(preset):
     """Each copy of the unrolled blockwise k-loop has its own drain (the two-set loop) or its own full wait (the
     one-set loop); a copy where no workload's tiles end leaves its drain unrun, and its mutants survive unseen."""

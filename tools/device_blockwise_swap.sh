@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
-# Issue 24's swap-AB for blockwise scales on the GPU, in one call of the device tool (about 6 minutes on an H100):
-#   bash tools/device_blockwise_swap.sh [all|tests|variants|deepgemm]
+# Issue 24's swap-AB for blockwise scales on the GPU, in two calls of the device tool:
+#   bash tools/device_blockwise_swap.sh [all|tests|mutants|variants|deepgemm]
 # tests     the blockwise and fp8 GPU tests: the four swap-AB cases (pp64x32t, pp128x16t, pp128x32t, pp64x64tk2 on
 #           C-order outs, so GemmConfig.block_scale_swapped) beside every unswapped tile's cases;
+# mutants   the blockwise-swapped preset (pp64x32t, the problem swapped): every synchronization instruction of the
+#           pingpong two-set loop with the tables' axes traded, deleted or weakened (about 3 minutes);
 # variants  the swap-AB tiles beside the selection's pick and the unswapped small tiles at decode-sized M (16, 32)
 #           and M = 64, on N and K of DeepGEMM's shapes, by every method the bench has (its JSON: which tile the
 #           selection should offer there, if any);
 # deepgemm  DeepGEMM's 18 dense shapes, blockwise, as the closing figures use (one run; the selection is unchanged
 #           by the swap-AB tiles, so this checks that nothing moved).
-# Logs and JSON land in $OUT.
+# Logs and JSON land in $OUT. `all` runs tests, mutants and variants (about 8 minutes); deepgemm goes in a call of
+# its own, or with the GPU suite.
 export PYTHONUNBUFFERED=1 PYTHONPATH=.
 OUT=${OUT:-out}
 STEP=${1:-all}
@@ -30,6 +33,13 @@ variants() {
   echo "swap-AB variants rc $?"; tail -n 40 "$OUT/swap_variants.log"
 }
 
+mutants() {
+  timeout 280 python3 -m ptxgemm mutants --preset blockwise-swapped \
+    --json "$OUT/mutants_blockwise_swapped_h100.json" > "$OUT/mutants_blockwise_swapped_h100.txt" 2>&1
+  echo "mutants rc $?"; tail -n 2 "$OUT/mutants_blockwise_swapped_h100.txt"
+  grep "unexplained" "$OUT/mutants_blockwise_swapped_h100.txt" | grep -v "score:" | cut -c1-200 | head
+}
+
 deepgemm() {
   timeout 175 python3 -m ptxgemm bench --set deepgemm --in-dtype float8_e4m3fn --scaling block --out "$OUT" \
     --name issue24_swap_deepgemm > "$OUT/deepgemm.log" 2>&1
@@ -37,7 +47,7 @@ deepgemm() {
 }
 
 case "$STEP" in
-  all) tests; variants; deepgemm ;;
-  tests|variants|deepgemm) "$STEP" ;;
-  *) echo "usage: $0 [all|tests|variants|deepgemm]" >&2; exit 2 ;;
+  all) tests; mutants; variants ;;
+  tests|mutants|variants|deepgemm) "$STEP" ;;
+  *) echo "usage: $0 [all|tests|mutants|variants|deepgemm]" >&2; exit 2 ;;
 esac

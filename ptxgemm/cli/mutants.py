@@ -34,6 +34,10 @@ MUTANT_PRESETS = {"default": {}, "cluster": {"cluster_m": 2},
                   # in turn, the stage released after the second
                   "blockwise-wide": {"schedule": "cooperative", "block_m": 256, "block_n": 128,
                                      "in_dtype": "float8_e4m3fn", "b_major": "k", "block_scale": True},
+                  # issue 24's swap-AB under blockwise scales: the pingpong two-set loop with the tables' axes
+                  # traded (the workloads' C-order outs make GemmPlan swap the problem, as the preset says)
+                  "blockwise-swapped": {"block_m": 64, "block_n": 32, "c_major": "m", "in_dtype": "float8_e4m3fn",
+                                        "b_major": "k", "block_scale": True, "block_scale_swapped": True},
                   # the grouped kernel (issue 25): its walk's scan and tables, and the row copy past a group's end
                   "grouped": {"schedule": "cooperative", "block_m": 128, "block_n": 256, "b_major": "k",
                               "grouped": "contiguous", "group_capacity": 512},
@@ -61,6 +65,8 @@ def add_arguments(p) -> None:
                         "relu, "
                         "'blockwise' the fp8 cooperative 128x128 with blockwise scales (two product sets), "
                         "'blockwise-wide' the fp8 cooperative 256x128 with blockwise scales (one product set), "
+                        "'blockwise-swapped' the fp8 pingpong 64x32 swap-AB tile with blockwise scales (the "
+                        "problem swapped, the scale tables' axes traded), "
                         "'grouped' the grouped kernel "
                         "(contiguous, 128x256, B K-major), 'grouped-masked' its masked form (128x128) and 'grouped-k' "
                         "its k form (weight gradients, both operands MN-major) on grouped workloads")
