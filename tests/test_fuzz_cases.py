@@ -92,7 +92,7 @@ REQUIRED = (
     | {f"out_layout:{x}" for x in fc.LAYOUTS if x != "broadcast"}
     | {f"activation:{x}" for x in (None, "relu", "gelu", "silu")}
     | {"alpha:1", "alpha:other", "c_is_out", "out:allocated", "entry:run", "entry:matmul", "entry:plan",
-       "kind:host", "kind:torch", "kind:device"}
+       "kind:host", "kind:torch", "kind:device", "config:swap-ab-blockwise"}
 )
 
 
@@ -385,6 +385,7 @@ def _stub_ptxgemm(result_shape):
     stub.run = lambda *args, **kwargs: np.zeros(result_shape, np.float32)
     stub.matmul = lambda *args, **kwargs: Dev(None)
     stub.GemmPlan = Plan
+    stub.GemmConfig = types.SimpleNamespace(from_tag=lambda tag: tag)   # a drawn swap-AB config's tag
     return stub
 
 

@@ -10,7 +10,7 @@ from typing import Callable
 import numpy as np
 
 from .. import accuracy
-from ..kernel.config import SCALE_BLOCK
+from ..kernel.config import GemmConfig, SCALE_BLOCK
 from .fuzz_cases import (BASE_NS, DTYPE_EXPR, LAYOUTS, a_shape, b_shape, frame_shape, out_dtype_of, problems,
                          result_shape)
 
@@ -122,6 +122,8 @@ def kwarg_names(spec: dict) -> list[str]:
     for name in ("bias", "activation", "scale_a", "scale_b", "out_dtype"):
         if spec[name] is not None:
             names.append(name)
+    if spec.get("config") is not None:   # specs drawn before configs were have no such key
+        names.append("config")
     return names
 
 
@@ -153,6 +155,8 @@ def build(spec: dict) -> Case:
     for name in kwarg_names(spec):
         if name in ("c", "bias", "scale_a", "scale_b"):
             kwargs[name] = ns[name]
+        elif name == "config":
+            kwargs[name] = GemmConfig.from_tag(spec[name])
         else:
             kwargs[name] = spec[name]
     c = ns.get("c")

@@ -25,11 +25,14 @@ What the strategies cover (draw_spec):
   (1, N) or (M, 1) in every VECTOR_DTYPES, contiguous or starting one element in, each activation, scale_a and
   scale_b as a Python float, a numpy float32, a float32 array of shape (1,) or (1, 1), rowwise 1-D or 2-D vectors
   (contiguous or offset), or blockwise tables (both; fp8, 2-D operands); each independently often absent;
+- an explicit `config` only where blockwise scales and no c: one of the swap-AB blockwise tiles (BLOCK_SWAP_TAGS,
+  which the selection never picks) in 40% of those cases, drawn from a stream of its own so that every other
+  field of a seed is what it was before configs were drawn;
 - entries "run", "matmul" (with a NaN-poisoned out, or none) and "plan" (GemmPlan(...).launch(), out required);
   c aliasing out (matmul and plan: out *is* c, with c's dtype, layout and values);
 - array kinds (the backend's business: "host", "device", "torch", "cupy"); "torch" cases hold no negative strides.
 
-What they do not cover: `stream`, `ctas`, `kernel`, an explicit `config` (always None), out_dtype given as a
+What they do not cover: `stream`, `ctas`, `kernel`, an explicit `config` other than those above, out_dtype given as a
 dtype object rather than its name, values other than standard normal (rounded to the dtype, zeros replaced by 1:
 no inf, NaN, huge or subnormal-heavy inputs, no all-zero rows), scales other than uniform [0.25, 4), non-unit
 strides of bias or scale vectors (illegal), 1-D operands against batched ones, blockwise scales on 1-D operands,
@@ -46,6 +49,8 @@ import ml_dtypes
 import numpy as np
 
 from ..kernel.config import ACTIVATIONS, FP8_DTYPES, OUTPUT_DTYPES, VECTOR_DTYPES, default_out_dtype
+from ..kernel.tile import Tile
+from ..select.model import BLOCK_SCALE_SPLITS, BLOCK_SCALE_TRANSPOSED_TILES
 
 ENTRIES = ("run", "matmul", "plan")
 ARRAY_KINDS = ("host", "device", "torch", "cupy")
@@ -208,6 +213,9 @@ def problems(spec: dict) -> list[str]:
                 p.append("scale_a, scale_b: blockwise is for fp8")
             if batch_shape(spec) or spec["a"]["batch"] or spec["b"]["batch"]:
                 p.append("scale_a, scale_b: blockwise takes no batch")
+        config = spec.get("config")
+        if config is not None and (config not in BLOCK_SWAP_TAGS or "block" not in forms or c is not None):
+            p.append("config: a swap-AB blockwise tile, with blockwise scales and without c")
         out, entry = spec["out"], spec["entry"]
         if entry == "run" and out is not None:
             p.append("run takes no out")
@@ -230,6 +238,13 @@ def problems(spec: dict) -> list[str]:
     except (KeyError, TypeError) as e:
         p.append(f"malformed: {type(e).__name__}: {e}")
     return p
+
+
+#: The swap-AB blockwise tiles with every split count: reached only through `config=` or the tune cache, so the
+#: fuzzer passes them itself (GemmConfig.block_scale_swapped where the out is row-major).
+BLOCK_SWAP_TAGS = tuple(Tile(schedule=s, block_m=bm, block_n=bn, splits=k, c_major="m").tag
+                        for s, bm, bn in BLOCK_SCALE_TRANSPOSED_TILES for k in BLOCK_SCALE_SPLITS)
+CONFIG_STREAM = 0x5A17   # the config's draw: seed ^ this (its own stream)
 
 
 def is_valid(spec: dict) -> bool:
@@ -363,6 +378,10 @@ def draw_spec(rng: np.random.Generator, *, max_flops: float, entries=ENTRIES, ar
             spec["out"] = {"dtype": od, "layout": _layout(rng, rnd, "out", kind)}
             if entry == "plan" or rng.random() < 0.5:
                 spec["out_dtype"] = None
+    if spec["scale_a"] is not None and spec["scale_a"]["form"] == "block" and spec["c"] is None:
+        pick = np.random.default_rng(spec["seed"] ^ CONFIG_STREAM)
+        if pick.random() < 0.4:
+            spec["config"] = str(pick.choice(BLOCK_SWAP_TAGS))
     bad = problems(spec)
     if bad:   # a bug of this generator
         raise AssertionError(f"draw_spec drew an invalid spec ({'; '.join(bad)}): {json.dumps(spec)}")

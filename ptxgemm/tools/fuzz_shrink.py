@@ -87,8 +87,10 @@ def _moves(spec: dict):
     for name in ("bias", "activation"):
         if spec[name] is not None:
             yield _variant(spec, lambda s, name=name: s.update({name: None}))
+    if spec.get("config") is not None:   # the selection's own pick instead of the fuzzer's swap-AB tile
+        yield _variant(spec, lambda s: s.update(config=None))
     if spec["scale_a"] is not None and spec["scale_a"]["form"] == "block":
-        yield _variant(spec, lambda s: s.update(scale_a=None, scale_b=None))
+        yield _variant(spec, lambda s: s.update(scale_a=None, scale_b=None, config=None))
     else:
         for name in ("scale_a", "scale_b"):
             if spec[name] is not None:
@@ -196,6 +198,8 @@ def categories(spec: dict) -> set[str]:
         cats.add("size:large")
     if any(1 < x < 200 and x % 8 for x in (m, n, k)):
         cats.add("size:unaligned")
+    if spec.get("config") is not None:
+        cats.add("config:swap-ab-blockwise")
     for name in ("scale_a", "scale_b"):
         if spec[name] is not None:
             cats.add(f"{name}:{spec[name]['form']}")

@@ -82,6 +82,8 @@ def snippet(spec: dict, entry_call: str | None = None) -> str:
             keywords.append(f"{name}={json.dumps(spec[name])}")
         elif name == "c" and spec["c_is_out"]:
             keywords.append("c=d_out")
+        elif name == "config":
+            keywords.append(f"config=ptxgemm.GemmConfig.from_tag({spec[name]!r})")
         else:
             keywords.append(f"{name}={dev(name) if name in arrays else name}")
     call = []
