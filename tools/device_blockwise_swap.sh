@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 24's swap-AB for blockwise scales on the GPU, in two calls of the device tool:
-#   bash tools/device_blockwise_swap.sh [all|tests|mutants|variants|deepgemm]
+#   bash tools/device_blockwise_swap.sh [all|tests|mutants|variants|wide112|deepgemm]
 # tests     the blockwise and fp8 GPU tests: the four swap-AB cases (pp64x32t, pp128x16t, pp128x32t, pp64x64tk2 on
 #           C-order outs, so GemmConfig.block_scale_swapped) beside every unswapped tile's cases;
 # mutants   the blockwise-swapped preset (pp64x32t, the problem swapped): every synchronization instruction of the
@@ -8,6 +8,8 @@
 # variants  the swap-AB tiles beside the selection's pick and the unswapped small tiles at decode-sized M (16, 32)
 #           and M = 64, on N and K of DeepGEMM's shapes, by every method the bench has (its JSON: which tile the
 #           selection should offer there, if any);
+# wide112   block N 112 (select.model.BLOCK_SCALE_TUNE_TILES: 64 tiles over N = 7168, 128 units with 2 splits)
+#           beside the selection on DeepGEMM's six N = 7168 shapes, by kernel durations among the other methods;
 # deepgemm  DeepGEMM's 18 dense shapes, blockwise, as the closing figures use (one run; the selection is unchanged
 #           by the swap-AB tiles, so this checks that nothing moved).
 # Logs and JSON land in $OUT. `all` runs tests, mutants and variants (about 8 minutes); deepgemm goes in a call of
@@ -40,6 +42,14 @@ mutants() {
   grep "unexplained" "$OUT/mutants_blockwise_swapped_h100.txt" | grep -v "score:" | cut -c1-200 | head
 }
 
+wide112() {
+  local shapes=64x7168x16384,128x7168x16384,64x7168x2048,128x7168x2048,4096x7168x16384,4096x7168x2048
+  local tiles=pp64x112,pp64x112k2,pp64x112k3,coop128x112,coop128x112k2,coop128x112k3,coop128x112cn2,pp64x128k2,coop128x128k2
+  timeout 240 python3 -m ptxgemm bench --in-dtype float8_e4m3fn --scaling block --shapes "$shapes" --rounds 9 \
+    --variants "$tiles" --out "$OUT" --name issue24_wide112_variants > "$OUT/wide112_variants.log" 2>&1
+  echo "block N 112 variants rc $?"; tail -n 30 "$OUT/wide112_variants.log"
+}
+
 deepgemm() {
   timeout 175 python3 -m ptxgemm bench --set deepgemm --in-dtype float8_e4m3fn --scaling block --out "$OUT" \
     --name issue24_swap_deepgemm > "$OUT/deepgemm.log" 2>&1
@@ -48,6 +58,6 @@ deepgemm() {
 
 case "$STEP" in
   all) tests; mutants; variants ;;
-  tests|mutants|variants|deepgemm) "$STEP" ;;
-  *) echo "usage: $0 [all|tests|mutants|variants|deepgemm]" >&2; exit 2 ;;
+  tests|mutants|variants|wide112|deepgemm) "$STEP" ;;
+  *) echo "usage: $0 [all|tests|mutants|variants|wide112|deepgemm]" >&2; exit 2 ;;
 esac

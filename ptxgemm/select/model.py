@@ -181,6 +181,10 @@ BLOCK_SCALE_TILES = (("cooperative", 256, 128), ("cooperative", 128, 192), ("pin
 # at M <= 64 (the decode shapes they are for).
 BLOCK_SCALE_TRANSPOSED_TILES = (("pingpong", 128, 16), ("pingpong", 128, 32), ("pingpong", 64, 16),
                                 ("pingpong", 64, 32), ("pingpong", 64, 64))
+# Block N of 112 (DeepGEMM's example of a width that fills the SMs): N = 7168 is 64 such tiles, so 2 splits make
+# 128 units on 132 SMs where 128-wide tiles make 112. Two product sets with a second B block (7 promotion copies).
+# For `tune` only, with clusters and splits, until measured beside BLOCK_SCALE_TILES on DeepGEMM's N = 7168 shapes.
+BLOCK_SCALE_TUNE_TILES = (("cooperative", 128, 112), ("pingpong", 64, 112))
 WAVE_FILL_MARGIN = 0.05
 
 # (schedule, block_m, block_n), each with every cluster shape in CLUSTER_SHAPES: what `tune` tries. Single-CTA
@@ -489,10 +493,12 @@ def _ranked(problem: Problem, sm_count: int, gpu_name: str = "", batches: int = 
 
 def blockwise_candidates(problem: Problem) -> list[GemmConfig]:
     """The configs that can carry blockwise scaling for this problem's dtypes and layouts (without the epilogue
-    fields yet): BLOCK_SCALE_TILES x CLUSTER_SHAPES, each single-CTA tile with every split count, and the swap-AB
-    BLOCK_SCALE_TRANSPOSED_TILES with every split count (tune's; the selection passes them over)."""
-    return list(_candidates_for(BLOCK_SCALE_TILES, CLUSTER_SHAPES, BLOCK_SCALE_TILES, BLOCK_SCALE_TRANSPOSED_TILES,
-                                BLOCK_SCALE_SPLITS, *problem.config_fields().values()))
+    fields yet): BLOCK_SCALE_TILES and BLOCK_SCALE_TUNE_TILES x CLUSTER_SHAPES, each single-CTA tile with every
+    split count, and the swap-AB BLOCK_SCALE_TRANSPOSED_TILES with every split count (the last two tune's: the
+    selection passes them over)."""
+    tiles = BLOCK_SCALE_TILES + BLOCK_SCALE_TUNE_TILES
+    return list(_candidates_for(tiles, CLUSTER_SHAPES, tiles, BLOCK_SCALE_TRANSPOSED_TILES, BLOCK_SCALE_SPLITS,
+                                *problem.config_fields().values()))
 
 
 def _ranked_blockwise(problem: Problem, sm_count: int, gpu_name: str, batches: int, epilogue: tuple):
@@ -506,8 +512,8 @@ def _ranked_blockwise(problem: Problem, sm_count: int, gpu_name: str, batches: i
         c = with_epilogue(c, epilogue)
         if c is None or c.cluster_size > sm_count or not _cluster_fills(c, problem.m):
             continue
-        if c.transposed_store:
-            continue       # the swap-AB tiles: tune's until measured
+        if c.transposed_store or (c.schedule, c.block_m, c.block_n) in BLOCK_SCALE_TUNE_TILES:
+            continue       # tune's until measured
         if (c.schedule, c.block_m, c.block_n) in BLOCK_SCALE_SMALL_M_TILES:
             if not small_m or c.splits > 1 or c.cluster_size > 1:
                 continue   # offered at small M only, unsplit and alone
