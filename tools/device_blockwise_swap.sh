@@ -45,7 +45,7 @@ mutants() {
 wide112() {
   local shapes=64x7168x16384,128x7168x16384,64x7168x2048,128x7168x2048,4096x7168x16384,4096x7168x2048
   local tiles=pp64x112,pp64x112k2,pp64x112k3,coop128x112,coop128x112k2,coop128x112k3,coop128x112cn2,pp64x128k2,coop128x128k2
-  timeout 240 python3 -m ptxgemm bench --in-dtype float8_e4m3fn --scaling block --shapes "$shapes" --rounds 9 \
+  timeout 300 python3 -m ptxgemm bench --in-dtype float8_e4m3fn --scaling block --shapes "$shapes" --rounds 9 \
     --variants "$tiles" --out "$OUT" --name issue24_wide112_variants > "$OUT/wide112_variants.log" 2>&1
   echo "block N 112 variants rc $?"; tail -n 30 "$OUT/wide112_variants.log"
 }
