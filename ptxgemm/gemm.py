@@ -242,7 +242,7 @@ class GemmPlan:
             debug_ptr = self.records.device_pointer
         args = [self.tmap_a, self.tmap_b, self.tmap_c, *([self.tmap_c_tail] if self.tmap_c_tail else []),
                 *([self.tmap_source] if self.tmap_source else []),
-                *self.epilogue.kernel_args(lay.swapped, lay.k, lay.m, lay.n),
+                *self.epilogue.kernel_args(lay.swapped, lay.k),
                 ctypes.c_uint32(lay.m), ctypes.c_uint32(lay.n),
                 ctypes.c_uint32(sched.cluster_rows), ctypes.c_uint32(sched.cluster_cols), ctypes.c_uint32(self.k_tiles),
                 ctypes.c_uint32(lay.batches), ctypes.c_uint32(int(lay.a.view.count > 1)),

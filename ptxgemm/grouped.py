@@ -48,7 +48,7 @@ class GroupedLaunch:
     def scalars(self, debug_ptr: int = 0) -> list:
         """The kernel's arguments after its three tensor maps, in the entry's order."""
         p = self.problem
-        return [*self.epilogue.kernel_args(False, p.k, p.m, p.n),
+        return [*self.epilogue.kernel_args(False, p.k),
                 *grouped_call.kernel_arguments(self.config, self.rows, p.n, p.k, p, self.counts.ptr, self.out.ptr,
                                                self.c_pitch, debug_ptr, self.group_strides)]
 

@@ -99,8 +99,8 @@ def build(root: Path) -> Path:
     """The wrapper's shared library, compiled once per (wrapper, header, nvcc version) into ptxgemm's cache."""
     nvcc = toolchain.find_tool("nvcc")
     if nvcc is None:
-        raise ToolchainError("fast.cu: nvcc not found (PTXGEMM_NVCC, CUDA_HOME, CUDA_PATH, /usr/local/cuda or PATH): building "
-                             "its kernel needs the CUDA toolkit")
+        raise ToolchainError("fast.cu: nvcc not found (PTXGEMM_NVCC, CUDA_HOME, CUDA_PATH, /usr/local/cuda or "
+                             "PATH): building its kernel needs the CUDA toolkit")
     header = (root / HEADER).read_bytes()
     key = hashlib.sha256(WRAPPER.encode() + header + toolchain.tool_version(str(nvcc)).encode()).hexdigest()[:20]
     out_dir = compiler.cache_dir() / "fastcu"

@@ -71,8 +71,8 @@ def add_arguments(p) -> None:
     p.add_argument("--sustained-gap", type=float, default=None, metavar="SECONDS",
                    help="with --sustained: idle seconds before each window, so each starts cool (default 1)")
     p.add_argument("--fastcu", default=None, metavar="DIR",
-                   help="also time fast.cu's kernel 12 (a checkout of github.com/pranjalssh/fast.cu at DIR; built with the CUDA toolkit's nvcc, never shipped) as a second bf16 peer, "
-                        "burst and with --sustained; its own layouts (B K-major, C column-major), shapes with M and N "
+                   help="also time fast.cu's kernel 12 (a checkout of github.com/pranjalssh/fast.cu at DIR; built "
+                        "with the CUDA toolkit's nvcc, never shipped) as a second bf16 peer, burst and with --sustained; its own layouts (B K-major, C column-major), shapes with M and N "
                         "multiples of 256 and K of 64 (others: refused, and the row says why). bf16 suite only "
                         "(default off)")
     p.add_argument("--small-m", action="store_true",

@@ -23,7 +23,8 @@ def template_params(cfg: GemmConfig) -> dict:
         # the unit -> group search: power-of-two steps from group 0 whose sum reaches the last group the tables hold
         "max_groups": cfg.group_table_entries - 1,
         "group_search_steps": [1 << i for i in reversed(range((cfg.group_table_entries - 2).bit_length()))],
-        "group_lane_chunk": -(-(cfg.group_table_entries - 1) // WARP_LANES),   # groups per lane of warp 0's scan, at most
+        # groups per lane of warp 0's scan, at most
+        "group_lane_chunk": -(-(cfg.group_table_entries - 1) // WARP_LANES),
         "summary": cfg.describe(),
         "ptx_version": PTX_VERSION,
         "cfg": cfg,

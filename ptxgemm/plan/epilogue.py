@@ -100,10 +100,10 @@ class Epilogue:
                 "bias": bias, "bias_dtype": np.dtype(self.bias.dtype).name if self.bias is not None else "float32",
                 "activation": self.activation, "col_pairs": pairs}
 
-    def kernel_params(self, swapped: bool, k: int, m: int, n: int) -> list[tuple[str, object]]:
+    def kernel_params(self, swapped: bool, k: int) -> list[tuple[str, object]]:
         """(name, ctypes value) of the kernel parameters after tmap_source, named and ordered as fusion.ptx.j2's
         `params` declares them (tests/test_emulator.py holds the two together; ptxgemm.tools.emulator reads them by
-        name). k, m, n: the kernel's problem (m and n the caller's N and M when swapped)."""
+        name). k: the problem's K."""
         rows, cols = (self.col_scale, self.row_scale) if swapped else (self.row_scale, self.col_scale)
         params = []
         if self.alpha != 1.0:
@@ -122,12 +122,13 @@ class Epilogue:
             params += [("param_scale_a", ctypes.c_uint64(self.block_a.ptr)),
                        ("param_scale_a_ld", ctypes.c_uint32(_blocks(k))),
                        ("param_scale_b", ctypes.c_uint64(self.block_b.ptr)),
-                       ("param_scale_b_ld", ctypes.c_uint32(_blocks(m if swapped else n)))]   # the caller's N
+                       # scale_b's row: ceil(N / 128) of the caller's N, swapped or not (parse checked the shape)
+                       ("param_scale_b_ld", ctypes.c_uint32(self.block_b.shape[-1]))]
         return params
 
-    def kernel_args(self, swapped: bool, k: int, m: int, n: int) -> list:
+    def kernel_args(self, swapped: bool, k: int) -> list:
         """The values of kernel_params, in order."""
-        return [value for _, value in self.kernel_params(swapped, k, m, n)]
+        return [value for _, value in self.kernel_params(swapped, k)]
 
 
 PLAIN = Epilogue()

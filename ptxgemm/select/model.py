@@ -175,12 +175,6 @@ BLOCK_SCALE_FILL_MIN_K_TILES = 16
 BLOCK_SCALE_SMALL_M_TILES = (("pingpong", 64, 192),)
 BLOCK_SCALE_TILES = (("cooperative", 256, 128), ("cooperative", 128, 192), ("pingpong", 64, 192),
                      ("cooperative", 128, 128), ("pingpong", 64, 128), ("cooperative", 128, 64), ("pingpong", 64, 64))
-# The swap-AB tiles that carry blockwise scales with the problem swapped (GemmConfig.block_scale_swapped: their
-# columns, the caller's rows, each with its own A scale; pp128x64t's would spill), each with every split count in
-# BLOCK_SCALE_SPLITS. For `tune` only: not offered to the selection until they are measured beside the tiles above
-# at M <= 64 (the decode shapes they are for).
-BLOCK_SCALE_TRANSPOSED_TILES = (("pingpong", 128, 16), ("pingpong", 128, 32), ("pingpong", 64, 16),
-                                ("pingpong", 64, 32), ("pingpong", 64, 64))
 # Block N of 112 (DeepGEMM's example of a width that fills the SMs): N = 7168 is 64 such tiles, so 2 splits make
 # 128 units on 132 SMs where 128-wide tiles make 112. Two product sets with a second B block (7 promotion copies).
 # For `tune` only, with clusters and splits, until measured beside BLOCK_SCALE_TILES on DeepGEMM's N = 7168 shapes.
@@ -204,6 +198,23 @@ SPLIT_TILES = (("pingpong", 128, 128), ("pingpong", 64, 128), ("pingpong", 64, 2
                ("cooperative", 256, 128), ("pingpong", 64, 64))
 TRANSPOSED_TILES = (("pingpong", 128, 16), ("pingpong", 128, 32), ("pingpong", 128, 64), ("pingpong", 64, 16),
                     ("pingpong", 64, 32), ("pingpong", 64, 64))
+
+
+def _carries_swapped_block_scales(sched: str, block_m: int, block_n: int) -> bool:
+    """Whether the transposed tile takes blockwise scales with the problem swapped (GemmConfig's rule: its columns'
+    A scales must fit beside the sums and products)."""
+    try:
+        GemmConfig(schedule=sched, block_m=block_m, block_n=block_n, c_major="m", in_dtype="float8_e4m3fn",
+                   b_major="k", block_scale=True, block_scale_swapped=True)
+    except ConfigError:
+        return False
+    return True
+
+
+# The swap-AB tiles that carry blockwise scales with the problem swapped (all but pp128x64t, which would spill),
+# each with every split count in BLOCK_SCALE_SPLITS. For `tune` only: not offered to the selection until they are
+# measured beside BLOCK_SCALE_TILES at M <= 64 (the decode shapes they are for).
+BLOCK_SCALE_TRANSPOSED_TILES = tuple(t for t in TRANSPOSED_TILES if _carries_swapped_block_scales(*t))
 
 # Candidates a table has no measurement for (pairs along N, most pingpong pairs, tiles one GPU was not run with) are
 # costed as their tile without a cluster, or else as the 128x128 pingpong scaled by tile area. None of these is

@@ -220,7 +220,7 @@ class GemmPlan:
         self.maps = gemm.tensor_map_specs(self.bound, self.config)
         lay = self.bound
         self.schedule = schedule.plan_for(self.config, lay.m, lay.n, lay.k, device.sm_count, ctas, lay.batches)
-        self.params = self.epilogue.kernel_params(lay.swapped, lay.k, lay.m, lay.n)
+        self.params = self.epilogue.kernel_params(lay.swapped, lay.k)
 
     def launch(self):
         for copy in self.copies_in:
