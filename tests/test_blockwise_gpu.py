@@ -23,6 +23,7 @@ from gemm_reference import matmul64, random_matrix
 from ptxgemm import accuracy
 from ptxgemm.kernel.config import GemmConfig, SCALE_BLOCK
 from ptxgemm.kernel.schedule import plan_for
+from ptxgemm.plan import operands
 
 gpu = pytest.mark.gpu
 CTAS = 3
@@ -59,7 +60,7 @@ CASES = (
     ("pp64x32t", (40, 328, 1408), "swap-AB, 11 k-tiles: rows over three of B's scale blocks (the last partial), "
                                   "columns past M clamped"),
     ("pp128x16t", (9, 520, 2100), "swap-AB at a decode-sized M: 17 k-tiles, the last cut short by K"),
-    ("pp128x32t", (70, 260, 256), "swap-AB, 2 k-tiles: the loop leaves through drain 1"),
+    ("pp128x32t", (70, 264, 256), "swap-AB, 2 k-tiles: the loop leaves through drain 1"),
     ("pp64x64tk2", (100, 392, 1920), "swap-AB with split-K 2 of 15 k-tiles: 8 and 7"),
 )
 
@@ -106,6 +107,12 @@ def test_each_case_exercises_what_it_claims(tag, shape, why):
     assert s.units > _ctas(cfg), s.describe()   # a CTA runs several units: the sets carry across tiles
     assert ("one set" in why) == (cfg.bs_product_sets == 1)
     assert ("swap-AB" in why) == cfg.block_scale_swapped
+    # the planner computes the problem swapped only where TMA can write the C-order out's transpose in place (its
+    # rows whole 16-byte lines): otherwise it stages the out and the kernel takes the scales unswapped
+    m, n, k = shape
+    lay = operands.plan_matmul((m, k), (k, 1), 1 << 20, (k, n), (1, k), 2 << 20, 1, 2, (m, n), (2 * n, 2), 3 << 20,
+                               cfg.transposed_store, k_major=True, swap=cfg.transposed_store)
+    assert lay.swapped == cfg.block_scale_swapped, lay
     if cfg.block_scale_swapped:   # the rows: at least two of B's scale blocks; the columns: past M in the last tile
         assert shape[1] > SCALE_BLOCK and shape[0] % cfg.block_n
         return
@@ -150,3 +157,27 @@ def test_blockwise_case(tag, shape, why):
     again = out.to_numpy()
     plan.launch()
     assert np.array_equal(again.view(np.uint16), out.to_numpy().view(np.uint16)), "not deterministic"
+
+
+@gpu
+def test_the_selection_runs_a_decode_sized_problem_swapped():
+    """No config: at M = 24 with a short k-loop the selection picks pp64x32t (select.model.BLOCK_SCALE_SWAP_TILE),
+    the planner swaps the problem, and the result is within the bound."""
+    import ptxgemm
+
+    rng = np.random.default_rng(2432)
+    m, n, k = 24, 1032, 640
+    a = random_matrix(rng, m, k, FP8)
+    b = random_matrix(rng, k, n, FP8, order="F")
+    kb, nb = -(-k // SCALE_BLOCK), -(-n // SCALE_BLOCK)
+    args = {"scale_a": rng.uniform(0.5, 2.0, (m, kb)).astype(np.float32),
+            "scale_b": rng.uniform(0.5, 2.0, (kb, nb)).astype(np.float32)}
+    out = ptxgemm.DeviceArray.empty((m, n), np.dtype(accuracy.DTYPES["bfloat16"]))
+    out.poison()
+    plan = ptxgemm.GemmPlan(ptxgemm.to_device(a), ptxgemm.to_device(b), out,
+                            **{key: ptxgemm.to_device(v) for key, v in args.items()})
+    assert plan.config.tile_tag == "pp64x32t" and plan.config.block_scale_swapped, plan.config.describe()
+    plan.launch()
+    ref, bound = accuracy.fused_reference(a, b, args, "bfloat16", True, matmul64)
+    verdict = accuracy.check_bound(out.to_numpy(), ref, bound)
+    assert verdict.ok, f"{plan.config.describe()}: {verdict}"

@@ -185,6 +185,23 @@ def test_blockwise_swap_ab_reads_the_scale_tables_with_their_axes_traded(tag, m,
     _close(out, a64 @ b64, rel=2 ** -8)
 
 
+def test_a_selected_decode_blockwise_problem_runs_swapped():
+    """With no config, a decode-sized blockwise problem is selected swap-AB (pp64x32t), planned swapped with the
+    scale tables' axes traded, and computed right."""
+    rng = np.random.default_rng(32)
+    m, n, k = 24, 1032, 640
+    a, b = _normal(rng, (m, k), E4M3), np.ascontiguousarray(_normal(rng, (n, k), E4M3).T)
+    sa = rng.uniform(0.5, 2, (m, -(-k // 128))).astype(np.float32)
+    sb = rng.uniform(0.5, 2, (-(-k // 128), -(-n // 128))).astype(np.float32)
+    a64 = a.astype(np.float64) * np.repeat(sa, 128, axis=1)[:, :k]
+    b64 = b.astype(np.float64) * np.repeat(np.repeat(sb, 128, axis=0), 128, axis=1)[:k, :n]
+    out = np.full((m, n), np.nan, np.float32)
+    plan = emulator.GemmPlan(a, b, out, None, scale_a=sa, scale_b=sb)
+    assert plan.config.tile_tag == "pp64x32t" and plan.config.block_scale_swapped and plan.layout.swapped
+    plan.launch()
+    _close(out, a64 @ b64, rel=2 ** -8)
+
+
 # --- bad input: a ConfigError naming the argument, before the GPU -----------------------------------------------
 
 @pytest.fixture

@@ -289,3 +289,20 @@ def test_the_selection_walks_past_a_fused_config_that_spills():
     assert cfg.tag != first.tag and cfg.fused and not spills(cfg), cfg.describe()
     plain = _resolve_config(None, "float8_e4m3fn", None, "bfloat16", "k", "k", shape)
     assert plain.tag == "coop128x256"   # nothing fused: the first choice, not compiled here
+
+
+def test_blockwise_swap_ab_is_selected_at_decode_sized_m_where_the_unswapped_pick_is_unsplit():
+    """pp64x32t (the problem swapped, B's scales on its rows) goes first at M <= 32 where the unswapped pick runs
+    a short, unsplit k-loop and the output takes the transposed store in place; where that pick splits K, at
+    M = 64, or with output rows that are not whole 16-byte lines, the unswapped ranking stands."""
+    from ptxgemm.select import model
+
+    block = (("block_scale", True),)
+    pick = lambda m, n, k, out="bfloat16": model.select_config(m, n, k, "float8_e4m3fn", out, "k", "k",
+                                                               epilogue=block)
+    for m, n, k in ((32, 7168, 2048), (16, 24576, 1536), (1, 4096, 512)):
+        assert pick(m, n, k).tile_tag == "pp64x32t" and pick(m, n, k).splits == 1, (m, n, k)
+    assert pick(16, 7168, 2048, "float32").tile_tag == "pp64x32t"
+    for m, n, k, out in ((16, 2112, 7168, "bfloat16"), (32, 7168, 16384, "bfloat16"), (64, 7168, 2048, "bfloat16"),
+                         (32, 260, 2048, "bfloat16"), (32, 4098, 512, "float32")):
+        assert not pick(m, n, k, out).transposed_store, (m, n, k, out)

@@ -137,6 +137,17 @@ def test_blockwise_workloads_end_a_tile_in_every_copy_of_the_loop(preset):
     assert all(w.k % 16 == 0 for w in workloads_for(cfg)[2:])   # fp8 rows: 16-byte TMA strides
 
 
+def test_the_swapped_preset_runs_a_decode_workload_that_streams_its_weight():
+    """A full-barrier wait skipped in one copy of the k-loop reads a stage whose bytes are in flight only where the
+    consumer outruns TMA: a swap-AB tile on a decode-sized M, one column tile, a weight too large for L2 to hold."""
+    from ptxgemm.cli.mutants import MUTANT_PRESETS
+    from ptxgemm.tools.mutant_worker import workloads_for
+
+    cfg = GemmConfig(**MUTANT_PRESETS["blockwise-swapped"])
+    decode = [w for w in workloads_for(cfg) if w.m <= cfg.block_n]
+    assert decode and all(w.n * w.k >= 45 << 20 and w.ctas is None for w in decode)
+
+
 def test_a_workload_run_is_guarded_and_frees_its_output():
     """The worker's guard: a run's own verdict passes through, a reported stall or a CUDA error is a kill, and the
     output is freed in every case (even when freeing fails after a lost context)."""

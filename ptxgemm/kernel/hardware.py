@@ -11,6 +11,7 @@ SWIZZLE_PERIOD = 1024              # 8 lines x 128 B: swizzled buffers start on 
 WGMMA_M = 64                       # rows of one wgmma instruction
 WGMMA_K_BYTES = 32                 # one wgmma consumes 32 bytes of K: k16 of a 16-bit type, k32 of an 8-bit one
 MBARRIER_BYTES = 8
+TMA_ALIGN = 16                     # bytes: base address, line and batch strides of every TMA map
 DESC_ADDRESS_MASK = 0x3FFFF        # a GMMA descriptor encodes bits 4..17 of the shared-memory address
 MAX_STAGES = 8
 WARP_LANES = 32

@@ -26,8 +26,7 @@ import math
 import numpy as np
 
 from ..errors import ConfigError
-
-TMA_ALIGN = 16  # bytes: base address, line and batch strides of every TMA map
+from ..kernel.hardware import TMA_ALIGN
 
 
 def round_up(x: int, to: int) -> int:

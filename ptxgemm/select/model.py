@@ -32,7 +32,8 @@ import numbers
 import numpy as np
 
 from ..errors import ConfigError
-from ..kernel import schedule
+from ..kernel import layout, schedule
+from ..kernel.hardware import TMA_ALIGN
 from ..kernel.config import FP8_DTYPES, GemmConfig
 from ..kernel.tile import TAG_SCHEDULE
 from ..runtime import driver
@@ -177,7 +178,9 @@ BLOCK_SCALE_TILES = (("cooperative", 256, 128), ("cooperative", 128, 192), ("pin
                      ("cooperative", 128, 128), ("pingpong", 64, 128), ("cooperative", 128, 64), ("pingpong", 64, 64))
 # Block N of 112 (DeepGEMM's example of a width that fills the SMs): N = 7168 is 64 such tiles, so 2 splits make
 # 128 units on 132 SMs where 128-wide tiles make 112. Two product sets with a second B block (7 promotion copies).
-# For `tune` only, with clusters and splits, until measured beside BLOCK_SCALE_TILES on DeepGEMM's N = 7168 shapes.
+# For `tune` only, with clusters and splits: beside the selection's picks on DeepGEMM's six N = 7168 shapes (H100,
+# burst, bench_h100_fp8_block_issue24_wide112_variants.json) they ran at most even (128x7168x16384: coop128x112k2
+# 481 TFLOP/s, coop128x128k2 492; 64x7168x16384: pp64x112k2 260, pp64x128k2 262), so the selection keeps its tiles.
 BLOCK_SCALE_TUNE_TILES = (("cooperative", 128, 112), ("pingpong", 64, 112))
 WAVE_FILL_MARGIN = 0.05
 
@@ -212,9 +215,18 @@ def _carries_swapped_block_scales(sched: str, block_m: int, block_n: int) -> boo
 
 
 # The swap-AB tiles that carry blockwise scales with the problem swapped (all but pp128x64t, which would spill),
-# each with every split count in BLOCK_SCALE_SPLITS. For `tune` only: not offered to the selection until they are
-# measured beside BLOCK_SCALE_TILES at M <= 64 (the decode shapes they are for).
+# each with every split count in BLOCK_SCALE_SPLITS: all of them for `tune`.
 BLOCK_SCALE_TRANSPOSED_TILES = tuple(t for t in TRANSPOSED_TILES if _carries_swapped_block_scales(*t))
+# The selection offers one of them, unsplit, at decode-sized M (M <= BLOCK_SCALE_SWAP_MAX_M: its 32 columns hold
+# the caller's rows, where an unswapped tile pads M to 64), and only where the unswapped pick is unsplit too (a short
+# k-loop, where the padded rows' share of the wgmma and of the promotion shows). Measured on the H100, burst, two
+# runs side by side with 10 other tiles (docs/results/h100/fp8/bench_h100_fp8_block_issue24_swap_variants_run*.json):
+# 32x7168x2048 77-78 TFLOP/s against pp64x64's 71-72; 16x24576x1536 52-53 against pp64x192's 49; 16x7168x2048
+# 39 against 39. Where the unswapped pick splits K (16x2112x7168, 32x4096x7168, 32x7168x16384), the swap-AB tiles'
+# splits only tie with it (within 3%), so it stays. The output must take the transposed store in place (its rows
+# whole 16-byte lines); otherwise swapping would stage it.
+BLOCK_SCALE_SWAP_TILE = ("pingpong", 64, 32)
+BLOCK_SCALE_SWAP_MAX_M = 32
 
 # Candidates a table has no measurement for (pairs along N, most pingpong pairs, tiles one GPU was not run with) are
 # costed as their tile without a cluster, or else as the 128x128 pingpong scaled by tile area. None of these is
@@ -505,8 +517,8 @@ def _ranked(problem: Problem, sm_count: int, gpu_name: str = "", batches: int = 
 def blockwise_candidates(problem: Problem) -> list[GemmConfig]:
     """The configs that can carry blockwise scaling for this problem's dtypes and layouts (without the epilogue
     fields yet): BLOCK_SCALE_TILES and BLOCK_SCALE_TUNE_TILES x CLUSTER_SHAPES, each single-CTA tile with every
-    split count, and the swap-AB BLOCK_SCALE_TRANSPOSED_TILES with every split count (the last two tune's: the
-    selection passes them over)."""
+    split count, and the swap-AB BLOCK_SCALE_TRANSPOSED_TILES with every split count (the selection passes over
+    the 112-wide tiles and offers one swap-AB tile: BLOCK_SCALE_SWAP_TILE)."""
     tiles = BLOCK_SCALE_TILES + BLOCK_SCALE_TUNE_TILES
     return list(_candidates_for(tiles, CLUSTER_SHAPES, tiles, BLOCK_SCALE_TRANSPOSED_TILES, BLOCK_SCALE_SPLITS,
                                 *problem.config_fields().values()))
@@ -515,15 +527,22 @@ def blockwise_candidates(problem: Problem) -> list[GemmConfig]:
 def _ranked_blockwise(problem: Problem, sm_count: int, gpu_name: str, batches: int, epilogue: tuple):
     """_ranked for blockwise scaling: the BLOCK_SCALE_TILES candidates by predicted time, ties (TIE_FRACTION) to
     fuller waves (memory-bound predictions), then more CTAs with work, then the least padded work, then the earlier
-    tile, then fewer splits, then (K >= BLOCK_SCALE_MULTICAST_MIN_K) a cluster pair sharing B."""
+    tile, then fewer splits, then (K >= BLOCK_SCALE_MULTICAST_MIN_K) a cluster pair sharing B; at decode-sized M,
+    BLOCK_SCALE_SWAP_TILE ahead of an unsplit first pick."""
     order = [f"{TAG_SCHEDULE[s]}{bm}x{bn}" for s, bm, bn in BLOCK_SCALE_TILES]
     small_m = problem.m <= BLOCK_SCALE_WIDE_MIN_M
-    pairs = []
+    swap_fits = (problem.m <= BLOCK_SCALE_SWAP_MAX_M
+                 and problem.n * layout.itemsize(problem.out_dtype) % TMA_ALIGN == 0)
+    pairs, swapped = [], []
     for c in blockwise_candidates(problem):
         c = with_epilogue(c, epilogue)
         if c is None or c.cluster_size > sm_count or not _cluster_fills(c, problem.m):
             continue
-        if c.transposed_store or (c.schedule, c.block_m, c.block_n) in BLOCK_SCALE_TUNE_TILES:
+        if c.transposed_store:
+            if swap_fits and (c.schedule, c.block_m, c.block_n) == BLOCK_SCALE_SWAP_TILE and c.splits == 1:
+                swapped.append(c)
+            continue
+        if (c.schedule, c.block_m, c.block_n) in BLOCK_SCALE_TUNE_TILES:
             continue       # tune's until measured
         if (c.schedule, c.block_m, c.block_n) in BLOCK_SCALE_SMALL_M_TILES:
             if not small_m or c.splits > 1 or c.cluster_size > 1:
@@ -548,7 +567,11 @@ def _ranked_blockwise(problem: Problem, sm_count: int, gpu_name: str, batches: i
         fill = (round(p.wave_fill, 2) if c.splits == 1 or p.k_tiles >= BLOCK_SCALE_FILL_MIN_K_TILES else 0.0) \
             if p.memory_bound else 1.0
         return (0, -fill, -busy, p.padded_area, order.index(base), c.splits, not pair_first, c.cluster_size)
-    return sorted(pairs, key=rank)
+    ranked = sorted(pairs, key=rank)
+    if swapped and ranked[0][1].splits == 1:   # decode-sized M, a short k-loop: the swap-AB tile first
+        ranked.insert(0, (predict(swapped[0], problem.m, problem.n, problem.k, sm_count, gpu_name, batches),
+                          swapped[0]))
+    return ranked
 
 
 def preferences(m: int, n: int, k: int, in_dtype: str = "bfloat16", out_dtype: str | None = None,
