@@ -383,6 +383,18 @@ def test_misaligned_lines_cost_unless_multicast():
     assert select_config(3000, 5000, 2048, device=H100).cluster_m == 2
 
 
+def test_fp8_at_two_tile_rows_gives_a_memory_bound_tie_to_the_64_row_pingpong():
+    """At 64 < M <= 128 fp8 a memory-bound tie goes to pp64x128 (twice the CTAs streaming B of a 128-row tile, the
+    same padding: measured 8-10% ahead of pp128x128 and coop128x256 on DeepGEMM's short-K M = 128 shapes); bf16,
+    M = 64 and M = 256 keep their tiles."""
+    fp8 = lambda m, n, k, dt="float8_e4m3fn": select_config(m, n, k, dt, "bfloat16", "k", "k", device=H100)
+    for m, n, k in ((128, 7168, 2048), (128, 24576, 1536), (96, 32768, 512)):
+        assert (fp8(m, n, k).tile_tag, fp8(m, n, k).splits) == ("pp64x128", 1), (m, n, k)
+    assert fp8(64, 7168, 2048).tile_tag == "pp64x64"
+    assert fp8(256, 7168, 2048).tile_tag != "pp64x128"
+    assert select_config(128, 7168, 2048, "bfloat16", "bfloat16", "k", "mn", device=H100).tile_tag != "pp64x128"
+
+
 def test_fp8_at_one_tile_row_prefers_the_64_column_pingpong_and_bf16_does_not():
     """At M <= 64 fp8 the 64x64 pingpong is selectable and first within a tie (measured ahead of pp64x128 on five of
     DeepGEMM's six M = 64 shapes); bf16 and M = 128 keep the tiles they had."""

@@ -116,6 +116,14 @@ MULTICAST_FIRST = "coop128x256c2"
 # 1.10 against 1.07 / 1.08; 64x32768x512 1.05 / 1.05 against 1.12 / 1.04. At M = 128 it won two shapes and lost two.
 FP8_NARROW_TILE = "pp64x64"
 FP8_NARROW_MAX_M = 64
+# ... and above it, up to FP8_ROW_PAIR_MAX_M (two 64-row tiles), the 64x128 pingpong goes first within a memory-bound
+# tie, where SELECTABLE's order used to give the tie to a 128-row tile (pp128x128, coop128x256): the same padding,
+# twice the CTAs streaming B. Measured on the H100, burst, three runs of DeepGEMM's M = 128 shapes with per-tensor
+# scales (bench_h100_fp8_tensor_issue24_smallm_variants.json, ..._tensor128_variants_run{1,2}.json), TFLOP/s:
+# 128x7168x2048 pp64x128 304-307 against pp128x128's 279-283; 128x24576x1536 402-415 against coop128x256's 371-375;
+# 128x32768x512 277 against 274.
+FP8_ROW_PAIR_TILE = "pp64x128"
+FP8_ROW_PAIR_MAX_M = 128
 # Tiles the model's constants do not rank reliably against SELECTABLE (pp128x192 measured weaker on the seed sweep's
 # full waves, where the model would pick it), offered only where they fill the grid better: when one is predicted
 # within TIE_FRACTION of SELECTABLE's fastest and its steps are fuller than every tied SELECTABLE candidate's by more
@@ -479,6 +487,7 @@ def _ranked(problem: Problem, sm_count: int, gpu_name: str = "", batches: int = 
         return _ranked_blockwise(problem, sm_count, gpu_name, batches, epilogue)
     pairs, fillers, others = [], [], []
     narrow = problem.in_dtype in FP8_DTYPES and problem.m <= FP8_NARROW_MAX_M
+    row_pair = problem.in_dtype in FP8_DTYPES and FP8_NARROW_MAX_M < problem.m <= FP8_ROW_PAIR_MAX_M
     selectable = (FP8_NARROW_TILE,) + SELECTABLE if narrow else SELECTABLE
     for c in problem_candidates(problem):
         c = with_epilogue(c, epilogue)
@@ -507,6 +516,8 @@ def _ranked(problem: Problem, sm_count: int, gpu_name: str = "", batches: int = 
             order = -1
         if p.memory_bound:   # tied on streaming the same bytes: the least padded work, the fewest splits, the fewest
             # straddled L2 lines
+            if row_pair and c.tile_tag == FP8_ROW_PAIR_TILE:
+                order = -1
             return (0, p.padded_area, c.splits, misaligned_factor(c, *_kernel_mnk(c, problem.m, problem.n, problem.k)), order)
         return (0, 0, order, c.splits, 0)
 
