@@ -187,8 +187,9 @@ BLOCK_SCALE_TILES = (("cooperative", 256, 128), ("cooperative", 128, 192), ("pin
 # Block N of 112 (DeepGEMM's example of a width that fills the SMs): N = 7168 is 64 such tiles, so 2 splits make
 # 128 units on 132 SMs where 128-wide tiles make 112. Two product sets with a second B block (7 promotion copies).
 # For `tune` only, with clusters and splits: beside the selection's picks on DeepGEMM's six N = 7168 shapes (H100,
-# burst, bench_h100_fp8_block_issue24_wide112_variants.json) they ran at most even (128x7168x16384: coop128x112k2
-# 481 TFLOP/s, coop128x128k2 492; 64x7168x16384: pp64x112k2 260, pp64x128k2 262), so the selection keeps its tiles.
+# kernel durations, bench_h100_fp8_block_issue24_wide112_variants.json) they ran at most even (128x7168x16384:
+# coop128x112k2 576 TFLOP/s, coop128x128k2 583; 64x7168x16384: pp64x112k2 319, pp64x128k2 321), so the selection
+# keeps its tiles.
 BLOCK_SCALE_TUNE_TILES = (("cooperative", 128, 112), ("pingpong", 64, 112))
 WAVE_FILL_MARGIN = 0.05
 
