@@ -130,11 +130,12 @@ def block_scale_workloads(config: GemmConfig) -> tuple[Workload, ...]:
 
 
 def _decode_workload(config: GemmConfig) -> Workload:
-    """A decode-shaped problem for swap-AB (the shapes it is for): 24 rows (one narrow column tile), N = 6144 and K
-    of 64 k-tiles, the last 48 short, on every SM. The weight (50 MB of fp8, as large as the H100's L2) streams from HBM while each k-tile's
-    wgmma is a few hundred cycles, so every consumer reaches each stage as its bytes land: a full-barrier wait
-    skipped in any copy of the k-loop reads a stage in flight. On the compute-bound WORKLOADS the producer runs
-    stages ahead, and the skipped wait of the fourth copy survived (H100, mutants_blockwise_swapped_h100)."""
+    """A decode-shaped problem for swap-AB (the shapes it is for): 24 rows (one narrow column tile), N = 6144, and K
+    of 16 passes over the unrolled k-loop (64 k-tiles at an unroll of 4), the last 48 elements short, on every SM.
+    The weight (50 MB of fp8, as large as the H100's L2) streams from HBM while each k-tile's wgmma is a few hundred
+    cycles, so every consumer reaches each stage as its bytes land: a full-barrier wait skipped in any copy of the
+    k-loop reads a stage in flight. On the compute-bound WORKLOADS the producer runs stages ahead, and the skipped
+    wait of the fourth copy survived (H100, mutants_blockwise_swapped_h100)."""
     k_tiles = 16 * config.bs_unroll
     return Workload(24, 6144, k_tiles * config.block_k - 48, None, 17)
 
