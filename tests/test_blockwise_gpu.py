@@ -1,14 +1,16 @@
-"""Blockwise fp8 scaling (DeepSeek-V3's recipe: 1x128 scales per row of A, 128x128 per block of B) on every tile
-that carries it, with split-K and cluster pairs, against a float64 reference of the dequantized inputs.
+"""Blockwise fp8 scaling (DeepSeek-V3's recipe: 1x128 scales per row of A, 128x128 per block of B) on every tile that
+carries it, with split-K and cluster pairs, against a float64 reference of the dequantized inputs.
 
 Tiles up to 64x128 per consumer keep two sets of k-tile products and alternate them by the k-tile's parity
-(blockscale.ptx.j2); wider ones keep one set of one m64 row block, and a tile whose columns reach into a second
-block of B's scales promotes through the copy for where that block begins. The cases vary what that can get wrong: one k-tile (only the drain of the even set), counts that leave the two-set
-loop through each of its four drains, a last k-tile cut short by K (TMA fills zeros), several tiles per consumer on 3
-CTAs (the sets and the ring's phase carry from tile to tile), and split-K ranges of which the last runs past K (its
-scale reads are clamped to the table's last block), every copy of the promotion of the 144-, 160- and 192-column
-tiles, and the one set over two row blocks of the 256x128 and pingpong 128x128 tiles. Inputs are random (never zero), scales random positive, the
-output NaN-poisoned, every element checked against ptxgemm.accuracy's bound.
+(blockscale.ptx.j2); wider ones keep one set of one m64 row block, and a tile whose columns reach into a second block of
+B's scales promotes through the copy for where that block begins. The cases vary what that can get wrong: one k-tile
+(only the drain of the even set), counts that leave the two-set loop through each of its four drains, a last k-tile cut
+short by K (TMA fills zeros), several tiles per consumer on 3 CTAs (the sets and the ring's phase carry from tile to
+tile), and split-K ranges of which the last runs past K (its scale reads are clamped to the table's last block), every
+copy of the promotion of the 144-, 160- and 192-column tiles, and the one set over two row blocks of the 256x128 and
+pingpong 128x128 tiles, and the swap-AB tiles with the problem swapped (the scale tables' axes traded), given and as
+the selection picks them. Inputs are random (never zero), scales random positive, the output NaN-poisoned, every
+element checked against ptxgemm.accuracy's bound.
 """
 from __future__ import annotations
 
@@ -131,13 +133,11 @@ def test_the_cases_leave_the_two_set_loop_through_every_drain():
     assert named == set(range(unroll.pop()))
 
 
-@gpu
-@pytest.mark.parametrize("tag, shape, why", CASES, ids=[f"{c[0]}-{'x'.join(map(str, c[1]))}" for c in CASES])
-def test_blockwise_case(tag, shape, why):
+def _problem(rng, m, n, k):
+    """Random fp8 operands (B K-major), random positive blockwise scales and a NaN-poisoned bf16 out: the host
+    arrays, the scale arguments, and the out."""
     import ptxgemm
 
-    rng = np.random.default_rng(zlib.crc32(f"{tag}{shape}".encode()))
-    m, n, k = shape
     a = random_matrix(rng, m, k, FP8)
     b = random_matrix(rng, k, n, FP8, order="F")
     kb, nb = -(-k // SCALE_BLOCK), -(-n // SCALE_BLOCK)
@@ -145,13 +145,31 @@ def test_blockwise_case(tag, shape, why):
             "scale_b": rng.uniform(0.5, 2.0, (kb, nb)).astype(np.float32)}
     out = ptxgemm.DeviceArray.empty((m, n), np.dtype(accuracy.DTYPES["bfloat16"]))
     out.poison()
-    cfg = _config(tag)
-    plan = ptxgemm.GemmPlan(ptxgemm.to_device(a), ptxgemm.to_device(b), out, GemmConfig.from_tag(tag), ctas=_ctas(cfg),
+    return a, b, args, out
+
+
+def _plan(a, b, args, out, config=None, **kw):
+    import ptxgemm
+
+    return ptxgemm.GemmPlan(ptxgemm.to_device(a), ptxgemm.to_device(b), out, config, **kw,
                             **{key: ptxgemm.to_device(v) for key, v in args.items()})
+
+
+def _verdict(a, b, args, out):
+    """The out against the float64 product of the dequantized inputs, element by element within the bound."""
+    ref, bound = accuracy.fused_reference(a, b, args, "bfloat16", True, matmul64)
+    return accuracy.check_bound(out.to_numpy(), ref, bound)
+
+
+@gpu
+@pytest.mark.parametrize("tag, shape, why", CASES, ids=[f"{c[0]}-{'x'.join(map(str, c[1]))}" for c in CASES])
+def test_blockwise_case(tag, shape, why):
+    a, b, args, out = _problem(np.random.default_rng(zlib.crc32(f"{tag}{shape}".encode())), *shape)
+    cfg = _config(tag)
+    plan = _plan(a, b, args, out, GemmConfig.from_tag(tag), ctas=_ctas(cfg))
     assert plan.config == cfg, plan.config.describe()
     plan.launch()
-    ref, bound = accuracy.fused_reference(a, b, args, "bfloat16", True, matmul64)
-    verdict = accuracy.check_bound(out.to_numpy(), ref, bound)
+    verdict = _verdict(a, b, args, out)
     assert verdict.ok, f"{why}; {cfg.describe()}: {verdict}"
     plan.launch()   # again, on the same plan: split-K's flags were reset, the result is bitwise the same
     again = out.to_numpy()
@@ -163,21 +181,9 @@ def test_blockwise_case(tag, shape, why):
 def test_the_selection_runs_a_decode_sized_problem_swapped():
     """No config: at M = 24 with a short k-loop the selection picks pp64x32t (select.model.BLOCK_SCALE_SWAP_TILE),
     the planner swaps the problem, and the result is within the bound."""
-    import ptxgemm
-
-    rng = np.random.default_rng(2432)
-    m, n, k = 24, 1032, 640
-    a = random_matrix(rng, m, k, FP8)
-    b = random_matrix(rng, k, n, FP8, order="F")
-    kb, nb = -(-k // SCALE_BLOCK), -(-n // SCALE_BLOCK)
-    args = {"scale_a": rng.uniform(0.5, 2.0, (m, kb)).astype(np.float32),
-            "scale_b": rng.uniform(0.5, 2.0, (kb, nb)).astype(np.float32)}
-    out = ptxgemm.DeviceArray.empty((m, n), np.dtype(accuracy.DTYPES["bfloat16"]))
-    out.poison()
-    plan = ptxgemm.GemmPlan(ptxgemm.to_device(a), ptxgemm.to_device(b), out,
-                            **{key: ptxgemm.to_device(v) for key, v in args.items()})
+    a, b, args, out = _problem(np.random.default_rng(2432), 24, 1032, 640)
+    plan = _plan(a, b, args, out)
     assert plan.config.tile_tag == "pp64x32t" and plan.config.block_scale_swapped, plan.config.describe()
     plan.launch()
-    ref, bound = accuracy.fused_reference(a, b, args, "bfloat16", True, matmul64)
-    verdict = accuracy.check_bound(out.to_numpy(), ref, bound)
+    verdict = _verdict(a, b, args, out)
     assert verdict.ok, f"{plan.config.describe()}: {verdict}"

@@ -10,10 +10,10 @@ present, and only for the shapes that carry a published DeepGEMM figure.
 
 Each implementation's window begins the way a shape's test began in that harness: one call, then `calls` calls
 the profiler does not record (its warm-up cycle), then the `calls` it records, back to back within each cycle.
-Before that, the GPU rests SETTLE_S seconds, so that no implementation inherits the heat of the one timed before it: a kernel long
-enough to reach the power limit otherwise runs faster when timed first (H100, 4096x7168x16384, the same blockwise
-kernel: 1255 TFLOP/s timed first, 1173 timed second; per-tensor 1557 against 1422, with equal burst times,
-docs/results/h100/fp8/l2promo_h100_issue24.json).
+Before that, the GPU rests SETTLE_S seconds, so that no implementation inherits the heat of the one timed before
+it: a kernel long enough to reach the power limit otherwise runs faster when timed first (H100, 4096x7168x16384,
+the same blockwise kernel: 1255 TFLOP/s timed first, 1173 timed second; per-tensor 1557 against 1422, with equal
+burst times, docs/results/h100/fp8/l2promo_h100_issue24.json).
 
 Kernels from any launcher in the process are in the trace (CUPTI records the context's activity, so ptxgemm's
 cuda-bindings launches appear beside torch's); the flush's memset is not a kernel and is left out.

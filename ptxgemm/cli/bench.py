@@ -72,9 +72,9 @@ def add_arguments(p) -> None:
                    help="with --sustained: idle seconds before each window, so each starts cool (default 1)")
     p.add_argument("--fastcu", default=None, metavar="DIR",
                    help="also time fast.cu's kernel 12 (a checkout of github.com/pranjalssh/fast.cu at DIR; built "
-                        "with the CUDA toolkit's nvcc, never shipped) as a second bf16 peer, burst and with --sustained; its own layouts (B K-major, C column-major), shapes with M and N "
-                        "multiples of 256 and K of 64 (others: refused, and the row says why). bf16 suite only "
-                        "(default off)")
+                        "with the CUDA toolkit's nvcc, never shipped) as a second bf16 peer, burst and with "
+                        "--sustained; its own layouts (B K-major, C column-major), shapes with M and N multiples of "
+                        "256 and K of 64 (others: refused, and the row says why). bf16 suite only (default off)")
     p.add_argument("--small-m", action="store_true",
                    help="the small-M suite: M in {1, 16, 64, 128, 256, 512} x (N, K) in {(4096, 4096), (8192, 8192), "
                         "(14336, 4096), (4096, 14336)} (default off)")

@@ -26,8 +26,8 @@ What the strategies cover (draw_spec):
   scale_b as a Python float, a numpy float32, a float32 array of shape (1,) or (1, 1), rowwise 1-D or 2-D vectors
   (contiguous or offset), or blockwise tables (both; fp8, 2-D operands); each independently often absent;
 - an explicit `config` only where blockwise scales and no c: one of the swap-AB blockwise tiles (BLOCK_SWAP_TAGS,
-  which the selection never picks) in 40% of those cases, drawn from a stream of its own so that every other
-  field of a seed is what it was before configs were drawn;
+  of which the selection picks only unsplit pp64x32t, at M <= 32) in 40% of those cases, drawn from a stream of
+  its own so that every other field of a seed is what it was before configs were drawn;
 - entries "run", "matmul" (with a NaN-poisoned out, or none) and "plan" (GemmPlan(...).launch(), out required);
   c aliasing out (matmul and plan: out *is* c, with c's dtype, layout and values);
 - array kinds (the backend's business: "host", "device", "torch", "cupy"); "torch" cases hold no negative strides.
