@@ -116,9 +116,9 @@ MULTICAST_FIRST = "coop128x256c2"
 # 1.10 against 1.07 / 1.08; 64x32768x512 1.05 / 1.05 against 1.12 / 1.04. At M = 128 it won two shapes and lost two.
 FP8_NARROW_TILE = "pp64x64"
 FP8_NARROW_MAX_M = 64
-# ... and above it, up to FP8_ROW_PAIR_MAX_M (two 64-row tiles), the 64x128 pingpong goes first within a memory-bound
-# tie, where SELECTABLE's order used to give the tie to a 128-row tile (pp128x128, coop128x256): the same padding,
-# twice the CTAs streaming B. Measured on the H100, burst, three runs of DeepGEMM's M = 128 shapes with per-tensor
+# ... and above it, up to FP8_ROW_PAIR_MAX_M (two 64-row tiles), the 64x128 pingpong goes first in the order that
+# decides a tie, where SELECTABLE's order used to give it to a 128-row tile (pp128x128, coop128x256): the same
+# padding, twice the CTAs streaming B. Measured on the H100, burst, three runs of DeepGEMM's M = 128 shapes with per-tensor
 # scales (bench_h100_fp8_tensor_issue24_smallm_variants.json, ..._tensor128_variants_run{1,2}.json), TFLOP/s:
 # 128x7168x2048 pp64x128 304-307 against pp128x128's 279-283; 128x24576x1536 402-415 against coop128x256's 371-375;
 # 128x32768x512 277 against 274.
@@ -489,7 +489,9 @@ def _ranked(problem: Problem, sm_count: int, gpu_name: str = "", batches: int = 
     pairs, fillers, others = [], [], []
     narrow = problem.in_dtype in FP8_DTYPES and problem.m <= FP8_NARROW_MAX_M
     row_pair = problem.in_dtype in FP8_DTYPES and FP8_NARROW_MAX_M < problem.m <= FP8_ROW_PAIR_MAX_M
-    selectable = (FP8_NARROW_TILE,) + SELECTABLE if narrow else SELECTABLE
+    selectable = ((FP8_NARROW_TILE,) + SELECTABLE if narrow else
+                  (FP8_ROW_PAIR_TILE,) + tuple(t for t in SELECTABLE if t != FP8_ROW_PAIR_TILE) if row_pair else
+                  SELECTABLE)
     for c in problem_candidates(problem):
         c = with_epilogue(c, epilogue)
         if c is None or c.cluster_size > sm_count or not _cluster_fills(c, problem.m):
@@ -517,8 +519,6 @@ def _ranked(problem: Problem, sm_count: int, gpu_name: str = "", batches: int = 
             order = -1
         if p.memory_bound:   # tied on streaming the same bytes: the least padded work, the fewest splits, the fewest
             # straddled L2 lines
-            if row_pair and c.tile_tag == FP8_ROW_PAIR_TILE:
-                order = -1
             return (0, p.padded_area, c.splits, misaligned_factor(c, *_kernel_mnk(c, problem.m, problem.n, problem.k)), order)
         return (0, 0, order, c.splits, 0)
 
@@ -545,14 +545,14 @@ def _ranked_blockwise(problem: Problem, sm_count: int, gpu_name: str, batches: i
     small_m = problem.m <= BLOCK_SCALE_WIDE_MIN_M
     swap_fits = (problem.m <= BLOCK_SCALE_SWAP_MAX_M
                  and problem.n * layout.itemsize(problem.out_dtype) % TMA_ALIGN == 0)
-    pairs, swapped = [], []
+    pairs, swapped = [], None
     for c in blockwise_candidates(problem):
         c = with_epilogue(c, epilogue)
         if c is None or c.cluster_size > sm_count or not _cluster_fills(c, problem.m):
             continue
         if c.transposed_store:
             if swap_fits and (c.schedule, c.block_m, c.block_n) == BLOCK_SCALE_SWAP_TILE and c.splits == 1:
-                swapped.append(c)
+                swapped = c
             continue
         if (c.schedule, c.block_m, c.block_n) in BLOCK_SCALE_TUNE_TILES:
             continue       # tune's until measured
@@ -580,9 +580,8 @@ def _ranked_blockwise(problem: Problem, sm_count: int, gpu_name: str, batches: i
             if p.memory_bound else 1.0
         return (0, -fill, -busy, p.padded_area, order.index(base), c.splits, not pair_first, c.cluster_size)
     ranked = sorted(pairs, key=rank)
-    if swapped and ranked[0][1].splits == 1:   # decode-sized M, a short k-loop: the swap-AB tile first
-        ranked.insert(0, (predict(swapped[0], problem.m, problem.n, problem.k, sm_count, gpu_name, batches),
-                          swapped[0]))
+    if swapped is not None and ranked[0][1].splits == 1:   # decode-sized M, a short k-loop: the swap-AB tile first
+        ranked.insert(0, (predict(swapped, problem.m, problem.n, problem.k, sm_count, gpu_name, batches), swapped))
     return ranked
 
 
