@@ -1,10 +1,12 @@
-"""A tiny PTX interpreter for straight-line integer kernels without barriers or shared memory (the relayout kernel),
-so the CPU tests run the rendered PTX itself, thread by thread, on a model of global memory.
+"""A tiny PTX interpreter for straight-line integer kernels without barriers (the relayout kernel, and the grouped
+walk's unit arithmetic run on tables given as shared memory), so the CPU tests run the rendered PTX itself, thread
+by thread, on a model of global memory.
 
-It knows only the instructions such kernels use (ld.param, mov, cvt, cvta, add, sub, mul.lo / mul.wide, mad.lo,
-div, rem, setp, bra, ret, ld.global, st.global, with @p / @!p guards) and raises on anything else, so a template
-change that steps outside that set fails loudly rather than being misread. Registers hold 64-bit patterns; each
-instruction reads and writes them at its type's width.
+It knows only the instructions such kernels use (ld.param, mov, cvt, cvta, add, sub, min, max, mul.lo / mul.wide,
+mad.lo, div, rem, setp (with .and), selp, bra, ret, ld.global, st.global, ld.shared from a read-only map, with
+@p / @!p guards, `{ }` scopes) and raises on anything else, so a template change that steps outside that set fails
+loudly rather than being misread. Registers hold 64-bit patterns; each instruction reads and writes them at its
+type's width.
 """
 from __future__ import annotations
 
@@ -45,7 +47,7 @@ class Kernel:
         self.labels: dict[str, int] = {}
         for raw in m.group(3).splitlines():
             line = raw.strip()
-            if not line or line.startswith("."):
+            if not line or line.startswith(".") or line in ("{", "}"):
                 continue
             if re.fullmatch(r"\w+:", line):
                 self.labels[line[:-1]] = len(self.code)
@@ -59,15 +61,16 @@ class Kernel:
             self.code.append((guard, op.split("."), operands, raw.strip()))
         self.executed = 0
 
-    def run(self, grid: int, block: int, args: list[int], memory: "Memory") -> None:
+    def run(self, grid: int, block: int, args: list[int], memory: "Memory", shared: "Memory | None" = None) -> None:
+        """`shared`: what ld.shared reads (its readable map; the kernel writes no shared memory here)."""
         if len(args) != len(self.params):
             raise SimError(f"{len(self.params)} parameters, {len(args)} arguments")
         params = {name: a & _MASK64 for (_, name), a in zip(self.params, args)}
         for cta in range(grid):
             for tid in range(block):
-                self._thread(cta, tid, grid, block, params, memory)
+                self._thread(cta, tid, grid, block, params, memory, shared)
 
-    def _thread(self, cta, tid, grid, block, params, memory):
+    def _thread(self, cta, tid, grid, block, params, memory, shared):
         regs: dict[str, int] = {}
         special = {"%ctaid.x": cta, "%tid.x": tid, "%nctaid.x": grid, "%ntid.x": block}
 
@@ -86,6 +89,10 @@ class Kernel:
             if not (operand.startswith("[") and operand.endswith("]")):
                 raise SimError(f"not an address operand: {operand}")
             return operand[1:-1].strip()
+
+        def address_sum(operand: str) -> int:
+            """The address [reg], [imm] or [reg+imm] names."""
+            return sum(value(x.strip()) for x in address(operand).split("+")) & _MASK64
 
         pc, steps = 0, 0
         while pc < len(self.code):
@@ -111,6 +118,11 @@ class Kernel:
                 elif name == "ld" and op[1] == "global":
                     bits = _bits(op[-1])
                     regs[ops[0]] = memory.load(value(address(ops[1])), bits // 8)
+                elif name == "ld" and op[1] == "shared":
+                    if shared is None:
+                        raise SimError("a shared-memory load, and no shared memory given")
+                    bits = _bits(op[-1])
+                    regs[ops[0]] = shared.load(address_sum(ops[1]), bits // 8)
                 elif name == "st" and op[1] == "global":
                     bits = _bits(op[-1])
                     memory.store(value(address(ops[0])), bits // 8, value(ops[1]) & ((1 << bits) - 1))
@@ -130,6 +142,14 @@ class Kernel:
                     a, b = value(ops[1]), value(ops[2])
                     r = a + b if name == "add" else a - b
                     regs[ops[0]] = r & ((1 << bits) - 1)
+                elif name in ("min", "max"):
+                    bits = _bits(op[-1])
+                    a, b = value(ops[1]) & ((1 << bits) - 1), value(ops[2]) & ((1 << bits) - 1)
+                    if op[-1].startswith("s"):
+                        a, b = _signed(a, bits), _signed(b, bits)
+                    regs[ops[0]] = (min(a, b) if name == "min" else max(a, b)) & ((1 << bits) - 1)
+                elif name == "selp":
+                    regs[ops[0]] = value(ops[1]) if regs[ops[3]] else value(ops[2])
                 elif name == "mul" and op[1] == "wide":
                     bits = _bits(op[2])
                     a, b = value(ops[1]) & ((1 << bits) - 1), value(ops[2]) & ((1 << bits) - 1)
@@ -149,13 +169,17 @@ class Kernel:
                         raise SimError(f"division by zero: {text}")
                     regs[ops[0]] = a // b if name == "div" else a % b
                 elif name == "setp":
-                    cmp, t = op[1], op[2]
+                    cmp, t = op[1], op[-1]
                     bits = _bits(t)
                     a, b = value(ops[1]) & ((1 << bits) - 1), value(ops[2]) & ((1 << bits) - 1)
                     if t.startswith("s"):
                         a, b = _signed(a, bits), _signed(b, bits)
-                    regs[ops[0]] = {"lt": a < b, "le": a <= b, "gt": a > b, "ge": a >= b, "eq": a == b,
-                                    "ne": a != b}[cmp]
+                    r = {"lt": a < b, "le": a <= b, "gt": a > b, "ge": a >= b, "eq": a == b, "ne": a != b}[cmp]
+                    if len(op) == 4:                 # setp.cmp.and.type d, a, b, c: d = (a cmp b) and c
+                        if op[2] != "and":
+                            raise SimError(f"combinator .{op[2]} is not modelled")
+                        r = r and bool(regs[ops[3]])
+                    regs[ops[0]] = r
                 else:
                     raise SimError("instruction not modelled")
             except SimError as e:

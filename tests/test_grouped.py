@@ -187,3 +187,4 @@ def test_the_weight_gradient_cases_use_the_forward_routings():
     assert (wgrad.m, wgrad.n, wgrad.m_per_group) == (2048, 7168, 2048.0)
     assert wgrad.flops == 2.0 * 2048 * 7168 * 32768
     assert cases["mixtral-8x7b-wgrad-up"].counts == cases["mixtral-8x7b-prefill-up"].counts
+

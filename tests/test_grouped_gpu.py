@@ -122,9 +122,11 @@ def test_grouped_case(name, form, sizes, n, k, dtype, major, tag):
 
 
 @gpu
-def test_many_groups_skewed_and_few_ctas():
-    """256 experts with Zipf-drawn counts (many empty), on the default grid and on 3 CTAs (each walks many units
-    across groups, so the ring's phase and the search carry from group to group)."""
+@pytest.mark.parametrize("hint", [None, False])
+def test_many_groups_skewed_and_few_ctas(hint):
+    """256 experts with Zipf-drawn counts (many empty, most of one tile row, some of several), on the default grid
+    and on 3 CTAs (each walks many units across groups, so the ring's phase and the search carry from group to
+    group); with and without the L2 hint on one-row groups' B (GemmConfig.group_stream_hint)."""
     import ptxgemm
 
     rng = np.random.default_rng(25256)
@@ -139,8 +141,11 @@ def test_many_groups_skewed_and_few_ctas():
         out = ptxgemm.DeviceArray.empty((a.shape[0], n), np.dtype(accuracy.DTYPES["bfloat16"]))
         out.poison()
         poisoned = out.to_numpy()
+        config = (None if hint is None else   # None: the default config, the hint on
+                  GemmConfig.from_tag("coop128x256", grouped="contiguous", group_stream_hint=hint))
         plan = ptxgemm.GroupedPlan(ptxgemm.to_device(a), ptxgemm.to_device(b), offs=ptxgemm.to_device(counts),
-                                   out=out, ctas=ctas)
+                                   out=out, ctas=ctas, config=config)
+        assert plan.config.stream_hint == (hint is None)   # on by default
         plan.launch()
         _check(out.to_numpy(), poisoned, a, b, problem, counts, "bfloat16", "bfloat16")
 

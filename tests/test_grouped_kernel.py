@@ -321,3 +321,81 @@ def test_a_grouped_call_is_keyed_by_what_its_plan_encodes():
     with pytest.raises(_Uncached):
         _arg_key(np.ones(4, np.float32), "scale_b", None)
     assert array_key(dev) == (dev.ptr, (4, 256), dev.strides, dev.dtype)
+
+
+def _walk_probe_ptx(cfg) -> str:
+    """The scheduler's tile_coords, as the kernel renders it, in an entry of its own: thread p walks position p and
+    stores (m0, n0, group, row end) at out + 16 p. The tables come from the caller as shared memory."""
+    from ptxgemm.kernel.codegen import environment
+    from ptxgemm.kernel.params import template_params
+
+    sched = environment().get_template("grouped_scheduler.ptx.j2").make_module(vars=template_params(cfg))
+    fields = ("%m0", "%n0", "%batch", "%row_end")
+    stores = "\n".join(f"    add.u64 %dst{i}, %dst, {4 * i};\n    st.global.u32 [%dst{i}], {r};"
+                       for i, r in enumerate(fields))
+    return f""".version 8.0
+.target sm_90a
+.address_size 64
+.visible .entry walk_probe(.param .u32 param_groups, .param .u32 param_group_rows, .param .u32 param_tiles_n,
+    .param .u32 param_num_tiles, .param .u64 param_out)
+{{
+    .reg .u32 %smem_base, %tiles_n, %num_tiles, %tile, %m0, %n0, %batch, %m, %k_tiles;
+    .reg .u64 %dst, %dst0, %dst1, %dst2, %dst3;
+    .reg .u32 %row_end;
+    mov.u32 %smem_base, 0;
+    ld.param.u32 %tiles_n, [param_tiles_n];
+    ld.param.u32 %num_tiles, [param_num_tiles];
+    mov.u32 %tile, %tid.x;
+{sched.tile_coords("%tile", "%m0", "%n0", "%batch")}
+    ld.param.u64 %dst, [param_out];
+    mul.wide.u32 %dst0, %tile, 16;
+    add.u64 %dst, %dst, %dst0;
+{stores}
+    ret;
+}}
+"""
+
+
+@pytest.mark.parametrize("form", ["contiguous", "masked"])
+def test_the_kernels_unit_arithmetic_is_the_models(form):
+    """tile_coords of the rendered template, run by the PTX interpreter (tests/ptx_sim.py) on tables laid out as
+    warp 0 writes them, gives every position the unit the Python walk (ptxgemm.kernel.grouped_walk) gives it: the
+    same group, first row and column, and group end, for skewed, empty, one-row and unaligned groups."""
+    import math
+
+    import numpy as np
+    from ptx_sim import Kernel, Memory
+
+    from ptxgemm.kernel import grouped_walk
+
+    rng = np.random.default_rng(2511)
+    counts = [int(c) for c in rng.choice([0, 1, 5, 64, 128, 129, 300, 700], size=37)]
+    bm, bn, n = 128, 128, 3 * 128 + 40                      # 4 tile columns, the last a partial one
+    cfg = _cfg("coop128x128", form, group_capacity=64)
+    if form == "masked":
+        m_max = 700
+        ends = [g * m_max + min(c, m_max) for g, c in enumerate(counts)]
+        values, total = counts, m_max
+    else:
+        ends = list(np.cumsum(counts))
+        values, total = ends, ends[-1]
+    tiles_n = math.ceil(n / bn)
+    per_group = grouped_walk.units_per_group(form, values, total, 0, n, bm, bn)
+    tables = {cfg.smem_groups: ([0] + ends, 4), cfg.smem_group_units: ([0] + list(np.cumsum(per_group)), 4)}
+    shared = {}
+    for base, (entries, size) in tables.items():
+        for i, v in enumerate(entries):
+            for b in range(size):
+                shared[base + size * i + b] = (int(v) >> (8 * b)) & 0xFF
+    units = sum(per_group)
+    out = 1 << 20
+    memory = Memory({}, set(range(out, out + 16 * units)), {})
+    Kernel(_walk_probe_ptx(cfg), "walk_probe").run(
+        1, units, [len(counts), m_max if form == "masked" else 0, tiles_n, units, out], memory,
+        shared=Memory(shared, set(), {}))
+    got = [tuple(sum(memory.written[out + 16 * p + 4 * f + b] << (8 * b) for b in range(4)) for f in range(4))
+           for p in range(units)]
+    model = grouped_walk.walk(form, values, total, 0, n, bm, bn, ctas=1)[0]
+    want = [(u.m0 + (u.group * m_max if form == "masked" else 0), u.n0, u.group,
+             u.row_end + (u.group * m_max if form == "masked" else 0)) for u in model]
+    assert got == want

@@ -18,6 +18,7 @@ difference between ptxgemm's output and the first peer's on the groups' rows, re
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -139,8 +140,10 @@ def _peers(torch, ptxgemm, case, a, b, counts, dtype, scales=None, scaling="tens
     return peers
 
 
-def run(rounds: int, in_dtype: str, out_dir: str, name: str | None, with_variants: bool = False,
+def run(rounds: int, in_dtype: str, out_dir: str, name: str | None, variants: str = "",
         scaling: str = "tensor") -> int:
+    """variants: "" (none), "all" (the other grouped tiles and the L2 hint toggled, timed beside the default),
+    "hint" (the L2 hint toggled only) or tags (comma-separated: those tiles)."""
     import torch
 
     import ptxgemm
@@ -179,13 +182,19 @@ def run(rounds: int, in_dtype: str, out_dir: str, name: str | None, with_variant
                 print(f"{case.name:34s} {peer:26s} refused: {refused[peer]}", flush=True)
         # the grouped kernel's other tiles, timed beside the default's (what the default config should learn)
         # (into the default's output: a k-form output is G x M x N, 15 GB for DeepSeek-V3's gate-up weights)
-        variants = {} if not with_variants else {
-            f"ptxgemm {tag}": ptxgemm.GroupedPlan(a, b, **kw, **scale, out=plan.out,
-                                                  config=ptxgemm.GemmConfig.from_tag(tag)).launch
-            for tag in grouped_call.GROUPED_TILES if tag != plan.config.tag}
-        launchers = {"ptxgemm": plan.launch, **variants, **{p: f for p, (f, _) in peers.items()}}
+        # and the L2 hint for one-row groups' B loads toggled (GemmConfig.group_stream_hint)
+        tags = (grouped_call.GROUPED_TILES if variants == "all" else () if variants in ("", "hint") else
+                variants.split(","))
+        others = {tag: ptxgemm.GemmConfig.from_tag(tag) for tag in tags if tag != plan.config.tag}
+        if variants in ("all", "hint") and case.layout != "k":
+            hint = not plan.config.stream_hint
+            others[f"{plan.config.tag} hint={'on' if hint else 'off'}"] = dataclasses.replace(
+                plan.config, group_stream_hint=hint)
+        timed = {f"ptxgemm {label}": ptxgemm.GroupedPlan(a, b, **kw, **scale, out=plan.out, config=cfg).launch
+                 for label, cfg in others.items()}
+        launchers = {"ptxgemm": plan.launch, **timed, **{p: f for p, (f, _) in peers.items()}}
         burst = timing.time_interleaved(launchers, rounds)
-        b2b = timing.time_back_to_back({k: v for k, v in launchers.items() if k not in variants})
+        b2b = timing.time_back_to_back({k: v for k, v in launchers.items() if k not in timed})
         # DeepGEMM's own method where its figure is compared (kernel durations from the profiler, L2 flushed)
         kernel, kernel_flushed = ((kernel_time.kernel_ms({"ptxgemm": plan.launch}, torch),
                                    kernel_time.kernel_ms({"ptxgemm": plan.launch}, torch, flush=True))
@@ -229,13 +238,13 @@ def run(rounds: int, in_dtype: str, out_dir: str, name: str | None, with_variant
                 "vs_published_kernel_flushed": (flops / kernel_flushed["ptxgemm"] / 1e9 / case.published_tflops
                                                 if kernel_flushed.get("ptxgemm") else None),
                 "max_rel_diff_vs_" + first_peer: max(diffs) if diffs else 0.0,
-                "variants_ms": {v.split(" ", 1)[1]: burst[v] for v in variants},
+                "variants_ms": {v.split(" ", 1)[1]: burst[v] for v in timed},
             })
             r = rows[-1]
             print(f"{case.name:34s} {peer:26s} ptxgemm {r['ptxgemm_tflops']:7.1f}  peer {r['peer_tflops']:7.1f}  "
                   f"x{r['speedup']:.3f} (b2b x{r['speedup_b2b']:.3f})  {r['config']}  diff {max(diffs):.2e}",
                   flush=True)
-        del a, b, counts, plan, peers, mine, variants, launchers   # the variants' plans hold a and b too
+        del a, b, counts, plan, peers, mine, timed, launchers   # the variants' plans hold a and b too
         torch.cuda.empty_cache()
     summary = {}
     for peer in sorted({r["peer"] for r in rows if "peer" in r}):
@@ -243,6 +252,15 @@ def run(rounds: int, in_dtype: str, out_dir: str, name: str | None, with_variant
         summary[peer] = {"shapes": len(sp), "geomean": geomean(sp),
                          "min": min(sp)}
         print(f"geomean vs {peer}: {summary[peer]['geomean']:.3f} over {len(sp)} shapes (min {min(sp):.3f})")
+    labels = sorted({k.split(" ", 1)[1] for r in rows for k in r.get("variants_ms", {}) if " hint=" in k})
+    for label in labels:   # the default's speed over the variant's, same tile, same rounds (> 1: default ahead)
+        walk = {r["case"]: r["variants_ms"][f"{r['config']} {label}"] / r["ptxgemm_ms"] for r in rows
+                if f"{r.get('config')} {label}" in r.get("variants_ms", {})}
+        summary[f"default_vs_{label}"] = {"shapes": len(walk), "geomean": geomean(walk.values()),
+                                          "min": min(walk.values()), "max": max(walk.values()), "per_case": walk}
+        print(f"default vs {label}: geomean {geomean(walk.values()):.3f} over {len(walk)} shapes (min "
+              f"{min(walk.values()):.3f}, max {max(walk.values()):.3f}); "
+              + ", ".join(f"{c} {x:.3f}" for c, x in walk.items() if "deepseek" in c))
     for key in ("vs_published", "vs_published_b2b", "vs_published_kernel", "vs_published_kernel_flushed"):
         vs = {r["case"]: r[key] for r in rows if r.get(key)}
         if vs:

@@ -366,7 +366,7 @@ def run_bench(shapes, rounds: int, config=None, variant_configs=(), out="bench_o
                         "fastcu_ratio": fast / ours if fast else None, "fastcu_rel_err": errs.get(second.name),
                         "fastcu_refused": refused})
         if sustained:
-            names = [main_impl.name] + ([peer.name] if peer else []) + \
+            names = [main_impl.name] + [v.name for v in variants] + ([peer.name] if peer else []) + \
                 ([second.name] if second is not None and second.name in launchers else [])
             windows = time_sustained_pair(launchers, names if len(rows) % 2 == 0 else names[::-1], sustained,
                                           sustained_gap, sampler)
@@ -376,6 +376,12 @@ def run_bench(shapes, rounds: int, config=None, variant_configs=(), out="bench_o
                     row.update(sustained_fields(prefix, flops, *windows[impl_name]))
             theirs_s = row.get("cublas_sustained_ms")
             row["sustained_ratio"] = theirs_s / row["ptxgemm_sustained_ms"] if theirs_s else None
+            if variants:   # each fixed config's own window, in the same alternation as the selection's
+                row["variants_sustained"] = {v.tag: sustained_fields("ptxgemm", flops, *windows[v.name])
+                                             for v in variants}
+                row["variant_sustained_ratios"] = {
+                    v.tag: theirs_s / row["variants_sustained"][v.tag]["ptxgemm_sustained_ms"] if theirs_s else None
+                    for v in variants}
             if row.get("fastcu_sustained_ms"):
                 row["fastcu_sustained_ratio"] = row["fastcu_sustained_ms"] / row["ptxgemm_sustained_ms"]
             row["energy_source"] = windows[main_impl.name][2].energy_source
@@ -396,6 +402,10 @@ def run_bench(shapes, rounds: int, config=None, variant_configs=(), out="bench_o
                      f"MHz {fmt(row['cublas_sustained_watts'], '.0f')} W {fmt(row['cublas_j_per_tflop'], '.3f')} "
                      f"J/TFLOP | ratio {row['sustained_ratio']:.3f}" if row.get("sustained_ratio") else ""),
                   flush=True)
+            for tag, v in row.get("variants_sustained", {}).items():
+                print(f"{'':>20} | sustained {tag}: {v['ptxgemm_sustained_tflops']:.1f} TFLOP/s @ "
+                      f"{fmt(v['ptxgemm_sustained_sm_mhz'], '.0f')} MHz, ratio "
+                      f"{fmt(row['variant_sustained_ratios'][tag], '.3f')}", flush=True)
         if second is not None:
             print(f"{'':>20} | {second.name}: " + (f"refused ({refused})" if refused else
                   f"{row['fastcu_ms']:.4f} ms {row['fastcu_tflops']:.1f} TFLOP/s, its ms / ptxgemm's "
@@ -428,6 +438,11 @@ def run_bench(shapes, rounds: int, config=None, variant_configs=(), out="bench_o
         print("sustained geomean cuBLAS ms / ptxgemm ms: " + ", ".join(
             f"{g} {v:.3f}" if v is not None else f"{g} -" for g, v in sustained_means.items())
             + f"; min {min(s_ratios):.3f}")
+        for tag in sorted({t for r in rows for t in r.get("variant_sustained_ratios", {})}):
+            vr = [r["variant_sustained_ratios"].get(tag) for r in rows if r.get("variant_sustained_ratios")]
+            if vr and None not in vr:
+                summary[f"sustained_geomean_ratio {tag}"] = geomean(vr)
+                print(f"sustained geomean cuBLAS ms / ptxgemm {tag} ms: {geomean(vr):.3f}; min {min(vr):.3f}")
     result = {"gpu": info.name, "driver": info.driver_version_str, "sm_count": info.sm_count, "clocks": read_clocks(),
               "tune_cache": tune_cache, "peer": peer.name if peer else None, "config": config_desc, "rounds": rounds,
               "second_peer": (f"{second.name} from {second.root} (its layouts: A row-major, B K-major, C "

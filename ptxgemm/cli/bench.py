@@ -109,7 +109,8 @@ def add_arguments(p) -> None:
                         "the bf16 peer keeps its selection (default: none, i.e. GemmPlan's own selection)")
     p.add_argument("--variants", default="", metavar="TAG,...",
                    help="extra fixed ptxgemm configs timed in the same rounds, as tags, e.g. pp128x192,coop256x128c2 "
-                        "(reported per row under 'variants'; default: none)")
+                        "(reported per row under 'variants'; default: none); --set grouped also takes 'all' "
+                        "(every grouped tile, and the L2 hint of one-row groups toggled) or 'hint' (the hint toggled)")
     p.add_argument("--use-tune-cache", action="store_true",
                    help="let the selection use the tune cache (default off: the bench sets PTXGEMM_TUNE_CACHE=off "
                         "so it measures the untuned heuristic)")
@@ -203,15 +204,16 @@ def run(args) -> int:
         from ..bench import grouped_bench   # imports torch when it runs: only this set needs it
 
         if args.scaling not in (None, "tensor", "row", "block") or args.epilogue or args.config or \
-                args.variants not in ("", "all"):
+                (args.variants not in ("", "all", "hint") and not _tags("--variants", args.variants.split(","))):
             raise ConfigError("--set grouped: takes --in-dtype (bfloat16, float16 or float8_e4m3fn), --scaling "
-                              "tensor, row or block (fp8), --rounds, --name and --variants all (every grouped tile timed "
-                              "beside the default) only")
+                              "tensor, row or block (fp8), --rounds, --name and --variants all (every grouped tile, "
+                              "and the L2 hint of one-row groups toggled, timed beside the default), hint (the hint "
+                              "toggled only) or tags only")
         if args.scaling in ("row", "block") and args.in_dtype != "float8_e4m3fn":
             raise ConfigError(f"--scaling: {args.scaling} with --set grouped scales fp8 operands; give --in-dtype "
                               "float8_e4m3fn")
         return grouped_bench.run(args.rounds or 7, args.in_dtype or "bfloat16", args.out, args.name,
-                                 with_variants=args.variants == "all", scaling=args.scaling or "tensor")
+                                 variants=args.variants, scaling=args.scaling or "tensor")
     mode = _mode(args)
     shapes = (bench.parse_shapes(args.shapes) if args.shapes else list(bench.SMALL_M_SUITE) if args.small_m else
               list(deepgemm.SHAPES) if args.set == "deepgemm" else

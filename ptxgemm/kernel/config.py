@@ -167,6 +167,9 @@ class GemmConfig(KernelLayout):
     grouped: str | None = None    # GROUPED_FORMS: one launch over G groups along M (None: the dense GEMM)
     group_capacity: int | None = None  # grouped: the most groups the kernel's tables hold, a power of two up to
     #                                    MAX_GROUPS (None: MAX_GROUPS); smaller tables leave room for staging
+    group_stream_hint: bool | None = None  # grouped (contiguous, masked): B's loads for a one-row group's unit carry
+    #                                        L2::evict_first, each of its weight panels being read by that unit only
+    #                                        (None: on for those forms; measured, docs/perf-notes.md issue 25 step 8)
 
     def __post_init__(self):
         self._check_types()
@@ -384,9 +387,13 @@ class GemmConfig(KernelLayout):
 
     def _validate_grouped(self):
         if self.grouped is None:
-            if self.group_capacity is not None:
-                raise ConfigError(f"group_capacity: only for a grouped kernel (grouped one of {GROUPED_FORMS})")
+            for name in ("group_capacity", "group_stream_hint"):
+                if getattr(self, name) is not None:
+                    raise ConfigError(f"{name}: only for a grouped kernel (grouped one of {GROUPED_FORMS})")
             return
+        if self.grouped == "k" and self.group_stream_hint:
+            raise ConfigError("group_stream_hint: the k form's groups share no rows of B to stream (every group reads "
+                              "its own K range of it once per output tile)")
         if self.grouped not in GROUPED_FORMS:
             raise ConfigError(f"grouped: must be None or one of {GROUPED_FORMS}, got {self.grouped!r}")
         refused = [name for name, on in (("schedule='pingpong'", not self.cooperative),

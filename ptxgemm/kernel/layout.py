@@ -328,6 +328,12 @@ class KernelLayout:
         return (self.group_capacity or MAX_GROUPS) + 1
 
     @property
+    def stream_hint(self) -> bool:
+        """B's loads for a one-row group's unit carry L2::evict_first (GemmConfig.group_stream_hint; None: on for
+        the contiguous and masked forms, whose groups own rows of A and a whole B each)."""
+        return self.grouped in ("contiguous", "masked") and self.group_stream_hint is not False
+
+    @property
     def group_table_bytes(self) -> int:
         """Both tables of the grouped kernel (0 for the dense one), rounded up to 16 bytes."""
         return -(-2 * 4 * self.group_table_entries // 16) * 16 if self.grouped else 0
