@@ -70,6 +70,28 @@ def test_grouped_config_rules_name_what_they_refuse(kw, rule):
         GemmConfig(schedule="cooperative", grouped="k-major")
     with pytest.raises(ConfigError, match="k form takes per-tensor scales only"):
         GemmConfig(schedule="cooperative", grouped="k", a_major="mn", b_major="mn", bias="col")
+    with pytest.raises(ConfigError, match="group_stream_hint: in the k form"):
+        GemmConfig(schedule="cooperative", grouped="k", a_major="mn", b_major="mn", group_stream_hint=True)
+    with pytest.raises(ConfigError, match="group_stream_hint: only for a grouped kernel"):
+        GemmConfig(schedule="cooperative", group_stream_hint=False)
+
+
+@pytest.mark.parametrize("form, b_major, hint, loads", [
+    ("contiguous", "k", None, 1), ("contiguous", "mn", None, 4), ("masked", "k", None, 1),
+    ("contiguous", "k", False, 0), ("k", "mn", None, 0), (None, "k", None, 0)])
+def test_the_l2_hint_marks_only_one_row_groups_b_loads(form, b_major, hint, loads):
+    """group_stream_hint (on by default for the contiguous and masked forms): each of B's TMA boxes is issued twice,
+    under %p_stream with the evict-first policy and under !%p_stream without it, and A's loads never carry it; off,
+    and in the k form and the dense kernels, no load does (their PTX is what it was before the hint)."""
+    kw = dict(a_major="mn", b_major="mn") if form == "k" else dict(b_major=b_major)
+    cfg = GemmConfig.from_tag("coop128x256", grouped=form, **kw,
+                              **({} if form is None else {"group_stream_hint": hint}))
+    lines = [ln.strip() for ln in render_gemm(cfg).splitlines()]
+    hinted = [ln for ln in lines if ".L2::cache_hint" in ln]
+    assert len(hinted) == loads and all(ln.startswith("@%p_stream ") and "%tmap_b" in ln for ln in hinted)
+    plain_b = [ln for ln in lines if ln.startswith("@!%p_stream cp.async.bulk.tensor")]
+    assert len(plain_b) == loads and all("%tmap_b" in ln for ln in plain_b)
+    assert sum("createpolicy.fractional.L2::evict_first" in ln for ln in lines) == (1 if loads else 0)
 
 
 def test_dense_kernels_keep_their_smem_map():

@@ -391,11 +391,12 @@ class GemmConfig(KernelLayout):
                 if getattr(self, name) is not None:
                     raise ConfigError(f"{name}: only for a grouped kernel (grouped one of {GROUPED_FORMS})")
             return
-        if self.grouped == "k" and self.group_stream_hint:
-            raise ConfigError("group_stream_hint: the k form's groups share no rows of B to stream (every group reads "
-                              "its own K range of it once per output tile)")
         if self.grouped not in GROUPED_FORMS:
             raise ConfigError(f"grouped: must be None or one of {GROUPED_FORMS}, got {self.grouped!r}")
+        if self.grouped == "k" and self.group_stream_hint:
+            raise ConfigError("group_stream_hint: in the k form every tile row of a group's output reads the same K "
+                              "range of B, so no unit is the only reader of what it loads; the hint is for the "
+                              "contiguous and masked forms")
         refused = [name for name, on in (("schedule='pingpong'", not self.cooperative),
                                          ("cluster_m/cluster_n", self.cluster_size > 1),
                                          ("splits", self.split_k), ("c_major='m'", self.transposed_store),
