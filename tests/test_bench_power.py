@@ -83,3 +83,15 @@ def test_summarize_spreads_the_sustained_ratios_beside_the_burst_ones():
     assert "sustained square_llm" in summary.format_summary(out)
     plain = summary.summarize({"a.json": {"gpu": "x", "rows": [{"M": 1, "N": 1, "K": 1, "ratio": 1.0}]}})
     assert "sustained_geomeans" not in plain["x"]       # a run without sustained windows reads as it always did
+
+
+def test_the_variants_sustained_geomeans_cover_each_tag_over_every_row():
+    """Each fixed config's sustained windows summarize per tag (the summary the device run of 2026-11-26 first
+    crashed in); a tag missing a ratio in some row has no geomean rather than a wrong one."""
+    rows = [{"variant_sustained_ratios": {"coop256x128cn2": 0.99, "coop128x256": 1.01}},
+            {"variant_sustained_ratios": {"coop256x128cn2": 1.01, "coop128x256": None}},
+            {"sustained_ratio": 1.0}]
+    out = suite.variant_sustained_geomeans(rows)
+    assert set(out) == {"coop256x128cn2"}
+    assert out["coop256x128cn2"] == (pytest.approx((0.99 * 1.01) ** 0.5), 0.99)
+    assert suite.variant_sustained_geomeans([{"sustained_ratio": 1.0}]) == {}

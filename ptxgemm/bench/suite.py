@@ -124,6 +124,17 @@ def sustained_fields(name: str, flops: float, ms: float, launches: int, window) 
             f"{name}_j_per_tflop": window.joules_per_tflop(flops * launches)}
 
 
+def variant_sustained_geomeans(rows) -> dict:
+    """tag -> (geomean, min) of each fixed config's sustained ratio to cuBLAS (its own window in every row), for
+    the tags with a ratio in every row that has variant windows."""
+    out = {}
+    for tag in sorted({t for r in rows for t in r.get("variant_sustained_ratios", {})}):
+        vr = [r["variant_sustained_ratios"].get(tag) for r in rows if r.get("variant_sustained_ratios")]
+        if vr and None not in vr:
+            out[tag] = (geomean(vr), min(vr))
+    return out
+
+
 def time_sustained_pair(launchers: dict, names: list[str], seconds: float, gap_s: float, sampler) -> dict:
     """name -> (ms per launch, launches, power.Window) of one sustained window each, in `names`' order, with
     `gap_s` seconds of idle before each window (the board cools and the clock boosts again between kernels)."""
@@ -438,11 +449,9 @@ def run_bench(shapes, rounds: int, config=None, variant_configs=(), out="bench_o
         print("sustained geomean cuBLAS ms / ptxgemm ms: " + ", ".join(
             f"{g} {v:.3f}" if v is not None else f"{g} -" for g, v in sustained_means.items())
             + f"; min {min(s_ratios):.3f}")
-        for tag in sorted({t for r in rows for t in r.get("variant_sustained_ratios", {})}):
-            vr = [r["variant_sustained_ratios"].get(tag) for r in rows if r.get("variant_sustained_ratios")]
-            if vr and None not in vr:
-                summary[f"sustained_geomean_ratio {tag}"] = geomean(vr)
-                print(f"sustained geomean cuBLAS ms / ptxgemm {tag} ms: {geomean(vr):.3f}; min {min(vr):.3f}")
+        for tag, (g, low) in variant_sustained_geomeans(rows).items():
+            summary[f"sustained_geomean_ratio {tag}"] = g
+            print(f"sustained geomean cuBLAS ms / ptxgemm {tag} ms: {g:.3f}; min {low:.3f}")
     result = {"gpu": info.name, "driver": info.driver_version_str, "sm_count": info.sm_count, "clocks": read_clocks(),
               "tune_cache": tune_cache, "peer": peer.name if peer else None, "config": config_desc, "rounds": rounds,
               "second_peer": (f"{second.name} from {second.root} (its layouts: A row-major, B K-major, C "
