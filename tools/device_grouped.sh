@@ -3,11 +3,8 @@
 #   bash tools/device_grouped.sh tests     # the grouped GPU tests, then the fuzzer (100 dense + 300 grouped cases)
 #   bash tools/device_grouped.sh mutants   # the three grouped presets (contiguous, masked, k form): 0 unexplained
 #   bash tools/device_grouped.sh bench     # bench --set grouped: bf16, fp8 rowwise, fp8 blockwise (RUN names them;
-#                                          # SETS picks some of "bf16 row block")
-#   bash tools/device_grouped.sh walk      # the grouped GPU tests, then bench --set grouped with the walk in group
-#                                          # order timed beside the mixed one (--variants hint) for each of SETS
-#                                          # (default bf16; bf16 and/or row), RUN names the runs
-#   bash tools/device_grouped.sh walk-bench  # the same without the tests
+#                                          # SETS picks some of "bf16 row block"; VARIANTS is passed as --variants,
+#                                          # e.g. VARIANTS=hint times the L2 hint toggled beside the default)
 # Everything lands in one tarball under $OUT (the device tool returns few files).
 export PYTHONUNBUFFERED=1 PYTHONPATH=.
 OUT=${OUT:-out}
@@ -30,22 +27,10 @@ case "$1" in
   bench)
     for s in ${SETS:-bf16 row block}; do
       args="--in-dtype float8_e4m3fn --scaling $s"; [ $s = bf16 ] && args="--in-dtype bfloat16"
-      timeout 150 python3 -m ptxgemm bench --set grouped --rounds 5 $args --out "$W" --name "${RUN:-r1}" \
-        > "$W/bench_$s.log" 2>&1
-      grep -a "geomean\|vs_published\|Error" "$W/bench_$s.log" | tee -a "$L"
-    done ;;
-  hint|hint-bench)
-    if [ "$1" = hint ]; then
-      timeout 200 python3 -m pytest -q -m gpu tests/test_grouped_gpu.py -p no:cacheprovider -rs > "$W/gpu_tests.log" 2>&1
-      tail -3 "$W/gpu_tests.log" | tee -a "$L"
-    fi
-    for s in ${SETS:-bf16}; do
-      args="--in-dtype float8_e4m3fn --scaling $s"; [ $s = bf16 ] && args="--in-dtype bfloat16"
-      timeout 200 python3 -m ptxgemm bench --set grouped --rounds 5 --variants hint $args --out "$W" \
-        --name "hint_${RUN:-r1}" > "$W/bench_$s.log" 2>&1
-      grep -a "geomean\|Error" "$W/bench_$s.log" | tee -a "$L"
-      grep -a "deepseek-v3-experts\|decode" "$W/bench_$s.log" | tee -a "$L"
+      timeout 200 python3 -m ptxgemm bench --set grouped --rounds 5 $args ${VARIANTS:+--variants $VARIANTS} \
+        --out "$W" --name "${RUN:-r1}" > "$W/bench_$s.log" 2>&1
+      grep -a "geomean\|vs_published\|default vs\|Error" "$W/bench_$s.log" | tee -a "$L"
     done ;;
   *)
-    echo "usage: $0 tests|mutants|bench|hint|hint-bench" >&2; exit 2 ;;
+    echo "usage: $0 tests|mutants|bench" >&2; exit 2 ;;
 esac
