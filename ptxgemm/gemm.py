@@ -180,10 +180,10 @@ class GemmPlan:
         pingpong several times on small problems. `kernel` replaces the config's compiled kernel (ptxgemm.tools.mutants
         runs edited PTX this way); its config must be the plan's. `stream`: where staging buffers are allocated
         (stream-ordered); launch on the same stream. `fused`: the epilogue arguments already parsed (matmul).
-        `scratch(nbytes)`: where the plan's own device memory (staging buffers, split-K's workspace and flags) comes
-        from, a DeviceArray of nbytes bytes usable on `stream`; default ptxgemm's stream-ordered pool. A framework
-        passes its own allocator, so that a plan made while its stream is captured into a CUDA graph takes memory
-        the graph may keep (ptxgemm.torch: torch's caching allocator)."""
+        `scratch(nbytes)`: where the plan's own device memory (staging buffers, split-K's and stream-K's workspace
+        and flags) comes from, a DeviceArray of nbytes bytes usable on `stream`; default ptxgemm's stream-ordered
+        pool. A framework passes its own allocator, so that a plan made while its stream is captured into a CUDA
+        graph takes memory the graph may keep (ptxgemm.torch: torch's caching allocator)."""
         check_config(config)
         # any framework's device arrays, read in place (DLPack or __cuda_array_interface__); never a copy
         a, b, out = (as_device_array(x, name, stream) for x, name in ((a, "a"), (b, "b"), (out, "out")))
@@ -252,6 +252,8 @@ class GemmPlan:
             args.append(ctypes.c_uint64(self.tile_order.ptr))
         if cfg.split_k:
             args += self._split_arguments(cfg, sched, stream)
+        if cfg.stream_k:
+            args += self._stream_k_arguments(cfg, sched, stream)
         args.append(ctypes.c_uint64(debug_ptr))
         if cfg.trace:
             args += self._trace_arguments()
@@ -268,6 +270,20 @@ class GemmPlan:
         self.flags = arrays.DeviceArray(flags.ptr, (halves,), np.uint32, owner=False, base=flags)
         self.flags.fill_bytes(0, 4, stream=stream)
         return [ctypes.c_uint32(sched.splits), ctypes.c_uint64(self.workspace.ptr), ctypes.c_uint64(self.flags.ptr)]
+
+    def _stream_k_arguments(self, cfg: GemmConfig, sched, stream) -> list:
+        """The stream-K tail's split (units run whole, k-tiles per cluster's share), its workspace (one partial tile
+        per CTA and consumer half: a share holds at most one partial) and its flags (one u32 per tail unit, CTA of
+        the cluster and consumer half), both the plan's own; the flags are zeroed once here, and every launch leaves
+        them zero."""
+        halves = cfg.cluster_size * cfg.consumers_per_tile
+        self.workspace = self._scratch(max(sched.clusters * halves * cfg.partial_bytes, 16))
+        count = max(sched.sk_units * halves, 1)
+        flags = self._scratch(count * 4)
+        self.flags = arrays.DeviceArray(flags.ptr, (count,), np.uint32, owner=False, base=flags)
+        self.flags.fill_bytes(0, 4, stream=stream)
+        return [ctypes.c_uint32(sched.dp_units), ctypes.c_uint32(sched.sk_per), ctypes.c_uint64(self.workspace.ptr),
+                ctypes.c_uint64(self.flags.ptr)]
 
     def _trace_arguments(self) -> list:
         """Allocate the trace buffer (ptxgemm.kernel.trace_format) with room for every event this plan's schedule makes:

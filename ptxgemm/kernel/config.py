@@ -148,6 +148,8 @@ class GemmConfig(KernelLayout):
     cluster_n: int = 1            # CTAs per cluster along N; 2: the pair shares A, each loads half and multicasts
     raster: str = "m"             # RASTERS: grouped down tile-rows ("m"), across tile-columns ("n"), or "hilbert"
     splits: int = 1               # split-K: each output tile's k-loop cut into this many units of the schedule
+    stream_k: bool = False        # stream-K tail: whole tiles for the full waves, then the last partial wave's k-tiles
+    #                               spread evenly over every cluster, fixed up in fp32 (streamk.ptx.j2)
     c_major: str = "n"            # C_MAJORS: tiles stored as rows ("n") or transposed, as columns ("m"; swap-AB)
     b_dtype: str | None = None    # B's dtype where it differs from A's (fp8 only: e4m3 x e5m2); None: in_dtype
     # --- the fused epilogue, in the kernel's frame (rows are its M, after any swap); all off: the plain GEMM ---
@@ -294,6 +296,7 @@ class GemmConfig(KernelLayout):
                               f"got {self.splits!r}")
         if self.c_major not in C_MAJORS:
             raise ConfigError(f"c_major: must be one of {C_MAJORS}, got {self.c_major!r}")
+        self._validate_stream_k()
         if self.c_major == "m" and self.cooperative:
             raise ConfigError("c_major: the transposed (column) store is built for the pingpong schedule, whose "
                               "epilogue writes the whole tile at once; use schedule='pingpong'")
@@ -330,6 +333,19 @@ class GemmConfig(KernelLayout):
         if self._max_stages() < 2:
             raise ConfigError(f"block_m x block_n: {self.block_m}x{self.block_n} leaves room for fewer than 2 stages"
                               + (f" beside the {self.source_bytes} B source tile" if self.source_bytes else ""))
+
+    def _validate_stream_k(self):
+        if not self.stream_k:
+            return
+        refused = [name for name, on in (("schedule='pingpong'", not self.cooperative), ("splits", self.split_k),
+                                         ("grouped", self.grouped is not None), ("block_scale", self.block_scale),
+                                         ("source_dtype", self.source_dtype is not None), ("trace", self.trace)) if on]
+        if refused:
+            raise ConfigError(f"stream_k: the stream-K tail runs the cooperative schedule, whose two consumers read "
+                              f"every k-tile of a unit, so a unit's k-range may have any length; it does not take "
+                              f"{', '.join(refused)} (pingpong's consumers skip each other's k-tiles by a fixed "
+                              f"count; split-K already cuts K; the grouped and blockwise k-loops, the source tile "
+                              f"and the trace's decoder assume whole tiles)")
 
     def _validate_epilogue(self):
         if self.b_dtype is not None and self.b_dtype != self.in_dtype:
@@ -427,6 +443,7 @@ class GemmConfig(KernelLayout):
                 + (f"cluster 1x{self.cluster_n} (A multicast), " if self.cluster_n > 1 else "")
                 + (f"raster {self.raster}, " if self.raster != GemmConfig.raster else "")
                 + (f"split-K {self.splits}, " if self.split_k else "")
+                + ("stream-K tail, " if self.stream_k else "")
                 + ("C stored transposed (swap-AB), " if self.transposed_store else "")
                 + (f"{self.in_dtype}->{self.out_dtype}" if self.b_type == self.in_dtype else
                    f"{self.in_dtype} x {self.b_type}->{self.out_dtype}")

@@ -50,6 +50,8 @@ def template_params(cfg: GemmConfig) -> dict:
         "swizzle_bytes": SWIZZLE_BYTES,                       # one swizzled row of a tile: the TMA box's line
         "panel_elems": SWIZZLE_BYTES // cfg.in_itemsize,      # elements of an MN-major operand per swizzled row
         "flag_bytes": FLAG_BYTES,
+        # the register holding the current unit's k-tile count: a stream-K segment's own, else every unit's
+        "unit_k_tiles": "%k_count" if cfg.stream_k else "%k_tiles",
         "quad_stride": WARPGROUP_THREADS * 16,
         "scale_block": SCALE_BLOCK,
         "scale_lookahead": SCALE_LOOKAHEAD,

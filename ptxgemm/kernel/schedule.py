@@ -8,13 +8,26 @@ The unit of the schedule is a cluster (a single CTA when cluster_m and cluster_n
 b, b+G, b+2G, ...; in the pingpong schedule consumer 0 takes the even steps, consumer 1 the odd ones; in the
 cooperative one both consumers take every step (each half of the tile). Every CTA of a cluster runs the same
 steps (on adjacent tile rows), so per-consumer counts are per cluster.
+
+With the stream-K tail (GemmConfig.stream_k, cooperative only) the walk has two phases. The units of the full waves
+run whole, as above: cluster b takes b, b+G, ... below `dp_units` (a multiple of G). The rest, fewer than G units,
+are one run of k-tiles, unit after unit, cut into G equal shares of `sk_per` k-tiles: cluster b takes share b, which
+covers the end of one unit and the start of the next at most (sk_per <= k_tiles). Each piece of a share is a
+segment (unit, first k-tile, k-tiles); the segment that starts a unit (first k-tile 0) is its final, the others
+are partials (ptxgemm/kernel/templates/streamk.ptx.j2 has the fix-up).
 """
 from __future__ import annotations
 
 import dataclasses
 import math
 
+from ..errors import ConfigError
+
 CONSUMERS = 2
+# stream-K: a share is at least 1/SK_MAX_SHARES of a unit's k-tiles, so one unit's k-loop is cut among at most
+# SK_MAX_SHARES + 1 clusters and its final adds at most SK_MAX_SHARES partials (each a 128 KiB fp32 tile read from
+# L2 by one consumer pair: cheap beside the k-tiles it saves, but not free); fewer clusters then share the tail.
+SK_MAX_SHARES = 4
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,6 +43,7 @@ class Schedule:
     cluster_n: int = 1    # CTAs per cluster along N (adjacent tile columns)
     batches: int = 1      # problems in the batch: units are numbered problem by problem
     splits: int = 1       # split-K: units per output tile, each over k_tiles k-tiles of its own range
+    stream_k: bool = False  # the last partial wave's units spread as k-tile shares over every cluster
 
     @property
     def work_tiles(self) -> int:
@@ -61,9 +75,52 @@ class Schedule:
     def grid(self) -> int:
         return self.clusters * self.cluster_m * self.cluster_n
 
+    # --- the stream-K tail ------------------------------------------------------------------------------
+    @property
+    def sk_units(self) -> int:
+        """Units the tail spreads over the clusters: those past the last full wave (0 without stream-K)."""
+        return self.units % self.clusters if self.stream_k else 0
+
+    @property
+    def dp_units(self) -> int:
+        """Units run whole (data-parallel): every unit of the full waves, a multiple of the clusters."""
+        return self.units - self.sk_units
+
+    @property
+    def sk_per(self) -> int:
+        """k-tiles of each cluster's share of the tail (the kernel's param_sk_per): the tail's k-tiles over every
+        cluster, but no share under 1/SK_MAX_SHARES of a unit's (the last clusters may then get none)."""
+        if not self.sk_units:
+            return self.k_tiles
+        return max(math.ceil(self.sk_units * self.k_tiles / self.clusters), math.ceil(self.k_tiles / SK_MAX_SHARES))
+
+    def cluster_walk(self, cluster: int) -> list[tuple[int, int, int]]:
+        """The (unit, first k-tile, k-tiles) cluster `cluster` runs, in order: the walk the kernel's roles make."""
+        walk = [(u, 0, self.k_tiles) for u in range(cluster, self.dp_units, self.clusters)]
+        if self.sk_units:
+            it = self.dp_units * self.k_tiles + cluster * self.sk_per
+            end = min(it + self.sk_per, self.units * self.k_tiles)
+            while it < end:
+                unit, first = divmod(it, self.k_tiles)
+                count = min(self.k_tiles - first, end - it)
+                walk.append((unit, first, count))
+                it += count
+        return walk
+
+    def sk_partials(self, unit: int) -> list[int]:
+        """The clusters whose shares add partials to tail unit `unit`, in the order its final adds them (the
+        final is the cluster whose share holds the unit's first k-tile)."""
+        base = self.dp_units * self.k_tiles
+        first = (unit * self.k_tiles - base) // self.sk_per
+        last = ((unit + 1) * self.k_tiles - 1 - base) // self.sk_per
+        return list(range(first + 1, last + 1))
+
     def consumer_tiles(self, cluster: int, consumer: int) -> int:
         """Tiles consumer `consumer` of every CTA of cluster `cluster` runs: steps cluster + (consumer + 2j)·G in
-        pingpong, every step cluster + j·G in cooperative (the consumer computes half of each)."""
+        pingpong, every step cluster + j·G in cooperative (the consumer computes half of each); with the stream-K
+        tail, every segment of the cluster's walk."""
+        if self.stream_k:
+            return len(self.cluster_walk(cluster)) if cluster < self.clusters else 0
         if self.schedule == "cooperative":
             return 0 if cluster >= self.units else (self.units - 1 - cluster) // self.clusters + 1
         first = cluster + consumer * self.clusters
@@ -72,10 +129,14 @@ class Schedule:
     @property
     def min_tiles_per_consumer(self) -> int:
         """The fewest tiles any consumer of any CTA runs (the last cluster's consumer 1 has the fewest)."""
+        if self.stream_k:
+            return min(self.consumer_tiles(c, 0) for c in range(self.clusters))
         return self.consumer_tiles(self.clusters - 1, CONSUMERS - 1)
 
     @property
     def max_tiles_per_consumer(self) -> int:
+        if self.stream_k:
+            return max(self.consumer_tiles(c, 0) for c in range(self.clusters))
         return self.consumer_tiles(0, 0)
 
     @property
@@ -85,12 +146,15 @@ class Schedule:
 
     @property
     def ring_passes(self) -> int:
-        """How many k-tiles one CTA's producer loads: the running ring position at the end of its walk."""
+        """How many k-tiles one CTA's producer loads, at most: the running ring position at the end of its walk (a
+        stream-K share is at most a unit's k-tiles, so the whole-unit count bounds it too)."""
         return math.ceil(self.units / self.clusters) * self.k_tiles
 
     def describe(self) -> dict:
         return {"tiles_m": self.tiles_m, "tiles_n": self.tiles_n, "k_tiles": self.k_tiles, "batches": self.batches,
                 "splits": self.splits,
+                **({"stream_k": {"dp_units": self.dp_units, "sk_units": self.sk_units, "sk_per": self.sk_per}}
+                   if self.stream_k else {}),
                 "grid": self.grid,
                 "clusters": self.clusters, "waves": round(self.waves, 3),
                 "tiles_per_consumer": [self.min_tiles_per_consumer, self.max_tiles_per_consumer]}
@@ -99,7 +163,7 @@ class Schedule:
 def plan_for(config, m: int, n: int, k: int, sm_count: int, ctas: int | None = None, batches: int = 1) -> Schedule:
     """plan_schedule with every field taken from a GemmConfig."""
     return plan_schedule(m, n, k, config.block_m, config.block_n, config.block_k, config.cluster_m, sm_count, ctas,
-                         config.schedule, config.cluster_n, batches, config.splits)
+                         config.schedule, config.cluster_n, batches, config.splits, config.stream_k)
 
 
 def effective_splits(k_tiles: int, splits: int) -> tuple[int, int]:
@@ -113,15 +177,19 @@ def effective_splits(k_tiles: int, splits: int) -> tuple[int, int]:
 
 def plan_schedule(m: int, n: int, k: int, block_m: int, block_n: int, block_k: int, cluster_m: int,
                   sm_count: int, ctas: int | None = None, schedule: str = "pingpong",
-                  cluster_n: int = 1, batches: int = 1, splits: int = 1) -> Schedule:
+                  cluster_n: int = 1, batches: int = 1, splits: int = 1, stream_k: bool = False) -> Schedule:
     """The grid GemmPlan launches: one CTA per SM (or at most `ctas`), never more clusters than scheduler steps.
-    With split-K, k_tiles is each split's count (effective_splits)."""
+    With split-K, k_tiles is each split's count (effective_splits). The stream-K tail numbers k-tiles of the whole
+    launch in 32 bits."""
     tiles_m, tiles_n, k_tiles = math.ceil(m / block_m), math.ceil(n / block_n), math.ceil(k / block_k)
     splits, k_tiles = effective_splits(k_tiles, splits)
     units = math.ceil(tiles_m / cluster_m) * math.ceil(tiles_n / cluster_n) * batches * splits
     limit = sm_count if ctas is None else ctas
     clusters = max(1, min(limit // (cluster_m * cluster_n), units))
-    return Schedule(tiles_m, tiles_n, k_tiles, cluster_m, clusters, schedule, cluster_n, batches, splits)
+    if stream_k and units * k_tiles >= 2 ** 32:
+        raise ConfigError(f"stream_k: {units} units of {k_tiles} k-tiles overflow the kernel's 32-bit k-tile numbers; "
+                          f"run this problem without the stream-K tail")
+    return Schedule(tiles_m, tiles_n, k_tiles, cluster_m, clusters, schedule, cluster_n, batches, splits, stream_k)
 
 
 # --------------------------------------------------------------------------------------------------------------
