@@ -21,7 +21,9 @@ CONFIGS = [GemmConfig(), GemmConfig(b_major="k"), GemmConfig(a_major="mn", b_maj
            GemmConfig.from_tag("coop128x256cn2rn"), GemmConfig.from_tag("pp128x128cn2", a_major="mn", debug=True),
            GemmConfig.from_tag("pp128x160"), GemmConfig.from_tag("coop128x208", b_major="k", out_dtype="float32"),
            GemmConfig.from_tag("coop256x160", out_dtype="float16"), GemmConfig.from_tag("coop128x256rh"),
-           GemmConfig.from_tag("pp128x128c2rh", b_major="k")]
+           GemmConfig.from_tag("pp128x128c2rh", b_major="k"), GemmConfig.from_tag("coop128x256c2sk"),
+           GemmConfig.from_tag("coop256x128cn2sk", a_major="mn", out_dtype="float32"),
+           GemmConfig.from_tag("coop128x256sk", b_major="k", debug=True)]
 
 
 @pytest.fixture(scope="module", params=CONFIGS, ids=lambda c: c.describe())

@@ -18,6 +18,10 @@ MUTANT_PRESETS = {"default": {}, "cluster": {"cluster_m": 2},
                   "cooperative-cluster-n": {"schedule": "cooperative", "block_m": 128, "block_n": 256, "cluster_n": 2},
                   "split": {"splits": 3},
                   "cooperative-split": {"schedule": "cooperative", "block_m": 128, "block_n": 256, "splits": 3},
+                  # the stream-K tail (streamk.ptx.j2): its fix-up's publish, poll and reset, single and in pairs
+                  "stream-k": {"schedule": "cooperative", "block_m": 128, "block_n": 256, "stream_k": True},
+                  "stream-k-cluster": {"schedule": "cooperative", "block_m": 128, "block_n": 256, "cluster_m": 2,
+                                       "stream_k": True},
                   # the fused epilogue's source tile (its full/empty mbarriers), and blockwise fp8 promotion
                   # (col_pairs: the workloads' N are even and their bias a fresh allocation, so plans read it in pairs)
                   "epilogue": {"source_dtype": "bfloat16", "bias": "col", "activation": "gelu", "col_pairs": True},
@@ -59,6 +63,8 @@ def add_arguments(p) -> None:
                         "cooperative 256x128 one, 'cooperative-cluster' that with cluster_m=2, "
                         "'cooperative-cluster-n' the cooperative 128x256 with cluster_n=2 (A multicast), 'split' the "
                         "default kernel with split-K 3, 'cooperative-split' the cooperative 128x256 with split-K 3, "
+                        "'stream-k' the cooperative 128x256 with the stream-K tail, 'stream-k-cluster' that with "
+                        "cluster_m=2, "
                         "'epilogue' the default kernel adding a bf16 source tile, a column bias and gelu, "
                         "'cooperative-epilogue' the cooperative 256x128 with an fp16 source, a row bias and silu, "
                         "'epilogue-fp32' the pingpong 64x128 fp16 -> fp32 with an fp32 source, column scales and "

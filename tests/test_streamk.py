@@ -1,0 +1,161 @@
+"""The stream-K tail without a GPU: the schedule's model of the walk, the kernel's walk run by the PTX interpreter
+against it, the config's rules and the tag."""
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from ptxgemm import ConfigError, GemmConfig
+from ptxgemm.kernel.schedule import SK_MAX_SHARES, plan_schedule
+
+SHAPES = [(4096, 4096, 14336), (5000, 5000, 5000), (8192, 8192, 8192), (2000, 7000, 520), (1900, 2040, 1256),
+          (300, 500, 64), (128, 256, 64 * 20), (16384, 16384, 8192)]
+TILES = [(128, 256, 1, 1), (128, 256, 2, 1), (256, 128, 1, 2), (256, 128, 1, 1)]
+
+
+def _schedule(shape, tile, sms=132, ctas=None):
+    m, n, k = shape
+    bm, bn, cm, cn = tile
+    return plan_schedule(m, n, k, bm, bn, 64, cm, sms, ctas, "cooperative", cn, 1, 1, True)
+
+
+@pytest.mark.parametrize("shape, tile, ctas", [(s, t, c) for s, t in itertools.product(SHAPES, TILES)
+                                               for c in (None, 5 * t[2] * t[3], 3 * t[2] * t[3])])
+def test_the_walk_runs_every_k_tile_once_and_each_fix_up_can_finish(shape, tile, ctas):
+    """Every k-tile of every unit lies in exactly one segment; the full waves are whole units; each tail unit has
+    one final (its first k-tile's cluster), and its partials are the next clusters', at most SK_MAX_SHARES; a
+    cluster holds at most one partial, the first segment of its share, so it never waits before publishing it."""
+    s = _schedule(shape, tile, ctas=ctas)
+    assert s.dp_units % s.clusters == 0 and s.sk_units < s.clusters
+    seen = {}
+    finals = {}
+    for c in range(s.clusters):
+        walk = s.cluster_walk(c)
+        whole = [w for w in walk if w[0] < s.dp_units]
+        assert whole == [(u, 0, s.k_tiles) for u in range(c, s.dp_units, s.clusters)]
+        tail = walk[len(whole):]
+        assert len(tail) <= 2 and sum(n for _, _, n in tail) <= s.sk_per <= s.k_tiles
+        partials = [w for w in tail if w[1] > 0]
+        assert len(partials) <= 1 and (not partials or tail[0] == partials[0])
+        for unit, first, count in walk:
+            assert count > 0
+            for kt in range(first, first + count):
+                assert (unit, kt) not in seen
+                seen[(unit, kt)] = c
+            if first == 0 and count < s.k_tiles:
+                finals[unit] = c
+    assert len(seen) == s.units * s.k_tiles
+    for unit in range(s.dp_units, s.units):
+        parts = s.sk_partials(unit)
+        owners = sorted({seen[(unit, kt)] for kt in range(s.k_tiles)})
+        assert owners == [seen[(unit, 0)]] + parts and len(parts) <= SK_MAX_SHARES
+        assert (unit in finals) == bool(parts)
+
+
+def test_the_cases_the_gpu_tests_rely_on():
+    """The shapes the GPU tests and the mutation tester run: a tail unit with two partials, a share that is a
+    partial of one unit and then the final of the next, and a tail with whole waves before it."""
+    s = _schedule((4 * 128 - 8, 3 * 256 - 8, 20 * 64 - 8), (128, 256, 1, 1), ctas=5)
+    assert (s.dp_units, s.sk_units, s.sk_per) == (10, 2, 8)
+    assert s.sk_partials(10) == [1, 2] and s.sk_partials(11) == [3, 4]
+    assert s.cluster_walk(2)[-2:] == [(10, 16, 4), (11, 0, 4)]
+    full = _schedule((2000, 7000, 520), (128, 256, 2, 1))
+    assert full.dp_units == 3 * 66 and full.sk_units == 26
+
+
+def test_no_tail_without_stream_k_or_when_the_waves_are_whole():
+    s = plan_schedule(4096, 4096, 4096, 128, 256, 64, 1, 128, None, "cooperative", 1, 1, 1, False)
+    assert s.dp_units == s.units and s.sk_units == 0 and "stream_k" not in s.describe()
+    s = _schedule((4096, 4096, 4096), (128, 256, 1, 1), sms=128)     # 512 units on 128 SMs: four whole waves
+    assert s.sk_units == 0 and s.cluster_walk(0) == [(u, 0, 64) for u in range(0, 512, 128)]
+
+
+def test_config_rules_and_tag():
+    cfg = GemmConfig.from_tag("coop128x256c2sk")
+    assert cfg.stream_k and cfg.cluster_m == 2 and cfg.tag == "coop128x256c2sk" and cfg.tile_tag == "coop128x256c2"
+    assert GemmConfig.from_tag("coop256x128sks3").stages == 3
+    assert "stream-K tail" in cfg.describe()
+    for bad, named in (({"schedule": "pingpong"}, "schedule='pingpong'"), ({"splits": 2}, "splits"),
+                       ({"source_dtype": "bfloat16"}, "source_dtype"), ({"trace": True}, "trace")):
+        fields = {"schedule": "cooperative", "block_m": 128, "block_n": 256, "stream_k": True, **bad}
+        with pytest.raises(ConfigError, match=r"^stream_k: .*" + named.replace("(", r"\(")):
+            GemmConfig(**fields)
+
+
+def test_the_k_tile_numbers_must_fit_32_bits():
+    with pytest.raises(ConfigError, match="stream_k"):
+        plan_schedule(2 ** 20, 2 ** 20, 2 ** 22, 128, 256, 64, 1, 132, None, "cooperative", 1, 1, 1, True)
+
+
+def _walk_probe_ptx(cfg) -> str:
+    """streamk.ptx.j2's first_unit and next_unit, as the kernel renders them, in an entry of their own: thread c
+    walks cluster c's units and stores (unit, first k-tile, k-tiles) of its j-th at out + 12 (c * slots + j)."""
+    from ptxgemm.kernel.codegen import environment
+    from ptxgemm.kernel.params import template_params
+
+    sk = environment().get_template("streamk.ptx.j2").make_module(vars=template_params(cfg))
+    stores = "\n".join(f"    add.u64 %dst{i}, %dst, {4 * i};\n    st.global.u32 [%dst{i}], {r};"
+                       for i, r in enumerate(("%tile", "%k_first", "%k_count")))
+    return f""".version 8.0
+.target sm_90a
+.address_size 64
+.visible .entry walk_probe(.param .u32 param_dp_units, .param .u32 param_sk_per, .param .u32 param_num_tiles,
+    .param .u32 param_k_tiles, .param .u32 param_slots, .param .u64 param_out)
+{{
+    .reg .u32 %cta, %grid, %tile, %num_tiles, %k_tiles, %tmp, %slots, %j;
+    .reg .u64 %dst, %off, %dst0, %dst1, %dst2;
+    .reg .pred %p_done;
+{sk.declare()}
+{sk.setup()}
+    mov.u32 %cta, %tid.x;
+    mov.u32 %grid, %ntid.x;
+    ld.param.u32 %num_tiles, [param_num_tiles];
+    ld.param.u32 %k_tiles, [param_k_tiles];
+    ld.param.u32 %slots, [param_slots];
+    mov.u32 %j, 0;
+{sk.first_unit("PROBE")}
+PROBE_TILE:
+    setp.ge.u32 %p_done, %tile, %num_tiles;
+    @%p_done bra PROBE_EXIT;
+    ld.param.u64 %dst, [param_out];
+    mad.lo.u32 %tmp, %cta, %slots, %j;
+    mul.wide.u32 %off, %tmp, 12;
+    add.u64 %dst, %dst, %off;
+{stores}
+    add.u32 %j, %j, 1;
+{sk.next_unit("PROBE")}
+PROBE_EXIT:
+    ret;
+}}
+"""
+
+
+@pytest.mark.parametrize("shape, tile, ctas", [((4 * 128 - 8, 3 * 256 - 8, 20 * 64 - 8), (128, 256, 1, 1), 5),
+                                               ((2000, 7000, 520), (128, 256, 2, 1), None),
+                                               ((1900, 2040, 1256), (128, 256, 1, 1), None),
+                                               ((5000, 5000, 5000), (128, 256, 2, 1), None),
+                                               ((4096, 4096, 4096), (128, 256, 1, 1), 128)])
+def test_the_kernels_walk_is_the_models(shape, tile, ctas):
+    """The walk the producer and both consumers make, run from the rendered PTX by the interpreter
+    (tests/ptx_sim.py), one thread per cluster: the same (unit, first k-tile, k-tiles) in the same order as
+    Schedule.cluster_walk, whole waves, tail shares and the end of the walk alike."""
+    from ptx_sim import Kernel, Memory
+
+    s = _schedule(shape, tile, ctas=ctas)
+    cfg = GemmConfig(schedule="cooperative", block_m=tile[0], block_n=tile[1], cluster_m=tile[2],
+                     cluster_n=tile[3], stream_k=True)
+    slots = max(len(s.cluster_walk(c)) for c in range(s.clusters)) + 1
+    out = 1 << 20
+    memory = Memory({}, set(range(out, out + 12 * slots * s.clusters)), {})
+    Kernel(_walk_probe_ptx(cfg), "walk_probe").run(1, s.clusters, [s.dp_units, s.sk_per, s.units, s.k_tiles, slots,
+                                                                    out], memory)
+
+    def word(addr):
+        return sum(memory.written[addr + b] << (8 * b) for b in range(4))
+
+    for c in range(s.clusters):
+        want = s.cluster_walk(c)
+        got = [tuple(word(out + 12 * (c * slots + j) + 4 * f) for f in range(3)) for j in range(len(want))]
+        assert got == want, c
+        assert out + 12 * (c * slots + len(want)) not in memory.written, c    # and nothing after it
