@@ -53,6 +53,26 @@ def test_the_walk_runs_every_k_tile_once_and_each_fix_up_can_finish(shape, tile,
         assert (unit in finals) == bool(parts)
 
 
+@pytest.mark.parametrize("shape, tile", list(itertools.product(SHAPES, TILES)))
+def test_the_tail_reads_k_in_a_few_common_fronts(shape, tile):
+    """With each tail unit's k-loop rotated (Schedule.sk_rotation), every cluster's s-th k-tile of the tail is
+    k-tile s + m * sk_per of K (mod k_tiles) for a small m: the clusters read K together, a few fronts apart, and
+    share its panels in L2 as whole units of one wave do. Each segment still loads every k-tile of its positions
+    once: the rotation permutes a unit's k-loop."""
+    s = _schedule(shape, tile)
+    fronts = {m * s.sk_per % s.k_tiles for m in range(SK_MAX_SHARES + 2)}
+    for c in range(s.clusters):
+        step = 0
+        for unit, first, count in s.cluster_walk(c)[len(range(c, s.dp_units, s.clusters)):]:
+            for kt in s.k_tiles_of(unit, first, count):
+                assert (kt - step) % s.k_tiles in fronts, (c, unit, step, kt)
+                step += 1
+    for unit in range(s.dp_units, s.units):
+        loaded = [kt for c in range(s.clusters) for u, f, n in s.cluster_walk(c) if u == unit
+                  for kt in s.k_tiles_of(u, f, n)]
+        assert sorted(loaded) == list(range(s.k_tiles))
+
+
 def test_the_cases_the_gpu_tests_rely_on():
     """The shapes the GPU tests and the mutation tester run: a tail unit with two partials, a share that is a
     partial of one unit and then the final of the next, and a tail with whole waves before it."""
@@ -90,13 +110,14 @@ def test_the_k_tile_numbers_must_fit_32_bits():
 
 def _walk_probe_ptx(cfg) -> str:
     """streamk.ptx.j2's first_unit and next_unit, as the kernel renders them, in an entry of their own: thread c
-    walks cluster c's units and stores (unit, first k-tile, k-tiles) of its j-th at out + 12 (c * slots + j)."""
+    walks cluster c's units as the producer does and stores (unit, first position, k-tiles, first k-tile of K) of
+    its j-th at out + 16 (c * slots + j)."""
     from ptxgemm.kernel.codegen import environment
     from ptxgemm.kernel.params import template_params
 
     sk = environment().get_template("streamk.ptx.j2").make_module(vars=template_params(cfg))
     stores = "\n".join(f"    add.u64 %dst{i}, %dst, {4 * i};\n    st.global.u32 [%dst{i}], {r};"
-                       for i, r in enumerate(("%tile", "%k_first", "%k_count")))
+                       for i, r in enumerate(("%tile", "%k_first", "%k_count", "%k_start")))
     return f""".version 8.0
 .target sm_90a
 .address_size 64
@@ -104,7 +125,7 @@ def _walk_probe_ptx(cfg) -> str:
     .param .u32 param_k_tiles, .param .u32 param_slots, .param .u64 param_out)
 {{
     .reg .u32 %cta, %grid, %tile, %num_tiles, %k_tiles, %tmp, %slots, %j;
-    .reg .u64 %dst, %off, %dst0, %dst1, %dst2;
+    .reg .u64 %dst, %off, %dst0, %dst1, %dst2, %dst3;
     .reg .pred %p_done;
 {sk.declare()}
 {sk.setup()}
@@ -114,17 +135,17 @@ def _walk_probe_ptx(cfg) -> str:
     ld.param.u32 %k_tiles, [param_k_tiles];
     ld.param.u32 %slots, [param_slots];
     mov.u32 %j, 0;
-{sk.first_unit("PROBE")}
+{sk.first_unit("PROBE", rotate=True)}
 PROBE_TILE:
     setp.ge.u32 %p_done, %tile, %num_tiles;
     @%p_done bra PROBE_EXIT;
     ld.param.u64 %dst, [param_out];
     mad.lo.u32 %tmp, %cta, %slots, %j;
-    mul.wide.u32 %off, %tmp, 12;
+    mul.wide.u32 %off, %tmp, 16;
     add.u64 %dst, %dst, %off;
 {stores}
     add.u32 %j, %j, 1;
-{sk.next_unit("PROBE")}
+{sk.next_unit("PROBE", rotate=True)}
 PROBE_EXIT:
     ret;
 }}
@@ -139,7 +160,8 @@ PROBE_EXIT:
 def test_the_kernels_walk_is_the_models(shape, tile, ctas):
     """The walk the producer and both consumers make, run from the rendered PTX by the interpreter
     (tests/ptx_sim.py), one thread per cluster: the same (unit, first k-tile, k-tiles) in the same order as
-    Schedule.cluster_walk, whole waves, tail shares and the end of the walk alike."""
+    Schedule.cluster_walk, whole waves, tail shares and the end of the walk alike, and each segment's first k-tile
+    of K (Schedule.sk_rotation)."""
     from ptx_sim import Kernel, Memory
 
     s = _schedule(shape, tile, ctas=ctas)
@@ -147,7 +169,7 @@ def test_the_kernels_walk_is_the_models(shape, tile, ctas):
                      cluster_n=tile[3], stream_k=True)
     slots = max(len(s.cluster_walk(c)) for c in range(s.clusters)) + 1
     out = 1 << 20
-    memory = Memory({}, set(range(out, out + 12 * slots * s.clusters)), {})
+    memory = Memory({}, set(range(out, out + 16 * slots * s.clusters)), {})
     Kernel(_walk_probe_ptx(cfg), "walk_probe").run(1, s.clusters, [s.dp_units, s.sk_per, s.units, s.k_tiles, slots,
                                                                     out], memory)
 
@@ -155,7 +177,7 @@ def test_the_kernels_walk_is_the_models(shape, tile, ctas):
         return sum(memory.written[addr + b] << (8 * b) for b in range(4))
 
     for c in range(s.clusters):
-        want = s.cluster_walk(c)
-        got = [tuple(word(out + 12 * (c * slots + j) + 4 * f) for f in range(3)) for j in range(len(want))]
+        want = [(u, f, n, s.k_tiles_of(u, f, n)[0]) for u, f, n in s.cluster_walk(c)]
+        got = [tuple(word(out + 16 * (c * slots + j) + 4 * f) for f in range(4)) for j in range(len(want))]
         assert got == want, c
-        assert out + 12 * (c * slots + len(want)) not in memory.written, c    # and nothing after it
+        assert out + 16 * (c * slots + len(want)) not in memory.written, c    # and nothing after it

@@ -107,6 +107,22 @@ class Schedule:
                 it += count
         return walk
 
+    def sk_rotation(self, unit: int) -> int:
+        """Where a tail unit's k-loop starts in K: its segments' k-tiles are positions in the loop, position p being
+        k-tile (p + rotation) % k_tiles of K. The rotation is the length of the first segment of its final's share
+        (0 for whole units), so that every final reads k-tile t of K at time t of the tail, and every partial a
+        share's length further on: the clusters read K in a few common fronts and share its panels in L2, as whole
+        units of one wave do (unrotated, each share read its own part of K, and the tail ran from DRAM)."""
+        if unit < self.dp_units:
+            return 0
+        start = (unit - self.dp_units) * self.k_tiles
+        return start - start // self.sk_per * self.sk_per
+
+    def k_tiles_of(self, unit: int, first: int, count: int) -> list[int]:
+        """The k-tiles of K a segment loads, in order."""
+        rot = self.sk_rotation(unit)
+        return [(p + rot) % self.k_tiles for p in range(first, first + count)]
+
     def sk_partials(self, unit: int) -> list[int]:
         """The clusters whose shares add partials to tail unit `unit`, in the order its final adds them (the
         final is the cluster whose share holds the unit's first k-tile)."""
@@ -178,14 +194,17 @@ def effective_splits(k_tiles: int, splits: int) -> tuple[int, int]:
 def plan_schedule(m: int, n: int, k: int, block_m: int, block_n: int, block_k: int, cluster_m: int,
                   sm_count: int, ctas: int | None = None, schedule: str = "pingpong",
                   cluster_n: int = 1, batches: int = 1, splits: int = 1, stream_k: bool = False) -> Schedule:
-    """The grid GemmPlan launches: one CTA per SM (or at most `ctas`), never more clusters than scheduler steps.
+    """The grid GemmPlan launches: one CTA per SM (or at most `ctas`), never more clusters than scheduler steps
+    (but for the stream-K tail's).
     With split-K, k_tiles is each split's count (effective_splits). The stream-K tail numbers k-tiles of the whole
     launch in 32 bits."""
     tiles_m, tiles_n, k_tiles = math.ceil(m / block_m), math.ceil(n / block_n), math.ceil(k / block_k)
     splits, k_tiles = effective_splits(k_tiles, splits)
     units = math.ceil(tiles_m / cluster_m) * math.ceil(tiles_n / cluster_n) * batches * splits
     limit = sm_count if ctas is None else ctas
-    clusters = max(1, min(limit // (cluster_m * cluster_n), units))
+    # never more clusters than units, except under the stream-K tail, where fewer units than SMs are all tail: every
+    # cluster takes a share of their k-tiles
+    clusters = max(1, limit // (cluster_m * cluster_n) if stream_k else min(limit // (cluster_m * cluster_n), units))
     if stream_k and units * k_tiles >= 2 ** 32:
         raise ConfigError(f"stream_k: {units} units of {k_tiles} k-tiles overflow the kernel's 32-bit k-tile numbers; "
                           f"run this problem without the stream-K tail")

@@ -193,6 +193,17 @@ BLOCK_SCALE_TILES = (("cooperative", 256, 128), ("cooperative", 128, 192), ("pin
 BLOCK_SCALE_TUNE_TILES = (("cooperative", 128, 112), ("pingpong", 64, 112))
 WAVE_FILL_MARGIN = 0.05
 
+# The stream-K tail (GemmConfig.stream_k; ptxgemm/kernel/templates/streamk.ptx.j2). Whole units leave the last wave
+# partly idle (4096x4096x14336 in cluster pairs: 256 units on 66 clusters, 3.88 waves timed as 4). A cooperative
+# pick whose units are not a whole number of waves runs its last partial wave as k-tile shares when that saves at
+# least SK_MIN_GAIN of its steps. The tail costs its shares' k-tiles plus a fix-up: at most two fp32 partial tiles
+# (one consumer pair's accumulators each) written or read per cluster, through L2 at SK_L2_BYTES_PER_NS per SM (a
+# prediction: split-K's fitted l2_sm_bytes_per_ns, 16.2, also holds its units' extra epilogue). Shares need
+# SK_MIN_K_TILES k-tiles per unit: short k-loops are memory-bound, where the wave's idle SMs cost nothing.
+SK_MIN_GAIN = 0.01
+SK_L2_BYTES_PER_NS = 50.0
+SK_MIN_K_TILES = 16
+
 # (schedule, block_m, block_n), each with every cluster shape in CLUSTER_SHAPES: what `tune` tries. Single-CTA
 # tiles are also tried with every split-K count in SPLITS, and TRANSPOSED_TILES (the transposed store: swap-AB,
 # C^T = B^T A^T with N filling the tile's rows and M its narrow columns) with every one.
@@ -437,6 +448,28 @@ def fixup_ns(config: GemmConfig, splits: int, gpu_name: str = ""):
     return config.consumers_per_tile * config.partial_bytes * 2 / bw["l2_sm_bytes_per_ns"]
 
 
+def with_stream_k(config: GemmConfig, m: int, n: int, k: int, sm_count: int, gpu_name: str = "",
+                  batches: int = 1) -> GemmConfig:
+    """`config` with the stream-K tail where it can carry it and the model says it saves SK_MIN_GAIN of the
+    busiest cluster's time (see SK_MIN_GAIN); else `config` itself."""
+    if not config.cooperative or config.stream_k or config.split_k:
+        return config
+    try:
+        sk = dataclasses.replace(config, stream_k=True)
+    except ConfigError:
+        return config      # a kernel the tail does not combine with (blockwise, a source tile, grouped, traced)
+    m, n, k = _kernel_mnk(config, m, n, k)
+    sched = schedule.plan_for(sk, m, n, k, sm_count, batches=batches)
+    if not sched.sk_units or sched.k_tiles < SK_MIN_K_TILES:
+        return config
+    ktile_ns, epilogue_ns = tables(gpu_name)
+    unit_ns = sched.k_tiles * ktile_ns[config.tile_tag] + epilogue_ns[config.tile_tag]
+    fixup = 2 * config.consumers_per_tile * config.partial_bytes / SK_L2_BYTES_PER_NS / unit_ns
+    whole = math.ceil(sched.units / min(sched.clusters, sched.units))
+    tail = sched.dp_units / sched.clusters + sched.sk_per / sched.k_tiles + fixup
+    return sk if tail <= whole * (1 - SK_MIN_GAIN) else config
+
+
 def steps_per_cta(sched) -> int:
     """Scheduler steps of the busiest CTA (cluster) of a ptxgemm.kernel.schedule.Schedule: the tiles it runs."""
     return math.ceil(sched.units / sched.clusters)
@@ -523,7 +556,8 @@ def _ranked(problem: Problem, sm_count: int, gpu_name: str = "", batches: int = 
         return (0, 0, order, c.splits, 0)
 
     pairs += fillers
-    return sorted(pairs, key=rank)
+    return [(p, with_stream_k(c, problem.m, problem.n, problem.k, sm_count, gpu_name, batches))
+            for p, c in sorted(pairs, key=rank)]
 
 
 def blockwise_candidates(problem: Problem) -> list[GemmConfig]:

@@ -239,9 +239,24 @@ _UNSEEN_SPLIT = "not observed on the H100 (docs/results/h100/mutants/mutants_spl
 _UNSEEN_GROUPED = "not observed on the H100 (docs/results/h100/mutants/mutants_grouped_h100.json): "
 _UNSEEN_GROUPED_K = "not observed on the H100 (docs/results/h100/mutants/mutants_grouped_k_h100.json): "
 _UNSEEN_WIDE = "not observed on the H100 (docs/results/h100/mutants/mutants_blockwise_wide_h100.json): "
+_UNSEEN_SK = "not observed on the H100 (docs/results/h100/mutants/mutants_stream_k_h100.json): "
 
 
 SURVIVOR_REASONS = (
+    # the stream-K tail's fix-up (streamk.ptx.j2): first, so that split-K's entries, whose instructions read the same,
+    # do not explain these
+    ("bar.sync", ("deleted",), "then the publish",
+     _UNSEEN_SK + "(stream-K) a consumer's four warps run the same store sequence and reach the publish together, "
+     "and the final, on another SM, sees the flag through L2 and only then loads; only this barrier promises that "
+     "every warp's partial stores come before the leader's release"),
+    ("red.release", ("relaxed",), "streamk.epilogue",
+     _UNSEEN_SK + "(stream-K) the partials are written with st.global and read with ld.global.cg, both served by "
+     "L2, the GPU's point of coherence, and the relaxed flag update still leaves the SM after the stores the "
+     "barrier ordered before it; the memory model promises the final sees them only through this release"),
+    ("ld.acquire", ("relaxed",), "streamk.epilogue",
+     _UNSEEN_SK + "(stream-K) the partials are read with ld.global.cg (L2, bypassing L1), issued only after the "
+     "poll's value decided the branch and the barrier that follows; the memory model promises they see the "
+     "partials only through this acquire"),
     ("bar.sync", ("deleted",), "every partial store is issued before the release",
      _UNSEEN_SPLIT + "(split-K) a consumer's four warps run the same store sequence and reach the publish together, "
      "and the final, on another SM, sees the flag through L2 and only then loads; only this barrier promises that "

@@ -145,11 +145,12 @@ def stream_k_workloads(config: GemmConfig) -> tuple[Workload, ...]:
     - 5 clusters over 12 units of 20 k-tiles: 10 whole, then 2 cut into shares of 8 k-tiles, so both tail units
       have a final and two partials, and the middle cluster's share is a partial of one unit, then the final of the
       next; edges partial in M, N and K;
-    - the whole grid over 120 units of 20 k-tiles (fewer units than SMs: all tail, shares of 19 that cross units);
+    - the whole grid over 180 units of 20 k-tiles (96 cluster units in pairs): one full wave, then a tail of 48 (30)
+      units in shares of 8 (10) k-tiles;
     - the whole grid over three full waves and a tail of 52 units (26 cluster units in pairs) of 9 k-tiles."""
     rows, cols = 4 * config.cluster_m * config.block_m - 8, 3 * config.cluster_n * config.block_n - 8
     return (Workload(rows, cols, 20 * config.block_k - 8, 5 * config.cluster_size, 31),
-            Workload(1900, 2040, 1256, None, 32), Workload(2000, 7000, 520, None, 33))
+            Workload(1900, 3000, 1256, None, 32), Workload(2000, 7000, 520, None, 33))
 
 
 def workloads_for(config: GemmConfig):

@@ -1,0 +1,183 @@
+"""The stream-K tail on the GPU, and the proof that the cases exercise it.
+
+Checks as in tests/test_gemm_gpu.py: random inputs, a NaN-poisoned output, every element against ptxgemm.accuracy's
+bound from a float64 reference. What each case must exercise (asserted on the CPU from the schedule, and again on the
+GPU from the plan):
+- the small grid (5 clusters, 12 units of 20 k-tiles): two whole units per cluster, then two tail units each cut
+  into a final and two partials, one cluster's share a partial of one unit and the final of the next; k-loops that
+  wrap the stage ring twice and start mid-ring; edges partial in M, N and K; every layout and output dtype;
+- the whole grid: all tail (fewer units than SMs) and three full waves plus a tail;
+- determinism: ten launches of one plan give bitwise one output (the partials are added in cluster order), and the
+  flags are back at zero after every launch;
+- the fix-up's synchronization: each instruction streamk.ptx.j2 adds, broken, is killed by the mutation tester.
+"""
+from __future__ import annotations
+
+import dataclasses
+import zlib
+
+import numpy as np
+import pytest
+from gemm_reference import DTYPES, check_result, random_matrix
+
+from ptxgemm.kernel.config import GemmConfig
+from ptxgemm.kernel.schedule import plan_for
+
+gpu = pytest.mark.gpu
+SM_COUNT_ASSUMED = 132
+CLUSTERS = 5
+LAYOUTS = (("k", "mn"), ("k", "k"), ("mn", "mn"), ("mn", "k"))
+DTYPE_SLOTS = (("bfloat16", "bfloat16"), ("float16", "float32"), ("float16", "float16"), ("bfloat16", "float32"))
+FAMILIES = ("coop128x256sk", "coop256x128sk", "coop128x256c2sk", "coop256x128cn2sk", "coop128x128sk",
+            "coop256x192sk")
+FULL_GRID_SHAPES = ((1900, 3000, 1256), (2000, 7000, 520))
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    m: int
+    n: int
+    k: int
+    tag: str
+    in_dtype: str = "bfloat16"
+    out_dtype: str = "bfloat16"
+    a_major: str = "k"            # of the caller's A (C order: "k") and B (C order: "mn"), as numpy gives them
+    b_major: str = "mn"
+    ctas: int | None = None
+
+    @property
+    def config(self) -> GemmConfig:
+        return GemmConfig.from_tag(self.tag, in_dtype=self.in_dtype, out_dtype=self.out_dtype, a_major=self.a_major,
+                                   b_major=self.b_major)
+
+    def schedule(self, sm_count: int):
+        return plan_for(self.config, self.m, self.n, self.k, sm_count, self.ctas)
+
+    def __str__(self):
+        return (f"{self.m}x{self.n}x{self.k}-{self.in_dtype}-{self.out_dtype}-A{self.a_major}-B{self.b_major}-"
+                f"{self.tag}" + (f"-ctas{self.ctas}" if self.ctas else ""))
+
+
+def _small(tag: str, j: int, f: int) -> Case:
+    cfg = GemmConfig.from_tag(tag)
+    a_major, b_major = LAYOUTS[j]
+    in_dtype, out_dtype = DTYPE_SLOTS[(j + f) % len(DTYPE_SLOTS)]
+    return Case(4 * cfg.cluster_m * cfg.block_m - 8, 3 * cfg.cluster_n * cfg.block_n - 8, 20 * cfg.block_k - 8, tag,
+                in_dtype, out_dtype, a_major, b_major, CLUSTERS * cfg.cluster_size)
+
+
+SMALL = [_small(tag, j, f) for f, tag in enumerate(FAMILIES) for j in range(len(LAYOUTS))]
+FULL = [Case(m, n, k, tag) for m, n, k in FULL_GRID_SHAPES for tag in ("coop128x256sk", "coop128x256c2sk")]
+
+
+def _operands(case: Case):
+    rng = np.random.default_rng(zlib.crc32(str(case).encode()))
+    a = random_matrix(rng, case.m, case.k, case.in_dtype, order="C" if case.a_major == "k" else "F")
+    b = random_matrix(rng, case.k, case.n, case.in_dtype, order="C" if case.b_major == "mn" else "F")
+    return a, b
+
+
+def _plan(case: Case, a, b, ctas):
+    import ptxgemm
+    from ptxgemm import DeviceArray
+
+    out = DeviceArray.empty((case.m, case.n), DTYPES[case.out_dtype])
+    out.poison()
+    return ptxgemm.GemmPlan(ptxgemm.to_device(a), ptxgemm.to_device(b), out, case.config, ctas=ctas), out
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Coverage, provable without a GPU
+# ---------------------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("case", SMALL, ids=str)
+def test_small_cases_exercise_what_they_claim(case):
+    s, cfg = case.schedule(SM_COUNT_ASSUMED), case.config
+    assert (s.clusters, s.units, s.dp_units, s.k_tiles) == (CLUSTERS, 12, 10, 20), s.describe()
+    assert [len(s.sk_partials(u)) for u in (10, 11)] == [2, 2]
+    middle = s.cluster_walk(2)[-2:]
+    assert middle[0][1] > 0 and middle[1][1] == 0 and middle[0][0] + 1 == middle[1][0]   # partial, then final
+    assert s.k_tiles >= 2 * cfg.num_stages
+    assert case.m % (cfg.block_m * cfg.cluster_m) and case.n % cfg.block_n and case.k % cfg.block_k
+
+
+def test_small_cases_cover_every_family_layout_and_dtype():
+    for tag in FAMILIES:
+        mine = [c for c in SMALL if c.tag == tag]
+        assert {(c.a_major, c.b_major) for c in mine} == set(LAYOUTS), tag
+        assert {c.out_dtype for c in mine} == {"bfloat16", "float16", "float32"}, tag
+
+
+@pytest.mark.parametrize("case", FULL, ids=str)
+def test_full_grid_cases_have_a_tail(case):
+    s = case.schedule(SM_COUNT_ASSUMED)
+    assert s.sk_units and any(s.sk_partials(u) for u in range(s.dp_units, s.units)), s.describe()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# On the GPU
+# ---------------------------------------------------------------------------------------------------------------
+
+@gpu
+@pytest.mark.parametrize("case", SMALL + FULL, ids=str)
+def test_case(case):
+    from ptxgemm.runtime import driver
+
+    a, b = _operands(case)
+    plan, out = _plan(case, a, b, case.ctas)
+    assert plan.config == case.config, (plan.config.describe(), case.config.describe())
+    assert plan.schedule == case.schedule(driver.device_info().sm_count)
+    assert plan.schedule.sk_units > 0
+    plan.launch()
+    verdict = check_result(out.to_numpy(), a, b)
+    assert verdict.ok, str(verdict)
+    assert not plan.flags.to_numpy().any(), "stream-K flags must be back at zero after a launch"
+
+
+@gpu
+@pytest.mark.parametrize("case", [SMALL[0], SMALL[2 * len(LAYOUTS)]] + FULL, ids=str)
+def test_stream_k_is_bitwise_deterministic(case):
+    """Ten launches of one plan, the workspace poisoned before each: bitwise one output, correct."""
+    a, b = _operands(case)
+    plan, out = _plan(case, a, b, case.ctas)
+    first = None
+    for _ in range(10):
+        out.poison()
+        plan.workspace.poison()
+        plan.launch()
+        got = out.to_numpy()
+        if first is None:
+            first = got
+            assert check_result(got, a, b).ok
+        else:
+            assert np.array_equal(got.view(np.uint8), first.view(np.uint8))
+    assert not plan.flags.to_numpy().any()
+
+
+@gpu
+def test_mutants_of_the_stream_k_fix_up_are_killed(tmp_path):
+    """Every synchronization instruction the stream-K tail adds (streamk.ptx.j2), single and in cluster pairs,
+    broken: the publish (red.release) deleted, the final's poll (ld.acquire) passing at once, the sync that passes
+    the poll on to the 128 threads deleted, the flag's reset deleted, each caught on the tester's stream-K workloads
+    (ptxgemm.tools.mutant_worker.stream_k_workloads: 2 launches each, the workspace poisoned in between, so a flag
+    left set lets the second launch's final read NaN partials). The other mutants are caught or survive with a
+    reason written in ptxgemm.tools.mutant_catalog (the command's exit status checks that)."""
+    import json
+    import subprocess
+    import sys
+
+    out = tmp_path / "mutants.json"
+    proc = subprocess.run([sys.executable, "-m", "ptxgemm", "mutants", "--preset", "stream-k", "--preset",
+                           "stream-k-cluster", "--template", "streamk.ptx.j2", "--json", str(out)],
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    for config in json.loads(out.read_text())["configs"]:
+        records = config["mutants"]
+        must = {(kind, mutation): [r for r in records if r["id"].split(":")[1] == kind and r["mutation"] == mutation]
+                for kind, mutation in (("red.release", "deleted"), ("ld.acquire", "skipped"),
+                                       ("st.relaxed", "deleted"), ("bar.sync", "deleted"))}
+        assert all(len(v) == (2 if k[0] == "bar.sync" else 1) for k, v in must.items()), must
+        bar_syncs = sorted(must.pop(("bar.sync", "deleted")), key=lambda r: r["ptx_line"])
+        must["sync after the poll"] = bar_syncs[1:]
+        for name, rows in must.items():
+            assert all(r["status"] == "killed" for r in rows), (name, rows)
