@@ -27,7 +27,10 @@ What the strategies cover (draw_spec):
   (contiguous or offset), or blockwise tables (both; fp8, 2-D operands); each independently often absent;
 - an explicit `config` only where blockwise scales and no c: one of the swap-AB blockwise tiles (BLOCK_SWAP_TAGS,
   of which the selection picks only unsplit pp64x32t, at M <= 32) in 40% of those cases, drawn from a stream of
-  its own so that every other field of a seed is what it was before configs were drawn;
+  its own so that every other field of a seed is what it was before configs were drawn; and where neither
+  blockwise scales nor c: a stream-K tile (STREAM_K_TAGS: at the fuzzer's sizes the selection rarely takes the
+  tail, and these small problems make every launch all tail, units cut into shares) in 15% of those cases, from a
+  stream of its own too;
 - entries "run", "matmul" (with a NaN-poisoned out, or none) and "plan" (GemmPlan(...).launch(), out required);
   c aliasing out (matmul and plan: out *is* c, with c's dtype, layout and values);
 - array kinds (the backend's business: "host", "device", "torch", "cupy"); "torch" cases hold no negative strides.
@@ -214,8 +217,12 @@ def problems(spec: dict) -> list[str]:
             if batch_shape(spec) or spec["a"]["batch"] or spec["b"]["batch"]:
                 p.append("scale_a, scale_b: blockwise takes no batch")
         config = spec.get("config")
-        if config is not None and (config not in BLOCK_SWAP_TAGS or "block" not in forms or c is not None):
-            p.append("config: a swap-AB blockwise tile, with blockwise scales and without c")
+        if config is not None and c is not None:
+            p.append("config: only without c")
+        elif config is not None and (config in BLOCK_SWAP_TAGS) != ("block" in forms):
+            p.append("config: a swap-AB blockwise tile with blockwise scales, else a stream-K tile")
+        elif config is not None and config not in BLOCK_SWAP_TAGS + STREAM_K_TAGS:
+            p.append("config: a swap-AB blockwise tile or a stream-K tile")
         out, entry = spec["out"], spec["entry"]
         if entry == "run" and out is not None:
             p.append("run takes no out")
@@ -245,6 +252,9 @@ def problems(spec: dict) -> list[str]:
 BLOCK_SWAP_TAGS = tuple(Tile(schedule=s, block_m=bm, block_n=bn, splits=k, c_major="m").tag
                         for s, bm, bn in BLOCK_SCALE_TRANSPOSED_TILES for k in BLOCK_SCALE_SPLITS)
 CONFIG_STREAM = 0x5A17   # the config's draw: seed ^ this (its own stream)
+#: Stream-K tiles (GemmConfig.stream_k): single CTAs of both shapes, a pair sharing B, a narrow tile.
+STREAM_K_TAGS = ("coop128x256sk", "coop256x128sk", "coop128x256c2sk", "coop128x128sk")
+STREAM_K_STREAM = 0x5C7A   # the stream-K config's draw: seed ^ this
 
 
 def is_valid(spec: dict) -> bool:
@@ -382,6 +392,10 @@ def draw_spec(rng: np.random.Generator, *, max_flops: float, entries=ENTRIES, ar
         pick = np.random.default_rng(spec["seed"] ^ CONFIG_STREAM)
         if pick.random() < 0.4:
             spec["config"] = str(pick.choice(BLOCK_SWAP_TAGS))
+    elif spec["c"] is None and not (spec["scale_a"] is not None and spec["scale_a"]["form"] == "block"):
+        pick = np.random.default_rng(spec["seed"] ^ STREAM_K_STREAM)
+        if pick.random() < 0.15:
+            spec["config"] = str(pick.choice(STREAM_K_TAGS))
     bad = problems(spec)
     if bad:   # a bug of this generator
         raise AssertionError(f"draw_spec drew an invalid spec ({'; '.join(bad)}): {json.dumps(spec)}")
