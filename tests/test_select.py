@@ -44,6 +44,37 @@ def _cache_on(cache_dir, monkeypatch):
     return cache_dir
 
 
+@pytest.fixture(autouse=True)
+def _tiles_only(request, monkeypatch):
+    """The tile choice's tests run with the stream-K tail off (it is a step after the ranking, with tests of its
+    own below, marked `stream_k`)."""
+    if "stream_k" not in request.keywords:
+        monkeypatch.setattr(S, "SK_DTYPES", ())
+
+
+@pytest.mark.stream_k
+@pytest.mark.parametrize("shape, tail", [((8192, 8192, 8192), True), ((4096, 4096, 14336), True),
+                                         ((5000, 5000, 5000), True), ((4096, 4096, 4096), False),
+                                         ((8448, 9216, 1024), False), ((2816, 3072, 8192), False)])
+def test_the_stream_k_tail_is_taken_where_the_model_says_it_saves_time(shape, tail):
+    """The selection's last step (with_stream_k): the tail where the last wave is partly empty and the k-loop long
+    enough (8192^3: 1024 cluster units on 66 clusters, 15.5 waves); not at 4096^3 (64 k-tiles: the fix-up costs as
+    much as the 0.12 wave it saves), not on a short k-loop (8448x9216x1024: 16 k-tiles), not where the waves are whole
+    (2816x3072: 132 cluster units, two waves), not for fp8 (unmeasured)."""
+    cfg = select_config(*shape, device=H100)
+    assert cfg.stream_k == tail, cfg.tag
+    assert not select_config(*shape, "float8_e4m3fn", "bfloat16", "k", "k", device=H100).stream_k
+    assert S.with_stream_k(cfg, *shape, H100.sm_count) == cfg
+
+
+@pytest.mark.stream_k
+def test_the_stream_k_tail_leaves_what_it_cannot_carry():
+    for cfg in (GemmConfig.from_tag("pp128x128"), GemmConfig.from_tag("coop128x256", source_dtype="bfloat16"),
+                GemmConfig.from_tag("coop128x256k2")):
+        assert S.with_stream_k(cfg, 8192, 8192, 8192, 132) == cfg
+    assert S.with_stream_k(GemmConfig.from_tag("coop128x256"), 8192, 8192, 8192, 132).stream_k
+
+
 # ---- candidates
 
 @pytest.mark.parametrize("in_dtype,out_dtype", DTYPES)

@@ -203,6 +203,8 @@ WAVE_FILL_MARGIN = 0.05
 SK_MIN_GAIN = 0.01
 SK_L2_BYTES_PER_NS = 50.0
 SK_MIN_K_TILES = 16
+SK_DTYPES = ("bfloat16", "float16")   # measured with bf16 (docs/perf-notes.md, issue 26 step 9); fp8's k-tiles are
+#                                       half as long, so its fix-up weighs twice as much, and is not measured
 
 # (schedule, block_m, block_n), each with every cluster shape in CLUSTER_SHAPES: what `tune` tries. Single-CTA
 # tiles are also tried with every split-K count in SPLITS, and TRANSPOSED_TILES (the transposed store: swap-AB,
@@ -452,7 +454,7 @@ def with_stream_k(config: GemmConfig, m: int, n: int, k: int, sm_count: int, gpu
                   batches: int = 1) -> GemmConfig:
     """`config` with the stream-K tail where it can carry it and the model says it saves SK_MIN_GAIN of the
     busiest cluster's time (see SK_MIN_GAIN); else `config` itself."""
-    if not config.cooperative or config.stream_k or config.split_k:
+    if not config.cooperative or config.stream_k or config.split_k or config.in_dtype not in SK_DTYPES:
         return config
     try:
         sk = dataclasses.replace(config, stream_k=True)
