@@ -20,6 +20,10 @@
    time) and the selection follows. Only SELECTABLE configs are chosen; predictions within TIE_FRACTION of the
    fastest count as ties, and ties go to the earlier config in SELECTABLE, so the choice is deterministic.
 
+3. Last, `with_stream_k`: a cooperative 16-bit pick whose units leave the last wave partly empty takes the
+   stream-K tail (GemmConfig.stream_k) where the model says it saves SK_MIN_GAIN of the busiest cluster's time
+   (`sk_steps`: its whole units, its share of the tail's k-tiles and the fix-up).
+
 Nothing here needs a GPU: without one, and without an injected device, the model assumes DEFAULT_DEVICE.
 """
 from __future__ import annotations
@@ -381,6 +385,8 @@ def predict(config: GemmConfig, m: int, n: int, k: int, sm_count: int, gpu_name:
         base_ns, epi_ns = BLOCK_SCALE_KTILE_NS.get(bs_tag, base_ns), BLOCK_SCALE_EPILOGUE_NS.get(bs_tag, epi_ns)
     ktile = base_ns * misaligned_factor(config, m, n, k)   # m, n already the kernel's
     compute = model_ns(config.cooperative, steps, sched.k_tiles, ktile, epi_ns)
+    if sched.sk_units:   # the stream-K tail: the busiest cluster's whole units and share, plus the fix-up
+        compute *= sk_steps(config, sched, gpu_name) / steps
     if sched.splits > 1:
         compute += steps * fixup_ns(config, sched.splits, gpu_name)
     memory = memory_ns(config, sched, steps, m, n, k, batches, gpu_name)
@@ -464,12 +470,17 @@ def with_stream_k(config: GemmConfig, m: int, n: int, k: int, sm_count: int, gpu
     sched = schedule.plan_for(sk, m, n, k, sm_count, batches=batches)
     if not sched.sk_units or sched.k_tiles < SK_MIN_K_TILES:
         return config
+    whole = math.ceil(sched.units / min(sched.clusters, sched.units))
+    return sk if sk_steps(sk, sched, gpu_name) <= whole * (1 - SK_MIN_GAIN) else config
+
+
+def sk_steps(config: GemmConfig, sched, gpu_name: str = "") -> float:
+    """The busiest cluster's time under the stream-K tail, in units: its whole units, its share of the tail, and
+    the fix-up (two partial tiles through L2 at SK_L2_BYTES_PER_NS)."""
     ktile_ns, epilogue_ns = tables(gpu_name)
     unit_ns = sched.k_tiles * ktile_ns[config.tile_tag] + epilogue_ns[config.tile_tag]
     fixup = 2 * config.consumers_per_tile * config.partial_bytes / SK_L2_BYTES_PER_NS / unit_ns
-    whole = math.ceil(sched.units / min(sched.clusters, sched.units))
-    tail = sched.dp_units / sched.clusters + sched.sk_per / sched.k_tiles + fixup
-    return sk if tail <= whole * (1 - SK_MIN_GAIN) else config
+    return sched.dp_units / sched.clusters + sched.sk_per / sched.k_tiles + fixup
 
 
 def steps_per_cta(sched) -> int:
@@ -662,7 +673,8 @@ def explain(m: int, n: int, k: int, in_dtype: str = "bfloat16", out_dtype: str |
     (The cost model only: the tune cache, if it has an entry, overrides the first row; see `choose`.)"""
     problem = Problem(m, n, k, in_dtype, out_dtype, a_major, b_major)
     device = resolve_device(device)
-    return [p.row() for p, _ in _ranked(problem, device.sm_count, str(device.name))]
+    return [p.row() if p.tag == c.tag else predict(c, m, n, k, device.sm_count, str(device.name)).row()
+            for p, c in _ranked(problem, device.sm_count, str(device.name))]
 
 
 def format_table(rows: list[dict], chosen: str | None = None) -> str:
