@@ -288,10 +288,11 @@ class GemmPlan:
     def _trace_arguments(self) -> list:
         """Allocate the trace buffer (ptxgemm.kernel.trace_format) with room for every event this plan's schedule makes:
         the busiest producer's k-tiles and the busiest consumer's tiles (every tile in the cooperative schedule; a
-        split-K tile's fix-up events too). Zeroed once; each launch rewrites it."""
+        split-K tile's or stream-K segment's fix-up events too). Zeroed once; each launch rewrites it."""
         sched = self.schedule
         self.trace_capacity = trace_format.capacity_for(sched.max_tiles_per_consumer, sched.ring_passes,
-                                                        self.config.schedule, self.config.split_k)
+                                                        self.config.schedule,
+                                                        self.config.split_k or self.config.stream_k)
         total = self.grid * trace_format.ROLES * self.trace_capacity
         if total >= 2 ** 32:
             raise ConfigError(f"config.trace: {total} trace records do not fit the kernel's 32-bit record numbers; "

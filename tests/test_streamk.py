@@ -97,7 +97,7 @@ def test_config_rules_and_tag():
     assert GemmConfig.from_tag("coop256x128sks3").stages == 3
     assert "stream-K tail" in cfg.describe()
     for bad, named in (({"schedule": "pingpong"}, "schedule='pingpong'"), ({"splits": 2}, "splits"),
-                       ({"source_dtype": "bfloat16"}, "source_dtype"), ({"trace": True}, "trace")):
+                       ({"source_dtype": "bfloat16"}, "source_dtype"), ({"grouped": "contiguous"}, "grouped")):
         fields = {"schedule": "cooperative", "block_m": 128, "block_n": 256, "stream_k": True, **bad}
         with pytest.raises(ConfigError, match=r"^stream_k: .*" + named.replace("(", r"\(")):
             GemmConfig(**fields)

@@ -47,8 +47,11 @@ def _schedule(rec, config: GemmConfig, ctas=None):
     return plan_for(config, m, n, k, rec.trace.meta["sm_count"], ctas)
 
 
-def _path(config: GemmConfig, sched, unit: int) -> str:
-    """The consumer path (trace_format.consumer_paths) scheduler unit `unit` takes."""
+def _path(config: GemmConfig, sched, unit: int, first: int = 0, count: int | None = None) -> str:
+    """The consumer path (trace_format.consumer_paths) scheduler unit `unit` takes (a stream-K segment: the one
+    that starts at position `first` for `count` k-tiles)."""
+    if config.stream_k:
+        return "tile" if count == sched.k_tiles else "final" if first == 0 else "partial"
     if not config.split_k:
         return "tile"
     return "final" if unit % sched.splits == sched.splits - 1 else "partial"
@@ -59,33 +62,40 @@ def _check_against_schedule(rec, config: GemmConfig, ctas=None):
     alternate steps; cooperative: every step, on both consumers), each along its path, and the producer's k-tiles."""
     t = rec.trace
     sched = _schedule(rec, config, ctas)
-    assert t.schedule == config.schedule and t.split_k == config.split_k
+    assert t.schedule == config.schedule and t.split_k == (config.split_k or config.stream_k)
     assert t.ctas == sched.grid and t.warnings == [] and not t.header["dropped"].any()
     assert np.all(t.records["value"][:, :, 0] == sched.k_tiles)  # ROLE_START carries k-tiles per tile
     count = t.header["count"].astype(int)
     paths = trace_format.consumer_paths(config.schedule)
-    if not config.split_k:
+    if not (config.split_k or config.stream_k):
         assert count.max() == t.capacity  # the plan sized the slices for exactly the busiest role
     for cta in range(t.ctas):
         cluster = cta // config.cluster_size
-        mine = set()
+        loaded = 0
         for consumer, role in enumerate(trace_format.CONSUMER_ROLES):
             rows = t.tiles[(t.tiles["cta"] == cta) & (t.tiles["role"] == role)]
-            step, first = (1, 0) if config.cooperative else (2, consumer)
-            expected = [cluster + (first + step * j) * sched.clusters
+            if config.stream_k:
+                walk = sched.cluster_walk(cluster)
+            else:
+                step, first = (1, 0) if config.cooperative else (2, consumer)
+                walk = [(cluster + (first + step * j) * sched.clusters, 0, sched.k_tiles)
                         for j in range(sched.consumer_tiles(cluster, consumer))]
-            assert rows["tile"].tolist() == expected, (cta, role)
-            taken = [_path(config, sched, unit) for unit in expected]
+            assert rows["tile"].tolist() == [unit for unit, _, _ in walk], (cta, role)
+            taken = [_path(config, sched, *segment) for segment in walk]
             assert count[cta, role] == trace_format.BRACKET_RECORDS + sum(len(paths[p]) for p in taken), (cta, role)
             assert ((rows["partial_stored"] != NO_TIME) == [p == "partial" for p in taken]).all(), (cta, role)
             assert ((rows["fixup_done"] != NO_TIME) == [p == "final" for p in taken]).all(), (cta, role)
-            mine |= set(expected)
+            loaded = sum(n for _, _, n in walk) if config.cooperative else loaded + sum(n for _, _, n in walk)
         loads = t.loads[t.loads["cta"] == cta]
-        assert loads["tile"].tolist() == list(range(len(mine) * sched.k_tiles)), cta  # pos 0, 1, ... in order
-        assert count[cta, trace_format.PRODUCER] == trace_format.BRACKET_RECORDS + 2 * len(mine) * sched.k_tiles
+        assert loads["tile"].tolist() == list(range(loaded)), cta  # pos 0, 1, ... in order
+        assert count[cta, trace_format.PRODUCER] == trace_format.BRACKET_RECORDS + 2 * loaded
     leaders = (t.tiles["cta"] % config.cluster_size == 0) & (
         (t.tiles["role"] == trace_format.CONSUMER0) if config.cooperative else True)
-    assert sorted(t.tiles["tile"][leaders].tolist()) == list(range(sched.units))
+    if config.stream_k:   # a unit's segments lie on several clusters; its whole run or final stores it, once
+        stored = t.tiles["tile"][leaders & (t.tiles["partial_stored"] == NO_TIME)]
+        assert sorted(stored.tolist()) == list(range(sched.units))
+    else:
+        assert sorted(t.tiles["tile"][leaders].tolist()) == list(range(sched.units))
 
 
 @pytest.fixture(scope="module")
@@ -220,9 +230,11 @@ COOPERATIVE_CASES = [
     (GemmConfig.from_tag("coop128x256", splits=3), (700, 1300, 2048), 5),
     (GemmConfig.from_tag("pp64x128k2"), (128, 4096, 8192), None),
     (GemmConfig.from_tag("pp64x128", splits=3), (300, 1000, 2048), 3),
+    (GemmConfig.from_tag("coop128x256sk"), (4 * 128 - 8, 3 * 256 - 8, 20 * 64 - 8), 5),
+    (GemmConfig.from_tag("coop128x256c2sk"), (2000, 7000, 1000), None),
 ]
 CASE_IDS = ["coop128x256-16ctas", "coop256x128c2-4ctas", "coop-splitk4", "coop-splitk3-5ctas", "pp-splitk2",
-            "pp-splitk3-3ctas"]
+            "pp-splitk3-3ctas", "coop-streamk-5ctas", "coop-streamk-pairs"]
 
 
 @gpu
@@ -237,7 +249,7 @@ def test_cooperative_and_split_k_traces_follow_the_schedule(config, shape, ctas,
     if config.cooperative:
         line += f", epilogue {summary['epilogue_share']:.1%} of the tiles' time"
         assert 0 < summary["epilogue_share"] < 1
-    if config.split_k:
+    if config.split_k or config.stream_k:
         split = summary["split_k"]
         line += (f", split-K: fix-up wait median {split['fixup_wait_ns'].get('median', 0) / 1e3:.2f} us, "
                  f"{split['fixup_wait_share']:.1%} of the consumers' time")
@@ -245,8 +257,8 @@ def test_cooperative_and_split_k_traces_follow_the_schedule(config, shape, ctas,
 
 
 @gpu
-@pytest.mark.parametrize("config,shape,ctas", [c for c in COOPERATIVE_CASES if c[0].cooperative],
-                         ids=[i for i, c in zip(CASE_IDS, COOPERATIVE_CASES) if c[0].cooperative])
+@pytest.mark.parametrize("config,shape,ctas", [c for c in COOPERATIVE_CASES if c[0].cooperative and not c[0].stream_k],
+                         ids=[i for i, c in zip(CASE_IDS, COOPERATIVE_CASES) if c[0].cooperative and not c[0].stream_k])
 def test_cooperative_halves_share_each_mainloop(config, shape, ctas):
     """Both consumers read the same stages, so neither can run more than the ring's stages ahead of the other:
     with more k-tiles than stages, their mainloops of one tile overlap in time."""
@@ -281,3 +293,26 @@ def test_a_final_split_waits_for_its_partials(config, shape, ctas):
             assert len(partial) == sched.splits - 1 and len(final) == 1, (w, half)
             if len(partial):
                 assert final["splits_arrived"][0] >= partial["partial_stored"].max() - CROSS_SM_SLACK_NS, (w, half)
+
+
+@gpu
+@pytest.mark.parametrize("config,shape,ctas", [c for c in COOPERATIVE_CASES if c[0].stream_k],
+                         ids=[i for i, c in zip(CASE_IDS, COOPERATIVE_CASES) if c[0].stream_k])
+def test_a_stream_k_final_waits_for_its_partials(config, shape, ctas):
+    """Each tail unit (per CTA of the cluster and consumer half) has the partials Schedule.sk_partials names and
+    one final, and the final's wait ends after every one of them was published (within the slack of placing two
+    SMs' clocks on one time base)."""
+    trace, _ = _traced(shape, config, ctas)
+    sched = plan_for(config, *shape, trace.meta["sm_count"], ctas)
+    t = trace.tiles
+    rank = t["cta"] % config.cluster_size
+    tails = [u for u in range(sched.dp_units, sched.units) if sched.sk_partials(u)]
+    assert tails, sched.describe()
+    for unit in tails:
+        for r in range(config.cluster_size):
+            for role in trace_format.CONSUMER_ROLES:
+                rows = t[(t["tile"] == unit) & (rank == r) & (t["role"] == role)]
+                partial = rows[rows["partial_stored"] != NO_TIME]
+                final = rows[rows["splits_arrived"] != NO_TIME]
+                assert len(partial) == len(sched.sk_partials(unit)) and len(final) == 1, (unit, r, role)
+                assert final["splits_arrived"][0] >= partial["partial_stored"].max() - CROSS_SM_SLACK_NS, (unit, r)

@@ -21,7 +21,8 @@ UNTRACED = [GemmConfig(), GemmConfig(block_n=192, out_dtype="float32"),
             GemmConfig(block_m=64, block_n=256, in_dtype="float16", out_dtype="float16", a_major="k", b_major="k"),
             GemmConfig(cluster_m=2, a_major="mn", b_major="mn"), GemmConfig(debug=True),
             GemmConfig.from_tag("coop128x256"), GemmConfig.from_tag("coop256x128c2"),
-            GemmConfig.from_tag("coop128x256k4"), GemmConfig.from_tag("pp64x128k2")]
+            GemmConfig.from_tag("coop128x256k4"), GemmConfig.from_tag("pp64x128k2"),
+            GemmConfig.from_tag("coop128x256c2sk")]
 TRACED = [GemmConfig(trace=True), GemmConfig(trace=True, cluster_m=2, a_major="mn"),
           GemmConfig(trace=True, block_m=64, block_n=256, out_dtype="float32"), GemmConfig(trace=True, block_n=192)]
 #: the cooperative schedule and split-K, traced (each schedule's paths: trace_format.consumer_paths)
@@ -30,11 +31,12 @@ TRACED_PATHS = [GemmConfig.from_tag("coop128x256", trace=True), GemmConfig.from_
                 GemmConfig.from_tag("coop256x192", trace=True, out_dtype="float32"),
                 GemmConfig.from_tag("coop128x128", trace=True, in_dtype="float8_e4m3fn", b_major="k",
                                     block_scale=True, splits=2),
-                GemmConfig.from_tag("coop128x256", trace=True, bias="col", activation="gelu", col_pairs=True)]
+                GemmConfig.from_tag("coop128x256", trace=True, bias="col", activation="gelu", col_pairs=True),
+                GemmConfig.from_tag("coop128x256c2sk", trace=True), GemmConfig.from_tag("coop256x128sk", trace=True)]
 
 
 KERNEL_TEMPLATES = ("gemm_roles.ptx.j2", "gemm_consumer.ptx.j2", "gemm_pingpong.ptx.j2", "gemm_cooperative.ptx.j2",
-                    "splitk.ptx.j2")
+                    "splitk.ptx.j2", "streamk.ptx.j2")
 
 
 def without_blank_lines(ptx: str) -> str:
@@ -166,10 +168,12 @@ def writer_tile_paths(ptx: str) -> set[tuple[int, ...]]:
 @pytest.mark.parametrize("config", TRACED + TRACED_PATHS, ids=lambda c: c.describe())
 def test_every_path_through_a_tile_records_one_of_the_schedules_paths(config):
     """Walked through the consumer's branches, each tile records exactly the codes of one of its schedule's paths
-    (the grammar ptxgemm.tools.trace_decode checks), a split-K tile a partial's or the final's, and the loop's
-    exit ROLE_END alone: the events sit where the decoder expects them on every branch, split-K's included."""
+    (the grammar ptxgemm.tools.trace_decode checks), a split-K tile a partial's or the final's, a stream-K segment
+    a whole tile's, a partial's or a final's, and the loop's exit ROLE_END alone: the events sit where the decoder
+    expects them on every branch, split-K's and stream-K's included."""
     paths = trace_format.consumer_paths(config.schedule)
-    expected = {paths["partial"], paths["final"]} if config.split_k else {paths["tile"]}
+    expected = ({paths["partial"], paths["final"]} if config.split_k else
+                {paths["tile"], paths["partial"], paths["final"]} if config.stream_k else {paths["tile"]})
     assert writer_tile_paths(render_gemm(config)) == expected | {(trace_format.ROLE_END,)}
 
 
@@ -180,7 +184,7 @@ def test_cooperative_and_split_k_record_each_event_once_per_site(config):
     assert sorted(_codes(sections["producer"])) == sorted([trace_format.ROLE_START, *trace_format.PRODUCER_CYCLE,
                                                            trace_format.ROLE_END])
     paths = trace_format.consumer_paths(config.schedule)
-    codes = set(paths["partial"] + paths["final"]) if config.split_k else set(paths["tile"])
+    codes = set(paths["partial"] + paths["final"]) if config.split_k or config.stream_k else set(paths["tile"])
     assert sorted(_codes(sections["consumer"])) == sorted([trace_format.ROLE_START, *codes, trace_format.ROLE_END])
     # the header's fourth word: the schedule, so the decoder knows the paths
     word = trace_format.SCHEDULES.index(config.schedule)
