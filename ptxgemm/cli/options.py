@@ -10,7 +10,8 @@ from ..kernel.config import (FP8_DTYPES, GemmConfig, INPUT_DTYPES, MAJORS, OUTPU
                              default_out_dtype)
 
 #: options that choose the tile and its walk: what a config tag (GemmConfig.from_tag) names
-TILE_OPTIONS = ("schedule", "block_m", "block_n", "stages", "group_m", "cluster_m", "cluster_n", "raster")
+TILE_OPTIONS = ("schedule", "block_m", "block_n", "stages", "group_m", "cluster_m", "cluster_n", "raster",
+                "stream_k")
 #: options the operands decide (selection takes them as part of the problem)
 OPERAND_OPTIONS = ("in_dtype", "out_dtype", "a_major", "b_major")
 #: build switches that apply to whichever config runs
@@ -45,6 +46,9 @@ def add_config_arguments(group) -> None:
     group.add_argument("--raster", default=None, choices=RASTERS,
                        help="tile walk: grouped down group_m tile-rows (m), across group_m tile-columns (n), or "
                             f"along a generalized Hilbert curve (hilbert) (default {d.raster})")
+    group.add_argument("--stream-k", action="store_true", default=None,
+                       help="the stream-K tail: the last partial wave's k-tiles shared by every cluster (cooperative "
+                            "schedule only) (default off)")
     group.add_argument("--in-dtype", default=None, choices=INPUT_DTYPES,
                        help=f"A and B's dtype: {', '.join(INPUT_DTYPES)} (default {d.in_dtype})")
     group.add_argument("--out-dtype", default=None, choices=OUTPUT_DTYPES,
