@@ -203,7 +203,11 @@ WAVE_FILL_MARGIN = 0.05
 # least SK_MIN_GAIN of its steps. The tail costs its shares' k-tiles plus a fix-up: at most two fp32 partial tiles
 # (one consumer pair's accumulators each) written or read per cluster, through L2 at SK_L2_BYTES_PER_NS per SM (a
 # prediction: split-K's fitted l2_sm_bytes_per_ns, 16.2, also holds its units' extra epilogue). Shares need
-# SK_MIN_K_TILES k-tiles per unit: short k-loops are memory-bound, where the wave's idle SMs cost nothing.
+# SK_MIN_K_TILES k-tiles per unit: short k-loops are memory-bound, where the wave's idle SMs cost nothing. And at
+# least one full wave: with fewer units than clusters every unit is cut (all tail), which measured 12-16% slower
+# than cuBLAS at 128 and 256 x 14336 x 4096 (H100, `sustained/streamk/bench_h100_issue26_streamk_smallm.json`)
+# where the selection's picks had been at parity; splitting K for a small grid is split-K's job, which has its own
+# candidates.
 SK_MIN_GAIN = 0.01
 SK_L2_BYTES_PER_NS = 50.0
 SK_MIN_K_TILES = 16
@@ -468,8 +472,8 @@ def with_stream_k(config: GemmConfig, m: int, n: int, k: int, sm_count: int, gpu
         return config      # a kernel the tail does not combine with (blockwise, a source tile, grouped, traced)
     m, n, k = _kernel_mnk(config, m, n, k)
     sched = schedule.plan_for(sk, m, n, k, sm_count, batches=batches)
-    if not sched.sk_units or sched.k_tiles < SK_MIN_K_TILES:
-        return config
+    if not sched.sk_units or not sched.dp_units or sched.k_tiles < SK_MIN_K_TILES:
+        return config      # no tail; or no full wave (fewer units than clusters: split-K's ground); or a short loop
     whole = math.ceil(sched.units / min(sched.clusters, sched.units))
     return sk if sk_steps(sk, sched, gpu_name) <= whole * (1 - SK_MIN_GAIN) else config
 
