@@ -55,12 +55,14 @@ def _tiles_only(request, monkeypatch):
 @pytest.mark.stream_k
 @pytest.mark.parametrize("shape, tail", [((8192, 8192, 8192), True), ((4096, 4096, 14336), True),
                                          ((5000, 5000, 5000), True), ((4096, 4096, 4096), False),
-                                         ((8448, 9216, 1024), False), ((2816, 3072, 8192), False)])
+                                         ((8448, 9216, 1024), False), ((2816, 3072, 8192), False),
+                                         ((256, 14336, 4096), False), ((512, 14336, 4096), True)])
 def test_the_stream_k_tail_is_taken_where_the_model_says_it_saves_time(shape, tail):
     """The selection's last step (with_stream_k): the tail where the last wave is partly empty and the k-loop long
     enough (8192^3: 1024 cluster units on 66 clusters, 15.5 waves); not at 4096^3 (64 k-tiles: the fix-up costs as
     much as the 0.12 wave it saves), not on a short k-loop (8448x9216x1024: 16 k-tiles), not where the waves are whole
-    (2816x3072: 132 cluster units, two waves), not for fp8 (unmeasured)."""
+    (2816x3072: 132 cluster units, two waves), not without a full wave (256x14336: 112 units on 132 SMs, all tail),
+    not for fp8 (unmeasured)."""
     cfg = select_config(*shape, device=H100)
     assert cfg.stream_k == tail, cfg.tag
     assert not select_config(*shape, "float8_e4m3fn", "bfloat16", "k", "k", device=H100).stream_k
