@@ -200,16 +200,19 @@ WAVE_FILL_MARGIN = 0.05
 # The stream-K tail (GemmConfig.stream_k; ptxgemm/kernel/templates/streamk.ptx.j2). Whole units leave the last wave
 # partly idle (4096x4096x14336 in cluster pairs: 256 units on 66 clusters, 3.88 waves timed as 4). A cooperative
 # pick whose units are not a whole number of waves runs its last partial wave as k-tile shares when that saves at
-# least SK_MIN_GAIN of its steps. The tail costs its shares' k-tiles plus a fix-up: at most two fp32 partial tiles
-# (one consumer pair's accumulators each) written or read per cluster, through L2 at SK_L2_BYTES_PER_NS per SM (a
-# prediction: split-K's fitted l2_sm_bytes_per_ns, 16.2, also holds its units' extra epilogue). Shares need
+# least SK_MIN_GAIN of its steps. The tail costs its shares' k-tiles plus a fix-up, counted as two fp32 partial
+# tiles (one consumer pair's accumulators each) through L2 at SK_L2_BYTES_PER_NS per SM. That rate is measured, not
+# a bandwidth: the trace put the whole fix-up (the partial's stores and release, the final's wait and adds, one more
+# epilogue per share) at about 11 us per cluster at 4096^3 and at 4096x4096x14336 (H100, perf-notes issue 26 step
+# 9), which 2 x 128 KiB at 24 B/ns gives; with it the model's gains came within 0.3 points of the measured ones on
+# six shapes (6144^3 +1.1 against +1.1%, 8192^3 +2.2 against +2.2, 4096^3 -3.5 against -2.4). Shares need
 # SK_MIN_K_TILES k-tiles per unit: short k-loops are memory-bound, where the wave's idle SMs cost nothing. And at
 # least one full wave: with fewer units than clusters every unit is cut (all tail), which measured 12-16% slower
 # than cuBLAS at 128 and 256 x 14336 x 4096 (H100, `sustained/streamk/bench_h100_issue26_streamk_smallm.json`)
 # where the selection's picks had been at parity; splitting K for a small grid is split-K's job, which has its own
 # candidates.
-SK_MIN_GAIN = 0.01
-SK_L2_BYTES_PER_NS = 50.0
+SK_MIN_GAIN = 0.005
+SK_L2_BYTES_PER_NS = 24.0
 SK_MIN_K_TILES = 16
 SK_DTYPES = ("bfloat16", "float16")   # measured with bf16 (docs/perf-notes.md, issue 26 step 9); fp8's k-tiles are
 #                                       half as long, so its fix-up weighs twice as much, and is not measured
