@@ -181,3 +181,41 @@ def test_mutants_of_the_stream_k_fix_up_are_killed(tmp_path):
         must["sync after the poll"] = bar_syncs[1:]
         for name, rows in must.items():
             assert all(r["status"] == "killed" for r in rows), (name, rows)
+
+
+def _batched_schedule(sm_count: int):
+    cfg = GemmConfig.from_tag("coop128x256sk")
+    return plan_for(cfg, 500, 760, 1272, sm_count, BATCHED_CTAS, batches=3)
+
+
+BATCHED_CTAS = 20
+
+
+def test_the_batched_case_has_a_tail_across_problems():
+    s = _batched_schedule(SM_COUNT_ASSUMED)
+    assert (s.units, s.dp_units, s.batch_units) == (36, 20, 12)     # the tail: units 20..35, problems 1 and 2
+    assert any(s.sk_partials(u) for u in range(20, 24)) and any(s.sk_partials(u) for u in range(24, 36))
+
+
+@gpu
+def test_a_batch_whose_tail_spans_two_problems():
+    """(3, M, K) @ (3, K, N) on 20 CTAs: 36 units, the tail's 16 in problems 1 and 2, shares crossing from one problem
+    into the next; each problem against its own float64 reference, the output poisoned first."""
+    import ptxgemm
+    from ptxgemm import DeviceArray
+    from ptxgemm.runtime import driver
+
+    rng = np.random.default_rng(2611)
+    a = np.stack([random_matrix(rng, 500, 1272, "bfloat16") for _ in range(3)])
+    b = np.stack([random_matrix(rng, 1272, 760, "bfloat16") for _ in range(3)])
+    out = DeviceArray.empty((3, 500, 760), DTYPES["bfloat16"])
+    out.poison()
+    plan = ptxgemm.GemmPlan(ptxgemm.to_device(a), ptxgemm.to_device(b), out, GemmConfig.from_tag("coop128x256sk"),
+                            ctas=BATCHED_CTAS)
+    assert plan.schedule == _batched_schedule(driver.device_info().sm_count)
+    plan.launch()
+    got = out.to_numpy()
+    for i in range(3):
+        verdict = check_result(got[i], a[i], b[i])
+        assert verdict.ok, f"problem {i}: {verdict}"
+    assert not plan.flags.to_numpy().any()
