@@ -24,6 +24,7 @@ from .build.kernels import compile_gemm
 from .errors import ConfigError, CudaError
 from .kernel import schedule, trace_format
 from .kernel.config import GemmConfig, default_out_dtype
+from .kernel.layout import FLAG_BYTES
 from .plan import epilogue, operands
 from .plan.call import parse_epilogue, plan_call
 from .plan.checks import check_config, check_dtypes, check_out_dtype, dtype_name, result_shape
@@ -262,28 +263,29 @@ class GemmPlan:
                                              cluster=(cfg.cluster_size, 1, 1) if cfg.cluster_size > 1 else None)
 
     def _split_arguments(self, cfg: GemmConfig, sched, stream) -> list:
-        """Split-K's workspace (the partial tiles: splits - 1 per output tile and consumer half) and its flags (one
-        u32 each), both the plan's own; the flags are zeroed once here, and every launch leaves them zero."""
+        """Split-K's splits, and its fix-up buffers: a partial tile per split but the last, per output tile and
+        consumer half; a flag per output tile and consumer half."""
         halves = sched.work_tiles * cfg.consumers_per_tile
-        self.workspace = self._scratch(max(halves * (sched.splits - 1) * cfg.partial_bytes, 16))
-        flags = self._scratch(halves * 4)
-        self.flags = arrays.DeviceArray(flags.ptr, (halves,), np.uint32, owner=False, base=flags)
-        self.flags.fill_bytes(0, 4, stream=stream)
-        return [ctypes.c_uint32(sched.splits), ctypes.c_uint64(self.workspace.ptr), ctypes.c_uint64(self.flags.ptr)]
+        return [ctypes.c_uint32(sched.splits), *self._fix_up_buffers(halves * (sched.splits - 1), halves, cfg, stream)]
 
     def _stream_k_arguments(self, cfg: GemmConfig, sched, stream) -> list:
-        """The stream-K tail's split (units run whole, k-tiles per cluster's share), its workspace (one partial tile
-        per CTA and consumer half: a share holds at most one partial) and its flags (one u32 per tail unit, CTA of
-        the cluster and consumer half), both the plan's own; the flags are zeroed once here, and every launch leaves
-        them zero."""
+        """The stream-K tail's split (units run whole, k-tiles per cluster's share), and its fix-up buffers: a
+        partial tile per CTA and consumer half (a share holds at most one partial); a flag per tail unit, CTA of the
+        cluster and consumer half."""
         halves = cfg.cluster_size * cfg.consumers_per_tile
-        self.workspace = self._scratch(max(sched.clusters * halves * cfg.partial_bytes, 16))
-        count = max(sched.sk_units * halves, 1)
-        flags = self._scratch(count * 4)
-        self.flags = arrays.DeviceArray(flags.ptr, (count,), np.uint32, owner=False, base=flags)
-        self.flags.fill_bytes(0, 4, stream=stream)
-        return [ctypes.c_uint32(sched.dp_units), ctypes.c_uint32(sched.sk_per), ctypes.c_uint64(self.workspace.ptr),
-                ctypes.c_uint64(self.flags.ptr)]
+        return [ctypes.c_uint32(sched.dp_units), ctypes.c_uint32(sched.sk_per),
+                *self._fix_up_buffers(sched.clusters * halves, sched.sk_units * halves, cfg, stream)]
+
+    def _fix_up_buffers(self, partials: int, flags: int, cfg: GemmConfig, stream) -> list:
+        """The workspace of `partials` fp32 partial tiles and `flags` u32 flags, both the plan's own (never empty, so
+        the pointers are real); the flags are zeroed once here, and every launch leaves them zero. [workspace, flags]
+        as kernel arguments."""
+        self.workspace = self._scratch(max(partials * cfg.partial_bytes, 16))
+        count = max(flags, 1)
+        buf = self._scratch(count * FLAG_BYTES)
+        self.flags = arrays.DeviceArray(buf.ptr, (count,), np.uint32, owner=False, base=buf)
+        self.flags.fill_bytes(0, FLAG_BYTES, stream=stream)
+        return [ctypes.c_uint64(self.workspace.ptr), ctypes.c_uint64(self.flags.ptr)]
 
     def _trace_arguments(self) -> list:
         """Allocate the trace buffer (ptxgemm.kernel.trace_format) with room for every event this plan's schedule makes:
