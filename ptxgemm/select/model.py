@@ -576,8 +576,7 @@ def _ranked(problem: Problem, sm_count: int, gpu_name: str = "", batches: int = 
         return (0, 0, order, c.splits, 0)
 
     pairs += fillers
-    return [(p, with_stream_k(c, problem.m, problem.n, problem.k, sm_count, gpu_name, batches))
-            for p, c in sorted(pairs, key=rank)]
+    return sorted(pairs, key=rank)
 
 
 def blockwise_candidates(problem: Problem) -> list[GemmConfig]:
@@ -653,7 +652,8 @@ def preferences(m: int, n: int, k: int, in_dtype: str = "bfloat16", out_dtype: s
     if cached is not None and with_epilogue(cached, epilogue) is not None:
         yield with_epilogue(cached, epilogue), "tune cache"
     for _, config in _ranked(problem, device.sm_count, str(device.name), batches, epilogue):
-        yield config, "cost model"
+        # the tail decided for the configs the caller takes, not for every candidate ranked
+        yield with_stream_k(config, m, n, k, device.sm_count, str(device.name), batches), "cost model"
 
 
 def choose(m: int, n: int, k: int, in_dtype: str = "bfloat16", out_dtype: str | None = None, a_major: str = "k",
@@ -676,12 +676,16 @@ def select_config(m: int, n: int, k: int, in_dtype: str = "bfloat16", out_dtype:
 
 def explain(m: int, n: int, k: int, in_dtype: str = "bfloat16", out_dtype: str | None = None, a_major: str = "k",
             b_major: str = "mn", device=None) -> list[dict]:
-    """The cost model's table, fastest first: per candidate its tag, tiles, k-tiles, steps per CTA and predicted us.
-    (The cost model only: the tune cache, if it has an entry, overrides the first row; see `choose`.)"""
+    """The cost model's table, fastest first: per candidate its tag, tiles, k-tiles, steps per CTA and predicted us,
+    each with the stream-K tail where `preferences` would give it one. (The cost model only: the tune cache, if it
+    has an entry, overrides the first row; see `choose`.)"""
     problem = Problem(m, n, k, in_dtype, out_dtype, a_major, b_major)
     device = resolve_device(device)
-    return [p.row() if p.tag == c.tag else predict(c, m, n, k, device.sm_count, str(device.name)).row()
-            for p, c in _ranked(problem, device.sm_count, str(device.name))]
+    rows = []
+    for p, c in _ranked(problem, device.sm_count, str(device.name)):
+        tail = with_stream_k(c, m, n, k, device.sm_count, str(device.name))
+        rows.append((p if tail is c else predict(tail, m, n, k, device.sm_count, str(device.name))).row())
+    return rows
 
 
 def format_table(rows: list[dict], chosen: str | None = None) -> str:
