@@ -226,22 +226,6 @@ def test_mutants_of_the_split_k_fix_up_are_killed(tmp_path):
     (ptxgemm.tools.mutants: 2 launches each with the workspace poisoned in between, so a flag left set lets the second
     launch's final read NaN partials). The sync before the publish is caught, or survives with the reason written
     in ptxgemm.tools.mutants (a latent race); the weakened forms likewise (the command's exit status checks that)."""
-    import json
-    import subprocess
-    import sys
+    from fix_up_mutants import assert_fix_up_mutants_killed
 
-    out = tmp_path / "mutants.json"
-    proc = subprocess.run([sys.executable, "-m", "ptxgemm", "mutants", "--preset", "split", "--preset",
-                           "cooperative-split", "--template", "splitk.ptx.j2", "--json", str(out)],
-                          capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    for config in json.loads(out.read_text())["configs"]:
-        records = config["mutants"]
-        must = {(kind, mutation): [r for r in records if r["id"].split(":")[1] == kind and r["mutation"] == mutation]
-                for kind, mutation in (("red.release", "deleted"), ("ld.acquire", "skipped"),
-                                       ("st.relaxed", "deleted"), ("bar.sync", "deleted"))}
-        assert all(len(v) == (2 if k[0] == "bar.sync" else 1) for k, v in must.items()), must
-        bar_syncs = sorted(must.pop(("bar.sync", "deleted")), key=lambda r: r["ptx_line"])
-        must["sync after the poll"] = bar_syncs[1:]      # the one after the poll, later in the PTX than the publish's
-        for name, rows in must.items():
-            assert all(r["status"] == "killed" for r in rows), (name, rows)
+    assert_fix_up_mutants_killed(("split", "cooperative-split"), "splitk.ptx.j2", tmp_path / "mutants.json")
