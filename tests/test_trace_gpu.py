@@ -85,7 +85,8 @@ def _check_against_schedule(rec, config: GemmConfig, ctas=None):
             assert count[cta, role] == trace_format.BRACKET_RECORDS + sum(len(paths[p]) for p in taken), (cta, role)
             assert ((rows["partial_stored"] != NO_TIME) == [p == "partial" for p in taken]).all(), (cta, role)
             assert ((rows["fixup_done"] != NO_TIME) == [p == "final" for p in taken]).all(), (cta, role)
-            loaded = sum(n for _, _, n in walk) if config.cooperative else loaded + sum(n for _, _, n in walk)
+            # the producer loads each unit once: both cooperative consumers walk them all, pingpong's share them
+            loaded = (0 if config.cooperative else loaded) + sum(n for _, _, n in walk)
         loads = t.loads[t.loads["cta"] == cta]
         assert loads["tile"].tolist() == list(range(loaded)), cta  # pos 0, 1, ... in order
         assert count[cta, trace_format.PRODUCER] == trace_format.BRACKET_RECORDS + 2 * loaded

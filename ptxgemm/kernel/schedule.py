@@ -115,8 +115,7 @@ class Schedule:
         units of one wave do (unrotated, each share read its own part of K, and the tail ran from DRAM)."""
         if unit < self.dp_units:
             return 0
-        start = (unit - self.dp_units) * self.k_tiles
-        return start - start // self.sk_per * self.sk_per
+        return (unit - self.dp_units) * self.k_tiles % self.sk_per
 
     def k_tiles_of(self, unit: int, first: int, count: int) -> list[int]:
         """The k-tiles of K a segment loads, in order."""
