@@ -21,7 +21,7 @@ from .gemm import LOAD_L2_PROMOTION, MN_PANEL, array_key, cached_plan, get_kerne
 from .kernel.config import GemmConfig
 from .plan import grouped, grouped_call
 from .plan.epilogue import Epilogue
-from .plan.checks import check_config, dtype_name
+from .plan.checks import check_config, check_ctas, dtype_name
 from .runtime import arrays, driver, tensormap
 from .runtime.arrays import as_device_array
 from .runtime.debug import StallRecords
@@ -144,14 +144,17 @@ class GroupedPlan:
         sm_count = device().sm_count
         self.kernel = kernel if kernel is not None else get_kernel(cfg)
         self._maps = maps = {nm: tensormap.encode(spec) for nm, spec in plan.specs.items()}
-        self.grid = sm_count if ctas is None else max(1, min(int(ctas), sm_count))
+        check_ctas(ctas, cfg.cluster_size)
+        limit = sm_count if ctas is None else min(ctas, sm_count)
+        self.grid = limit - limit % cfg.cluster_size     # whole clusters: a pair along M takes two SMs
         debug_ptr = 0
         if cfg.debug:   # bounded waits that report the stalled barrier (ptxgemm.runtime.debug)
             self.records = StallRecords(self.grid, cfg.threads)
             debug_ptr = self.records.device_pointer
         args = [maps["tmap_a"], maps["tmap_b"], maps["tmap_c"], *plan.scalars(debug_ptr)]
         self._launch = driver.PreparedLaunch(self.kernel.function, (self.grid,), (cfg.threads,), args,
-                                             smem_bytes=cfg.smem_bytes)
+                                             smem_bytes=cfg.smem_bytes,
+                                             cluster=(cfg.cluster_size, 1, 1) if cfg.cluster_size > 1 else None)
 
     @property
     def flops(self) -> int:

@@ -176,6 +176,39 @@ def test_the_walk_covers_every_row_of_every_group_once_and_balances_the_ctas():
     assert len([u for c in kgrouped for u in c]) == 3 * 2 * 1 and {u.row_end for c in kgrouped for u in c} == {200}
 
 
+def test_a_pair_along_m_walks_both_tile_rows_of_one_group_and_covers_every_row_once():
+    """With cluster_m 2 a unit is two tile rows of one group: the pair's CTAs get the same group and column, rank r
+    the unit row's tile row 2 x row + r; a tile row past its group's end is walked (its CTA keeps the pair's
+    barriers) but covers no row; every row of every group is covered once and the clusters stay balanced."""
+    from ptxgemm.kernel import grouped_walk
+
+    counts = [0, 1, 128, 129, 256, 300, 0, 700, 5]
+    offs = list(np.cumsum(counts))
+    total, n, bm, bn = offs[-1] + 7, 512, 128, 256
+    per_cta = grouped_walk.walk("contiguous", offs, total, 0, n, bm, bn, ctas=8, cluster_m=2)
+    covered = set()
+    for c in range(0, 8, 2):
+        assert len(per_cta[c]) == len(per_cta[c + 1])
+        for u0, u1 in zip(per_cta[c], per_cta[c + 1]):
+            assert (u0.group, u0.n0, u0.row_end) == (u1.group, u1.n0, u1.row_end) and u1.m0 == u0.m0 + bm
+            s, _ = grouped_walk.ranges("contiguous", offs, total)[u0.group]
+            assert (u0.m0 - s) % (2 * bm) == 0 and u0.m0 < u0.row_end     # rank 0 always holds rows
+            for u in (u0, u1):
+                for r in range(u.m0, min(u.m0 + bm, u.row_end)):
+                    assert (r, u.n0) not in covered
+                    covered.add((r, u.n0))
+    assert len(covered) == sum(counts) * 2
+    units = grouped_walk.units_per_group("contiguous", offs, total, 0, n, bm, bn, cluster_m=2)
+    assert units == [0, 2, 2, 2, 2, 4, 0, 6, 2]
+    sizes = [len(per_cta[c]) for c in range(0, 8, 2)]
+    assert max(sizes) - min(sizes) <= 1
+    kgrouped = grouped_walk.walk("k", [10, 300], 300, 300, 128, 128, 128, ctas=2, cluster_m=2)
+    # M 300: two unit rows per group; rank 1's tile of the second (rows 384..) lies past M and stays idle
+    assert [(u.group, u.m0) for u in kgrouped[1]] == [(0, 128), (0, 384), (1, 128), (1, 384)]
+    with pytest.raises(ValueError, match="whole clusters"):
+        grouped_walk.walk("k", [10], 10, 10, 128, 128, 128, ctas=3, cluster_m=2)
+
+
 def test_the_weight_gradient_cases_use_the_forward_routings():
     """The k-grouped cases: each expert's K is its routed rows from the forward cases, M x N the expert's weight,
     and the FLOPs count M x N x the groups' K."""

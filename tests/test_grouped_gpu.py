@@ -82,6 +82,14 @@ CASES = (
      "coop128x128"),
     ("masked-many-small", "masked", (64, [5, 64, 0, 33, 1, 64, 17, 0, 63, 2, 40, 9, 64, 0, 30, 11, 50, 8, 64, 3]),
      256, 192, "bfloat16", "k", "coop128x128"),
+    # pairs along M (cluster_m 2, B multicast): groups of one tile row (the second CTA idle), of 2 and 3 tile rows,
+    # unaligned and empty; the rows after the last end stay unwritten
+    ("pair-empty-unaligned", "contiguous", [0, 1, 130, 257, 0, 384, 129], 512, 328, "bfloat16", "mn",
+     "coop128x256c2"),
+    ("pair-fp16-kmajor-8", "contiguous", [33, 517, 64, 128, 1, 255, 0, 300], 512, 1024, "float16", "k",
+     "coop128x256c2"),
+    ("pair-rows-past-last-end", "contiguous", [70, 0, 190], 256, 256, "bfloat16", "k", "coop256x128c2"),
+    ("pair-masked", "masked", (300, [300, 17, 0, 129, 256, 3]), 256, 640, "bfloat16", "k", "coop128x128c2"),
 )
 
 
@@ -122,11 +130,12 @@ def test_grouped_case(name, form, sizes, n, k, dtype, major, tag):
 
 
 @gpu
-@pytest.mark.parametrize("hint", [None, False])
+@pytest.mark.parametrize("hint", [None, False, "pair"])
 def test_many_groups_skewed_and_few_ctas(hint):
     """256 experts with Zipf-drawn counts (many empty, most of one tile row, some of several), on the default grid
     and on 3 CTAs (each walks many units across groups, so the ring's phase and the search carry from group to
-    group); with and without the L2 hint on one-row groups' B (GemmConfig.group_stream_hint)."""
+    group); with and without the L2 hint on one-row groups' B (GemmConfig.group_stream_hint); and on pairs along M
+    (4 CTAs: two clusters), the hint on."""
     import ptxgemm
 
     rng = np.random.default_rng(25256)
@@ -137,22 +146,24 @@ def test_many_groups_skewed_and_few_ctas(hint):
     b = _b(rng, 256, k, n, "bfloat16", "mn")
     counts = _counts_contiguous(sizes)
     problem = grouped_rules.parse(a, b, offs=counts)
-    for ctas in (None, 3):
+    for ctas in (None, 4 if hint == "pair" else 3):
         out = ptxgemm.DeviceArray.empty((a.shape[0], n), np.dtype(accuracy.DTYPES["bfloat16"]))
         out.poison()
         poisoned = out.to_numpy()
         config = (None if hint is None else   # None: the default config, the hint on
+                  GemmConfig.from_tag("coop128x256c2", grouped="contiguous") if hint == "pair" else
                   GemmConfig.from_tag("coop128x256", grouped="contiguous", group_stream_hint=hint))
         plan = ptxgemm.GroupedPlan(ptxgemm.to_device(a), ptxgemm.to_device(b), offs=ptxgemm.to_device(counts),
                                    out=out, ctas=ctas, config=config)
-        assert plan.config.stream_hint == (hint is None)   # on by default
+        assert plan.config.stream_hint == (hint in (None, "pair"))   # on by default
+        assert plan.grid % plan.config.cluster_size == 0
         plan.launch()
         _check(out.to_numpy(), poisoned, a, b, problem, counts, "bfloat16", "bfloat16")
 
 
 @gpu
-@pytest.mark.parametrize("form", ["contiguous", "masked"])
-def test_fp8_per_tensor_scales_and_activation(form):
+@pytest.mark.parametrize("form, tag", [("contiguous", None), ("masked", None), ("contiguous", "coop128x256c2")])
+def test_fp8_per_tensor_scales_and_activation(form, tag):
     import ptxgemm
 
     fp8 = "float8_e4m3fn"
@@ -172,7 +183,7 @@ def test_fp8_per_tensor_scales_and_activation(form):
     poisoned = out.to_numpy()
     kw = {"offs" if form == "contiguous" else "masked_m": ptxgemm.to_device(counts)}
     ptxgemm.grouped_matmul(ptxgemm.to_device(a), _device_b(ptxgemm, b, "k"), out=out, scale_a=0.75, scale_b=1.5,
-                           activation="silu", **kw)
+                           activation="silu", config=GemmConfig.from_tag(tag) if tag else None, **kw)
     problem = grouped_rules.parse(a, b, out=poisoned, **{key: counts for key in kw})
     _check(out.to_numpy(), poisoned, a, b, problem, counts, fp8, "bfloat16", scale=1.125, activation="silu")
 
@@ -256,6 +267,8 @@ K_CASES = (
     ("k-empty-unaligned", [0, 100, 64, 300], 200, 256, "bfloat16", None),
     ("k-many-fp16", [7, 0, 130, 64, 1, 0, 257, 33, 500, 0, 64, 12, 95], 136, 384, "float16", "coop128x128"),
     ("k-tall-m", [640, 0, 129], 520, 192, "bfloat16", "coop256x128"),
+    # a pair along M: M 520 is 5 tile rows, so the last pair's second CTA lies past M and idles
+    ("k-pair", [7, 0, 130, 64, 1, 257, 500], 520, 256, "bfloat16", "coop128x256c2"),
 )
 
 
@@ -349,9 +362,10 @@ def test_rowwise_scales_and_bias_per_group(form, monkeypatch):
 
 
 @gpu
-def test_blockwise_scales_per_group(monkeypatch):
+@pytest.mark.parametrize("tag", [None, "coop128x128c2"])
+def test_blockwise_scales_per_group(monkeypatch, tag):
     """DeepSeek-V3's recipe per expert: scale_a (total_M, ceil(K/128)) per token and 128 K, scale_b (G, ceil(K/128),
-    ceil(N/128)) per expert and 128x128 block; unaligned groups, K not a multiple of 128."""
+    ceil(N/128)) per expert and 128x128 block; unaligned groups, K not a multiple of 128; also on pairs along M."""
     import ptxgemm
 
     monkeypatch.setattr(grouped_call, "UNVERIFIED", {})
@@ -367,8 +381,10 @@ def test_blockwise_scales_per_group(monkeypatch):
     out = ptxgemm.DeviceArray.empty((a.shape[0], n), np.dtype(accuracy.DTYPES["bfloat16"]))
     out.poison()
     plan = ptxgemm.GroupedPlan(ptxgemm.to_device(a), _device_b(ptxgemm, b, "k"), offs=ptxgemm.to_device(counts),
-                               out=out, scale_a=ptxgemm.to_device(sa), scale_b=ptxgemm.to_device(sb))
+                               out=out, scale_a=ptxgemm.to_device(sa), scale_b=ptxgemm.to_device(sb),
+                               config=GemmConfig.from_tag(tag) if tag else None)
     assert plan.config.block_scale and plan.config.grouped == "contiguous"
+    assert plan.config.cluster_m == (2 if tag else 1)
     plan.launch()
     got = out.to_numpy()
     start = 0

@@ -57,7 +57,7 @@ def test_a_fused_default_that_spills_yields_to_the_next_tile():
 
 @pytest.mark.parametrize("kw, rule", [
     (dict(schedule="pingpong", block_m=128, block_n=128), "pingpong"),
-    (dict(schedule="cooperative", cluster_m=2, block_n=256), "cluster"),
+    (dict(schedule="cooperative", cluster_n=2, block_n=256), "cluster_n"),
     (dict(schedule="cooperative", splits=2), "splits"),
     (dict(schedule="cooperative", source_dtype="bfloat16"), "source_dtype"),
     (dict(schedule="cooperative", block_n=208), "whole number"),
@@ -359,12 +359,13 @@ def _walk_probe_ptx(cfg) -> str:
 .target sm_90a
 .address_size 64
 .visible .entry walk_probe(.param .u32 param_groups, .param .u32 param_group_rows, .param .u32 param_tiles_n,
-    .param .u32 param_num_tiles, .param .u64 param_out)
+    .param .u32 param_num_tiles, .param .u64 param_out, .param .u32 param_rank)
 {{
-    .reg .u32 %smem_base, %tiles_n, %num_tiles, %tile, %m0, %n0, %batch, %m, %k_tiles;
+    .reg .u32 %smem_base, %tiles_n, %num_tiles, %tile, %m0, %n0, %batch, %m, %k_tiles, %rank;
     .reg .u64 %dst, %dst0, %dst1, %dst2, %dst3;
     .reg .u32 %row_end;
     mov.u32 %smem_base, 0;
+    ld.param.u32 %rank, [param_rank];
     ld.param.u32 %tiles_n, [param_tiles_n];
     ld.param.u32 %num_tiles, [param_num_tiles];
     mov.u32 %tile, %tid.x;
@@ -378,11 +379,13 @@ def _walk_probe_ptx(cfg) -> str:
 """
 
 
+@pytest.mark.parametrize("tag", ["coop128x128", "coop128x128c2"])
 @pytest.mark.parametrize("form", ["contiguous", "masked"])
-def test_the_kernels_unit_arithmetic_is_the_models(form):
+def test_the_kernels_unit_arithmetic_is_the_models(form, tag):
     """tile_coords of the rendered template, run by the PTX interpreter (tests/ptx_sim.py) on tables laid out as
     warp 0 writes them, gives every position the unit the Python walk (ptxgemm.kernel.grouped_walk) gives it: the
-    same group, first row and column, and group end, for skewed, empty, one-row and unaligned groups."""
+    same group, first row and column, and group end, for skewed, empty, one-row and unaligned groups; with a pair
+    along M (c2), each rank's tile of the unit."""
     import math
 
     import numpy as np
@@ -393,7 +396,8 @@ def test_the_kernels_unit_arithmetic_is_the_models(form):
     rng = np.random.default_rng(2511)
     counts = [int(c) for c in rng.choice([0, 1, 5, 64, 128, 129, 300, 700], size=37)]
     bm, bn, n = 128, 128, 3 * 128 + 40                      # 4 tile columns, the last a partial one
-    cfg = _cfg("coop128x128", form, group_capacity=64)
+    cfg = _cfg(tag, form, group_capacity=64)
+    pair = cfg.cluster_m
     if form == "masked":
         m_max = 700
         ends = [g * m_max + min(c, m_max) for g, c in enumerate(counts)]
@@ -402,7 +406,7 @@ def test_the_kernels_unit_arithmetic_is_the_models(form):
         ends = list(np.cumsum(counts))
         values, total = ends, ends[-1]
     tiles_n = math.ceil(n / bn)
-    per_group = grouped_walk.units_per_group(form, values, total, 0, n, bm, bn)
+    per_group = grouped_walk.units_per_group(form, values, total, 0, n, bm, bn, pair)
     tables = {cfg.smem_groups: ([0] + ends, 4), cfg.smem_group_units: ([0] + list(np.cumsum(per_group)), 4)}
     shared = {}
     for base, (entries, size) in tables.items():
@@ -411,13 +415,14 @@ def test_the_kernels_unit_arithmetic_is_the_models(form):
                 shared[base + size * i + b] = (int(v) >> (8 * b)) & 0xFF
     units = sum(per_group)
     out = 1 << 20
-    memory = Memory({}, set(range(out, out + 16 * units)), {})
-    Kernel(_walk_probe_ptx(cfg), "walk_probe").run(
-        1, units, [len(counts), m_max if form == "masked" else 0, tiles_n, units, out], memory,
-        shared=Memory(shared, set(), {}))
-    got = [tuple(sum(memory.written[out + 16 * p + 4 * f + b] << (8 * b) for b in range(4)) for f in range(4))
-           for p in range(units)]
-    model = grouped_walk.walk(form, values, total, 0, n, bm, bn, ctas=1)[0]
-    want = [(u.m0 + (u.group * m_max if form == "masked" else 0), u.n0, u.group,
-             u.row_end + (u.group * m_max if form == "masked" else 0)) for u in model]
-    assert got == want
+    walks = grouped_walk.walk(form, values, total, 0, n, bm, bn, ctas=pair, cluster_m=pair)
+    for rank in range(pair):
+        memory = Memory({}, set(range(out, out + 16 * units)), {})
+        Kernel(_walk_probe_ptx(cfg), "walk_probe").run(
+            1, units, [len(counts), m_max if form == "masked" else 0, tiles_n, units, out, rank], memory,
+            shared=Memory(shared, set(), {}))
+        got = [tuple(sum(memory.written[out + 16 * p + 4 * f + b] << (8 * b) for b in range(4)) for f in range(4))
+               for p in range(units)]
+        want = [(u.m0 + (u.group * m_max if form == "masked" else 0), u.n0, u.group,
+                 u.row_end + (u.group * m_max if form == "masked" else 0)) for u in walks[rank]]
+        assert got == want

@@ -45,6 +45,9 @@ MUTANT_PRESETS = {"default": {}, "cluster": {"cluster_m": 2},
                   # the grouped kernel (issue 25): its walk's scan and tables, and the row copy past a group's end
                   "grouped": {"schedule": "cooperative", "block_m": 128, "block_n": 256, "b_major": "k",
                               "grouped": "contiguous", "group_capacity": 512},
+                  # ... on pairs along M (B multicast): the idle CTA's releases of its peer's stages
+                  "grouped-pair": {"schedule": "cooperative", "block_m": 128, "block_n": 256, "b_major": "k",
+                                   "cluster_m": 2, "grouped": "contiguous", "group_capacity": 512},
                   "grouped-masked": {"schedule": "cooperative", "block_m": 128, "block_n": 128,
                                      "grouped": "masked", "group_capacity": 512},
                   "grouped-k": {"schedule": "cooperative", "block_m": 128, "block_n": 256, "a_major": "mn",
@@ -74,7 +77,8 @@ def add_arguments(p) -> None:
                         "'blockwise-swapped' the fp8 pingpong 64x32 swap-AB tile with blockwise scales (the "
                         "problem swapped, the scale tables' axes traded), "
                         "'grouped' the grouped kernel "
-                        "(contiguous, 128x256, B K-major), 'grouped-masked' its masked form (128x128) and 'grouped-k' "
+                        "(contiguous, 128x256, B K-major), 'grouped-pair' the same on pairs along M (B multicast), "
+                        "'grouped-masked' its masked form (128x128) and 'grouped-k' "
                         "its k form (weight gradients, both operands MN-major) on grouped workloads")
     p.add_argument("--list", action="store_true",
                    help="enumerate the mutants without a GPU and without running them (default off: run them)")

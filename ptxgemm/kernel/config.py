@@ -414,12 +414,13 @@ class GemmConfig(KernelLayout):
                               "range of B, so no unit is the only reader of what it loads; the hint is for the "
                               "contiguous and masked forms")
         refused = [name for name, on in (("schedule='pingpong'", not self.cooperative),
-                                         ("cluster_m/cluster_n", self.cluster_size > 1),
+                                         ("cluster_n", self.cluster_n > 1),
                                          ("splits", self.split_k), ("c_major='m'", self.transposed_store),
                                          ("raster='hilbert'", self.raster == "hilbert"),
                                          ("source_dtype", self.has_source)) if on]
         if refused:
-            raise ConfigError(f"grouped: the grouped kernel is the cooperative schedule on single CTAs without a "
+            raise ConfigError(f"grouped: the grouped kernel is the cooperative schedule, on single CTAs or pairs "
+                              f"along M (cluster_m 2: both tile rows in one group, sharing its B panel), without a "
                               f"source tile; it does not take {', '.join(refused)}")
         if self.grouped == "k" and (self.block_scale or self.row_scale or self.col_scale or self.bias):
             raise ConfigError("grouped: the k form takes per-tensor scales only (its rows and columns are the "

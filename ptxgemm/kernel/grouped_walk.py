@@ -49,13 +49,15 @@ def ranges(form: str, counts, total: int) -> list[tuple[int, int]]:
     return out
 
 
-def units_per_group(form: str, counts, total: int, m: int, n: int, block_m: int, block_n: int) -> list[int]:
-    """Units of each group: ceil(rows / block_m) x tiles_n, or, k-grouped, ceil(m / block_m) x tiles_n for every
-    group (its K range sets the length of each unit's k-loop, not the number of units)."""
-    tiles_n = math.ceil(n / block_n)
+def units_per_group(form: str, counts, total: int, m: int, n: int, block_m: int, block_n: int,
+                    cluster_m: int = 1) -> list[int]:
+    """Units of each group: ceil(rows / unit_rows) x tiles_n, or, k-grouped, ceil(m / unit_rows) x tiles_n for every
+    group (its K range sets the length of each unit's k-loop, not the number of units); unit_rows is block_m, or
+    cluster_m tile rows when a cluster pairs CTAs along M (one unit is the pair's)."""
+    tiles_n, unit_rows = math.ceil(n / block_n), block_m * cluster_m
     if form == "k":
-        return [math.ceil(m / block_m) * tiles_n] * len(counts)
-    return [math.ceil((e - s) / block_m) * tiles_n for s, e in ranges(form, counts, total)]
+        return [math.ceil(m / unit_rows) * tiles_n] * len(counts)
+    return [math.ceil((e - s) / unit_rows) * tiles_n for s, e in ranges(form, counts, total)]
 
 
 def band_order(local: int, tiles_m: int, tiles_n: int, group_m: int) -> tuple[int, int]:
@@ -68,11 +70,16 @@ def band_order(local: int, tiles_m: int, tiles_n: int, group_m: int) -> tuple[in
 
 
 def walk(form: str, counts, total: int, m: int, n: int, block_m: int, block_n: int, ctas: int,
-         group_m: int = 8) -> list[list[GroupedUnit]]:
-    """The units each CTA runs, in order: CTA b takes units b, b + ctas, ...; `total` is total_M (contiguous),
-    M_max (masked) or total_K (k-grouped); m is the rows of the k-grouped form's output (unused otherwise)."""
+         group_m: int = 8, cluster_m: int = 1) -> list[list[GroupedUnit]]:
+    """The tiles each CTA runs, in order: cluster c (of ctas / cluster_m) takes units c, c + clusters, ..., and the
+    CTA of rank r in it tile row cluster_m x (the unit's row) + r (a tile row past its group's end is still walked:
+    its CTA keeps the pair's barriers and stores nothing); `total` is total_M (contiguous), M_max (masked) or
+    total_K (k-grouped); m is the rows of the k-grouped form's output (unused otherwise)."""
+    if ctas % cluster_m:
+        raise ValueError(f"ctas: whole clusters of {cluster_m}, got {ctas}")
+    clusters, unit_rows = ctas // cluster_m, block_m * cluster_m
     spans = ranges(form, counts, total)
-    per_group = units_per_group(form, counts, total, m, n, block_m, block_n)
+    per_group = units_per_group(form, counts, total, m, n, block_m, block_n, cluster_m)
     prefix, acc = [], 0
     for c in per_group:
         acc += c
@@ -84,10 +91,9 @@ def walk(form: str, counts, total: int, m: int, n: int, block_m: int, block_n: i
         local = u - (prefix[g - 1] if g else 0)
         start, end = spans[g]
         rows = m if form == "k" else end - start
-        mt, nt = band_order(local, math.ceil(rows / block_m), tiles_n, group_m)
-        if form == "k":
-            m0, row_end = mt * block_m, m
-        else:
-            m0, row_end = start + mt * block_m, end
-        out[u % ctas].append(GroupedUnit(g, m0, nt * block_n, row_end))
+        mt, nt = band_order(local, math.ceil(rows / unit_rows), tiles_n, group_m)
+        base, row_end = (0, m) if form == "k" else (start, end)
+        for rank in range(cluster_m):
+            m0 = base + (mt * cluster_m + rank) * block_m
+            out[(u % clusters) * cluster_m + rank].append(GroupedUnit(g, m0, nt * block_n, row_end))
     return out

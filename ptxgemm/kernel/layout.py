@@ -112,6 +112,12 @@ class KernelLayout:
         return self.cluster_m * self.cluster_n
 
     @property
+    def unit_rows(self) -> int:
+        """Rows of one scheduler unit: a tile's, or a cluster pair's two tiles' along M (the grouped walk counts a
+        group's units in these)."""
+        return self.block_m * self.cluster_m
+
+    @property
     def empty_arrivals(self) -> int:
         """Arrivals that release a stage: lane 0 of every consumer warp that read it (one consumer's 4 in pingpong,
         both consumers' 8 in cooperative), in every CTA whose smem the stage's multicast writes (with a cluster,

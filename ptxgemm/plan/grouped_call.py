@@ -183,7 +183,7 @@ def kernel_arguments(cfg: GemmConfig, rows: int, n: int, k: int, problem: groupe
     """The grouped kernel's scalar arguments after the tensor maps and the epilogue's, in gemm_roles.ptx.j2's and
     grouped_scheduler.ptx.j2's order (pure: tests check them without a GPU)."""
     group_rows = {"masked": problem.m, "k": problem.k}.get(problem.form, 0)   # M_max; total_K; unused
-    return [ctypes.c_uint32(rows), ctypes.c_uint32(n), ctypes.c_uint32(-(-rows // cfg.block_m)),
+    return [ctypes.c_uint32(rows), ctypes.c_uint32(n), ctypes.c_uint32(-(-rows // cfg.unit_rows)),  # unit rows
             ctypes.c_uint32(-(-n // cfg.block_n)), ctypes.c_uint32(-(-k // cfg.block_k)),
             ctypes.c_uint32(1), ctypes.c_uint32(0),                          # one A (2-D)
             ctypes.c_uint32(0 if problem.form == "k" else 1),                # B: one matrix per group, or one (k)

@@ -18,11 +18,11 @@ from .. import accuracy
 from ..errors import ConfigError
 
 DTYPES = ("bfloat16", "float16", "float8_e4m3fn")
-TILES = (None, "coop128x256", "coop128x128", "coop256x128", "coop128x192")
+TILES = (None, "coop128x256", "coop128x128", "coop256x128", "coop128x192", "coop128x256c2", "coop256x128c2")
 ACTIVATIONS = (None, "relu", "gelu", "silu")
 SCALINGS = ("tensor", "row", "block")     # fp8 cases' scale_a / scale_b
 BIASES = (None, None, "shared", "group")
-BLOCK_TILES = (None, "coop128x128")
+BLOCK_TILES = (None, "coop128x128", "coop128x128c2")
 # rows x K plus G x K x N: on the GPU a case runs in a few ms and its reference in well under a second; emulated
 # (numpy computes the kernel's products too) a case stays small enough that hundreds run in CI's minute
 MAX_ELEMENTS = {"gpu": 6e6, "emulate": 2.5e5}
