@@ -154,6 +154,26 @@ def test_the_default_tile_and_capacity():
     assert cfg.grouped == "masked" and cfg.group_capacity == 16 and cfg.tag == "coop128x256"
 
 
+def test_the_default_pairs_tall_groups_with_long_k_loops():
+    """Pairs along M (cluster_m 2) where the mean group has PAIR_MIN_ROWS rows and a k-loop of MULTICAST_MIN_K, in
+    16-bit: DeepGEMM's contiguous shapes and Mixtral's; not DeepSeek-V3's 128-row experts, the masked decode batches,
+    the k form's short per-group K, or fp8."""
+    from ptxgemm.plan.grouped_call import default_config
+
+    def pick(form, groups, m, n, k, dtype="bfloat16"):
+        shape = {"masked": (groups, m, n), "k": (groups, m, n)}.get(form, (m, n))
+        return default_config(rules.GroupedProblem(form, groups, m, n, k, dtype, None, "bfloat16", shape),
+                              "mn" if form == "k" else "k")
+
+    assert pick("contiguous", 4, 32768, 4096, 7168).cluster_m == 2
+    assert pick("contiguous", 8, 32768, 7168, 2048).tag == "coop128x256c2"
+    assert pick("contiguous", 256, 32768, 4096, 7168).cluster_m == 1
+    assert pick("masked", 4, 256, 4096, 7168).cluster_m == 1
+    assert pick("k", 8, 4096, 14336, 32768).cluster_m == 2
+    assert pick("k", 256, 2048, 7168, 32768).cluster_m == 1
+    assert pick("contiguous", 4, 32768, 4096, 7168, "float8_e4m3fn").cluster_m == 1
+
+
 def test_the_fuzzers_grouped_cases_are_legal_and_reproducible():
     """Every drawn grouped case satisfies the argument rules (the fuzzer tests the kernel, not the checks), the
     draws repeat from the seed, and they cover both forms, every dtype, empty groups and G up to 256."""

@@ -11,12 +11,21 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..kernel.config import SCALE_BLOCK, GemmConfig
+from ..select.model import MULTICAST_DTYPES, MULTICAST_MIN_K
 from . import epilogue, grouped
 
 # The grouped kernel's tiles (cooperative, single CTAs, whole output panels) and how fast each runs a full tile,
 # relative to the widest, on the H100's dense GEMM: the default config takes the one that finishes the mean group's
 # units soonest over all SMs (whole waves of units, each as long as its tile's area over its efficiency).
 GROUPED_TILES = {"coop128x256": 1.0, "coop256x128": 0.97, "coop128x192": 0.95, "coop128x128": 0.85}
+# Pairs along M (cluster_m 2: each CTA loads half of the group's B panel and multicasts it) for groups as tall as
+# dense problems that take the pair (select.model's MULTICAST_* rule: 16-bit inputs, a k-loop of at least
+# MULTICAST_MIN_K): the mean group (M_max when masked; the output's M in the k form) at least PAIR_MIN_ROWS rows.
+# Measured beside the single CTA in the same rounds (H100, bf16, burst; grouped/bench_h100_grouped_bf16_pair_r1.json):
+# DeepGEMM's contiguous groups of 4096 and 8192 rows 0.2-2.9% faster, Mixtral's (4096 rows, K 4096) within 0.6%;
+# DeepSeek-V3's 256 experts (128 rows on average) 1-2% slower, the masked batches of 256-1024 rows 0.5-3% slower,
+# and the k form's 128-row K ranges 4-5% slower (each unit's k-loop is two k-tiles: the pair only adds a wait).
+PAIR_MIN_ROWS = 2048
 # The tables' size is rounded up to a power of two from G, at least this: few kernels serve every G.
 MIN_GROUP_CAPACITY = 16
 # Parts of the grouped GEMM that are rendered, assembled and planned but have not run on a GPU yet: each is refused
@@ -83,10 +92,13 @@ def b_layout(b, in_fp8: bool) -> tuple[str, int, int]:
 def default_config(problem: grouped.GroupedProblem, b_major: str, sm_count: int = 132, fused: dict | None = None,
                    spill_check=None) -> GemmConfig:
     """The tile for a grouped problem whose counts the host does not know: each group taken as the mean one (M_max
-    rows when masked), the tile whose waves of units over `sm_count` SMs cost least (GROUPED_TILES). With a fused
+    rows when masked), the tile whose waves of units over `sm_count` SMs cost least (GROUPED_TILES), on pairs along
+    M where the mean group is tall and its k-loop long (PAIR_MIN_ROWS). With a fused
     epilogue (`fused`: Epilogue.config_fields), a tile that ptxas spills or that the epilogue does not take yields
     to the next one, as the dense selection's picks do (`spill_check`: build.kernels.spills)."""
     rows = problem.m if problem.form in ("masked", "k") else problem.m / problem.groups
+    k_loop = problem.k / problem.groups if problem.form == "k" else problem.k    # the mean unit's K
+    pair = (problem.in_dtype in MULTICAST_DTYPES and k_loop >= MULTICAST_MIN_K and rows >= PAIR_MIN_ROWS)
 
     def cost(tag):
         t = GemmConfig.from_tag(tag)
@@ -96,9 +108,11 @@ def default_config(problem: grouped.GroupedProblem, b_major: str, sm_count: int 
     configs, refused = [], []
     for tag in sorted(GROUPED_TILES, key=cost):
         try:   # a tile the epilogue does not take (blockwise scales: block_n divides 128) yields to the next
+            t = GemmConfig.from_tag(tag)
             configs.append(GemmConfig.from_tag(tag, in_dtype=problem.in_dtype, b_dtype=problem.b_dtype,
                                                out_dtype=problem.out_dtype, a_major="mn" if problem.form == "k" else
                                                "k", b_major=b_major, grouped=problem.form,
+                                               cluster_m=2 if pair and t.block_n % 128 == 0 else 1,
                                                group_capacity=group_capacity(problem.groups), **(fused or {})))
         except ConfigError as e:
             refused.append(e)
