@@ -133,6 +133,19 @@ def test_bad_arguments_exit_2(args, pattern, tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_the_grouped_set_takes_the_store_hint_variants_and_names_torch_when_absent(tmp_path):
+    """--set grouped --variants store-hint passes the argument checks; where torch is absent (CI) the set says it
+    needs torch instead of failing on the import."""
+    import importlib.util
+
+    proc = bench("--set", "grouped", "--variants", "store-hint", cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    if importlib.util.find_spec("torch") is None:
+        assert "--set grouped: times torch._grouped_mm" in proc.stderr and "needs torch" in proc.stderr
+    else:   # torch, but no GPU here: the device check's one-line error
+        assert proc.stderr.startswith("python -m ptxgemm bench: error: ") and "Traceback" not in proc.stderr
+
+
 def test_no_gpu_exits_2(tmp_path):
     proc = bench("--quick", "--out", str(tmp_path), cwd=tmp_path)
     assert proc.returncode == 2 and "bench runs the kernels, so it needs an sm_90 GPU" in proc.stderr

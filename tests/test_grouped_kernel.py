@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import ctypes
 
+import dataclasses
+
 import pytest
 
 from ptxgemm.build.kernels import compile_gemm, render_gemm
@@ -82,16 +84,17 @@ def test_grouped_config_rules_name_what_they_refuse(kw, rule):
 def test_the_l2_hint_marks_only_one_row_groups_b_loads(form, b_major, hint, loads):
     """group_stream_hint (on by default for the contiguous and masked forms): each of B's TMA boxes is issued twice,
     under %p_stream with the evict-first policy and under !%p_stream without it, and A's loads never carry it; off,
-    and in the k form and the dense kernels, no load does (their PTX is what it was before the hint)."""
+    and in the k form and the dense kernels, no load does (their PTX is what it was before the hint; the k form's
+    C stores carry the store hint, test_the_store_hint_marks_cs_stores_only_where_it_is_on)."""
     kw = dict(a_major="mn", b_major="mn") if form == "k" else dict(b_major=b_major)
     cfg = GemmConfig.from_tag("coop128x256", grouped=form, **kw,
                               **({} if form is None else {"group_stream_hint": hint}))
     lines = [ln.strip() for ln in render_gemm(cfg).splitlines()]
-    hinted = [ln for ln in lines if ".L2::cache_hint" in ln]
+    hinted = [ln for ln in lines if ".L2::cache_hint" in ln and "mbarrier::complete_tx" in ln]
     assert len(hinted) == loads and all(ln.startswith("@%p_stream ") and "%tmap_b" in ln for ln in hinted)
     plain_b = [ln for ln in lines if ln.startswith("@!%p_stream cp.async.bulk.tensor")]
     assert len(plain_b) == loads and all("%tmap_b" in ln for ln in plain_b)
-    assert sum("createpolicy.fractional.L2::evict_first" in ln for ln in lines) == (1 if loads else 0)
+    assert sum("createpolicy.fractional.L2::evict_first" in ln for ln in lines) == (1 if loads or cfg.store_hint else 0)
 
 
 def test_dense_kernels_keep_their_smem_map():
@@ -172,6 +175,29 @@ def test_the_default_pairs_tall_groups_with_long_k_loops():
     assert pick("k", 8, 4096, 14336, 32768).cluster_m == 2
     assert pick("k", 256, 2048, 7168, 32768).cluster_m == 1
     assert pick("contiguous", 4, 32768, 4096, 7168, "float8_e4m3fn").cluster_m == 1
+
+
+def test_the_store_hint_marks_cs_stores_only_where_it_is_on():
+    """group_store_hint: C's TMA stores carry .L2::cache_hint with the evict-first policy, on by default for the k
+    form only; every other store and load is untouched; a dense config refuses the field."""
+    from ptxgemm.build.kernels import render_gemm
+
+    def stores(cfg):
+        ptx = render_gemm(cfg)
+        lines = [ln for ln in ptx.splitlines() if "cp.async.bulk.tensor" in ln and ".global.shared::cta" in ln]
+        return len(lines), sum(".L2::cache_hint" in ln and "%l2_policy" in ln for ln in lines), ptx
+
+    k = GemmConfig.from_tag("coop128x256", grouped="k", a_major="mn", b_major="mn", group_capacity=64)
+    n, hinted, ptx = stores(k)
+    assert k.store_hint and n == hinted == k.epi_panels and "createpolicy.fractional.L2::evict_first" in ptx
+    assert ".L2::cache_hint" not in "".join(ln for ln in ptx.splitlines() if ".shared::cluster.global" in ln)
+    off = dataclasses.replace(k, group_store_hint=False)
+    assert stores(off)[1] == 0 and "createpolicy" not in stores(off)[2]
+    rows = _cfg("coop128x256", "contiguous", group_capacity=64)
+    assert not rows.store_hint and stores(rows)[1] == 0
+    assert stores(dataclasses.replace(rows, group_store_hint=True))[1] == rows.epi_panels
+    with pytest.raises(ConfigError, match="group_store_hint: only for a grouped kernel"):
+        GemmConfig.from_tag("coop128x256", group_store_hint=True)
 
 
 def test_the_fuzzers_grouped_cases_are_legal_and_reproducible():

@@ -142,8 +142,9 @@ def _peers(torch, ptxgemm, case, a, b, counts, dtype, scales=None, scaling="tens
 
 def run(rounds: int, in_dtype: str, out_dir: str, name: str | None, variants: str = "",
         scaling: str = "tensor") -> int:
-    """variants: "" (none), "all" (the other grouped tiles and the L2 hint toggled, timed beside the default),
-    "hint" (the L2 hint toggled only) or tags (comma-separated: those tiles)."""
+    """variants: "" (none), "all" (the other grouped tiles and both L2 hints toggled, timed beside the default),
+    "hint" (the L2 hint of one-row groups' B toggled only), "store-hint" (the L2 hint of C's stores toggled only)
+    or tags (comma-separated: those tiles)."""
     import torch
 
     import ptxgemm
@@ -183,13 +184,17 @@ def run(rounds: int, in_dtype: str, out_dir: str, name: str | None, variants: st
         # the grouped kernel's other tiles, timed beside the default's (what the default config should learn)
         # (into the default's output: a k-form output is G x M x N, 15 GB for DeepSeek-V3's gate-up weights)
         # and the L2 hint for one-row groups' B loads toggled (GemmConfig.group_stream_hint)
-        tags = (grouped_call.GROUPED_TILES if variants == "all" else () if variants in ("", "hint") else
-                variants.split(","))
+        tags = (grouped_call.GROUPED_TILES if variants == "all" else () if variants in ("", "hint", "store-hint")
+                else variants.split(","))
         others = {tag: ptxgemm.GemmConfig.from_tag(tag) for tag in tags if tag != plan.config.tag}
         if variants in ("all", "hint") and case.layout != "k":
             hint = not plan.config.stream_hint
             others[f"{plan.config.tag} hint={'on' if hint else 'off'}"] = dataclasses.replace(
                 plan.config, group_stream_hint=hint)
+        if variants in ("all", "store-hint"):
+            hint = not plan.config.store_hint
+            others[f"{plan.config.tag} store-hint={'on' if hint else 'off'}"] = dataclasses.replace(
+                plan.config, group_store_hint=hint)
         timed = {f"ptxgemm {label}": ptxgemm.GroupedPlan(a, b, **kw, **scale, out=plan.out, config=cfg).launch
                  for label, cfg in others.items()}
         launchers = {"ptxgemm": plan.launch, **timed, **{p: f for p, (f, _) in peers.items()}}

@@ -172,6 +172,10 @@ class GemmConfig(KernelLayout):
     group_stream_hint: bool | None = None  # grouped (contiguous, masked): B's loads for a one-row group's unit carry
     #                                        L2::evict_first, each of its weight panels being read by that unit only
     #                                        (None: on for those forms; measured, docs/perf-notes.md issue 25 step 8)
+    group_store_hint: bool | None = None  # grouped: C's TMA stores carry L2::evict_first, the output being written
+    #                                       once and never read here, so its lines leave L2 before the operands'
+    #                                       (None: on for the k form, whose output is the largest stream; issue 25
+    #                                       step 11)
 
     def __post_init__(self):
         self._check_types()
@@ -403,7 +407,7 @@ class GemmConfig(KernelLayout):
 
     def _validate_grouped(self):
         if self.grouped is None:
-            for name in ("group_capacity", "group_stream_hint"):
+            for name in ("group_capacity", "group_stream_hint", "group_store_hint"):
                 if getattr(self, name) is not None:
                     raise ConfigError(f"{name}: only for a grouped kernel (grouped one of {GROUPED_FORMS})")
             return

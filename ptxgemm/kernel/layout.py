@@ -340,6 +340,14 @@ class KernelLayout:
         return self.grouped in ("contiguous", "masked") and self.group_stream_hint is not False
 
     @property
+    def store_hint(self) -> bool:
+        """C's TMA stores carry L2::evict_first (GemmConfig.group_store_hint; None: on for the k form, whose G
+        outputs of M x N are written once each and outweigh its operands many times over)."""
+        if self.grouped is None:
+            return False
+        return self.group_store_hint if self.group_store_hint is not None else self.grouped == "k"
+
+    @property
     def group_table_bytes(self) -> int:
         """Both tables of the grouped kernel (0 for the dense one), rounded up to 16 bytes."""
         return -(-2 * 4 * self.group_table_entries // 16) * 16 if self.grouped else 0
