@@ -55,11 +55,13 @@ class GroupedLaunch:
 
 def plan_launch(a, b, *, offs=None, masked_m=None, out=None, alpha=1.0, scale_a=None, scale_b=None, bias=None,
                 activation=None, out_dtype=None, config: GemmConfig | None = None, convert, upload, allocate,
-                sm_count, spill_check=None) -> GroupedLaunch:
+                sm_count, spill_check=None, ctas: int | None = None) -> GroupedLaunch:
     """Every decision of a grouped call, each rule checked (ConfigError names the argument): the form and its
     shapes (ptxgemm.plan.grouped), the memory each array is read in place from, the epilogue, the config and the
     tensor maps. The backend supplies `convert(x, name)` (an argument as its array), `upload(numpy int32)`, `allocate
-    (shape, dtype)`, `sm_count()` (asked only when the config is chosen here) and `spill_check(config)`."""
+    (shape, dtype)`, `sm_count()` (asked only when the config is chosen here) and `spill_check(config)`. `ctas`, the
+    caller's cap on the grid: a default pair along M that it cannot hold whole runs on single CTAs instead (as the
+    dense selection does); a given config's clusters must fit it (check_ctas)."""
     check_config(config)
     # any framework's device arrays, read in place; host counts are checked by value (in parse) and uploaded once,
     # then read by every launch
@@ -93,6 +95,9 @@ def plan_launch(a, b, *, offs=None, masked_m=None, out=None, alpha=1.0, scale_a=
         b_major, b_pitch, b_group = grouped_call.b_layout(b, in_fp8)
     cfg = config if config is not None else grouped_call.default_config(problem, b_major, sm_count(),
                                                            fused.config_fields(False, n), spill_check)
+    if config is None and ctas is not None and ctas % cfg.cluster_size:
+        cfg = dataclasses.replace(cfg, cluster_m=1)
+    check_ctas(ctas, cfg.cluster_size)
     if config is not None and config.group_capacity is not None and config.group_capacity < problem.groups:
         raise ConfigError(f"config.group_capacity: {config.group_capacity} groups fit its tables, these "
                           f"operands have {problem.groups}")
@@ -129,7 +134,7 @@ class GroupedPlan:
                            convert=lambda x, nm: as_device_array(x, nm, stream),
                            upload=lambda x: arrays.DeviceArray.from_numpy(x, stream=stream),
                            allocate=lambda shape, dt: arrays.DeviceArray.empty(shape, dt, stream=stream),
-                           sm_count=lambda: device().sm_count, spill_check=spills)
+                           sm_count=lambda: device().sm_count, spill_check=spills, ctas=ctas)
         self.plan = plan
         self.problem, self.epilogue, self.group_strides = plan.problem, plan.epilogue, plan.group_strides
         self.a, self.b, self.out, self.counts, self.rows = plan.a, plan.b, plan.out, plan.counts, plan.rows
@@ -144,7 +149,6 @@ class GroupedPlan:
         sm_count = device().sm_count
         self.kernel = kernel if kernel is not None else get_kernel(cfg)
         self._maps = maps = {nm: tensormap.encode(spec) for nm, spec in plan.specs.items()}
-        check_ctas(ctas, cfg.cluster_size)
         limit = sm_count if ctas is None else min(ctas, sm_count)
         self.grid = limit - limit % cfg.cluster_size     # whole clusters: a pair along M takes two SMs
         debug_ptr = 0

@@ -375,6 +375,29 @@ def test_the_emulated_grouped_fuzzer_finds_nothing(monkeypatch):
     assert report["correct"] == 100, (seed, report["failures"][:2])
 
 
+def test_a_grid_cap_that_splits_a_pair_keeps_single_ctas():
+    """A caller's ctas that cannot hold the default's pairs whole gets single CTAs (as the dense selection does); a
+    given pair config with such a cap is refused by name before anything reaches the GPU."""
+    import numpy as np
+
+    from ptxgemm import grouped as grouped_api
+    from ptxgemm.tools import emulator
+
+    a = np.zeros((4 * 2048, 2048), np.float16)
+    b = np.zeros((4, 2048, 256), np.float16)
+    offs = np.array([2048, 4096, 6144, 8192], np.int32)
+
+    def plan(**kw):
+        return grouped_api.plan_launch(a, b, offs=offs, convert=emulator._as_host, upload=emulator.upload,
+                                       allocate=emulator.HostArray.empty, sm_count=lambda: 132,
+                                       spill_check=lambda cfg: False, **kw)
+
+    assert plan().config.cluster_m == 2 and plan(ctas=4).config.cluster_m == 2
+    assert plan(ctas=3).config.cluster_m == 1
+    with pytest.raises(ConfigError, match="ctas: must be a positive whole number of 2-CTA clusters"):
+        plan(ctas=3, config=GemmConfig.from_tag("coop128x256c2"))
+
+
 def test_a_grouped_call_is_keyed_by_what_its_plan_encodes():
     """grouped_matmul's plan cache: numbers by value, device arrays by address, shape, strides and dtype; host
     memory the plan would copy (a host vector) is not keyable, so such a call plans anew."""
