@@ -5,6 +5,7 @@ builds the tensor maps and the launch from these."""
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import math
 
 import numpy as np
@@ -108,14 +109,19 @@ def default_config(problem: grouped.GroupedProblem, b_major: str, sm_count: int 
     configs, refused = [], []
     for tag in sorted(GROUPED_TILES, key=cost):
         try:   # a tile the epilogue does not take (blockwise scales: block_n divides 128) yields to the next
-            t = GemmConfig.from_tag(tag)
-            configs.append(GemmConfig.from_tag(tag, in_dtype=problem.in_dtype, b_dtype=problem.b_dtype,
-                                               out_dtype=problem.out_dtype, a_major="mn" if problem.form == "k" else
-                                               "k", b_major=b_major, grouped=problem.form,
-                                               cluster_m=2 if pair and t.block_n % 128 == 0 else 1,
-                                               group_capacity=group_capacity(problem.groups), **(fused or {})))
+            cfg = GemmConfig.from_tag(tag, in_dtype=problem.in_dtype, b_dtype=problem.b_dtype,
+                                      out_dtype=problem.out_dtype, a_major="mn" if problem.form == "k" else "k",
+                                      b_major=b_major, grouped=problem.form,
+                                      group_capacity=group_capacity(problem.groups), **(fused or {}))
         except ConfigError as e:
             refused.append(e)
+            continue
+        if pair:
+            try:   # a tile the pair cannot split (GemmConfig's cluster rules) stays a single CTA
+                cfg = dataclasses.replace(cfg, cluster_m=2)
+            except ConfigError:
+                pass
+        configs.append(cfg)
     if not configs:
         raise refused[0]
     if spill_check is not None:

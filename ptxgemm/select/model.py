@@ -477,8 +477,7 @@ def with_stream_k(config: GemmConfig, m: int, n: int, k: int, sm_count: int, gpu
     sched = schedule.plan_for(sk, m, n, k, sm_count, batches=batches)
     if not sched.sk_units or not sched.dp_units or sched.k_tiles < SK_MIN_K_TILES:
         return config      # no tail; or no full wave (fewer units than clusters: split-K's ground); or a short loop
-    whole = math.ceil(sched.units / min(sched.clusters, sched.units))
-    return sk if sk_steps(sk, sched, gpu_name) <= whole * (1 - SK_MIN_GAIN) else config
+    return sk if sk_steps(sk, sched, gpu_name) <= steps_per_cta(sched) * (1 - SK_MIN_GAIN) else config
 
 
 def sk_steps(config: GemmConfig, sched, gpu_name: str = "") -> float:
