@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import zlib
 
 import numpy as np
 import pytest
-from gemm_reference import DTYPES, check_result, random_matrix
+from fix_up_checks import assert_bitwise_deterministic, assert_fix_up_mutants_killed, assert_launch_correct, operands, \
+    poisoned_plan
+from gemm_reference import check_result, random_matrix
 
 from ptxgemm.kernel.config import GemmConfig
 from ptxgemm.kernel.schedule import plan_for
@@ -104,23 +105,6 @@ FIXED = [_case(fam, j, f) for f, fam in enumerate(FAMILIES) for j in range(len(L
 SHORT = [_case(fam, f % len(LAYOUTS), f, short=True) for f, fam in enumerate(FAMILIES) if fam.get("splits", 1) > 1]
 
 
-def _operands(case: Case):
-    rng = np.random.default_rng(zlib.crc32(str(case).encode()))
-    a = random_matrix(rng, case.m, case.k, case.in_dtype, order="C" if case.a_major == "k" else "F")
-    b = random_matrix(rng, case.k, case.n, case.in_dtype, order="C" if case.b_major == "mn" else "F")
-    return a, b
-
-
-def _plan(case: Case, a, b, ctas=None):
-    import ptxgemm
-    from ptxgemm import DeviceArray
-
-    out = DeviceArray.empty((case.m, case.n), DTYPES[case.out_dtype])
-    out.poison()
-    plan = ptxgemm.GemmPlan(ptxgemm.to_device(a), ptxgemm.to_device(b), out, case.config, ctas=ctas)
-    return plan, out
-
-
 # ---------------------------------------------------------------------------------------------------------------
 # Coverage, provable without a GPU
 # ---------------------------------------------------------------------------------------------------------------
@@ -154,16 +138,12 @@ def test_case_exercises_what_it_claims(case):
 def test_fixed_case(case):
     from ptxgemm.runtime import driver
 
-    a, b = _operands(case)
-    plan, out = _plan(case, a, b, case.ctas)
+    a, b = operands(case)
+    plan, out = poisoned_plan(case, a, b, case.ctas)
     assert plan.config == case.config, (plan.config.describe(), case.config.describe())
     assert plan.schedule == case.schedule(driver.device_info().sm_count)
     assert plan.layout.swapped == case.config.transposed_store   # a row-major C: the transposed store is swap-AB
-    plan.launch()
-    verdict = check_result(out.to_numpy(), a, b)
-    assert verdict.ok, str(verdict)
-    if plan.flags is not None:
-        assert not plan.flags.to_numpy().any(), "split-K flags must be back at zero after a launch"
+    assert_launch_correct(plan, out, a, b, "split-K")
 
 
 DETERMINISM = [_case(fam, 0, 0) for fam in FAMILIES if fam.get("splits", 1) > 1]
@@ -175,20 +155,10 @@ DETERMINISM = [_case(fam, 0, 0) for fam in FAMILIES if fam.get("splits", 1) > 1]
 def test_split_k_is_bitwise_deterministic(case, ctas):
     """Every split configuration: ten launches of one plan give bitwise one output (the fix-up adds the partials in
     split order whatever order the units finish in), and it is correct."""
-    a, b = _operands(case)
-    plan, out = _plan(case, a, b, ctas)
+    a, b = operands(case)
+    plan, out = poisoned_plan(case, a, b, ctas)
     assert plan.schedule.splits > 1
-    first = None
-    for _ in range(10):
-        out.poison()
-        plan.launch()
-        got = out.to_numpy()
-        if first is None:
-            first = got
-            assert check_result(got, a, b).ok
-        else:
-            assert np.array_equal(got.view(np.uint8), first.view(np.uint8))
-    assert not plan.flags.to_numpy().any()
+    assert_bitwise_deterministic(plan, out, a, b)
 
 
 SMALL_M = tuple(itertools.product((1, 16, 64, 128, 256, 512), ((4096, 4096), (2048, 6144))))
@@ -226,6 +196,4 @@ def test_mutants_of_the_split_k_fix_up_are_killed(tmp_path):
     (ptxgemm.tools.mutants: 2 launches each with the workspace poisoned in between, so a flag left set lets the second
     launch's final read NaN partials). The sync before the publish is caught, or survives with the reason written
     in ptxgemm.tools.mutants (a latent race); the weakened forms likewise (the command's exit status checks that)."""
-    from fix_up_mutants import assert_fix_up_mutants_killed
-
     assert_fix_up_mutants_killed(("split", "cooperative-split"), "splitk.ptx.j2", tmp_path / "mutants.json")

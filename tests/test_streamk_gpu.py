@@ -14,10 +14,11 @@ GPU from the plan):
 from __future__ import annotations
 
 import dataclasses
-import zlib
 
 import numpy as np
 import pytest
+from fix_up_checks import (assert_bitwise_deterministic, assert_fix_up_mutants_killed, assert_launch_correct,
+                           operands, poisoned_plan)
 from gemm_reference import DTYPES, check_result, random_matrix
 
 from ptxgemm.kernel.config import GemmConfig
@@ -70,22 +71,6 @@ SMALL = [_small(tag, j, f) for f, tag in enumerate(FAMILIES) for j in range(len(
 FULL = [Case(m, n, k, tag) for m, n, k in FULL_GRID_SHAPES for tag in ("coop128x256sk", "coop128x256c2sk")]
 
 
-def _operands(case: Case):
-    rng = np.random.default_rng(zlib.crc32(str(case).encode()))
-    a = random_matrix(rng, case.m, case.k, case.in_dtype, order="C" if case.a_major == "k" else "F")
-    b = random_matrix(rng, case.k, case.n, case.in_dtype, order="C" if case.b_major == "mn" else "F")
-    return a, b
-
-
-def _plan(case: Case, a, b, ctas):
-    import ptxgemm
-    from ptxgemm import DeviceArray
-
-    out = DeviceArray.empty((case.m, case.n), DTYPES[case.out_dtype])
-    out.poison()
-    return ptxgemm.GemmPlan(ptxgemm.to_device(a), ptxgemm.to_device(b), out, case.config, ctas=ctas), out
-
-
 # ---------------------------------------------------------------------------------------------------------------
 # Coverage, provable without a GPU
 # ---------------------------------------------------------------------------------------------------------------
@@ -123,35 +108,21 @@ def test_full_grid_cases_have_a_tail(case):
 def test_case(case):
     from ptxgemm.runtime import driver
 
-    a, b = _operands(case)
-    plan, out = _plan(case, a, b, case.ctas)
+    a, b = operands(case)
+    plan, out = poisoned_plan(case, a, b, case.ctas)
     assert plan.config == case.config, (plan.config.describe(), case.config.describe())
     assert plan.schedule == case.schedule(driver.device_info().sm_count)
-    assert plan.schedule.sk_units > 0
-    plan.launch()
-    verdict = check_result(out.to_numpy(), a, b)
-    assert verdict.ok, str(verdict)
-    assert not plan.flags.to_numpy().any(), "stream-K flags must be back at zero after a launch"
+    assert plan.schedule.sk_units > 0 and plan.flags is not None
+    assert_launch_correct(plan, out, a, b, "stream-K")
 
 
 @gpu
 @pytest.mark.parametrize("case", [SMALL[0], SMALL[2 * len(LAYOUTS)]] + FULL, ids=str)
 def test_stream_k_is_bitwise_deterministic(case):
     """Ten launches of one plan, the workspace poisoned before each: bitwise one output, correct."""
-    a, b = _operands(case)
-    plan, out = _plan(case, a, b, case.ctas)
-    first = None
-    for _ in range(10):
-        out.poison()
-        plan.workspace.poison()
-        plan.launch()
-        got = out.to_numpy()
-        if first is None:
-            first = got
-            assert check_result(got, a, b).ok
-        else:
-            assert np.array_equal(got.view(np.uint8), first.view(np.uint8))
-    assert not plan.flags.to_numpy().any()
+    a, b = operands(case)
+    plan, out = poisoned_plan(case, a, b, case.ctas)
+    assert_bitwise_deterministic(plan, out, a, b, poison_workspace=True)
 
 
 @gpu
@@ -162,8 +133,6 @@ def test_mutants_of_the_stream_k_fix_up_are_killed(tmp_path):
     (ptxgemm.tools.mutant_worker.stream_k_workloads: 2 launches each, the workspace poisoned in between, so a flag
     left set lets the second launch's final read NaN partials). The other mutants are caught or survive with a
     reason written in ptxgemm.tools.mutant_catalog (the command's exit status checks that)."""
-    from fix_up_mutants import assert_fix_up_mutants_killed
-
     assert_fix_up_mutants_killed(("stream-k", "stream-k-cluster"), "streamk.ptx.j2", tmp_path / "mutants.json")
 
 
