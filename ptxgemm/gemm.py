@@ -163,6 +163,18 @@ def stream_key(stream):
 _OWN_KEY_STREAMS = (int, driver.Stream)
 
 
+def fix_up_buffers(scratch, partials: int, flags: int, cfg: GemmConfig, stream) -> tuple:
+    """Split-K's and stream-K's fix-up memory from `scratch(nbytes)`: a workspace of `partials` fp32 partial tiles
+    and `flags` u32 flags (never empty, so the pointers are real). The flags are zeroed once here, and every
+    launch leaves them zero. Returns (workspace, flags), which the plan keeps as long as it launches."""
+    workspace = scratch(max(partials * cfg.partial_bytes, 16))
+    count = max(flags, 1)
+    buf = scratch(count * FLAG_BYTES)
+    flag_array = arrays.DeviceArray(buf.ptr, (count,), np.uint32, owner=False, base=buf)
+    flag_array.fill_bytes(0, FLAG_BYTES, stream=stream)
+    return workspace, flag_array
+
+
 class GemmPlan:
     """numpy's `a @ b` into `out` on device memory, with every tensor map encoded, every argument packed and every
     staging buffer allocated: `launch()` only enqueues (staging copies, the GEMM, the copy-out, on one stream).
@@ -277,14 +289,8 @@ class GemmPlan:
                 *self._fix_up_buffers(sched.clusters * halves, sched.sk_units * halves, cfg, stream)]
 
     def _fix_up_buffers(self, partials: int, flags: int, cfg: GemmConfig, stream) -> list:
-        """The workspace of `partials` fp32 partial tiles and `flags` u32 flags, both the plan's own (never empty, so
-        the pointers are real); the flags are zeroed once here, and every launch leaves them zero. [workspace, flags]
-        as kernel arguments."""
-        self.workspace = self._scratch(max(partials * cfg.partial_bytes, 16))
-        count = max(flags, 1)
-        buf = self._scratch(count * FLAG_BYTES)
-        self.flags = arrays.DeviceArray(buf.ptr, (count,), np.uint32, owner=False, base=buf)
-        self.flags.fill_bytes(0, FLAG_BYTES, stream=stream)
+        """fix_up_buffers for this plan, kept by it; [workspace, flags] as kernel arguments."""
+        self.workspace, self.flags = fix_up_buffers(self._scratch, partials, flags, cfg, stream)
         return [ctypes.c_uint64(self.workspace.ptr), ctypes.c_uint64(self.flags.ptr)]
 
     def _trace_arguments(self) -> list:

@@ -17,7 +17,8 @@ import numpy as np
 
 from .errors import ConfigError, CudaError
 from .build.kernels import spills
-from .gemm import LOAD_L2_PROMOTION, MN_PANEL, array_key, cached_plan, get_kernel, stream_key, without_caller_arrays
+from .gemm import (LOAD_L2_PROMOTION, MN_PANEL, array_key, cached_plan, fix_up_buffers, get_kernel, stream_key,
+                   without_caller_arrays)
 from .kernel.config import GemmConfig
 from .plan import grouped, grouped_call
 from .plan.epilogue import Epilogue
@@ -26,6 +27,7 @@ from .runtime import arrays, driver, tensormap
 from .runtime.arrays import as_device_array
 from .runtime.debug import StallRecords
 from .runtime.tensormap import TensorMapSpec
+from .select.model import sk_fixup_k_tiles
 
 @dataclasses.dataclass
 class GroupedLaunch:
@@ -45,12 +47,13 @@ class GroupedLaunch:
     specs: dict | None = None
     c_pitch: int = 0
 
-    def scalars(self, debug_ptr: int = 0) -> list:
-        """The kernel's arguments after its three tensor maps, in the entry's order."""
+    def scalars(self, debug_ptr: int = 0, fix_up: tuple = ()) -> list:
+        """The kernel's arguments after its three tensor maps, in the entry's order (`fix_up`: the stream-K
+        tail's, grouped_call.kernel_arguments)."""
         p = self.problem
         return [*self.epilogue.kernel_args(False, p.k),
                 *grouped_call.kernel_arguments(self.config, self.rows, p.n, p.k, p, self.counts.ptr, self.out.ptr,
-                                               self.c_pitch, debug_ptr, self.group_strides)]
+                                               self.c_pitch, debug_ptr, self.group_strides, fix_up)]
 
 
 def plan_launch(a, b, *, offs=None, masked_m=None, out=None, alpha=1.0, scale_a=None, scale_b=None, bias=None,
@@ -105,6 +108,7 @@ def plan_launch(a, b, *, offs=None, masked_m=None, out=None, alpha=1.0, scale_a=
                               in_dtype=problem.in_dtype, b_dtype=problem.b_dtype, out_dtype=problem.out_dtype,
                               a_major=a_major, b_major=b_major,
                               group_capacity=cfg.group_capacity or grouped_call.group_capacity(problem.groups))
+    grouped_call.check_stream_k(cfg, rows, n, k, groups)
     launch = GroupedLaunch(problem, cfg, fused, strides, a, b, out, counts, rows)
     if rows == 0 or n == 0:
         launch.config = None
@@ -122,10 +126,12 @@ class GroupedPlan:
 
     def __init__(self, a, b, *, offs=None, masked_m=None, out=None, alpha=1.0, scale_a=None, scale_b=None,
                  bias=None, activation=None, out_dtype=None, config: GemmConfig | None = None, ctas: int | None = None,
-                 stream=None, kernel=None):
+                 stream=None, kernel=None, scratch=None):
         """`ctas` caps the grid (default: one CTA per SM; fewer give each CTA more units, as the tests and mutants
         want); `kernel` replaces the config's compiled kernel (ptxgemm.tools.mutants runs edited PTX this way; its
-        config must be the plan's)."""
+        config must be the plan's). `scratch(nbytes)`: where the stream-K tail's workspace and flags come from, as
+        GemmPlan's (a framework's allocator, so that a plan made during a graph capture takes memory the graph may
+        keep)."""
         def device():   # asked for only when there is a kernel to pick or launch: a clear error off Hopper
             return driver.require_sm90("running the grouped GEMM")
 
@@ -139,7 +145,7 @@ class GroupedPlan:
         self.problem, self.epilogue, self.group_strides = plan.problem, plan.epilogue, plan.group_strides
         self.a, self.b, self.out, self.counts, self.rows = plan.a, plan.b, plan.out, plan.counts, plan.rows
         self.config = cfg = plan.config
-        self.records = self._launch = None
+        self.records = self._launch = self.workspace = self.flags = self.sk_fixup = None
         if cfg is None:
             return
         if kernel is not None and kernel.config != cfg:
@@ -155,7 +161,15 @@ class GroupedPlan:
         if cfg.debug:   # bounded waits that report the stalled barrier (ptxgemm.runtime.debug)
             self.records = StallRecords(self.grid, cfg.threads)
             debug_ptr = self.records.device_pointer
-        args = [maps["tmap_a"], maps["tmap_b"], maps["tmap_c"], *plan.scalars(debug_ptr)]
+        fix_up = ()
+        if cfg.stream_k:   # the tail's fix-up: a partial tile per CTA and consumer half, a flag per tail unit and half
+            halves = self.grid * cfg.consumers_per_tile    # clusters x CTAs of a cluster x consumer halves
+            self.workspace, self.flags = fix_up_buffers(
+                scratch or (lambda nbytes: arrays.DeviceArray.empty((nbytes,), np.uint8, stream=stream)),
+                halves, halves, cfg, stream)
+            self.sk_fixup = sk_fixup_k_tiles(cfg, str(device().name))   # what the device weighs its tail with
+            fix_up = (self.sk_fixup, self.workspace.ptr, self.flags.ptr)
+        args = [maps["tmap_a"], maps["tmap_b"], maps["tmap_c"], *plan.scalars(debug_ptr, fix_up)]
         self._launch = driver.PreparedLaunch(self.kernel.function, (self.grid,), (cfg.threads,), args,
                                              smem_bytes=cfg.smem_bytes,
                                              cluster=(cfg.cluster_size, 1, 1) if cfg.cluster_size > 1 else None)

@@ -175,10 +175,10 @@ class Kernel:
                     if t.startswith("s"):
                         a, b = _signed(a, bits), _signed(b, bits)
                     r = {"lt": a < b, "le": a <= b, "gt": a > b, "ge": a >= b, "eq": a == b, "ne": a != b}[cmp]
-                    if len(op) == 4:                 # setp.cmp.and.type d, a, b, c: d = (a cmp b) and c
-                        if op[2] != "and":
+                    if len(op) == 4:                 # setp.cmp.and.type d, a, b, c: d = (a cmp b) and c (or: or c)
+                        if op[2] not in ("and", "or"):
                             raise SimError(f"combinator .{op[2]} is not modelled")
-                        r = r and bool(regs[ops[3]])
+                        r = (r and bool(regs[ops[3]])) if op[2] == "and" else (r or bool(regs[ops[3]]))
                     regs[ops[0]] = r
                 else:
                     raise SimError("instruction not modelled")

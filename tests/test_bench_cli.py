@@ -133,12 +133,13 @@ def test_bad_arguments_exit_2(args, pattern, tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_the_grouped_set_takes_the_store_hint_variants_and_names_torch_when_absent(tmp_path):
-    """--set grouped --variants store-hint passes the argument checks; where torch is absent (CI) the set says it
-    needs torch instead of failing on the import."""
+@pytest.mark.parametrize("variant", ["store-hint", "stream-k"])
+def test_the_grouped_set_takes_the_toggle_variants_and_names_torch_when_absent(tmp_path, variant):
+    """--set grouped --variants store-hint (or stream-k) passes the argument checks; where torch is absent (CI) the
+    set says it needs torch instead of failing on the import."""
     import importlib.util
 
-    proc = bench("--set", "grouped", "--variants", "store-hint", cwd=tmp_path)
+    proc = bench("--set", "grouped", "--variants", variant, cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr
     if importlib.util.find_spec("torch") is None:
         assert "--set grouped: times torch._grouped_mm" in proc.stderr and "needs torch" in proc.stderr

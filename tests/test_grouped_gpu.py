@@ -188,6 +188,66 @@ def test_fp8_per_tensor_scales_and_activation(form, tag):
     _check(out.to_numpy(), poisoned, a, b, problem, counts, fp8, "bfloat16", scale=1.125, activation="silu")
 
 
+#: The stream-K tail, cut on the device (streamk.ptx.j2's split_on_device): (name, form, sizes per launch (the same
+#: plan, the counts rewritten in place between launches), N, K, dtype, tag or None, ctas). Each launch's counts are
+#: checked against the model (ptxgemm.kernel.grouped_walk.tail_schedule) for whether the kernel cuts its tail.
+SK_CASES = (
+    # one tail unit in 4 shares (3 partials), empty and one-row groups; then counts whose tail is one group's,
+    # then counts whose last wave is nearly full (whole units), all on one plan
+    ("sk-unaligned-empty", "contiguous", ([0, 1, 130, 257, 0, 384, 129, 700], [1601, 0, 0, 0, 0, 0, 0, 0],
+                                          [200, 200, 200, 200, 200, 200, 200, 201]), 512, 2560, "bfloat16",
+     "coop128x256sk", 11),
+    # pairs: the two tail units are the last group's last unit row, whose second CTA's second half is idle
+    ("sk-pair-idle-half", "contiguous", ([0, 1, 130, 257, 0, 384, 129, 700],), 512, 4096, "bfloat16",
+     "coop128x256c2sk", 18),
+    ("sk-masked-fp16", "masked", ((300, [300, 17, 0, 129, 256, 3]),), 256, 2048, "float16", "coop128x256sk", 4),
+    # the default config and grid: 272 units on 132 SMs, the last 8 cut into 4 shares each
+    ("sk-default-grid", "contiguous", ([2100, 2100, 0, 2100, 2100],), 1024, 2560, "bfloat16", None, None),
+)
+
+
+@gpu
+@pytest.mark.parametrize("name, form, launches, n, k, dtype, tag, ctas", SK_CASES, ids=[c[0] for c in SK_CASES])
+def test_the_stream_k_tail(name, form, launches, n, k, dtype, tag, ctas):
+    """The grouped kernel's stream-K tail: correct against float64 with poisoned rows outside the groups, the same
+    bits on a second launch (partials added in a fixed order, flags left at zero), and new counts on the same plan,
+    whether they make the device cut the tail or run whole units."""
+    import math
+
+    import ptxgemm
+    from ptxgemm.kernel.grouped_walk import tail_schedule, units_per_group
+
+    rng = np.random.default_rng(zlib.crc32(name.encode()))
+    a, b, counts = _make(rng, form, launches[0], n, k, dtype, "k")
+    out_shape = (a.shape[0], n) if form == "contiguous" else (a.shape[0], a.shape[1], n)
+    out = ptxgemm.DeviceArray.empty(out_shape, np.dtype(accuracy.DTYPES[dtype]))
+    counts_dev = ptxgemm.to_device(counts)
+    kw = {"offs" if form == "contiguous" else "masked_m": counts_dev}
+    plan = ptxgemm.GroupedPlan(ptxgemm.to_device(a), _device_b(ptxgemm, b, "k"), out=out, ctas=ctas,
+                               config=GemmConfig.from_tag(tag) if tag else None, **kw)
+    cfg = plan.config
+    assert cfg.stream_k and (tag is None or cfg.tag == tag)
+    cut = []
+    for sizes in launches:
+        counts = (_counts_contiguous(sizes) if form == "contiguous" else np.array(sizes[1], dtype=np.int32))
+        counts_dev.copy_from_host(counts)
+        values, total = (counts, a.shape[0]) if form == "contiguous" else (counts, a.shape[1])
+        units = sum(units_per_group(form, values, total, 0, n, cfg.block_m, cfg.block_n, cfg.cluster_m))
+        sk = tail_schedule(units, plan.grid // cfg.cluster_size, math.ceil(k / cfg.block_k), plan.sk_fixup)
+        cut.append(sk.stream_k)
+        results = []
+        for _ in range(2):
+            out.poison()
+            plan.workspace.poison()   # the previous launch's partials (equal to this one's) must not pass
+            poisoned = out.to_numpy()
+            plan.launch()
+            results.append(out.to_numpy())
+        assert np.array_equal(results[0].view(np.uint16), results[1].view(np.uint16)), sizes
+        problem = grouped_rules.parse(a, b, out=poisoned, **{key: counts for key in kw})
+        _check(results[1], poisoned, a, b, problem, counts, dtype, dtype)
+    assert cut[0] and (name != "sk-unaligned-empty" or cut == [True, True, False]), cut
+
+
 @gpu
 def test_new_counts_same_plan_and_graph_replay():
     """One plan, launched with one set of counts, then (in place, on the device) another: the result follows the

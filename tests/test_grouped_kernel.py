@@ -24,7 +24,7 @@ def _cfg(tag, form, **kw):
 
 
 @pytest.mark.parametrize("form", ["contiguous", "masked"])
-@pytest.mark.parametrize("tag", TILES)
+@pytest.mark.parametrize("tag", TILES + ("coop128x256sk", "coop128x256c2sk", "coop256x128sk"))
 def test_grouped_kernels_assemble_without_spills(tag, form):
     cfg = _cfg(tag, form)
     fn = compile_gemm(cfg).report.functions["gemm_grouped"]
@@ -107,15 +107,18 @@ def test_dense_kernels_keep_their_smem_map():
 
 
 
+@pytest.mark.parametrize("tag", ["coop128x256", "coop128x256c2sk"])
 @pytest.mark.parametrize("form", ["contiguous", "masked"])
-def test_the_host_packs_the_parameters_the_kernel_declares(form):
-    cfg = _cfg("coop128x256", form)
+def test_the_host_packs_the_parameters_the_kernel_declares(form, tag):
+    cfg = _cfg(tag, form)
     params = entry_params(render_gemm(cfg))
     names = [n for _, n in params]
     assert names[:3] == ["tmap_a", "tmap_b", "tmap_c"]
     problem = rules.GroupedProblem(form, 4, 300, 512, 256, "bfloat16", None, "bfloat16",
                                    (300, 512) if form == "contiguous" else (4, 300, 512))
-    args = kernel_arguments(cfg, 300 * (4 if form == "masked" else 1), 512, 256, problem, 0x1000, 0x2000, 1024)
+    fix_up = (17, 0x3000, 0x4000) if cfg.stream_k else ()
+    args = kernel_arguments(cfg, 300 * (4 if form == "masked" else 1), 512, 256, problem, 0x1000, 0x2000, 1024,
+                            fix_up=fix_up)
     scalars = params[3:]
     assert len(args) == len(scalars), names
     width = {"u32": ctypes.c_uint32, "u64": ctypes.c_uint64, "f32": ctypes.c_float}
@@ -125,6 +128,8 @@ def test_the_host_packs_the_parameters_the_kernel_declares(form):
     assert by_name["param_groups"] == 4 and by_name["param_counts"] == 0x1000 and by_name["param_ldc"] == 1024
     assert by_name["param_group_rows"] == (300 if form == "masked" else 0)
     assert by_name["param_b_batch_step"] == 1 and by_name["param_a_batch_step"] == 0
+    if cfg.stream_k:
+        assert [by_name[p] for p in ("param_sk_fixup", "param_workspace", "param_flags")] == list(fix_up)
 
 
 def test_the_search_covers_every_group():
@@ -169,12 +174,45 @@ def test_the_default_pairs_tall_groups_with_long_k_loops():
                               "mn" if form == "k" else "k")
 
     assert pick("contiguous", 4, 32768, 4096, 7168).cluster_m == 2
-    assert pick("contiguous", 8, 32768, 7168, 2048).tag == "coop128x256c2"
+    assert pick("contiguous", 8, 32768, 7168, 2048).tag == "coop128x256c2sk"
     assert pick("contiguous", 256, 32768, 4096, 7168).cluster_m == 1
     assert pick("masked", 4, 256, 4096, 7168).cluster_m == 1
     assert pick("k", 8, 4096, 14336, 32768).cluster_m == 2
     assert pick("k", 256, 2048, 7168, 32768).cluster_m == 1
     assert pick("contiguous", 4, 32768, 4096, 7168, "float8_e4m3fn").cluster_m == 1
+
+
+def test_the_default_carries_the_stream_k_tail_where_the_dense_rule_weighs_it():
+    """The stream-K tail (cut on the device, where only the unit count is known) in the contiguous and masked forms'
+    default for 16-bit inputs with a k-loop of SK_MIN_K_TILES; not in the k form (its units' k-loops differ), fp8,
+    short k-loops, groups of one unit row on average (memory-bound), or where no counts can fill a wave. Its
+    arguments come exactly with it, and a launch whose k-tile numbers could overflow 32 bits is refused by name."""
+    from ptxgemm.plan import grouped_call
+    from ptxgemm.select.model import SK_MIN_K_TILES
+
+    def pick(form, groups, m, n, k, dtype="bfloat16"):
+        shape = {"masked": (groups, m, n), "k": (groups, m, n)}.get(form, (m, n))
+        return grouped_call.default_config(rules.GroupedProblem(form, groups, m, n, k, dtype, None, "bfloat16",
+                                                                shape), "mn" if form == "k" else "k")
+
+    assert pick("contiguous", 8, 32768, 4096, 7168).stream_k
+    assert pick("contiguous", 64, 32768, 7168, 2048, "float16").stream_k
+    assert pick("masked", 4, 256, 8192, 64 * SK_MIN_K_TILES).stream_k
+    assert not pick("masked", 4, 256, 8192, 64 * SK_MIN_K_TILES - 64).stream_k
+    assert not pick("masked", 4, 256, 4096, 7168).stream_k           # 4 x 2 x 16 = 128 units at most: no full wave
+    assert not pick("masked", 32, 128, 4096, 7168).stream_k          # groups of one unit row
+    assert not pick("contiguous", 256, 32768, 4096, 7168).stream_k   # 128 rows per group on average
+    assert not pick("k", 8, 4096, 14336, 32768).stream_k
+    assert not pick("contiguous", 8, 32768, 4096, 7168, "float8_e4m3fn").stream_k
+    cfg = pick("contiguous", 8, 32768, 4096, 7168)
+    p = rules.GroupedProblem("contiguous", 8, 32768, 4096, 7168, "bfloat16", None, "bfloat16", (32768, 4096))
+    args = grouped_call.kernel_arguments(cfg, 32768, 4096, 7168, p, 0x1000, 0x2000, 8192, 0, None,
+                                         (17, 0x3000, 0x4000))
+    assert [a.value for a in args[-4:]] == [17, 0x3000, 0x4000, 0] and isinstance(args[-3], ctypes.c_uint64)
+    with pytest.raises(ConfigError, match="^fix_up: "):
+        grouped_call.kernel_arguments(cfg, 32768, 4096, 7168, p, 0x1000, 0x2000, 8192)
+    with pytest.raises(ConfigError, match="^config.stream_k: .*32-bit"):
+        grouped_call.check_stream_k(cfg, 2 ** 24, 2 ** 16, 2 ** 16, 8)
 
 
 def test_the_store_hint_marks_cs_stores_only_where_it_is_on():

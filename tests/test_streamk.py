@@ -97,7 +97,7 @@ def test_config_rules_and_tag():
     assert GemmConfig.from_tag("coop256x128sks3").stages == 3
     assert "stream-K tail" in cfg.describe()
     for bad, named in (({"schedule": "pingpong"}, "schedule='pingpong'"), ({"splits": 2}, "splits"),
-                       ({"source_dtype": "bfloat16"}, "source_dtype"), ({"grouped": "contiguous"}, "grouped")):
+                       ({"source_dtype": "bfloat16"}, "source_dtype"), ({"grouped": "k"}, "grouped='k'")):
         fields = {"schedule": "cooperative", "block_m": 128, "block_n": 256, "stream_k": True, **bad}
         with pytest.raises(ConfigError, match=r"^stream_k: .*" + named.replace("(", r"\(")):
             GemmConfig(**fields)
@@ -111,7 +111,9 @@ def test_the_k_tile_numbers_must_fit_32_bits():
 def _walk_probe_ptx(cfg) -> str:
     """streamk.ptx.j2's first_unit and next_unit, as the kernel renders them, in an entry of their own: thread c
     walks cluster c's units as the producer does and stores (unit, first position, k-tiles, first k-tile of K) of
-    its j-th at out + 16 (c * slots + j)."""
+    its j-th at out + 16 (c * slots + j). A grouped config's split is made by split_on_device from the unit count
+    (param_num_tiles) and the fix-up's cost in k-tiles (the first parameter, param_sk_fixup); a dense one's is
+    given (param_dp_units, param_sk_per)."""
     from ptxgemm.kernel.codegen import environment
     from ptxgemm.kernel.params import template_params
 
@@ -121,7 +123,8 @@ def _walk_probe_ptx(cfg) -> str:
     return f""".version 8.0
 .target sm_90a
 .address_size 64
-.visible .entry walk_probe(.param .u32 param_dp_units, .param .u32 param_sk_per, .param .u32 param_num_tiles,
+.visible .entry walk_probe({".param .u32 param_sk_fixup" if cfg.grouped else
+                              ".param .u32 param_dp_units, .param .u32 param_sk_per"}, .param .u32 param_num_tiles,
     .param .u32 param_k_tiles, .param .u32 param_slots, .param .u64 param_out)
 {{
     .reg .u32 %cta, %grid, %tile, %num_tiles, %k_tiles, %tmp, %slots, %j;
@@ -134,6 +137,7 @@ def _walk_probe_ptx(cfg) -> str:
     ld.param.u32 %num_tiles, [param_num_tiles];
     ld.param.u32 %k_tiles, [param_k_tiles];
     ld.param.u32 %slots, [param_slots];
+{sk.split_on_device() if cfg.grouped else ""}
     mov.u32 %j, 0;
 {sk.first_unit("PROBE", rotate=True)}
 PROBE_TILE:
@@ -181,3 +185,40 @@ def test_the_kernels_walk_is_the_models(shape, tile, ctas):
         got = [tuple(word(out + 16 * (c * slots + j) + 4 * f) for f in range(4)) for j in range(len(want))]
         assert got == want, c
         assert out + 16 * (c * slots + len(want)) not in memory.written, c    # and nothing after it
+
+
+SPLITS = {  # (units, clusters, k_tiles, the fix-up in k-tiles): whether the tail is cut
+    (2048, 66, 112, 17): True, (3584, 66, 32, 17): True, (7168, 66, 64, 17): True, (8202, 132, 224, 17): True,
+    (100, 132, 112, 17): False, (264, 132, 112, 17): False, (12, 5, 20, 17): False, (12, 5, 20, 2): True,
+    (13, 5, 20, 2): True, (11, 5, 6, 2): True, (11, 5, 6, 4): False, (9, 4, 1, 0): False}
+
+
+@pytest.mark.parametrize("units, clusters, k_tiles, fixup", list(SPLITS))
+def test_the_grouped_kernels_split_is_the_models(units, clusters, k_tiles, fixup):
+    """The grouped kernel cuts its tail on the device (streamk.ptx.j2's split_on_device), since only the device
+    knows how many units the counts make. Run by the interpreter, one thread per cluster, from a unit count and the
+    fix-up's cost, it walks the segments of ptxgemm.kernel.grouped_walk.tail_schedule: shares where a share and
+    its fix-up are shorter than a whole unit after a full wave (DeepGEMM's 2048 pair units of 112 k-tiles, whose
+    last wave holds 2 of 66), whole units otherwise (fewer units than clusters, whole waves, a fix-up as long as
+    the unit)."""
+    from ptx_sim import Kernel, Memory
+
+    from ptxgemm.kernel.grouped_walk import tail_schedule
+
+    s = tail_schedule(units, clusters, k_tiles, fixup)
+    cfg = GemmConfig(schedule="cooperative", block_m=128, block_n=256, stream_k=True, grouped="contiguous",
+                     group_capacity=16)
+    slots = max(len(s.cluster_walk(c)) for c in range(clusters)) + 1
+    out = 1 << 20
+    memory = Memory({}, set(range(out, out + 16 * slots * clusters)), {})
+    Kernel(_walk_probe_ptx(cfg), "walk_probe").run(1, clusters, [fixup, units, k_tiles, slots, out], memory)
+
+    def word(addr):
+        return sum(memory.written[addr + b] << (8 * b) for b in range(4))
+
+    for c in range(clusters):
+        want = [(u, f, n, s.k_tiles_of(u, f, n)[0]) for u, f, n in s.cluster_walk(c)]
+        got = [tuple(word(out + 16 * (c * slots + j) + 4 * f) for f in range(4)) for j in range(len(want))]
+        assert got == want, c
+        assert out + 16 * (c * slots + len(want)) not in memory.written, c
+    assert s.stream_k == SPLITS[units, clusters, k_tiles, fixup]

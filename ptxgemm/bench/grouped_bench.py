@@ -143,8 +143,8 @@ def _peers(torch, ptxgemm, case, a, b, counts, dtype, scales=None, scaling="tens
 def run(rounds: int, in_dtype: str, out_dir: str, name: str | None, variants: str = "",
         scaling: str = "tensor") -> int:
     """variants: "" (none), "all" (the other grouped tiles and both L2 hints toggled, timed beside the default),
-    "hint" (the L2 hint of one-row groups' B toggled only), "store-hint" (the L2 hint of C's stores toggled only)
-    or tags (comma-separated: those tiles)."""
+    "hint" (the L2 hint of one-row groups' B toggled only), "store-hint" (the L2 hint of C's stores toggled only),
+    "stream-k" (the stream-K tail toggled only, where the kernel takes it) or tags (comma-separated: those tiles)."""
     import torch
 
     import ptxgemm
@@ -184,8 +184,8 @@ def run(rounds: int, in_dtype: str, out_dir: str, name: str | None, variants: st
         # the grouped kernel's other tiles, timed beside the default's (what the default config should learn)
         # (into the default's output: a k-form output is G x M x N, 15 GB for DeepSeek-V3's gate-up weights)
         # and the L2 hint for one-row groups' B loads toggled (GemmConfig.group_stream_hint)
-        tags = (grouped_call.GROUPED_TILES if variants == "all" else () if variants in ("", "hint", "store-hint")
-                else variants.split(","))
+        tags = (grouped_call.GROUPED_TILES if variants == "all" else ()
+                if variants in ("", "hint", "store-hint", "stream-k") else variants.split(","))
         others = {tag: ptxgemm.GemmConfig.from_tag(tag) for tag in tags if tag != plan.config.tag}
         if variants in ("all", "hint") and case.layout != "k":
             hint = not plan.config.stream_hint
@@ -195,6 +195,13 @@ def run(rounds: int, in_dtype: str, out_dir: str, name: str | None, variants: st
             hint = not plan.config.store_hint
             others[f"{plan.config.tag} store-hint={'on' if hint else 'off'}"] = dataclasses.replace(
                 plan.config, group_store_hint=hint)
+        if variants in ("all", "stream-k"):
+            tail = not plan.config.stream_k
+            try:   # the k form, blockwise scales: no tail to toggle
+                others[f"{plan.config.tag} stream-k={'on' if tail else 'off'}"] = dataclasses.replace(
+                    plan.config, stream_k=tail)
+            except ptxgemm.ConfigError:
+                pass
         timed = {f"ptxgemm {label}": ptxgemm.GroupedPlan(a, b, **kw, **scale, out=plan.out, config=cfg).launch
                  for label, cfg in others.items()}
         launchers = {"ptxgemm": plan.launch, **timed, **{p: f for p, (f, _) in peers.items()}}

@@ -48,6 +48,10 @@ MUTANT_PRESETS = {"default": {}, "cluster": {"cluster_m": 2},
                   # ... on pairs along M (B multicast): the idle CTA's releases of its peer's stages
                   "grouped-pair": {"schedule": "cooperative", "block_m": 128, "block_n": 256, "b_major": "k",
                                    "cluster_m": 2, "grouped": "contiguous", "group_capacity": 512},
+                  # ... with the stream-K tail cut on the device: its fix-up in the grouped kernel (workloads whose
+                  # tail the device cuts: ptxgemm.tools.mutant_worker.GROUPED_SK_WORKLOADS)
+                  "grouped-sk": {"schedule": "cooperative", "block_m": 128, "block_n": 256, "b_major": "k",
+                                 "grouped": "contiguous", "group_capacity": 16, "stream_k": True},
                   "grouped-masked": {"schedule": "cooperative", "block_m": 128, "block_n": 128,
                                      "grouped": "masked", "group_capacity": 512},
                   "grouped-k": {"schedule": "cooperative", "block_m": 128, "block_n": 256, "a_major": "mn",
@@ -78,6 +82,7 @@ def add_arguments(p) -> None:
                         "problem swapped, the scale tables' axes traded), "
                         "'grouped' the grouped kernel "
                         "(contiguous, 128x256, B K-major), 'grouped-pair' the same on pairs along M (B multicast), "
+                        "'grouped-sk' the same with the stream-K tail (cut on the device), "
                         "'grouped-masked' its masked form (128x128) and 'grouped-k' "
                         "its k form (weight gradients, both operands MN-major) on grouped workloads")
     p.add_argument("--list", action="store_true",

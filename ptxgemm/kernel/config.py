@@ -342,14 +342,14 @@ class GemmConfig(KernelLayout):
         if not self.stream_k:
             return
         refused = [name for name, on in (("schedule='pingpong'", not self.cooperative), ("splits", self.split_k),
-                                         ("grouped", self.grouped is not None), ("block_scale", self.block_scale),
+                                         ("grouped='k'", self.grouped == "k"), ("block_scale", self.block_scale),
                                          ("source_dtype", self.source_dtype is not None)) if on]
         if refused:
             raise ConfigError(f"stream_k: the stream-K tail runs the cooperative schedule, whose two consumers read "
                               f"every k-tile of a unit, so a unit's k-range may have any length; it does not take "
                               f"{', '.join(refused)} (pingpong's consumers skip each other's k-tiles by a fixed "
-                              f"count; split-K already cuts K; the grouped and blockwise k-loops and the source "
-                              f"tile assume whole tiles)")
+                              f"count; split-K already cuts K; the k-grouped, blockwise and source-tile loops "
+                              f"assume whole tiles)")
 
     def _validate_epilogue(self):
         if self.b_dtype is not None and self.b_dtype != self.in_dtype:

@@ -8,6 +8,10 @@ prefix exceeds u (a binary search, ceil(log2 G) steps) and is tile u - prefix_be
 order: bands of group_m tile rows, each walked down its rows before moving one column right. So the groups need no host work, an empty group has no unit, and a launch's units spread over the CTAs
 round-robin whatever the group sizes: the busiest CTA has at most one unit more than the idlest.
 
+With the stream-K tail (GemmConfig.stream_k, contiguous and masked forms) the kernel cuts the units past the last
+full wave into k-tile shares once it has counted them; `tail_schedule` is that split (the dense schedule's, with
+the device's choice between shares and whole units).
+
 The kernel (templates/grouped_scheduler.ptx.j2) mirrors `walk` for the contiguous and masked forms (tests/test_grouped.py
 holds this model to its rules; the GPU tests and the mutation tester check the kernel against the ranges it gives). A grouped plan cannot size its
 grid from the units, whose number only the device knows: it launches one CTA per SM.
@@ -17,6 +21,8 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import math
+
+from .schedule import Schedule
 
 FORMS = ("contiguous", "masked", "k")
 
@@ -97,3 +103,14 @@ def walk(form: str, counts, total: int, m: int, n: int, block_m: int, block_n: i
             m0 = base + (mt * cluster_m + rank) * block_m
             out[(u % clusters) * cluster_m + rank].append(GroupedUnit(g, m0, nt * block_n, row_end))
     return out
+
+
+def tail_schedule(units: int, clusters: int, k_tiles: int, fixup_k_tiles: int) -> Schedule:
+    """The split the grouped kernel makes once warp 0 has counted `units` (streamk.ptx.j2's split_on_device): the
+    units past the last full wave cut into shares as the dense stream-K tail cuts them (Schedule.cluster_walk has
+    each cluster's segments), where a share and its fix-up (`fixup_k_tiles`, the host's figure) take fewer k-tiles
+    than a whole unit and there is a full wave before the tail; otherwise every unit whole."""
+    sk = Schedule(units, 1, k_tiles, 1, clusters, "cooperative", stream_k=True)
+    if not sk.sk_units or not sk.dp_units or sk.sk_per + fixup_k_tiles >= k_tiles:
+        return dataclasses.replace(sk, stream_k=False)
+    return sk

@@ -9,6 +9,7 @@ from . import trace_format
 from .config import GELU_CUBIC, GemmConfig, PTX_FLOAT_TYPES, PTX_VERSION, SCALE_BLOCK, SCALE_LOOKAHEAD, WGMMA_TYPES
 from .hardware import DESC_ADDRESS_MASK, FULL_WARP_MASK, MBARRIER_BYTES, SWIZZLE_BYTES, WARP_LANES, WARPGROUP_THREADS
 from .layout import BARRIER_CTA, BARRIER_EPILOGUE_ORDER, BARRIER_EPILOGUE_SYNC, BARRIER_MMA_ORDER, FLAG_BYTES, itemsize
+from .schedule import SK_MAX_SHARES
 from .stall_format import STALL_CODES
 
 
@@ -52,6 +53,7 @@ def template_params(cfg: GemmConfig) -> dict:
         "flag_bytes": FLAG_BYTES,
         # the register holding the current unit's k-tile count: a stream-K segment's own, else every unit's
         "unit_k_tiles": "%k_count" if cfg.stream_k else "%k_tiles",
+        "sk_max_shares": SK_MAX_SHARES,                       # stream-K: a unit is cut into at most this many shares
         "quad_stride": WARPGROUP_THREADS * 16,
         "scale_block": SCALE_BLOCK,
         "scale_lookahead": SCALE_LOOKAHEAD,

@@ -12,7 +12,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..kernel.config import SCALE_BLOCK, GemmConfig
-from ..select.model import MULTICAST_DTYPES, MULTICAST_MIN_K
+from ..select.model import MULTICAST_DTYPES, MULTICAST_MIN_K, SK_DTYPES, SK_MIN_K_TILES
 from . import epilogue, grouped
 
 # The grouped kernel's tiles (cooperative, single CTAs, whole output panels) and how fast each runs a full tile,
@@ -27,6 +27,14 @@ GROUPED_TILES = {"coop128x256": 1.0, "coop256x128": 0.97, "coop128x192": 0.95, "
 # DeepSeek-V3's 256 experts (128 rows on average) 1-2% slower, the masked batches of 256-1024 rows 0.5-3% slower,
 # and the k form's 128-row K ranges 4-5% slower (each unit's k-loop is two k-tiles: the pair only adds a wait).
 PAIR_MIN_ROWS = 2048
+# The stream-K tail (GemmConfig.stream_k) in the contiguous and masked forms: where the dense selection would
+# weigh it (16-bit inputs, a k-loop of SK_MIN_K_TILES), the default config carries it, and the kernel itself
+# decides each launch whether its last partial wave is cut (streamk.ptx.j2's split_on_device; only the device
+# knows the unit count). Whole units left the last wave of 5 of the bench's 11 shapes 1-3% idle (perf-notes,
+# issue 25 "where the last percent is"). Not where the mean group is one unit row (its units stream their B
+# panels: memory-bound, so the last wave's idle SMs cost nothing; DeepSeek-V3's experts and decode batches), nor
+# where the counts can never fill a wave (the kernel would run whole units anyway, and the tail's code measured
+# 0.5-1.3% slower on DeepGEMM's masked batches of 128 units on 132 SMs; H100, perf-notes issue 25 step 12).
 # The tables' size is rounded up to a power of two from G, at least this: few kernels serve every G.
 MIN_GROUP_CAPACITY = 16
 # Parts of the grouped GEMM that are rendered, assembled and planned but have not run on a GPU yet: each is refused
@@ -45,6 +53,26 @@ def check_verified(feature: str) -> None:
 
 def group_capacity(groups: int) -> int:
     return max(MIN_GROUP_CAPACITY, 1 << (groups - 1).bit_length())
+
+
+def max_units(cfg: GemmConfig, problem: grouped.GroupedProblem) -> int:
+    """The most units any counts give a contiguous or masked problem: every group's matrix full (masked), or every
+    row of A in groups that each start a unit row of their own (contiguous)."""
+    rows = (problem.groups * -(-problem.m // cfg.unit_rows) if problem.form == "masked" else
+            -(-problem.m // cfg.unit_rows) + problem.groups - 1)
+    return rows * -(-problem.n // cfg.block_n)
+
+
+def check_stream_k(cfg: GemmConfig, rows: int, n: int, k: int, groups: int) -> None:
+    """The stream-K tail numbers k-tiles of the launch in 32 bits (streamk.ptx.j2): the most units any counts can
+    give (every group's rows rounded up to whole unit rows) times the k-tiles of each must fit; ConfigError names
+    config.stream_k where they may not."""
+    if not cfg.stream_k:
+        return
+    units = (-(-rows // cfg.unit_rows) + groups) * -(-n // cfg.block_n)
+    if units * -(-k // cfg.block_k) >= 2 ** 32:
+        raise ConfigError(f"config.stream_k: up to {units} units of {-(-k // cfg.block_k)} k-tiles overflow the "
+                          f"kernel's 32-bit k-tile numbers; leave the stream-K tail off for this problem")
 
 
 def rows_view(x, name: str, rows: int, cols: int, layout: str | None = None) -> int:
@@ -100,6 +128,19 @@ def default_config(problem: grouped.GroupedProblem, b_major: str, sm_count: int 
     rows = problem.m if problem.form in ("masked", "k") else problem.m / problem.groups
     k_loop = problem.k / problem.groups if problem.form == "k" else problem.k    # the mean unit's K
     pair = (problem.in_dtype in MULTICAST_DTYPES and k_loop >= MULTICAST_MIN_K and rows >= PAIR_MIN_ROWS)
+    all_rows = problem.m * problem.groups if problem.form == "masked" else problem.m
+
+    def with_tail(cfg):   # the stream-K tail where the dense rule would weigh it (see SK_DTYPES above)
+        if (problem.form == "k" or problem.in_dtype not in SK_DTYPES
+                or -(-problem.k // cfg.block_k) < SK_MIN_K_TILES or rows <= cfg.unit_rows
+                or max_units(cfg, problem) < sm_count // cfg.cluster_size):
+            return cfg
+        try:
+            tail = dataclasses.replace(cfg, stream_k=True)
+            check_stream_k(tail, all_rows, problem.n, problem.k, problem.groups)
+        except ConfigError:
+            return cfg
+        return tail
 
     def cost(tag):
         t = GemmConfig.from_tag(tag)
@@ -121,7 +162,7 @@ def default_config(problem: grouped.GroupedProblem, b_major: str, sm_count: int 
                 cfg = dataclasses.replace(cfg, cluster_m=2)
             except ConfigError:
                 pass
-        configs.append(cfg)
+        configs.append(with_tail(cfg))
     if not configs:
         raise refused[0]
     if spill_check is not None:
@@ -199,9 +240,15 @@ def grouped_epilogue(problem: grouped.GroupedProblem, alpha, scale_a, scale_b, b
 
 
 def kernel_arguments(cfg: GemmConfig, rows: int, n: int, k: int, problem: grouped.GroupedProblem, counts_ptr: int,
-                     c_ptr: int, c_pitch: int, debug_ptr: int = 0, group_strides: dict | None = None) -> list:
+                     c_ptr: int, c_pitch: int, debug_ptr: int = 0, group_strides: dict | None = None,
+                     fix_up: tuple = ()) -> list:
     """The grouped kernel's scalar arguments after the tensor maps and the epilogue's, in gemm_roles.ptx.j2's and
-    grouped_scheduler.ptx.j2's order (pure: tests check them without a GPU)."""
+    grouped_scheduler.ptx.j2's order (pure: tests check them without a GPU). `fix_up`: with the stream-K tail, (the
+    fix-up's cost in k-tiles, the workspace's address, the flags' address) (streamk.ptx.j2's params)."""
+    if bool(fix_up) != cfg.stream_k:
+        raise ConfigError(f"fix_up: the stream-K tail's arguments are given exactly when config.stream_k is on "
+                          f"(stream_k={cfg.stream_k}, fix_up={fix_up!r})")
+    tail = ([ctypes.c_uint32(fix_up[0]), ctypes.c_uint64(fix_up[1]), ctypes.c_uint64(fix_up[2])] if fix_up else [])
     group_rows = {"masked": problem.m, "k": problem.k}.get(problem.form, 0)   # M_max; total_K; unused
     return [ctypes.c_uint32(rows), ctypes.c_uint32(n), ctypes.c_uint32(-(-rows // cfg.unit_rows)),  # unit rows
             ctypes.c_uint32(-(-n // cfg.block_n)), ctypes.c_uint32(-(-k // cfg.block_k)),
@@ -211,4 +258,5 @@ def kernel_arguments(cfg: GemmConfig, rows: int, n: int, k: int, problem: groupe
             ctypes.c_uint64(c_ptr), ctypes.c_uint32(c_pitch),
             *[ctypes.c_uint32((group_strides or {}).get(name, 0)) for name, on in
               (("bias", cfg.bias == "col"), ("col_scale", cfg.col_scale)) if on],   # per-group column vectors
+            *tail,                                                            # the stream-K tail's fix-up
             ctypes.c_uint64(debug_ptr)]                                       # debug records (0: none)

@@ -485,8 +485,24 @@ def sk_steps(config: GemmConfig, sched, gpu_name: str = "") -> float:
     the fix-up (two partial tiles through L2 at SK_L2_BYTES_PER_NS)."""
     ktile_ns, epilogue_ns = tables(gpu_name)
     unit_ns = sched.k_tiles * ktile_ns[config.tile_tag] + epilogue_ns[config.tile_tag]
-    fixup = 2 * config.consumers_per_tile * config.partial_bytes / SK_L2_BYTES_PER_NS / unit_ns
-    return sched.dp_units / sched.clusters + sched.sk_per / sched.k_tiles + fixup
+    return sched.dp_units / sched.clusters + sched.sk_per / sched.k_tiles + sk_fixup_ns(config) / unit_ns
+
+
+def sk_fixup_ns(config: GemmConfig) -> float:
+    """The stream-K fix-up's cost on the busiest cluster: two fp32 partial tiles (one consumer pair's accumulators
+    each) through L2 at SK_L2_BYTES_PER_NS."""
+    return 2 * config.consumers_per_tile * config.partial_bytes / SK_L2_BYTES_PER_NS
+
+
+def sk_fixup_k_tiles(config: GemmConfig, gpu_name: str = "") -> int:
+    """The fix-up's cost in k-tiles of `config`'s tile, rounded up: what the grouped kernel, which cuts its tail
+    on the device (streamk.ptx.j2's split_on_device), weighs a share against a whole unit with."""
+    ktile_ns, _ = tables(gpu_name)
+    tile = config.tile_tag
+    if tile not in ktile_ns:
+        raise ConfigError(f"config: no measured k-tile cost for {tile!r} in ptxgemm.select.model's tables, which "
+                          f"the stream-K tail's split needs; the model knows {sorted(ktile_ns)}")
+    return math.ceil(sk_fixup_ns(config) / ktile_ns[tile])
 
 
 def steps_per_cta(sched) -> int:

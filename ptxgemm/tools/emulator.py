@@ -363,8 +363,11 @@ def _scalar_names(config) -> tuple[str, ...]:
 def _grouped_params(plan) -> dict:
     """The kernel's scalar arguments by the names its PTX entry declares (the template, rendered), so that a value
     packed in the wrong slot is read as the kernel would read it."""
+    from ..select.model import sk_fixup_k_tiles
+
     names = _scalar_names(plan.config)
-    values = plan.scalars()
+    # the stream-K tail's fix-up memory is the device's own (the emulated result does not read it): null addresses
+    values = plan.scalars(fix_up=(sk_fixup_k_tiles(plan.config), 0, 0) if plan.config.stream_k else ())
     assert len(names) == len(values), (names, values)
     return {nm: v.value for nm, v in zip(names, values)}
 

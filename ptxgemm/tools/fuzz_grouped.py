@@ -3,8 +3,8 @@ reference per group, and the grouped API's illegal inputs.
 
 A case draws the form (contiguous or masked), G from 1 to 256 with sizes that are empty, single rows, unaligned
 to the tile or tall, rows left after the last group, N and K (K tails included), the dtype (bf16, fp16, fp8 e4m3),
-B's major, a tile of the grouped kernel or the default, per-tensor scales and an activation, and the arrays'
-framework (ptxgemm's device arrays, or torch's). `out` is poisoned first: each group's rows must lie within
+B's major, a tile of the grouped kernel or the default, the grid (every SM, or a few CTAs), per-tensor scales and an
+activation, and the arrays' framework (ptxgemm's device arrays, or torch's). `out` is poisoned first: each group's rows must lie within
 ptxgemm.accuracy's bound and every other row must still hold its poison, bit for bit.
 """
 from __future__ import annotations
@@ -18,7 +18,12 @@ from .. import accuracy
 from ..errors import ConfigError
 
 DTYPES = ("bfloat16", "float16", "float8_e4m3fn")
-TILES = (None, "coop128x256", "coop128x128", "coop256x128", "coop128x192", "coop128x256c2", "coop256x128c2")
+TILES = (None, "coop128x256", "coop128x128", "coop256x128", "coop128x192", "coop128x256c2", "coop256x128c2",
+         "coop128x256sk", "coop128x256c2sk")   # sk: the stream-K tail, cut where the device finds it pays
+K_TILES = tuple(t for t in TILES if not (t or "").endswith("sk"))   # the k form's k-loops differ: no tail
+# the grid: one CTA per SM, or a few (even: a pair along M takes two), so that small cases run several waves and
+# the stream-K tiles' tail is cut
+CTAS = (None, None, 4, 6, 10)
 ACTIVATIONS = (None, "relu", "gelu", "silu")
 SCALINGS = ("tensor", "row", "block")     # fp8 cases' scale_a / scale_b
 BIASES = (None, None, "shared", "group")
@@ -61,7 +66,8 @@ def draw(rng, forms=("contiguous", "masked"), max_elements: float = MAX_ELEMENTS
             "b_major": "k" if dtype.startswith("float8") or rng.random() < 0.5 else "mn",
             "tile": TILES[rng.integers(len(TILES))], "extra_rows": int(rng.choice([0, 0, 9])),
             "scale": float(rng.choice([1.0, 0.5, 1.75])), "activation": ACTIVATIONS[rng.integers(len(ACTIVATIONS))],
-            "array": "torch" if rng.random() < 0.3 else "device", "seed": int(rng.integers(1 << 31))}
+            "array": "torch" if rng.random() < 0.3 else "device", "seed": int(rng.integers(1 << 31)),
+            "ctas": CTAS[rng.integers(len(CTAS))]}
     # the epilogue's vectors: fp8 takes rowwise (per token of a, per channel of each group's b) or blockwise scales
     # (1x128 per token, 128x128 per block of each group's b); any dtype a bias shared by the groups or one per group
     spec["scaling"] = str(rng.choice(SCALINGS)) if dtype.startswith("float8") else "tensor"
@@ -88,14 +94,24 @@ class _Backend:
         if name == "emulate":
             from . import emulator
 
-            self.upload, self.entry = emulator.upload, emulator.grouped_matmul
+            self.upload = emulator.upload
+            # the emulated kernel's result does not depend on the grid
+            self.entry = lambda *args, ctas=None, **kw: emulator.grouped_matmul(*args, **kw)
             self.empty = emulator.HostArray.empty          # 0xFF bytes: NaN in every float type
             self.read = lambda x: x.numpy().copy()
         else:
             import ptxgemm
 
-            self.upload, self.entry = ptxgemm.to_device, ptxgemm.grouped_matmul
+            self.upload = ptxgemm.to_device
             self.read = lambda x: x.to_numpy()
+
+            def entry(*args, ctas=None, **kw):   # a capped grid is a plan's argument (GroupedPlan), not the call's
+                if ctas is None:
+                    return ptxgemm.grouped_matmul(*args, **kw)
+                plan = ptxgemm.GroupedPlan(*args, ctas=ctas, **kw)
+                plan.launch()
+                return plan.out
+            self.entry = entry
 
             def empty(shape, dtype):
                 out = ptxgemm.DeviceArray.empty(shape, dtype)
@@ -123,7 +139,7 @@ def _draw_k(rng, max_elements: float) -> dict:
         ks[-1] = max(ks[-1], 1)
     return {"form": "k", "groups": groups, "sizes": ks, "m_max": None, "n": int(rng.choice([16, 64, 136, 256, 520])),
             "k": sum(ks), "m": int(rng.choice([8, 64, 136, 256, 304])), "dtype": str(rng.choice(DTYPES[:2])),
-            "b_major": "mn", "tile": TILES[rng.integers(len(TILES))], "extra_rows": 0,
+            "b_major": "mn", "tile": K_TILES[rng.integers(len(K_TILES))], "extra_rows": 0,
             "scale": float(rng.choice([1.0, 0.5])), "activation": ACTIVATIONS[rng.integers(len(ACTIVATIONS))],
             "array": "device", "seed": int(rng.integers(1 << 31))}
 
@@ -228,7 +244,8 @@ def run_case(spec: dict, backend: str = "gpu") -> tuple[str, str]:
             else:
                 kw["scale_a"], kw["scale_b"] = spec["scale"], 1.0
         config = GemmConfig.from_tag(spec["tile"]) if spec["tile"] else None
-        be.entry(args[0], args[1], out=args[3], activation=spec["activation"], config=config, **kw)
+        be.entry(args[0], args[1], out=args[3], activation=spec["activation"], config=config,
+                 ctas=spec.get("ctas"), **kw)
         got = be.read(out)
     except ConfigError as e:
         return "refused", f"ConfigError: {e}"

@@ -108,6 +108,14 @@ GROUPED_WORKLOADS = {
 }
 
 
+#: The grouped kernel's stream-K tail (cut on the device where a share and its fix-up are shorter than a unit:
+#: grouped_walk.tail_schedule): 34 units of 40 k-tiles (K a few elements short) on 11 CTAs, empty, one-row and
+#: unaligned groups, whose one tail unit is cut into 4 shares (a final and 3 partials); and 272 units on the whole
+#: grid, whose last 8 are cut likewise (on 132 SMs).
+GROUPED_SK_WORKLOADS = (GroupedWorkload((0, 1, 130, 257, 0, 384, 129, 700), 512, 40 * 64 - 8, 11, 34),
+                        GroupedWorkload((2100, 2100, 0, 2100, 2100), 1024, 40 * 64, None, 35))
+
+
 def block_scale_workloads(config: GemmConfig) -> tuple[Workload, ...]:
     """WORKLOADS, then as many as it takes for tiles to end in every copy of the blockwise k-loop's body
     (GemmConfig.bs_unroll): each copy has its own drain, and a copy no workload ends in leaves its drain's release
@@ -155,7 +163,7 @@ def stream_k_workloads(config: GemmConfig) -> tuple[Workload, ...]:
 
 def workloads_for(config: GemmConfig):
     if config.grouped:
-        return GROUPED_WORKLOADS[config.grouped]
+        return GROUPED_SK_WORKLOADS if config.stream_k else GROUPED_WORKLOADS[config.grouped]
     if config.stream_k:
         return stream_k_workloads(config)
     return block_scale_workloads(config) if config.block_scale else WORKLOADS
@@ -361,6 +369,8 @@ def _run_grouped(config: GemmConfig, kernel, jobs: list[dict], loaded: list, rep
             plan = ptxgemm.GroupedPlan(a, db, out=out, config=config, ctas=w.ctas, kernel=kernel, **kw)
             for _ in range(repeats):
                 out.poison()
+                if plan.workspace is not None:   # stream-K: stale partials (equal to this launch's) must not pass
+                    plan.workspace.poison()
                 plan.launch()     # debug build: synchronizes, and a stall becomes BarrierStall
                 got = out.to_numpy().reshape(w.rows, w.n)
                 verdict = accuracy.check_bound(got[covered], ref[covered], bound[covered])

@@ -253,7 +253,8 @@ def grouped_mm_impl(a: Tensor, b: Tensor, offs: Tensor | None = None, masked_m: 
                                           out=tensors.view(out, "out"), alpha=alpha,
                                           scale_a=tensors.view(scale_a, "scale_a"),
                                           scale_b=tensors.view(scale_b, "scale_b"), bias=tensors.view(bias, "bias"),
-                                          activation=activation, config=config, stream=stream))
+                                          activation=activation, config=config, stream=stream,
+                                          scratch=tensors.scratch(a.device)))
     _launch(key, make, stream)
     return out
 
