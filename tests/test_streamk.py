@@ -108,12 +108,13 @@ def test_the_k_tile_numbers_must_fit_32_bits():
         plan_schedule(2 ** 20, 2 ** 20, 2 ** 22, 128, 256, 64, 1, 132, None, "cooperative", 1, 1, 1, True)
 
 
-def _walk_probe_ptx(cfg) -> str:
+def _walk_probe_ptx(cfg, early: bool = False) -> str:
     """streamk.ptx.j2's first_unit and next_unit, as the kernel renders them, in an entry of their own: thread c
     walks cluster c's units as the producer does and stores (unit, first position, k-tiles, first k-tile of K) of
     its j-th at out + 16 (c * slots + j). A grouped config's split is made by split_on_device from the unit count
-    (param_num_tiles) and the fix-up's cost in k-tiles (the first parameter, param_sk_fixup); a dense one's is
-    given (param_dp_units, param_sk_per)."""
+    (param_num_tiles) and the fix-up's cost in k-tiles (the first parameter, param_sk_fixup): before the walk
+    (`early`, as the consumers make it) or at the first next_unit (as the producer does); a dense one's is given
+    (param_dp_units, param_sk_per)."""
     from ptxgemm.kernel.codegen import environment
     from ptxgemm.kernel.params import template_params
 
@@ -137,7 +138,7 @@ def _walk_probe_ptx(cfg) -> str:
     ld.param.u32 %num_tiles, [param_num_tiles];
     ld.param.u32 %k_tiles, [param_k_tiles];
     ld.param.u32 %slots, [param_slots];
-{sk.split_on_device() if cfg.grouped else ""}
+{sk.split_on_device() if early else ""}
     mov.u32 %j, 0;
 {sk.first_unit("PROBE", rotate=True)}
 PROBE_TILE:
@@ -193,14 +194,15 @@ SPLITS = {  # (units, clusters, k_tiles, the fix-up in k-tiles): whether the tai
     (13, 5, 20, 2): True, (11, 5, 6, 2): True, (11, 5, 6, 4): False, (9, 4, 1, 0): False}
 
 
+@pytest.mark.parametrize("early", [True, False], ids=["consumer", "producer"])
 @pytest.mark.parametrize("units, clusters, k_tiles, fixup", list(SPLITS))
-def test_the_grouped_kernels_split_is_the_models(units, clusters, k_tiles, fixup):
+def test_the_grouped_kernels_split_is_the_models(units, clusters, k_tiles, fixup, early):
     """The grouped kernel cuts its tail on the device (streamk.ptx.j2's split_on_device), since only the device
     knows how many units the counts make. Run by the interpreter, one thread per cluster, from a unit count and the
     fix-up's cost, it walks the segments of ptxgemm.kernel.grouped_walk.tail_schedule: shares where a share and
     its fix-up are shorter than a whole unit after a full wave (DeepGEMM's 2048 pair units of 112 k-tiles, whose
     last wave holds 2 of 66), whole units otherwise (fewer units than clusters, whole waves, a fix-up as long as
-    the unit)."""
+    the unit); made before the walk (the consumers) or at the first next_unit (the producer) alike."""
     from ptx_sim import Kernel, Memory
 
     from ptxgemm.kernel.grouped_walk import tail_schedule
@@ -211,7 +213,7 @@ def test_the_grouped_kernels_split_is_the_models(units, clusters, k_tiles, fixup
     slots = max(len(s.cluster_walk(c)) for c in range(clusters)) + 1
     out = 1 << 20
     memory = Memory({}, set(range(out, out + 16 * slots * clusters)), {})
-    Kernel(_walk_probe_ptx(cfg), "walk_probe").run(1, clusters, [fixup, units, k_tiles, slots, out], memory)
+    Kernel(_walk_probe_ptx(cfg, early), "walk_probe").run(1, clusters, [fixup, units, k_tiles, slots, out], memory)
 
     def word(addr):
         return sum(memory.written[addr + b] << (8 * b) for b in range(4))
