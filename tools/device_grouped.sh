@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # The grouped GEMM's device checks, one step per call so each fits the device tool's 600 s limit:
 #   bash tools/device_grouped.sh tests     # the grouped GPU tests, then the fuzzer (100 dense + 300 grouped cases)
-#   bash tools/device_grouped.sh mutants   # the grouped presets (contiguous, its pairs along M, masked, k form): 0
-#                                          # unexplained
+#   bash tools/device_grouped.sh mutants   # the grouped presets (contiguous, its pairs along M, masked, k form, the
+#                                          # stream-K tail's fix-up): 0 unexplained
 #   bash tools/device_grouped.sh ncu       # the k form's DRAM and L2 bytes with C's store hint off and on, and the
 #                                          # pair; the GPU's DRAM write ceiling (tools/write_bandwidth.py)
 #   bash tools/device_grouped.sh bench     # bench --set grouped: bf16, fp8 rowwise, fp8 blockwise (RUN names them;
 #                                          # SETS picks some of "bf16 row block"; VARIANTS is passed as --variants,
-#                                          # e.g. VARIANTS=hint times the L2 hint toggled beside the default)
+#                                          # e.g. VARIANTS=hint times the L2 hint toggled beside the default,
+#                                          # VARIANTS=stream-k the stream-K tail)
 # Everything lands in one tarball under $OUT (the device tool returns few files).
 export PYTHONUNBUFFERED=1 PYTHONPATH=.
 OUT=${OUT:-out}
@@ -23,9 +24,12 @@ case "$1" in
     grep -a "correct\|illegal" "$W/fuzz.log" | tee -a "$L" ;;
   mutants)   # the k form's max-scan mutants hang until the tester's 20 s timeout: give it the time
     # preset:seconds (H100: about 100, 115, 90 and 215)
-    for p in grouped:150 grouped-pair:170 grouped-masked:130 grouped-k:280; do
+    # grouped-sk: the stream-K tail's fix-up instructions only (--template streamk.ptx.j2; its other instructions
+    # are the grouped preset's)
+    for p in grouped:150 grouped-pair:170 grouped-masked:130 grouped-k:280 grouped-sk:120; do
       t=${p#*:}; p=${p%:*}
-      timeout $t python3 -m ptxgemm mutants --preset $p --json "$W/mutants_${p}.json" > "$W/mutants_$p.log" 2>&1
+      only=""; [ $p = grouped-sk ] && only="--template streamk.ptx.j2"
+      timeout $t python3 -m ptxgemm mutants --preset $p $only --json "$W/mutants_${p}.json" > "$W/mutants_$p.log" 2>&1
       echo "$p rc $?" | tee -a "$L"; grep -a "^score" "$W/mutants_$p.log" | tee -a "$L"
     done ;;
   bench)
