@@ -163,6 +163,11 @@ def stream_key(stream):
 _OWN_KEY_STREAMS = (int, driver.Stream)
 
 
+def own_scratch(stream):
+    """A plan's scratch allocator when the caller gives none: ptxgemm's own device memory, ordered on `stream`."""
+    return lambda nbytes: arrays.DeviceArray.empty((nbytes,), np.uint8, stream=stream)
+
+
 def fix_up_buffers(scratch, partials: int, flags: int, cfg: GemmConfig, stream) -> tuple:
     """Split-K's and stream-K's fix-up memory from `scratch(nbytes)`: a workspace of `partials` fp32 partial tiles
     and `flags` u32 flags (never empty, so the pointers are real). The flags are zeroed once here, and every
@@ -220,7 +225,7 @@ class GemmPlan:
             self._steps = _copy_launches(lay.fill)
             return
         self.config = cfg
-        self._scratch = scratch or (lambda nbytes: arrays.DeviceArray.empty((nbytes,), np.uint8, stream=stream))
+        self._scratch = scratch or own_scratch(stream)
         if kernel is not None and kernel.config != cfg:
             raise ConfigError(f"kernel: built for {kernel.config.describe()}, but these operands need "
                               f"{cfg.describe()}")

@@ -17,8 +17,8 @@ import numpy as np
 
 from .errors import ConfigError, CudaError
 from .build.kernels import spills
-from .gemm import (LOAD_L2_PROMOTION, MN_PANEL, array_key, cached_plan, fix_up_buffers, get_kernel, stream_key,
-                   without_caller_arrays)
+from .gemm import (LOAD_L2_PROMOTION, MN_PANEL, array_key, cached_plan, fix_up_buffers, get_kernel, own_scratch,
+                   stream_key, without_caller_arrays)
 from .kernel.config import GemmConfig
 from .plan import grouped, grouped_call
 from .plan.epilogue import Epilogue
@@ -108,7 +108,7 @@ def plan_launch(a, b, *, offs=None, masked_m=None, out=None, alpha=1.0, scale_a=
                               in_dtype=problem.in_dtype, b_dtype=problem.b_dtype, out_dtype=problem.out_dtype,
                               a_major=a_major, b_major=b_major,
                               group_capacity=cfg.group_capacity or grouped_call.group_capacity(problem.groups))
-    grouped_call.check_stream_k(cfg, rows, n, k, groups)
+    grouped_call.check_stream_k(cfg, problem)
     launch = GroupedLaunch(problem, cfg, fused, strides, a, b, out, counts, rows)
     if rows == 0 or n == 0:
         launch.config = None
@@ -152,10 +152,10 @@ class GroupedPlan:
             raise ConfigError(f"kernel: built for {kernel.config.describe()}, but these operands need "
                               f"{cfg.describe()}")
         self.specs = plan.specs
-        sm_count = device().sm_count
+        info = device()
         self.kernel = kernel if kernel is not None else get_kernel(cfg)
         self._maps = maps = {nm: tensormap.encode(spec) for nm, spec in plan.specs.items()}
-        limit = sm_count if ctas is None else min(ctas, sm_count)
+        limit = info.sm_count if ctas is None else min(ctas, info.sm_count)
         self.grid = limit - limit % cfg.cluster_size     # whole clusters: a pair along M takes two SMs
         debug_ptr = 0
         if cfg.debug:   # bounded waits that report the stalled barrier (ptxgemm.runtime.debug)
@@ -164,10 +164,8 @@ class GroupedPlan:
         fix_up = ()
         if cfg.stream_k:   # the tail's fix-up: a partial tile per CTA and consumer half, a flag per tail unit and half
             halves = self.grid * cfg.consumers_per_tile    # clusters x CTAs of a cluster x consumer halves
-            self.workspace, self.flags = fix_up_buffers(
-                scratch or (lambda nbytes: arrays.DeviceArray.empty((nbytes,), np.uint8, stream=stream)),
-                halves, halves, cfg, stream)
-            self.sk_fixup = sk_fixup_k_tiles(cfg, str(device().name))   # what the device weighs its tail with
+            self.workspace, self.flags = fix_up_buffers(scratch or own_scratch(stream), halves, halves, cfg, stream)
+            self.sk_fixup = sk_fixup_k_tiles(cfg, str(info.name))   # what the device weighs its tail with
             fix_up = (self.sk_fixup, self.workspace.ptr, self.flags.ptr)
         args = [maps["tmap_a"], maps["tmap_b"], maps["tmap_c"], *plan.scalars(debug_ptr, fix_up)]
         self._launch = driver.PreparedLaunch(self.kernel.function, (self.grid,), (cfg.threads,), args,

@@ -212,7 +212,8 @@ def test_the_default_carries_the_stream_k_tail_where_the_dense_rule_weighs_it():
     with pytest.raises(ConfigError, match="^fix_up: "):
         grouped_call.kernel_arguments(cfg, 32768, 4096, 7168, p, 0x1000, 0x2000, 8192)
     with pytest.raises(ConfigError, match="^config.stream_k: .*32-bit"):
-        grouped_call.check_stream_k(cfg, 2 ** 24, 2 ** 16, 2 ** 16, 8)
+        grouped_call.check_stream_k(cfg, rules.GroupedProblem("contiguous", 8, 2 ** 24, 2 ** 16, 2 ** 16, "bfloat16",
+                                                              None, "bfloat16", (2 ** 24, 2 ** 16)))
 
 
 def test_the_store_hint_marks_cs_stores_only_where_it_is_on():

@@ -63,16 +63,15 @@ def max_units(cfg: GemmConfig, problem: grouped.GroupedProblem) -> int:
     return rows * -(-problem.n // cfg.block_n)
 
 
-def check_stream_k(cfg: GemmConfig, rows: int, n: int, k: int, groups: int) -> None:
+def check_stream_k(cfg: GemmConfig, problem: grouped.GroupedProblem) -> None:
     """The stream-K tail numbers k-tiles of the launch in 32 bits (streamk.ptx.j2): the most units any counts can
-    give (every group's rows rounded up to whole unit rows) times the k-tiles of each must fit; ConfigError names
-    config.stream_k where they may not."""
+    give (max_units) times the k-tiles of each must fit; ConfigError names config.stream_k where they may not."""
     if not cfg.stream_k:
         return
-    units = (-(-rows // cfg.unit_rows) + groups) * -(-n // cfg.block_n)
-    if units * -(-k // cfg.block_k) >= 2 ** 32:
-        raise ConfigError(f"config.stream_k: up to {units} units of {-(-k // cfg.block_k)} k-tiles overflow the "
-                          f"kernel's 32-bit k-tile numbers; leave the stream-K tail off for this problem")
+    units, k_tiles = max_units(cfg, problem), -(-problem.k // cfg.block_k)
+    if units * k_tiles >= 2 ** 32:
+        raise ConfigError(f"config.stream_k: up to {units} units of {k_tiles} k-tiles overflow the kernel's 32-bit "
+                          f"k-tile numbers; leave the stream-K tail off for this problem")
 
 
 def rows_view(x, name: str, rows: int, cols: int, layout: str | None = None) -> int:
@@ -128,7 +127,6 @@ def default_config(problem: grouped.GroupedProblem, b_major: str, sm_count: int 
     rows = problem.m if problem.form in ("masked", "k") else problem.m / problem.groups
     k_loop = problem.k / problem.groups if problem.form == "k" else problem.k    # the mean unit's K
     pair = (problem.in_dtype in MULTICAST_DTYPES and k_loop >= MULTICAST_MIN_K and rows >= PAIR_MIN_ROWS)
-    all_rows = problem.m * problem.groups if problem.form == "masked" else problem.m
 
     def with_tail(cfg):   # the stream-K tail where the dense rule would weigh it (see SK_DTYPES above)
         if (problem.form == "k" or problem.in_dtype not in SK_DTYPES
@@ -137,7 +135,7 @@ def default_config(problem: grouped.GroupedProblem, b_major: str, sm_count: int 
             return cfg
         try:
             tail = dataclasses.replace(cfg, stream_k=True)
-            check_stream_k(tail, all_rows, problem.n, problem.k, problem.groups)
+            check_stream_k(tail, problem)
         except ConfigError:
             return cfg
         return tail
