@@ -142,12 +142,6 @@ class Kernel:
                     a, b = value(ops[1]), value(ops[2])
                     r = a + b if name == "add" else a - b
                     regs[ops[0]] = r & ((1 << bits) - 1)
-                elif name in ("and", "shr"):
-                    bits = _bits(op[-1])
-                    if op[-1].startswith("s"):
-                        raise SimError("a signed shift is not modelled")
-                    a, b = value(ops[1]) & ((1 << bits) - 1), value(ops[2])
-                    regs[ops[0]] = (a & b) if name == "and" else (a >> b if b < bits else 0)
                 elif name in ("min", "max"):
                     bits = _bits(op[-1])
                     a, b = value(ops[1]) & ((1 << bits) - 1), value(ops[2]) & ((1 << bits) - 1)

@@ -174,16 +174,6 @@ def test_the_walk_covers_every_row_of_every_group_once_and_balances_the_ctas():
         [(1, 0, 0, 5), (1, 0, 128, 5), (2, 0, 0, 128), (2, 0, 128, 128), (2, 64, 0, 128), (2, 64, 128, 128)]
     kgrouped = grouped_walk.walk("k", [10, 10, 300], 300, 200, 128, 128, 128, ctas=3)
     assert len([u for c in kgrouped for u in c]) == 3 * 2 * 1 and {u.row_end for c in kgrouped for u in c} == {200}
-    # zigzag (the k form): the same units, the same count per CTA, in another order
-    for ctas in (3, 4):
-        ends = list(np.cumsum([0, 64, 5, 900, 1]))
-        plain = grouped_walk.walk("k", ends, ends[-1], 300, 384, 128, 128, ctas=ctas)
-        zig = grouped_walk.walk("k", ends, ends[-1], 300, 384, 128, 128, ctas=ctas, zigzag=True)
-        key = dataclasses.astuple
-        assert sorted(map(key, sum(zig, []))) == sorted(map(key, sum(plain, []))) and zig != plain
-        assert [len(c) for c in zig] == [len(c) for c in plain]
-    with pytest.raises(ValueError, match="k form"):
-        grouped_walk.walk("contiguous", [5], 5, 0, 128, 128, 128, ctas=2, zigzag=True)
 
 
 def test_a_pair_along_m_walks_both_tile_rows_of_one_group_and_covers_every_row_once():

@@ -8,7 +8,6 @@ poison bit for bit (no tile wrote another group's rows, or past a mask).
 """
 from __future__ import annotations
 
-import dataclasses
 import zlib
 
 import numpy as np
@@ -334,13 +333,10 @@ K_CASES = (
 
 
 @gpu
-@pytest.mark.parametrize("zigzag", [None, 3, 4], ids=["default", "zigzag-3-clusters", "zigzag-4-clusters"])
 @pytest.mark.parametrize("name, ks, m, n, dtype, tag", K_CASES, ids=[c[0] for c in K_CASES])
-def test_k_grouped_case(name, ks, m, n, dtype, tag, zigzag, monkeypatch):
+def test_k_grouped_case(name, ks, m, n, dtype, tag, monkeypatch):
     """a (M, total_K) = x.T of row-major activations x (total_K, M), b (total_K, N) row-major, offs over K: each
-    group's output is a[:, s:e] @ b[s:e] (zeros for an empty group), whatever K boundaries the groups have. With
-    `zigzag` the walk takes units from both ends of the order (GemmConfig.group_zigzag) on that many clusters, an
-    odd and an even grid, so each cluster runs many units of both halves."""
+    group's output is a[:, s:e] @ b[s:e] (zeros for an empty group), whatever K boundaries the groups have."""
     import ptxgemm
 
     monkeypatch.setattr(grouped_call, "UNVERIFIED", {})
@@ -357,11 +353,6 @@ def test_k_grouped_case(name, ks, m, n, dtype, tag, zigzag, monkeypatch):
     config = GemmConfig.from_tag(tag) if tag else None
     plan = ptxgemm.GroupedPlan(da, ptxgemm.to_device(b), offs=ptxgemm.to_device(offs), out=out, config=config)
     assert plan.config.grouped == "k" and (plan.config.a_major, plan.config.b_major) == ("mn", "mn")
-    if zigzag:
-        cfg = dataclasses.replace(plan.config, group_zigzag=True)
-        plan = ptxgemm.GroupedPlan(da, ptxgemm.to_device(b), offs=ptxgemm.to_device(offs), out=out, config=cfg,
-                                   ctas=zigzag * cfg.cluster_size)
-        assert plan.config.zigzag
     plan.launch()
     got = out.to_numpy()
     start = 0

@@ -64,7 +64,6 @@ def test_a_fused_default_that_spills_yields_to_the_next_tile():
     (dict(schedule="cooperative", source_dtype="bfloat16"), "source_dtype"),
     (dict(schedule="cooperative", block_n=208), "whole number"),
     (dict(schedule="cooperative", raster="hilbert"), "hilbert"),
-    (dict(schedule="cooperative", group_zigzag=True), "group_zigzag: only for the k form"),
 ])
 def test_grouped_config_rules_name_what_they_refuse(kw, rule):
     with pytest.raises(ConfigError, match=rule):
@@ -77,8 +76,6 @@ def test_grouped_config_rules_name_what_they_refuse(kw, rule):
         GemmConfig(schedule="cooperative", grouped="k", a_major="mn", b_major="mn", group_stream_hint=True)
     with pytest.raises(ConfigError, match="group_stream_hint: only for a grouped kernel"):
         GemmConfig(schedule="cooperative", group_stream_hint=False)
-    with pytest.raises(ConfigError, match="group_zigzag: only for a grouped kernel"):
-        GemmConfig(schedule="cooperative", group_zigzag=False)
 
 
 @pytest.mark.parametrize("form, b_major, hint, loads", [
@@ -537,89 +534,3 @@ def test_the_kernels_unit_arithmetic_is_the_models(form, tag):
         want = [(u.m0 + (u.group * m_max if form == "masked" else 0), u.n0, u.group,
                  u.row_end + (u.group * m_max if form == "masked" else 0)) for u in walks[rank]]
         assert got == want
-
-
-def _k_walk_probe_ptx(cfg) -> str:
-    """The k form's tile_coords in an entry of its own: thread p walks position p on a grid of param_grid clusters
-    and stores (m0, n0, group, k_start, k_tiles, k_valid) at out + 24 p; the K table comes as shared memory."""
-    from ptxgemm.kernel.codegen import environment
-    from ptxgemm.kernel.params import template_params
-
-    sched = environment().get_template("grouped_scheduler.ptx.j2").make_module(vars=template_params(cfg))
-    fields = ("%m0", "%n0", "%batch", "%k_start", "%k_tiles", "%k_valid")
-    stores = "\n".join(f"    add.u64 %dst{i}, %dst, {4 * i};\n    st.global.u32 [%dst{i}], {r};"
-                       for i, r in enumerate(fields))
-    return f""".version 8.0
-.target sm_90a
-.address_size 64
-.visible .entry k_walk_probe(.param .u32 param_m, .param .u32 param_tiles_m, .param .u32 param_tiles_n,
-    .param .u32 param_num_tiles, .param .u32 param_grid, .param .u32 param_rank, .param .u64 param_out)
-{{
-    .reg .u32 %smem_base, %m, %tiles_m, %tiles_n, %num_tiles, %grid, %rank, %tile, %m0, %n0, %batch, %k_tiles;
-    .reg .u64 %dst, %dst0, %dst1, %dst2, %dst3, %dst4, %dst5;
-    .reg .u32 %row_end, %k_start, %k_valid;
-    mov.u32 %smem_base, 0;
-    ld.param.u32 %m, [param_m];
-    ld.param.u32 %tiles_m, [param_tiles_m];
-    ld.param.u32 %tiles_n, [param_tiles_n];
-    ld.param.u32 %num_tiles, [param_num_tiles];
-    ld.param.u32 %grid, [param_grid];
-    ld.param.u32 %rank, [param_rank];
-    mov.u32 %tile, %tid.x;
-{sched.tile_coords("%tile", "%m0", "%n0", "%batch")}
-    ld.param.u64 %dst, [param_out];
-    mul.wide.u32 %dst0, %tile, 24;
-    add.u64 %dst, %dst, %dst0;
-{stores}
-    ret;
-}}
-"""
-
-
-@pytest.mark.parametrize("tag", ["coop128x128", "coop128x128c2"])
-@pytest.mark.parametrize("zigzag,grid", [(False, 4), (True, 4), (True, 5), (True, 1)])
-def test_the_k_forms_unit_arithmetic_is_the_models(zigzag, grid, tag):
-    """The k form's tile_coords, run by the PTX interpreter, gives each position the unit the Python walk gives it
-    (the group, tile and the group's K range: first K, k-tiles and the K of the last k-tile), in order or zigzag
-    (grouped_walk.position_unit) on an even, an odd and a one-cluster grid, single CTAs or pairs; with zigzag the
-    positions of each cluster take units from both ends of the order in turn."""
-    import math
-
-    import numpy as np
-    from ptx_sim import Kernel, Memory
-
-    from ptxgemm.kernel import grouped_walk
-
-    counts = [0, 1, 64, 65, 300, 0, 7]                      # empty groups, one K row, whole and partial k-tiles
-    ends = [int(e) for e in np.cumsum(counts)]
-    m, n, bm, bn, bk = 300, 3 * 128 + 40, 128, 128, 64
-    cfg = _cfg(tag, "k", a_major="mn", b_major="mn", group_capacity=8, group_zigzag=zigzag)
-    assert cfg.zigzag == zigzag
-    pair = cfg.cluster_m
-    tiles_m, tiles_n = math.ceil(m / (bm * pair)), math.ceil(n / bn)
-    units = tiles_m * tiles_n * len(counts)
-    shared = {}
-    for i, v in enumerate([0] + ends):
-        for b in range(4):
-            shared[cfg.smem_groups + 4 * i + b] = (v >> (8 * b)) & 0xFF
-    out = 1 << 20
-    walks = grouped_walk.walk("k", ends, ends[-1], m, n, bm, bn, ctas=grid * pair, cluster_m=pair, zigzag=zigzag)
-    spans = grouped_walk.ranges("k", ends, ends[-1])
-    for rank in range(pair):
-        memory = Memory({}, set(range(out, out + 24 * units)), {})
-        Kernel(_k_walk_probe_ptx(cfg), "k_walk_probe").run(
-            1, units, [m, tiles_m, tiles_n, units, grid, rank, out], memory, shared=Memory(shared, set(), {}))
-        got = [tuple(sum(memory.written[out + 24 * p + 4 * f + b] << (8 * b) for b in range(4)) for f in range(6))
-               for p in range(units)]
-        want = []
-        for p in range(units):
-            u = walks[(p % grid) * pair + rank][p // grid]
-            s, e = spans[u.group]
-            k_tiles = math.ceil((e - s) / bk)
-            want.append((u.m0, u.n0, u.group, s, k_tiles, e - s - (k_tiles - 1) * bk if k_tiles else bk))
-        assert got == want
-    if zigzag and grid > 1:
-        order = [grouped_walk.position_unit(p, grid, units, True) for p in range(units)]
-        for cluster in range(grid):                         # front half, back half, front half, ...
-            mine = order[cluster::grid]
-            assert all((u >= units / 2) == bool((cluster + wave) & 1) for wave, u in enumerate(mine[:-1]))

@@ -176,9 +176,6 @@ class GemmConfig(KernelLayout):
     #                                       once and never read here, so its lines leave L2 before the operands'
     #                                       (None: on for the k form, whose output is the largest stream; issue 25
     #                                       step 11)
-    group_zigzag: bool | None = None  # grouped (k): the walk takes units from both ends of the unit order in turn,
-    #                                   so the long k-loops of the big groups' units run beside the short, store-bound
-    #                                   ones of the small groups instead of in a phase of their own (None: off)
 
     def __post_init__(self):
         self._check_types()
@@ -410,7 +407,7 @@ class GemmConfig(KernelLayout):
 
     def _validate_grouped(self):
         if self.grouped is None:
-            for name in ("group_capacity", "group_stream_hint", "group_store_hint", "group_zigzag"):
+            for name in ("group_capacity", "group_stream_hint", "group_store_hint"):
                 if getattr(self, name) is not None:
                     raise ConfigError(f"{name}: only for a grouped kernel (grouped one of {GROUPED_FORMS})")
             return
@@ -420,10 +417,6 @@ class GemmConfig(KernelLayout):
             raise ConfigError("group_stream_hint: in the k form every tile row of a group's output reads the same K "
                               "range of B, so no unit is the only reader of what it loads; the hint is for the "
                               "contiguous and masked forms")
-        if self.group_zigzag and self.grouped != "k":
-            raise ConfigError("group_zigzag: only for the k form, whose units' k-loops differ from group to group; "
-                              "the contiguous and masked forms' units all run the same k-loop, and their walk keeps "
-                              "each group's units together so its B panels are read from L2")
         refused = [name for name, on in (("schedule='pingpong'", not self.cooperative),
                                          ("cluster_n", self.cluster_n > 1),
                                          ("splits", self.split_k), ("c_major='m'", self.transposed_store),

@@ -8,10 +8,6 @@ prefix exceeds u (a binary search, ceil(log2 G) steps) and is tile u - prefix_be
 order: bands of group_m tile rows, each walked down its rows before moving one column right. So the groups need no host work, an empty group has no unit, and a launch's units spread over the CTAs
 round-robin whatever the group sizes: the busiest CTA has at most one unit more than the idlest.
 
-In the k form, whose units' k-loops are each group's K, the walk can zigzag (GemmConfig.group_zigzag,
-`position_unit`): each cluster takes its units from the front and the back of the order in turn, so the few big
-groups' compute-bound units run beside the many small groups' store-bound ones.
-
 With the stream-K tail (GemmConfig.stream_k, contiguous and masked forms) the kernel cuts the units past the last
 full wave into k-tile shares once it has counted them; `tail_schedule` is that split (the dense schedule's, with
 the device's choice between shares and whole units).
@@ -79,27 +75,12 @@ def band_order(local: int, tiles_m: int, tiles_n: int, group_m: int) -> tuple[in
     return first + inside % size, inside // size
 
 
-def position_unit(position: int, clusters: int, units: int, zigzag: bool = False) -> int:
-    """The unit at walk position `position` (cluster position % clusters takes it, in its wave position //
-    clusters). In order, the unit is the position. Zigzag (GemmConfig.group_zigzag, the k form): positions 2j and
-    2j + 1 take units j and units - 1 - j, one each, and which takes the back one alternates from wave to wave for
-    each cluster (it is odd cluster + wave), so every cluster runs units from both ends of the order in turn: the
-    big groups' long k-loops beside the small groups' short, store-bound units. A bijection of [0, units) for any
-    number of clusters: an odd units' middle position gets the middle unit either way."""
-    if not zigzag:
-        return position
-    wave, cluster = divmod(position, clusters)
-    j = position >> 1
-    return units - 1 - j if (cluster + wave) & 1 else j
-
-
 def walk(form: str, counts, total: int, m: int, n: int, block_m: int, block_n: int, ctas: int,
-         group_m: int = 8, cluster_m: int = 1, zigzag: bool = False) -> list[list[GroupedUnit]]:
+         group_m: int = 8, cluster_m: int = 1) -> list[list[GroupedUnit]]:
     """The tiles each CTA runs, in order: cluster c (of ctas / cluster_m) takes units c, c + clusters, ..., and the
     CTA of rank r in it tile row cluster_m x (the unit's row) + r (a tile row past its group's end is still walked:
     its CTA keeps the pair's barriers and stores nothing); `total` is total_M (contiguous), M_max (masked) or
-    total_K (k-grouped); m is the rows of the k-grouped form's output (unused otherwise); zigzag: the units in the
-    order position_unit gives them (the k form only)."""
+    total_K (k-grouped); m is the rows of the k-grouped form's output (unused otherwise)."""
     if ctas % cluster_m:
         raise ValueError(f"ctas: whole clusters of {cluster_m}, got {ctas}")
     clusters, unit_rows = ctas // cluster_m, block_m * cluster_m
@@ -111,10 +92,7 @@ def walk(form: str, counts, total: int, m: int, n: int, block_m: int, block_n: i
         prefix.append(acc)
     tiles_n = math.ceil(n / block_n)
     out = [[] for _ in range(ctas)]
-    if zigzag and form != "k":
-        raise ValueError("zigzag: the k form's walk only")
-    for position in range(acc):
-        u = position_unit(position, clusters, acc, zigzag)
+    for u in range(acc):
         g = bisect.bisect_right(prefix, u)          # the first group whose prefix exceeds u
         local = u - (prefix[g - 1] if g else 0)
         start, end = spans[g]
@@ -123,7 +101,7 @@ def walk(form: str, counts, total: int, m: int, n: int, block_m: int, block_n: i
         base, row_end = (0, m) if form == "k" else (start, end)
         for rank in range(cluster_m):
             m0 = base + (mt * cluster_m + rank) * block_m
-            out[(position % clusters) * cluster_m + rank].append(GroupedUnit(g, m0, nt * block_n, row_end))
+            out[(u % clusters) * cluster_m + rank].append(GroupedUnit(g, m0, nt * block_n, row_end))
     return out
 
 

@@ -348,12 +348,6 @@ class KernelLayout:
         return self.group_store_hint if self.group_store_hint is not None else self.grouped == "k"
 
     @property
-    def zigzag(self) -> bool:
-        """The k form's walk alternates between the two ends of the unit order (GemmConfig.group_zigzag; None:
-        off): grouped_walk.position_unit is the mapping."""
-        return self.grouped == "k" and bool(self.group_zigzag)
-
-    @property
     def group_table_bytes(self) -> int:
         """Both tables of the grouped kernel (0 for the dense one), rounded up to 16 bytes."""
         return -(-2 * 4 * self.group_table_entries // 16) * 16 if self.grouped else 0

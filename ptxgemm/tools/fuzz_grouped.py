@@ -141,9 +141,7 @@ def _draw_k(rng, max_elements: float) -> dict:
             "k": sum(ks), "m": int(rng.choice([8, 64, 136, 256, 304])), "dtype": str(rng.choice(DTYPES[:2])),
             "b_major": "mn", "tile": K_TILES[rng.integers(len(K_TILES))], "extra_rows": 0,
             "scale": float(rng.choice([1.0, 0.5])), "activation": ACTIVATIONS[rng.integers(len(ACTIVATIONS))],
-            "array": "device", "seed": int(rng.integers(1 << 31)),
-            # the walk from both ends of the unit order (GemmConfig.group_zigzag) on a grid of a few CTAs or all
-            "zigzag": bool(rng.random() < 0.5), "ctas": CTAS[rng.integers(len(CTAS))]}
+            "array": "device", "seed": int(rng.integers(1 << 31))}
 
 
 def _run_k(spec: dict, backend: str) -> tuple[str, str]:
@@ -157,16 +155,13 @@ def _run_k(spec: dict, backend: str) -> tuple[str, str]:
     offs = np.cumsum(spec["sizes"]).astype(np.int32)
     kw = {"scale_a": spec["scale"], "scale_b": 1.0} if spec["scale"] != 1.0 else {}
     config = GemmConfig.from_tag(spec["tile"]) if spec["tile"] else None
-    if spec.get("zigzag"):   # a config of the k form itself: the field belongs to the grouped kernel only
-        config = GemmConfig.from_tag(spec["tile"] or "coop128x256", in_dtype=dt, out_dtype=dt, grouped="k",
-                                     a_major="mn", b_major="mn", group_zigzag=True)
     be = _Backend(backend)
     try:
         dx = be.upload(np.ascontiguousarray(x))
         item = dx.dtype.itemsize
         out = be.empty((spec["groups"], m, n), accuracy.DTYPES[dt])
         be.entry(dx.view((m, total), (item, m * item)), be.upload(np.ascontiguousarray(b)), offs=be.upload(offs),
-                 out=out, activation=spec["activation"], config=config, ctas=spec.get("ctas"), **kw)
+                 out=out, activation=spec["activation"], config=config, **kw)
         got = be.read(out)
     except ConfigError as e:
         return "refused", f"ConfigError: {e}"
