@@ -142,6 +142,12 @@ class Kernel:
                     a, b = value(ops[1]), value(ops[2])
                     r = a + b if name == "add" else a - b
                     regs[ops[0]] = r & ((1 << bits) - 1)
+                elif name in ("and", "or", "shl", "shr") and op[-1].startswith("b"):
+                    bits = _bits(op[-1])
+                    a, b = value(ops[1]) & ((1 << bits) - 1), value(ops[2])
+                    r = {"and": lambda: a & b, "or": lambda: a | b, "shl": lambda: a << b if b < bits else 0,
+                         "shr": lambda: a >> b if b < bits else 0}[name]()
+                    regs[ops[0]] = r & ((1 << bits) - 1)
                 elif name in ("min", "max"):
                     bits = _bits(op[-1])
                     a, b = value(ops[1]) & ((1 << bits) - 1), value(ops[2]) & ((1 << bits) - 1)

@@ -133,7 +133,7 @@ def test_bad_arguments_exit_2(args, pattern, tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize("variant", ["store-hint", "stream-k"])
+@pytest.mark.parametrize("variant", ["store-hint", "stream-k", "sort"])
 def test_the_grouped_set_takes_the_toggle_variants_and_names_torch_when_absent(tmp_path, variant):
     """--set grouped --variants store-hint (or stream-k) passes the argument checks; where torch is absent (CI) the
     set says it needs torch instead of failing on the import."""

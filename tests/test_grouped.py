@@ -174,6 +174,14 @@ def test_the_walk_covers_every_row_of_every_group_once_and_balances_the_ctas():
         [(1, 0, 0, 5), (1, 0, 128, 5), (2, 0, 0, 128), (2, 0, 128, 128), (2, 64, 0, 128), (2, 64, 128, 128)]
     kgrouped = grouped_walk.walk("k", [10, 10, 300], 300, 200, 128, 128, 128, ctas=3)
     assert len([u for c in kgrouped for u in c]) == 3 * 2 * 1 and {u.row_end for c in kgrouped for u in c} == {200}
+    # sorted (GemmConfig.group_sort): the same units, as many per CTA, the groups' in k_order (K 10, 0, 290)
+    ordered = grouped_walk.walk("k", [10, 10, 300], 300, 200, 128, 128, 128, ctas=3, block_k=64)
+    key = dataclasses.astuple
+    assert sorted(map(key, sum(ordered, []))) == sorted(map(key, sum(kgrouped, [])))
+    assert [len(c) for c in ordered] == [len(c) for c in kgrouped]
+    assert [ordered[p % 3][p // 3].group for p in range(6)] == [2, 2, 0, 0, 1, 1]   # positions 0..5
+    with pytest.raises(ValueError, match="k form"):
+        grouped_walk.walk("contiguous", [5], 5, 0, 128, 128, 128, ctas=2, block_k=64)
 
 
 def test_a_pair_along_m_walks_both_tile_rows_of_one_group_and_covers_every_row_once():

@@ -8,6 +8,7 @@ poison bit for bit (no tile wrote another group's rows, or past a mask).
 """
 from __future__ import annotations
 
+import dataclasses
 import zlib
 
 import numpy as np
@@ -329,14 +330,22 @@ K_CASES = (
     ("k-tall-m", [640, 0, 129], 520, 192, "bfloat16", "coop256x128"),
     # a pair along M: M 520 is 5 tile rows, so the last pair's second CTA lies past M and idles
     ("k-pair", [7, 0, 130, 64, 1, 257, 500], 520, 256, "bfloat16", "coop128x256c2"),
+    # warp 0's sort (GemmConfig.group_sort) at its default table size: 256 groups, 8 per lane, with many ties
+    # (empty groups, one k-tile) and a few long k-loops; and 37 groups, whose last lanes hold fewer or none
+    ("k-256-groups-sorted", [0, 0, 3, 64, 65, 1, 0, 700, 128, 5] * 25 + [300] * 6, 136, 128, "bfloat16", None),
+    ("k-37-groups-sorted", [int(x) for x in np.random.default_rng(37).integers(0, 200, 37)], 64, 256, "float16",
+     "coop128x128"),
 )
 
 
 @gpu
+@pytest.mark.parametrize("sort", [None, False], ids=["sorted", "index-order"])
 @pytest.mark.parametrize("name, ks, m, n, dtype, tag", K_CASES, ids=[c[0] for c in K_CASES])
-def test_k_grouped_case(name, ks, m, n, dtype, tag, monkeypatch):
+def test_k_grouped_case(name, ks, m, n, dtype, tag, sort, monkeypatch):
     """a (M, total_K) = x.T of row-major activations x (total_K, M), b (total_K, N) row-major, offs over K: each
-    group's output is a[:, s:e] @ b[s:e] (zeros for an empty group), whatever K boundaries the groups have."""
+    group's output is a[:, s:e] @ b[s:e] (zeros for an empty group), whatever K boundaries the groups have; the
+    groups walked longest k-loop first as warp 0 ranks them (the default up to 256 groups), or in index order. A
+    rank that two groups share would leave one group's output poisoned and write another's twice."""
     import ptxgemm
 
     monkeypatch.setattr(grouped_call, "UNVERIFIED", {})
@@ -353,6 +362,11 @@ def test_k_grouped_case(name, ks, m, n, dtype, tag, monkeypatch):
     config = GemmConfig.from_tag(tag) if tag else None
     plan = ptxgemm.GroupedPlan(da, ptxgemm.to_device(b), offs=ptxgemm.to_device(offs), out=out, config=config)
     assert plan.config.grouped == "k" and (plan.config.a_major, plan.config.b_major) == ("mn", "mn")
+    assert plan.config.group_sorted
+    if sort is False:
+        plan = ptxgemm.GroupedPlan(da, ptxgemm.to_device(b), offs=ptxgemm.to_device(offs), out=out,
+                                   config=dataclasses.replace(plan.config, group_sort=False))
+        assert not plan.config.group_sorted
     plan.launch()
     got = out.to_numpy()
     start = 0

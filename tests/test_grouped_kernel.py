@@ -64,6 +64,7 @@ def test_a_fused_default_that_spills_yields_to_the_next_tile():
     (dict(schedule="cooperative", source_dtype="bfloat16"), "source_dtype"),
     (dict(schedule="cooperative", block_n=208), "whole number"),
     (dict(schedule="cooperative", raster="hilbert"), "hilbert"),
+    (dict(schedule="cooperative", group_sort=True), "group_sort: only for the k form"),
 ])
 def test_grouped_config_rules_name_what_they_refuse(kw, rule):
     with pytest.raises(ConfigError, match=rule):
@@ -76,6 +77,8 @@ def test_grouped_config_rules_name_what_they_refuse(kw, rule):
         GemmConfig(schedule="cooperative", grouped="k", a_major="mn", b_major="mn", group_stream_hint=True)
     with pytest.raises(ConfigError, match="group_stream_hint: only for a grouped kernel"):
         GemmConfig(schedule="cooperative", group_stream_hint=False)
+    with pytest.raises(ConfigError, match="group_sort: only for a grouped kernel"):
+        GemmConfig(schedule="cooperative", group_sort=False)
 
 
 @pytest.mark.parametrize("form, b_major, hint, loads", [
@@ -534,3 +537,118 @@ def test_the_kernels_unit_arithmetic_is_the_models(form, tag):
         want = [(u.m0 + (u.group * m_max if form == "masked" else 0), u.n0, u.group,
                  u.row_end + (u.group * m_max if form == "masked" else 0)) for u in walks[rank]]
         assert got == want
+
+
+def _k_walk_probe_ptx(cfg) -> str:
+    """The k form's tile_coords in an entry of its own: thread p walks position p and stores (m0, n0, group,
+    k_start, k_tiles, k_valid) at out + 24 p; the tables (the groups' K ends, and with the sort the order) come as
+    shared memory."""
+    from ptxgemm.kernel.codegen import environment
+    from ptxgemm.kernel.params import template_params
+
+    sched = environment().get_template("grouped_scheduler.ptx.j2").make_module(vars=template_params(cfg))
+    fields = ("%m0", "%n0", "%batch", "%k_start", "%k_tiles", "%k_valid")
+    stores = "\n".join(f"    add.u64 %dst{i}, %dst, {4 * i};\n    st.global.u32 [%dst{i}], {r};"
+                       for i, r in enumerate(fields))
+    return f""".version 8.0
+.target sm_90a
+.address_size 64
+.visible .entry k_walk_probe(.param .u32 param_m, .param .u32 param_tiles_m, .param .u32 param_tiles_n,
+    .param .u32 param_rank, .param .u64 param_out)
+{{{{
+    .reg .u32 %smem_base, %m, %tiles_m, %tiles_n, %rank, %tile, %m0, %n0, %batch, %k_tiles, %row_end, %k_start;
+    .reg .u32 %k_valid;
+    .reg .u64 %dst, %dst0, %dst1, %dst2, %dst3, %dst4, %dst5;
+    mov.u32 %smem_base, 0;
+    ld.param.u32 %m, [param_m];
+    ld.param.u32 %tiles_m, [param_tiles_m];
+    ld.param.u32 %tiles_n, [param_tiles_n];
+    ld.param.u32 %rank, [param_rank];
+    mov.u32 %tile, %tid.x;
+{sched.tile_coords("%tile", "%m0", "%n0", "%batch")}
+    ld.param.u64 %dst, [param_out];
+    mul.wide.u32 %dst0, %tile, 24;
+    add.u64 %dst, %dst, %dst0;
+{stores}
+    ret;
+}}}}
+"""
+
+
+@pytest.mark.parametrize("tag", ["coop128x128", "coop128x128c2"])
+@pytest.mark.parametrize("sort", [False, None])
+def test_the_k_forms_unit_arithmetic_is_the_models(sort, tag):
+    """The k form's tile_coords, run by the PTX interpreter on tables laid out as warp 0 writes them, gives each
+    position the unit the Python walk gives it: the group, the tile and the group's K range (first K, k-tiles, the
+    K of the last k-tile), in index order or, sorted (GemmConfig.group_sort), longest k-loop first
+    (grouped_walk.k_order), on single CTAs and pairs."""
+    import math
+
+    import numpy as np
+    from ptx_sim import Kernel, Memory
+
+    from ptxgemm.kernel import grouped_walk
+
+    ks = [0, 1, 64, 65, 300, 0, 7, 65]                      # empty groups, ties, whole and partial k-tiles
+    ends = [int(e) for e in np.cumsum(ks)]
+    m, n, bm, bn, bk = 300, 3 * 128 + 40, 128, 128, 64
+    cfg = _cfg(tag, "k", a_major="mn", b_major="mn", group_capacity=8, group_sort=sort)
+    assert cfg.group_sorted == (sort is None) and cfg.block_k == bk
+    pair = cfg.cluster_m
+    tiles_m, tiles_n = math.ceil(m / (bm * pair)), math.ceil(n / bn)
+    units = tiles_m * tiles_n * len(ks)
+    order = grouped_walk.k_order(ends, ends[-1], bk)
+    assert order == [4, 3, 7, 1, 2, 6, 0, 5]            # k-tiles 5, 2, 2, 1, 1, 1, 0, 0
+    tables = {cfg.smem_groups: [0] + ends, cfg.smem_group_units: [0] + (order if cfg.group_sorted else [])}
+    shared = {base + 4 * i + b: (v >> (8 * b)) & 0xFF
+              for base, entries in tables.items() for i, v in enumerate(entries) for b in range(4)}
+    out = 1 << 20
+    walks = grouped_walk.walk("k", ends, ends[-1], m, n, bm, bn, ctas=pair, cluster_m=pair,
+                              block_k=bk if cfg.group_sorted else None)
+    spans = grouped_walk.ranges("k", ends, ends[-1])
+    for rank in range(pair):
+        memory = Memory({}, set(range(out, out + 24 * units)), {})
+        Kernel(_k_walk_probe_ptx(cfg), "k_walk_probe").run(
+            1, units, [m, tiles_m, tiles_n, rank, out], memory, shared=Memory(shared, set(), {}))
+        got = [tuple(sum(memory.written[out + 24 * p + 4 * f + b] << (8 * b) for b in range(4)) for f in range(6))
+               for p in range(units)]
+        want = []
+        for u in walks[rank]:
+            s, e = spans[u.group]
+            k_tiles = math.ceil((e - s) / bk)
+            want.append((u.m0, u.n0, u.group, s, k_tiles, e - s - (k_tiles - 1) * bk if k_tiles else bk))
+        assert got == want
+        assert [g for g, *_ in [w[2:3] for w in want[::tiles_m * tiles_n]]] == (order if sort is None else
+                                                                                list(range(len(ks))))
+
+
+def test_the_sort_keys_are_distinct_and_rank_the_longest_k_loop_first():
+    """grouped_walk.sort_key, which the kernel's warp 0 computes: distinct and positive for every group the tables
+    can hold, larger for a longer k-loop, and for equal k-loops larger for the lower index; k-loops past
+    SORT_MAX_K_TILES tie."""
+    from ptxgemm.kernel import grouped_walk as w
+    from ptxgemm.kernel.hardware import MAX_GROUPS
+
+    keys = {w.sort_key(t, g) for t in (0, 1, 2, w.SORT_MAX_K_TILES) for g in range(MAX_GROUPS)}
+    assert len(keys) == 4 * MAX_GROUPS and min(keys) > 0 and max(keys) < 1 << 32
+    assert w.sort_key(2, 900) > w.sort_key(1, 0) and w.sort_key(1, 3) > w.sort_key(1, 4)
+    assert w.sort_key(w.SORT_MAX_K_TILES + 5, 1) == w.sort_key(w.SORT_MAX_K_TILES, 1)
+    assert w.k_order([0, 0, 128], 128, 64) == [2, 0, 1]
+
+
+def test_the_sort_is_on_by_default_for_the_k_form_up_to_its_table_size():
+    """group_sort None: sorted where the tables hold at most SORT_DEFAULT_MAX_GROUPS groups (the rank sort costs
+    the square of the tables); True sorts any table; False and the other forms never; the sorted kernel's warp 0
+    ranks the groups by shfl, the unsorted one has no such loop."""
+    from ptxgemm.kernel.grouped_walk import SORT_DEFAULT_MAX_GROUPS
+
+    def k(**kw):
+        return _cfg("coop128x256", "k", a_major="mn", b_major="mn", **kw)
+    assert k(group_capacity=SORT_DEFAULT_MAX_GROUPS).group_sorted
+    assert not k(group_capacity=2 * SORT_DEFAULT_MAX_GROUPS).group_sorted
+    assert k(group_capacity=2 * SORT_DEFAULT_MAX_GROUPS, group_sort=True).group_sorted
+    assert not k(group_capacity=8, group_sort=False).group_sorted
+    assert not _cfg("coop128x256", "contiguous", group_capacity=8).group_sorted
+    sorted_ptx, plain_ptx = (render_gemm(k(group_capacity=8, group_sort=s)) for s in (None, False))
+    assert "GROUP_SORT_LANE" in sorted_ptx and "shfl.sync.idx" in sorted_ptx
+    assert "GROUP_SORT_LANE" not in plain_ptx

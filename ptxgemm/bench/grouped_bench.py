@@ -140,11 +140,16 @@ def _peers(torch, ptxgemm, case, a, b, counts, dtype, scales=None, scaling="tens
     return peers
 
 
+TOGGLES = ("hint", "store-hint", "stream-k", "sort")
+"""The --variants that toggle one GemmConfig field of the default plan (run's docstring says which)."""
+
+
 def run(rounds: int, in_dtype: str, out_dir: str, name: str | None, variants: str = "",
         scaling: str = "tensor") -> int:
-    """variants: "" (none), "all" (the other grouped tiles and both L2 hints toggled, timed beside the default),
-    "hint" (the L2 hint of one-row groups' B toggled only), "store-hint" (the L2 hint of C's stores toggled only),
-    "stream-k" (the stream-K tail toggled only, where the kernel takes it) or tags (comma-separated: those tiles)."""
+    """variants: "" (none), "all" (the other grouped tiles and the TOGGLES, timed beside the default), "hint" (the
+    L2 hint of one-row groups' B toggled only), "store-hint" (the L2 hint of C's stores toggled only), "stream-k"
+    (the stream-K tail toggled only, where the kernel takes it), "sort" (the k form's group order toggled only) or
+    tags (comma-separated: those tiles)."""
     import torch
 
     import ptxgemm
@@ -185,7 +190,7 @@ def run(rounds: int, in_dtype: str, out_dir: str, name: str | None, variants: st
         # (into the default's output: a k-form output is G x M x N, 15 GB for DeepSeek-V3's gate-up weights)
         # and the L2 hint for one-row groups' B loads toggled (GemmConfig.group_stream_hint)
         tags = (grouped_call.GROUPED_TILES if variants == "all" else ()
-                if variants in ("", "hint", "store-hint", "stream-k") else variants.split(","))
+                if variants in ("",) + TOGGLES else variants.split(","))
         others = {tag: ptxgemm.GemmConfig.from_tag(tag) for tag in tags if tag != plan.config.tag}
         if variants in ("all", "hint") and case.layout != "k":
             hint = not plan.config.stream_hint
@@ -202,6 +207,10 @@ def run(rounds: int, in_dtype: str, out_dir: str, name: str | None, variants: st
                     plan.config, stream_k=tail)
             except ptxgemm.ConfigError:
                 pass
+        if variants in ("all", "sort") and case.layout == "k":
+            order = not plan.config.group_sorted
+            others[f"{plan.config.tag} sort={'on' if order else 'off'}"] = dataclasses.replace(
+                plan.config, group_sort=order)
         timed = {f"ptxgemm {label}": ptxgemm.GroupedPlan(a, b, **kw, **scale, out=plan.out, config=cfg).launch
                  for label, cfg in others.items()}
         launchers = {"ptxgemm": plan.launch, **timed, **{p: f for p, (f, _) in peers.items()}}

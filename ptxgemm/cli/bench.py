@@ -111,8 +111,8 @@ def add_arguments(p) -> None:
                    help="extra fixed ptxgemm configs timed in the same rounds, as tags, e.g. pp128x192,coop256x128c2 "
                         "(reported per row under 'variants'; default: none); --set grouped also takes 'all' "
                         "(every grouped tile, and both L2 hints toggled), 'hint' (the hint of one-row groups' B "
-                        "loads toggled), 'store-hint' (the hint of C's stores toggled) or 'stream-k' (the "
-                        "stream-K tail toggled)")
+                        "loads toggled), 'store-hint' (the hint of C's stores toggled), 'stream-k' (the "
+                        "stream-K tail toggled) or 'sort' (the k form's group order toggled)")
     p.add_argument("--use-tune-cache", action="store_true",
                    help="let the selection use the tune cache (default off: the bench sets PTXGEMM_TUNE_CACHE=off "
                         "so it measures the untuned heuristic)")
@@ -205,14 +205,15 @@ def run(args) -> int:
     if args.set == "grouped":
         from ..bench import grouped_bench   # imports torch when it runs: only this set needs it
 
-        if args.variants not in ("", "all", "hint", "store-hint", "stream-k"):
+        if args.variants not in ("", "all") + grouped_bench.TOGGLES:
             _tags("--variants", args.variants.split(","))   # names a malformed tag
         if args.scaling not in (None, "tensor", "row", "block") or args.epilogue or args.config:
             raise ConfigError("--set grouped: takes --in-dtype (bfloat16, float16 or float8_e4m3fn), --scaling "
                               "tensor, row or block (fp8), --rounds, --name and --variants all (every grouped tile, "
                               "and both L2 hints toggled, timed beside the default), hint (the hint of one-row "
                               "groups' B toggled only), store-hint (the hint of C's stores toggled only), stream-k "
-                              "(the stream-K tail toggled only) or tags only")
+                              "(the stream-K tail toggled only), sort (the k form's group order toggled only) or "
+                              "tags only")
         if args.scaling in ("row", "block") and args.in_dtype != "float8_e4m3fn":
             raise ConfigError(f"--scaling: {args.scaling} with --set grouped scales fp8 operands; give --in-dtype "
                               "float8_e4m3fn")

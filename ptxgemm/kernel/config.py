@@ -176,6 +176,10 @@ class GemmConfig(KernelLayout):
     #                                       once and never read here, so its lines leave L2 before the operands'
     #                                       (None: on for the k form, whose output is the largest stream; issue 25
     #                                       step 11)
+    group_sort: bool | None = None  # grouped (k): warp 0 orders the groups by their k-loops, longest first, and the
+    #                                 walk takes them in that order (grouped_walk.k_order; None: on where the tables
+    #                                 hold at most SORT_DEFAULT_MAX_GROUPS groups, the sort's cost growing with the
+    #                                 square of the tables)
 
     def __post_init__(self):
         self._check_types()
@@ -407,7 +411,7 @@ class GemmConfig(KernelLayout):
 
     def _validate_grouped(self):
         if self.grouped is None:
-            for name in ("group_capacity", "group_stream_hint", "group_store_hint"):
+            for name in ("group_capacity", "group_stream_hint", "group_store_hint", "group_sort"):
                 if getattr(self, name) is not None:
                     raise ConfigError(f"{name}: only for a grouped kernel (grouped one of {GROUPED_FORMS})")
             return
@@ -417,6 +421,9 @@ class GemmConfig(KernelLayout):
             raise ConfigError("group_stream_hint: in the k form every tile row of a group's output reads the same K "
                               "range of B, so no unit is the only reader of what it loads; the hint is for the "
                               "contiguous and masked forms")
+        if self.group_sort and self.grouped != "k":
+            raise ConfigError("group_sort: only for the k form, whose units' k-loops are their groups' K; the "
+                              "contiguous and masked forms' units all run the same k-loop")
         refused = [name for name, on in (("schedule='pingpong'", not self.cooperative),
                                          ("cluster_n", self.cluster_n > 1),
                                          ("splits", self.split_k), ("c_major='m'", self.transposed_store),

@@ -8,6 +8,10 @@ prefix exceeds u (a binary search, ceil(log2 G) steps) and is tile u - prefix_be
 order: bands of group_m tile rows, each walked down its rows before moving one column right. So the groups need no host work, an empty group has no unit, and a launch's units spread over the CTAs
 round-robin whatever the group sizes: the busiest CTA has at most one unit more than the idlest.
 
+The k form's units run k-loops of their group's K, so with GemmConfig.group_sort the walk takes the groups
+longest k-loop first (`k_order`, ranked by warp 0 from the counts): the short units of the small groups end the
+launch instead of leaving the big groups' long ones to run into ragged waves.
+
 With the stream-K tail (GemmConfig.stream_k, contiguous and masked forms) the kernel cuts the units past the last
 full wave into k-tile shares once it has counted them; `tail_schedule` is that split (the dense schedule's, with
 the device's choice between shares and whole units).
@@ -22,9 +26,21 @@ import bisect
 import dataclasses
 import math
 
+from .hardware import MAX_GROUPS
 from .schedule import Schedule
 
 FORMS = ("contiguous", "masked", "k")
+
+# The k form's order (k_order): each group's sort key is its k-tiles (at most SORT_MAX_K_TILES: longer ones tie and
+# keep their index order) above SORT_INDEX_BITS bits of (SORT_INDEX_LIMIT - its index), so every group's key is
+# distinct and positive, a larger key goes first, and equal k-loops keep their index order. Warp 0 ranks each
+# group by counting the larger keys: (G / 32) x G comparisons per lane, so by default only up to
+# SORT_DEFAULT_MAX_GROUPS groups (about 2 us at 256).
+SORT_INDEX_BITS = 12
+SORT_INDEX_LIMIT = (1 << SORT_INDEX_BITS) - 1
+SORT_MAX_K_TILES = (1 << (32 - SORT_INDEX_BITS)) - 1
+SORT_DEFAULT_MAX_GROUPS = 256
+assert MAX_GROUPS <= SORT_INDEX_LIMIT
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,6 +71,19 @@ def ranges(form: str, counts, total: int) -> list[tuple[int, int]]:
     return out
 
 
+def sort_key(k_tiles: int, group: int) -> int:
+    """The k form's sort key of `group`, whose K range is `k_tiles` k-tiles (see SORT_INDEX_BITS)."""
+    return (min(k_tiles, SORT_MAX_K_TILES) << SORT_INDEX_BITS) | (SORT_INDEX_LIMIT - group)
+
+
+def k_order(counts, total: int, block_k: int) -> list[int]:
+    """The k form's groups in the order the walk takes them with GemmConfig.group_sort: the longest k-loop first
+    (longest processing time first, so the short units end the launch), equal ones by index. `counts` are the
+    offs over K, clamped as the kernel clamps them."""
+    tiles = [-(-(e - s) // block_k) for s, e in ranges("k", counts, total)]
+    return sorted(range(len(tiles)), key=lambda g: -sort_key(tiles[g], g))
+
+
 def units_per_group(form: str, counts, total: int, m: int, n: int, block_m: int, block_n: int,
                     cluster_m: int = 1) -> list[int]:
     """Units of each group: ceil(rows / unit_rows) x tiles_n, or, k-grouped, ceil(m / unit_rows) x tiles_n for every
@@ -76,11 +105,13 @@ def band_order(local: int, tiles_m: int, tiles_n: int, group_m: int) -> tuple[in
 
 
 def walk(form: str, counts, total: int, m: int, n: int, block_m: int, block_n: int, ctas: int,
-         group_m: int = 8, cluster_m: int = 1) -> list[list[GroupedUnit]]:
+         group_m: int = 8, cluster_m: int = 1, block_k: int | None = None) -> list[list[GroupedUnit]]:
     """The tiles each CTA runs, in order: cluster c (of ctas / cluster_m) takes units c, c + clusters, ..., and the
     CTA of rank r in it tile row cluster_m x (the unit's row) + r (a tile row past its group's end is still walked:
     its CTA keeps the pair's barriers and stores nothing); `total` is total_M (contiguous), M_max (masked) or
-    total_K (k-grouped); m is the rows of the k-grouped form's output (unused otherwise)."""
+    total_K (k-grouped); m is the rows of the k-grouped form's output (unused otherwise); block_k: the k form's
+    groups sorted by their k-loops of that many K per k-tile (GemmConfig.group_sort, k_order), or None: in index
+    order."""
     if ctas % cluster_m:
         raise ValueError(f"ctas: whole clusters of {cluster_m}, got {ctas}")
     clusters, unit_rows = ctas // cluster_m, block_m * cluster_m
@@ -92,9 +123,13 @@ def walk(form: str, counts, total: int, m: int, n: int, block_m: int, block_n: i
         prefix.append(acc)
     tiles_n = math.ceil(n / block_n)
     out = [[] for _ in range(ctas)]
+    if block_k is not None and form != "k":
+        raise ValueError("block_k: the k form's sorted walk only")
+    order = k_order(counts, total, block_k) if block_k else list(range(len(per_group)))
     for u in range(acc):
-        g = bisect.bisect_right(prefix, u)          # the first group whose prefix exceeds u
-        local = u - (prefix[g - 1] if g else 0)
+        slot = bisect.bisect_right(prefix, u)       # the first group whose prefix exceeds u
+        local = u - (prefix[slot - 1] if slot else 0)
+        g = order[slot]                             # the k form's groups all have the same units: any order
         start, end = spans[g]
         rows = m if form == "k" else end - start
         mt, nt = band_order(local, math.ceil(rows / unit_rows), tiles_n, group_m)

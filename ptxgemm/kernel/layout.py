@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .grouped_walk import SORT_DEFAULT_MAX_GROUPS
 from .hardware import (CONSUMERS, MAX_GROUPS, MAX_STAGES, MBARRIER_BYTES, REGISTERS_PER_SM, SMEM_PER_BLOCK_OPTIN,
                        SWIZZLE_BYTES, WARPGROUP_THREADS, WARPS_PER_WARPGROUP, WGMMA_K_BYTES, WGMMA_M)
 
@@ -346,6 +347,14 @@ class KernelLayout:
         if self.grouped is None:
             return False
         return self.group_store_hint if self.group_store_hint is not None else self.grouped == "k"
+
+    @property
+    def group_sorted(self) -> bool:
+        """The k form walks its groups longest k-loop first (GemmConfig.group_sort; None: on where the tables hold
+        at most grouped_walk.SORT_DEFAULT_MAX_GROUPS groups)."""
+        if self.grouped != "k" or self.group_sort is False:
+            return False
+        return bool(self.group_sort) or self.group_table_entries - 1 <= SORT_DEFAULT_MAX_GROUPS
 
     @property
     def group_table_bytes(self) -> int:

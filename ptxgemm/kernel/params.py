@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from . import trace_format
+from . import grouped_walk, trace_format
 from .config import GELU_CUBIC, GemmConfig, PTX_FLOAT_TYPES, PTX_VERSION, SCALE_BLOCK, SCALE_LOOKAHEAD, WGMMA_TYPES
 from .hardware import DESC_ADDRESS_MASK, FULL_WARP_MASK, MBARRIER_BYTES, SWIZZLE_BYTES, WARP_LANES, WARPGROUP_THREADS
 from .layout import BARRIER_CTA, BARRIER_EPILOGUE_ORDER, BARRIER_EPILOGUE_SYNC, BARRIER_MMA_ORDER, FLAG_BYTES, itemsize
@@ -26,6 +26,10 @@ def template_params(cfg: GemmConfig) -> dict:
         "group_search_steps": [1 << i for i in reversed(range((cfg.group_table_entries - 2).bit_length()))],
         # groups per lane of warp 0's scan, at most
         "group_lane_chunk": -(-(cfg.group_table_entries - 1) // WARP_LANES),
+        # the k form's sort keys (grouped_walk.sort_key)
+        "sort_index_bits": grouped_walk.SORT_INDEX_BITS,
+        "sort_index_limit": grouped_walk.SORT_INDEX_LIMIT,
+        "sort_max_k_tiles": grouped_walk.SORT_MAX_K_TILES,
         "summary": cfg.describe(),
         "ptx_version": PTX_VERSION,
         "cfg": cfg,

@@ -141,7 +141,9 @@ def _draw_k(rng, max_elements: float) -> dict:
             "k": sum(ks), "m": int(rng.choice([8, 64, 136, 256, 304])), "dtype": str(rng.choice(DTYPES[:2])),
             "b_major": "mn", "tile": K_TILES[rng.integers(len(K_TILES))], "extra_rows": 0,
             "scale": float(rng.choice([1.0, 0.5])), "activation": ACTIVATIONS[rng.integers(len(ACTIVATIONS))],
-            "array": "device", "seed": int(rng.integers(1 << 31))}
+            "array": "device", "seed": int(rng.integers(1 << 31)),
+            # the groups walked longest k-loop first (GemmConfig.group_sort, the default) or in index order
+            "sort": bool(rng.random() < 0.75)}
 
 
 def _run_k(spec: dict, backend: str) -> tuple[str, str]:
@@ -155,6 +157,9 @@ def _run_k(spec: dict, backend: str) -> tuple[str, str]:
     offs = np.cumsum(spec["sizes"]).astype(np.int32)
     kw = {"scale_a": spec["scale"], "scale_b": 1.0} if spec["scale"] != 1.0 else {}
     config = GemmConfig.from_tag(spec["tile"]) if spec["tile"] else None
+    if not spec.get("sort", True):   # a config of the k form itself: the field belongs to the grouped kernel only
+        config = GemmConfig.from_tag(spec["tile"] or "coop128x256", in_dtype=dt, out_dtype=dt, grouped="k",
+                                     a_major="mn", b_major="mn", group_sort=False)
     be = _Backend(backend)
     try:
         dx = be.upload(np.ascontiguousarray(x))
