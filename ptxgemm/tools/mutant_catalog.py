@@ -98,6 +98,13 @@ class SyncKind:
 DELETE = ("deleted", _delete)
 
 
+def _delete_exchange(m):
+    """A shuffle deleted, where it brings another lane's value: one whose destination is its source (gemm_roles'
+    broadcast of the warpgroup index, the same in every lane) only tells ptxas the value is uniform."""
+    dest, src = (a.strip() for a in m["args"].split(",")[:2])
+    return None if dest == src else _delete(m)
+
+
 SYNC_KINDS = (
     SyncKind("mbarrier.init", "mbarrier.init", (("count+1", _init_plus), ("count-1", _init_minus))),
     SyncKind("mbarrier.try_wait", "mbarrier.try_wait", (("skipped", _wait_skipped), ("wrong parity", _wait_wrong_parity))),
@@ -117,6 +124,8 @@ SYNC_KINDS = (
     SyncKind("setmaxnreg", "setmaxnreg", (DELETE,)),
     # the grouped walk's scan (grouped_scheduler.ptx.j2): warp 0's shuffles carry each lane's running max and sum
     SyncKind("shfl.sync.up", "shfl.sync.up", (DELETE,)),
+    # ... and, sorting the k form's groups, each lane's sort keys (the warpgroup index's broadcast is no exchange)
+    SyncKind("shfl.sync.idx", "shfl.sync.idx", (("deleted", _delete_exchange),)),
     # split-K's fix-up (splitk.ptx.j2): a partial's publish, the final's poll of the flag, the flag's reset
     SyncKind("red.release", "red.release", (DELETE, ("relaxed", _relaxed))),
     SyncKind("ld.acquire", "ld.acquire", (("skipped", _load_passes), ("relaxed", _relaxed))),
