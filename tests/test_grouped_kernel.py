@@ -652,3 +652,99 @@ def test_the_sort_is_on_by_default_for_the_k_form_up_to_its_table_size():
     sorted_ptx, plain_ptx = (render_gemm(k(group_capacity=8, group_sort=s)) for s in (None, False))
     assert "GROUP_SORT_LANE" in sorted_ptx and "shfl.sync.idx" in sorted_ptx
     assert "GROUP_SORT_LANE" not in plain_ptx
+
+
+def _scan_probe_ptx(cfg) -> str:
+    """The scheduler's after_init (warp 0's scan of the counts into the tables, the k form's sort, the CTA
+    barrier) in an entry of its own; thread 0 then stores the walk's unit count at out. The tables stay in the
+    caller's shared memory."""
+    from ptxgemm.kernel.codegen import environment
+    from ptxgemm.kernel.params import template_params
+
+    sched = environment().get_template("grouped_scheduler.ptx.j2").make_module(vars=template_params(cfg))
+    return f""".version 8.0
+.target sm_90a
+.address_size 64
+.visible .entry scan_probe(.param .u64 param_counts, .param .u32 param_groups, .param .u32 param_group_rows,
+    .param .u32 param_m, .param .u32 param_tiles_m, .param .u32 param_tiles_n, .param .u64 param_out)
+{{
+    .reg .u32 %thread, %smem_base, %m, %tiles_m, %tiles_n, %num_tiles;
+    .reg .u64 %dst;
+    .reg .pred %p_first;
+    mov.u32 %thread, %tid.x;
+    mov.u32 %smem_base, 0;
+    ld.param.u32 %m, [param_m];
+    ld.param.u32 %tiles_m, [param_tiles_m];
+    ld.param.u32 %tiles_n, [param_tiles_n];
+{sched.after_init()}
+    setp.eq.u32 %p_first, %thread, 0;
+    ld.param.u64 %dst, [param_out];
+    @%p_first st.global.u32 [%dst], %num_tiles;
+    ret;
+}}
+"""
+
+
+@pytest.mark.parametrize("form, sort", [("contiguous", None), ("masked", None), ("k", None), ("k", False)])
+@pytest.mark.parametrize("groups", [1, 7, 37, 256])
+def test_warp_0s_scan_and_sort_build_the_models_tables(form, sort, groups):
+    """after_init of the rendered template, run by the PTX interpreter with warp 0's shuffles in lockstep (and a
+    second warp that only meets the CTA barrier), writes the tables the Python walk reads: each group's clamped
+    end, its first unit (contiguous, masked) or, in the sorted k form, the groups longest k-loop first
+    (grouped_walk.k_order); and the walk's unit count. The counts hold empty groups, ties, offs that fall back
+    (clamped to the running max) for one group and for runs of 2 to 17 whole lanes (so every step of the
+    max-scan carries some lane's start), run past the total, and masked counts below 0 and past M_max."""
+    import math
+
+    import numpy as np
+    from ptx_sim import Kernel, Memory, Scratch
+
+    from ptxgemm.kernel import grouped_walk
+
+    rng = np.random.default_rng(groups * 7 + len(form))
+    cap = 1 << max(groups - 1, 0).bit_length()
+    kw = dict(a_major="mn", b_major="mn", group_sort=sort) if form == "k" else {}
+    cfg = _cfg("coop128x256", form, group_capacity=cap, **kw)
+    assert cfg.group_sorted == (form == "k" and sort is None)
+    sizes = rng.choice([0, 0, 1, 5, 63, 64, 65, 128, 129, 300, 700], size=groups)
+    m, n, m_max = 520, 600, 300
+    if form == "masked":
+        values = [int(c) for c in sizes]
+        values[0] = -3 if groups > 1 else values[0]
+        values[-1] = m_max + 40
+        total = m_max
+    else:
+        values = [int(v) for v in np.cumsum(sizes)]
+        if groups > 2:
+            values[1] = 0                                   # offs falling back: clamped to the running max
+        chunk = -(-groups // 32)                            # groups per lane of warp 0
+        # ... over runs of 2, 4 and 8 whole lanes, or with 256 groups (8 per lane) 2, 4 and 17: each step of the
+        # max-scan carries some lane's start
+        for first, last in ((2, 4), (5, 9), (10, 18) if groups < 256 else (14, 31)):
+            for g in range(first * chunk, min(last * chunk, groups - 1)):
+                values[g] = 0
+        total = values[-1] - 10 if values[-1] > 10 else values[-1]   # the last offs past the total
+    tiles_n = math.ceil(n / cfg.block_n)
+    tiles_m = math.ceil(m / cfg.block_m)
+    counts_at, out = 1 << 16, 1 << 20
+    readable = {counts_at + 4 * g + b: ((v & 0xFFFFFFFF) >> (8 * b)) & 0xFF
+                for g, v in enumerate(values) for b in range(4)}
+    memory = Memory(readable, set(range(out, out + 4)), {})
+    shared = Scratch()
+    Kernel(_scan_probe_ptx(cfg), "scan_probe").run(
+        1, 64, [counts_at, groups, m_max if form == "masked" else (total if form == "k" else 0), total, tiles_m,
+                tiles_n, out], memory, shared=shared)
+    spans = grouped_walk.ranges(form, values, total)
+    ends = [shared.u32(cfg.smem_groups + 4 * (g + 1)) for g in range(groups)]
+    base = [g * m_max if form == "masked" else 0 for g in range(groups)]
+    assert ends == [b + e for b, (_, e) in zip(base, spans)] and shared.u32(cfg.smem_groups) == 0
+    units = sum(memory.written[out + b] << (8 * b) for b in range(4))
+    if form == "k":
+        assert units == tiles_m * tiles_n * groups
+        if cfg.group_sorted:
+            order = [shared.u32(cfg.smem_group_units + 4 * (s + 1)) for s in range(groups)]
+            assert order == grouped_walk.k_order(values, total, cfg.block_k)
+    else:
+        per_group = grouped_walk.units_per_group(form, values, total, 0, n, cfg.block_m, cfg.block_n)
+        firsts = [shared.u32(cfg.smem_group_units + 4 * (g + 1)) for g in range(groups)]
+        assert firsts == list(np.cumsum(per_group)) and units == sum(per_group)
