@@ -456,38 +456,62 @@ def test_a_grouped_call_is_keyed_by_what_its_plan_encodes():
     assert array_key(dev) == (dev.ptr, (4, 256), dev.strides, dev.dtype)
 
 
-def _walk_probe_ptx(cfg) -> str:
-    """The scheduler's tile_coords, as the kernel renders it, in an entry of its own: thread p walks position p and
-    stores (m0, n0, group, row end) at out + 16 p. The tables come from the caller as shared memory."""
+#: registers every probe entry declares: what the scheduler's macros read and write outside their own scopes
+_PROBE_REGS = ("%smem_base", "%thread", "%tile", "%m", "%tiles_m", "%tiles_n", "%num_tiles", "%rank", "%m0", "%n0",
+               "%batch", "%row_end", "%k_tiles", "%k_start", "%k_valid")
+
+
+def _probe_ptx(cfg, body, params: tuple[str, ...], fields: tuple[str, ...]) -> str:
+    """A macro of cfg's rendered grouped_scheduler.ptx.j2 (`body(sched)` renders it) in an entry `probe` of its own,
+    for the PTX interpreter (tests/ptx_sim.py). The entry takes `params` (".u32 param_x", ...: those named after a
+    register of _PROBE_REGS are loaded into it, the macros read the rest themselves) and then param_out;
+    %smem_base is 0, so the tables sit at the config's own offsets of the caller's shared memory; %tile and
+    %thread are the thread's index. After the macro each thread stores `fields` as u32 at
+    out + 4 x len(fields) x its index (read back by _probe_results)."""
     from ptxgemm.kernel.codegen import environment
     from ptxgemm.kernel.params import template_params
 
     sched = environment().get_template("grouped_scheduler.ptx.j2").make_module(vars=template_params(cfg))
-    fields = ("%m0", "%n0", "%batch", "%row_end")
-    stores = "\n".join(f"    add.u64 %dst{i}, %dst, {4 * i};\n    st.global.u32 [%dst{i}], {r};"
-                       for i, r in enumerate(fields))
+    names = [p.split()[1] for p in params]
+    loads = "\n".join(f"    ld.param.u32 %{nm[6:]}, [{nm}];" for p, nm in zip(params, names)
+                      if p.startswith(".u32") and f"%{nm[6:]}" in _PROBE_REGS)
+    stores = "\n".join(f"    st.global.u32 [%dst+{4 * i}], {r};" for i, r in enumerate(fields))
+    declared = ", ".join(f".param {p}" for p in (*params, ".u64 param_out"))
     return f""".version 8.0
 .target sm_90a
 .address_size 64
-.visible .entry walk_probe(.param .u32 param_groups, .param .u32 param_group_rows, .param .u32 param_tiles_n,
-    .param .u32 param_num_tiles, .param .u64 param_out, .param .u32 param_rank)
+.visible .entry probe({declared})
 {{
-    .reg .u32 %smem_base, %tiles_n, %num_tiles, %tile, %m0, %n0, %batch, %m, %k_tiles, %rank;
-    .reg .u64 %dst, %dst0, %dst1, %dst2, %dst3;
-    .reg .u32 %row_end;
+    .reg .u32 {", ".join(_PROBE_REGS)};
+    .reg .u64 %dst, %offset;
     mov.u32 %smem_base, 0;
-    ld.param.u32 %rank, [param_rank];
-    ld.param.u32 %tiles_n, [param_tiles_n];
-    ld.param.u32 %num_tiles, [param_num_tiles];
+    mov.u32 %thread, %tid.x;
     mov.u32 %tile, %tid.x;
-{sched.tile_coords("%tile", "%m0", "%n0", "%batch")}
+{loads}
+{body(sched)}
     ld.param.u64 %dst, [param_out];
-    mul.wide.u32 %dst0, %tile, 16;
-    add.u64 %dst, %dst, %dst0;
+    mul.wide.u32 %offset, %thread, {4 * len(fields)};
+    add.u64 %dst, %dst, %offset;
 {stores}
     ret;
 }}
 """
+
+
+def _probe_results(memory, out: int, threads: int, fields: int) -> list[tuple]:
+    """What each of `threads` threads of a _probe_ptx entry stored: `fields` u32 each."""
+    return [tuple(sum(memory.written[out + 4 * (fields * t + f) + b] << (8 * b) for b in range(4))
+                  for f in range(fields)) for t in range(threads)]
+
+
+def _table_bytes(tables: dict) -> dict:
+    """Shared memory holding u32 tables, {byte address: value}, from {first address: [entries]}."""
+    return {base + 4 * i + b: (int(v) >> (8 * b)) & 0xFF
+            for base, entries in tables.items() for i, v in enumerate(entries) for b in range(4)}
+
+
+def _tile_coords(sched) -> str:
+    return sched.tile_coords("%tile", "%m0", "%n0", "%batch")
 
 
 @pytest.mark.parametrize("tag", ["coop128x128", "coop128x128c2"])
@@ -518,61 +542,21 @@ def test_the_kernels_unit_arithmetic_is_the_models(form, tag):
         values, total = ends, ends[-1]
     tiles_n = math.ceil(n / bn)
     per_group = grouped_walk.units_per_group(form, values, total, 0, n, bm, bn, pair)
-    tables = {cfg.smem_groups: ([0] + ends, 4), cfg.smem_group_units: ([0] + list(np.cumsum(per_group)), 4)}
-    shared = {}
-    for base, (entries, size) in tables.items():
-        for i, v in enumerate(entries):
-            for b in range(size):
-                shared[base + size * i + b] = (int(v) >> (8 * b)) & 0xFF
+    shared = _table_bytes({cfg.smem_groups: [0] + ends, cfg.smem_group_units: [0] + list(np.cumsum(per_group))})
     units = sum(per_group)
     out = 1 << 20
     walks = grouped_walk.walk(form, values, total, 0, n, bm, bn, ctas=pair, cluster_m=pair)
+    ptx = _probe_ptx(cfg, _tile_coords, (".u32 param_groups", ".u32 param_group_rows", ".u32 param_tiles_n",
+                                         ".u32 param_num_tiles", ".u32 param_rank"),
+                     ("%m0", "%n0", "%batch", "%row_end"))
     for rank in range(pair):
         memory = Memory({}, set(range(out, out + 16 * units)), {})
-        Kernel(_walk_probe_ptx(cfg), "walk_probe").run(
-            1, units, [len(counts), m_max if form == "masked" else 0, tiles_n, units, out, rank], memory,
-            shared=Memory(shared, set(), {}))
-        got = [tuple(sum(memory.written[out + 16 * p + 4 * f + b] << (8 * b) for b in range(4)) for f in range(4))
-               for p in range(units)]
+        Kernel(ptx, "probe").run(1, units, [len(counts), m_max if form == "masked" else 0, tiles_n, units, rank, out],
+                                 memory, shared=Memory(shared, set(), {}))
+        got = _probe_results(memory, out, units, 4)
         want = [(u.m0 + (u.group * m_max if form == "masked" else 0), u.n0, u.group,
                  u.row_end + (u.group * m_max if form == "masked" else 0)) for u in walks[rank]]
         assert got == want
-
-
-def _k_walk_probe_ptx(cfg) -> str:
-    """The k form's tile_coords in an entry of its own: thread p walks position p and stores (m0, n0, group,
-    k_start, k_tiles, k_valid) at out + 24 p; the tables (the groups' K ends, and with the sort the order) come as
-    shared memory."""
-    from ptxgemm.kernel.codegen import environment
-    from ptxgemm.kernel.params import template_params
-
-    sched = environment().get_template("grouped_scheduler.ptx.j2").make_module(vars=template_params(cfg))
-    fields = ("%m0", "%n0", "%batch", "%k_start", "%k_tiles", "%k_valid")
-    stores = "\n".join(f"    add.u64 %dst{i}, %dst, {4 * i};\n    st.global.u32 [%dst{i}], {r};"
-                       for i, r in enumerate(fields))
-    return f""".version 8.0
-.target sm_90a
-.address_size 64
-.visible .entry k_walk_probe(.param .u32 param_m, .param .u32 param_tiles_m, .param .u32 param_tiles_n,
-    .param .u32 param_rank, .param .u64 param_out)
-{{{{
-    .reg .u32 %smem_base, %m, %tiles_m, %tiles_n, %rank, %tile, %m0, %n0, %batch, %k_tiles, %row_end, %k_start;
-    .reg .u32 %k_valid;
-    .reg .u64 %dst, %dst0, %dst1, %dst2, %dst3, %dst4, %dst5;
-    mov.u32 %smem_base, 0;
-    ld.param.u32 %m, [param_m];
-    ld.param.u32 %tiles_m, [param_tiles_m];
-    ld.param.u32 %tiles_n, [param_tiles_n];
-    ld.param.u32 %rank, [param_rank];
-    mov.u32 %tile, %tid.x;
-{sched.tile_coords("%tile", "%m0", "%n0", "%batch")}
-    ld.param.u64 %dst, [param_out];
-    mul.wide.u32 %dst0, %tile, 24;
-    add.u64 %dst, %dst, %dst0;
-{stores}
-    ret;
-}}}}
-"""
 
 
 @pytest.mark.parametrize("tag", ["coop128x128", "coop128x128c2"])
@@ -599,19 +583,20 @@ def test_the_k_forms_unit_arithmetic_is_the_models(sort, tag):
     units = tiles_m * tiles_n * len(ks)
     order = grouped_walk.k_order(ends, ends[-1], bk)
     assert order == [4, 3, 7, 1, 2, 6, 0, 5]            # k-tiles 5, 2, 2, 1, 1, 1, 0, 0
-    tables = {cfg.smem_groups: [0] + ends, cfg.smem_group_units: [0] + (order if cfg.group_sorted else [])}
-    shared = {base + 4 * i + b: (v >> (8 * b)) & 0xFF
-              for base, entries in tables.items() for i, v in enumerate(entries) for b in range(4)}
+    shared = _table_bytes({cfg.smem_groups: [0] + ends,
+                           cfg.smem_group_units: [0] + (order if cfg.group_sorted else [])})
     out = 1 << 20
+    ptx = _probe_ptx(cfg, _tile_coords, (".u32 param_m", ".u32 param_tiles_m", ".u32 param_tiles_n",
+                                         ".u32 param_rank"),
+                     ("%m0", "%n0", "%batch", "%k_start", "%k_tiles", "%k_valid"))
     walks = grouped_walk.walk("k", ends, ends[-1], m, n, bm, bn, ctas=pair, cluster_m=pair,
                               block_k=bk if cfg.group_sorted else None)
     spans = grouped_walk.ranges("k", ends, ends[-1])
     for rank in range(pair):
         memory = Memory({}, set(range(out, out + 24 * units)), {})
-        Kernel(_k_walk_probe_ptx(cfg), "k_walk_probe").run(
-            1, units, [m, tiles_m, tiles_n, rank, out], memory, shared=Memory(shared, set(), {}))
-        got = [tuple(sum(memory.written[out + 24 * p + 4 * f + b] << (8 * b) for b in range(4)) for f in range(6))
-               for p in range(units)]
+        Kernel(ptx, "probe").run(1, units, [m, tiles_m, tiles_n, rank, out], memory,
+                                 shared=Memory(shared, set(), {}))
+        got = _probe_results(memory, out, units, 6)
         want = []
         for u in walks[rank]:
             s, e = spans[u.group]
@@ -652,37 +637,6 @@ def test_the_sort_is_on_by_default_for_the_k_form_up_to_its_table_size():
     sorted_ptx, plain_ptx = (render_gemm(k(group_capacity=8, group_sort=s)) for s in (None, False))
     assert "GROUP_SORT_LANE" in sorted_ptx and "shfl.sync.idx" in sorted_ptx
     assert "GROUP_SORT_LANE" not in plain_ptx
-
-
-def _scan_probe_ptx(cfg) -> str:
-    """The scheduler's after_init (warp 0's scan of the counts into the tables, the k form's sort, the CTA
-    barrier) in an entry of its own; thread 0 then stores the walk's unit count at out. The tables stay in the
-    caller's shared memory."""
-    from ptxgemm.kernel.codegen import environment
-    from ptxgemm.kernel.params import template_params
-
-    sched = environment().get_template("grouped_scheduler.ptx.j2").make_module(vars=template_params(cfg))
-    return f""".version 8.0
-.target sm_90a
-.address_size 64
-.visible .entry scan_probe(.param .u64 param_counts, .param .u32 param_groups, .param .u32 param_group_rows,
-    .param .u32 param_m, .param .u32 param_tiles_m, .param .u32 param_tiles_n, .param .u64 param_out)
-{{
-    .reg .u32 %thread, %smem_base, %m, %tiles_m, %tiles_n, %num_tiles;
-    .reg .u64 %dst;
-    .reg .pred %p_first;
-    mov.u32 %thread, %tid.x;
-    mov.u32 %smem_base, 0;
-    ld.param.u32 %m, [param_m];
-    ld.param.u32 %tiles_m, [param_tiles_m];
-    ld.param.u32 %tiles_n, [param_tiles_n];
-{sched.after_init()}
-    setp.eq.u32 %p_first, %thread, 0;
-    ld.param.u64 %dst, [param_out];
-    @%p_first st.global.u32 [%dst], %num_tiles;
-    ret;
-}}
-"""
 
 
 @pytest.mark.parametrize("form, sort", [("contiguous", None), ("masked", None), ("k", None), ("k", False)])
@@ -729,16 +683,19 @@ def test_warp_0s_scan_and_sort_build_the_models_tables(form, sort, groups):
     counts_at, out = 1 << 16, 1 << 20
     readable = {counts_at + 4 * g + b: ((v & 0xFFFFFFFF) >> (8 * b)) & 0xFF
                 for g, v in enumerate(values) for b in range(4)}
-    memory = Memory(readable, set(range(out, out + 4)), {})
+    memory = Memory(readable, set(range(out, out + 4 * 64)), {})
     shared = Scratch()
-    Kernel(_scan_probe_ptx(cfg), "scan_probe").run(
+    ptx = _probe_ptx(cfg, lambda sched: sched.after_init(),
+                     (".u64 param_counts", ".u32 param_groups", ".u32 param_group_rows", ".u32 param_m",
+                      ".u32 param_tiles_m", ".u32 param_tiles_n"), ("%num_tiles",))
+    Kernel(ptx, "probe").run(
         1, 64, [counts_at, groups, m_max if form == "masked" else (total if form == "k" else 0), total, tiles_m,
                 tiles_n, out], memory, shared=shared)
     spans = grouped_walk.ranges(form, values, total)
     ends = [shared.u32(cfg.smem_groups + 4 * (g + 1)) for g in range(groups)]
     base = [g * m_max if form == "masked" else 0 for g in range(groups)]
     assert ends == [b + e for b, (_, e) in zip(base, spans)] and shared.u32(cfg.smem_groups) == 0
-    units = sum(memory.written[out + b] << (8 * b) for b in range(4))
+    units = _probe_results(memory, out, 1, 1)[0][0]                  # thread 0's (every thread has it)
     if form == "k":
         assert units == tiles_m * tiles_n * groups
         if cfg.group_sorted:
