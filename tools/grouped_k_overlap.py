@@ -10,44 +10,33 @@ import sys
 import torch
 
 import ptxgemm
-from ptxgemm.bench import grouped_shapes
+from ptxgemm.bench import grouped_bench, grouped_shapes
 from ptxgemm.runtime import timing
 
 out = {}
 cases = {c.name: c for c in grouped_shapes.CASES}
 for name in ("deepseek-v3-wgrad-gate-up", "deepseek-v3-wgrad-down"):
     case = cases[name]
-    m, n, counts = case.m, case.n, list(case.counts)
-    total = sum(counts)
-    gen = torch.Generator(device="cuda").manual_seed(25)
-    x = torch.randn(total, m, device="cuda", dtype=torch.bfloat16, generator=gen)
-    dy = torch.randn(total, n, device="cuda", dtype=torch.bfloat16, generator=gen)
-    offs = torch.tensor(case.offs(), device="cuda", dtype=torch.int32)
-    comb = ptxgemm.GroupedPlan(x.t(), dy, offs=offs)
-    starts = [0]
-    for c in counts:
-        starts.append(starts[-1] + c)
+    a, b, offs = grouped_bench._inputs(torch, case, "bfloat16")
+    comb = ptxgemm.GroupedPlan(a, b, offs=offs)
     res = {}
     for thr in (3, 8):
         plans = {}
-        for cls in ("heavy", "light"):
-            gs = [g for g, c in enumerate(counts) if (math.ceil(c / 64) >= thr) == (cls == "heavy")]
-            idx = torch.cat([torch.arange(starts[g], starts[g + 1], device="cuda") for g in gs])
-            xs, dys = x[idx].contiguous(), dy[idx].contiguous()
-            o = torch.tensor([starts[g + 1] - starts[g] for g in gs], device="cuda").cumsum(0).to(torch.int32)
-            plans[cls] = (xs, dys, o, len(gs))
+        for cls in ("heavy", "light"):   # the groups of at least `thr` k-tiles (block_k 64), and the rest
+            gs = [g for g, c in enumerate(case.counts) if (math.ceil(c / 64) >= thr) == (cls == "heavy")]
+            plans[cls] = (*grouped_bench.k_groups(torch, a, b, case, gs), len(gs))
         s1, s2 = torch.cuda.Stream(), torch.cuda.Stream()
         launchers = {"combined": comb.launch}
-        hp = ptxgemm.GroupedPlan(plans["heavy"][0].t(), plans["heavy"][1], offs=plans["heavy"][2])
-        lp = ptxgemm.GroupedPlan(plans["light"][0].t(), plans["light"][1], offs=plans["light"][2])
+        hp = ptxgemm.GroupedPlan(plans["heavy"][0], plans["heavy"][1], offs=plans["heavy"][2])
+        lp = ptxgemm.GroupedPlan(plans["light"][0], plans["light"][1], offs=plans["light"][2])
         print(hp.config.describe(), lp.config.describe(), flush=True)
         launchers["heavy alone"] = hp.launch
         launchers["light alone"] = lp.launch
         keep = [hp, lp]
         for ph in (33, 44, 55, 66, 77):
-            h = ptxgemm.GroupedPlan(plans["heavy"][0].t(), plans["heavy"][1], offs=plans["heavy"][2], ctas=ph,
+            h = ptxgemm.GroupedPlan(plans["heavy"][0], plans["heavy"][1], offs=plans["heavy"][2], ctas=ph,
                                     out=hp.out)
-            l = ptxgemm.GroupedPlan(plans["light"][0].t(), plans["light"][1], offs=plans["light"][2],
+            l = ptxgemm.GroupedPlan(plans["light"][0], plans["light"][1], offs=plans["light"][2],
                                     ctas=132 - ph, out=lp.out)
             keep += [h, l]
 
@@ -63,7 +52,7 @@ for name in ("deepseek-v3-wgrad-gate-up", "deepseek-v3-wgrad-down"):
         del keep, launchers, hp, lp, h, l, plans
         torch.cuda.synchronize()
     out[name] = res
-    del comb, x, dy
+    del comb, a, b
     torch.cuda.empty_cache()
 json.dump({"gpu": torch.cuda.get_device_name(), "method": "burst, L2 flushed, median of 5 rounds", "rows": out},
           open(sys.argv[1], "w"), indent=1)

@@ -51,6 +51,15 @@ def _inputs(torch, case, dtype):
     return a, b, counts
 
 
+def k_groups(torch, a, b, case, groups):
+    """A k-form case's operands (a = x.T, b, as _inputs gives them) cut to `groups`, in that order: their K rows of
+    x and b gathered, and the offs of those groups' K (the tools/ experiments on the k form's group order)."""
+    starts = [0, *case.offs().tolist()]
+    rows = torch.cat([torch.arange(starts[g], starts[g + 1], device=b.device) for g in groups])
+    offs = torch.tensor([case.counts[g] for g in groups], device=b.device).cumsum(0).to(torch.int32)
+    return a.t()[rows].contiguous().t(), b[rows].contiguous(), offs
+
+
 def _group_rows(case):
     """(group, first row, end row) of each non-empty group: rows of a (contiguous) or of the group's matrix (k:
     every group, all M rows of its output)."""
