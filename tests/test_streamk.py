@@ -167,16 +167,22 @@ def test_the_kernels_walk_is_the_models(shape, tile, ctas):
     (tests/ptx_sim.py), one thread per cluster: the same (unit, first k-tile, k-tiles) in the same order as
     Schedule.cluster_walk, whole waves, tail shares and the end of the walk alike, and each segment's first k-tile
     of K (Schedule.sk_rotation)."""
-    from ptx_sim import Kernel, Memory
-
     s = _schedule(shape, tile, ctas=ctas)
     cfg = GemmConfig(schedule="cooperative", block_m=tile[0], block_n=tile[1], cluster_m=tile[2],
                      cluster_n=tile[3], stream_k=True)
+    _assert_walks(_walk_probe_ptx(cfg), [s.dp_units, s.sk_per], s)
+
+
+def _assert_walks(ptx: str, split_args: list, s) -> None:
+    """Run a _walk_probe_ptx entry, one thread per cluster of Schedule `s`, with `split_args` (its split's
+    parameters) before the unit count: each cluster walks s.cluster_walk's segments with their first k-tiles of K
+    (Schedule.k_tiles_of), and stores nothing after them."""
+    from ptx_sim import Kernel, Memory
+
     slots = max(len(s.cluster_walk(c)) for c in range(s.clusters)) + 1
     out = 1 << 20
     memory = Memory({}, set(range(out, out + 16 * slots * s.clusters)), {})
-    Kernel(_walk_probe_ptx(cfg), "walk_probe").run(1, s.clusters, [s.dp_units, s.sk_per, s.units, s.k_tiles, slots,
-                                                                    out], memory)
+    Kernel(ptx, "walk_probe").run(1, s.clusters, [*split_args, s.units, s.k_tiles, slots, out], memory)
 
     def word(addr):
         return sum(memory.written[addr + b] << (8 * b) for b in range(4))
@@ -203,24 +209,10 @@ def test_the_grouped_kernels_split_is_the_models(units, clusters, k_tiles, fixup
     its fix-up are shorter than a whole unit after a full wave (DeepGEMM's 2048 pair units of 112 k-tiles, whose
     last wave holds 2 of 66), whole units otherwise (fewer units than clusters, whole waves, a fix-up as long as
     the unit); made before the walk (the consumers) or at the first next_unit (the producer) alike."""
-    from ptx_sim import Kernel, Memory
-
     from ptxgemm.kernel.grouped_walk import tail_schedule
 
     s = tail_schedule(units, clusters, k_tiles, fixup)
     cfg = GemmConfig(schedule="cooperative", block_m=128, block_n=256, stream_k=True, grouped="contiguous",
                      group_capacity=16)
-    slots = max(len(s.cluster_walk(c)) for c in range(clusters)) + 1
-    out = 1 << 20
-    memory = Memory({}, set(range(out, out + 16 * slots * clusters)), {})
-    Kernel(_walk_probe_ptx(cfg, early), "walk_probe").run(1, clusters, [fixup, units, k_tiles, slots, out], memory)
-
-    def word(addr):
-        return sum(memory.written[addr + b] << (8 * b) for b in range(4))
-
-    for c in range(clusters):
-        want = [(u, f, n, s.k_tiles_of(u, f, n)[0]) for u, f, n in s.cluster_walk(c)]
-        got = [tuple(word(out + 16 * (c * slots + j) + 4 * f) for f in range(4)) for j in range(len(want))]
-        assert got == want, c
-        assert out + 16 * (c * slots + len(want)) not in memory.written, c
+    _assert_walks(_walk_probe_ptx(cfg, early), [fixup], s)
     assert s.stream_k == SPLITS[units, clusters, k_tiles, fixup]
