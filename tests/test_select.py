@@ -46,10 +46,31 @@ def _cache_on(cache_dir, monkeypatch):
 
 @pytest.fixture(autouse=True)
 def _tiles_only(request, monkeypatch):
-    """The tile choice's tests run with the stream-K tail off (it is a step after the ranking, with tests of its
-    own below, marked `stream_k`)."""
+    """The tile choice's tests run with the stream-K tail and the serpentine k-loop off (steps after the ranking,
+    with tests of their own below, marked `stream_k` and `serpentine`)."""
     if "stream_k" not in request.keywords:
         monkeypatch.setattr(S, "SK_DTYPES", ())
+    if "serpentine" not in request.keywords:
+        monkeypatch.setattr(S, "SERPENTINE_DTYPES", ())
+
+
+@pytest.mark.serpentine
+@pytest.mark.stream_k
+@pytest.mark.parametrize("shape, turned", [((8192, 8192, 8192), True), ((4096, 4096, 4096), True),
+                                           ((4096, 4096, 14336), True), ((512, 14336, 4096), False),
+                                           ((128, 4096, 4096), False), ((8448, 9216, 1024), True)])
+def test_the_serpentine_k_loop_is_taken_after_two_whole_passes(shape, turned):
+    """The selection's very last step (with_serpentine): a cooperative 16-bit pick whose walk makes at least two
+    whole passes (the stream-K tail's shares not counted) turns its odd passes; fp8, pingpong and split-K picks do
+    not; nor does a pick that already runs one pass or less."""
+    cfg = select_config(*shape, device=H100)
+    assert cfg.k_serpentine == turned, cfg.tag
+    sched = S.schedule.plan_for(cfg, *shape, H100.sm_count)
+    assert (sched.dp_units >= 2 * sched.clusters) == turned or not cfg.cooperative
+    assert not select_config(*shape, "float8_e4m3fn", "bfloat16", "k", "k", device=H100).k_serpentine
+    assert S.with_serpentine(cfg, *shape, H100.sm_count) == cfg
+    for tag in ("pp128x128", "pp64x128k2", "coop128x256k2"):
+        assert not S.with_serpentine(GemmConfig.from_tag(tag), 8192, 8192, 8192, 132).k_serpentine
 
 
 @pytest.mark.stream_k

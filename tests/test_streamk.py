@@ -111,16 +111,20 @@ def test_the_k_tile_numbers_must_fit_32_bits():
 def _walk_probe_ptx(cfg, early: bool = False) -> str:
     """streamk.ptx.j2's first_unit and next_unit, as the kernel renders them, in an entry of their own: thread c
     walks cluster c's units as the producer does and stores (unit, first position, k-tiles, first k-tile of K) of
-    its j-th at out + 16 (c * slots + j). A grouped config's split is made by split_on_device from the unit count
+    its j-th at out + 16 (c * slots + j), the last computed as the producer computes each load's K (the rotation,
+    then a serpentine config's turn: scheduler.ptx.j2's k_direction and k_offset). A grouped config's split is made
+    by split_on_device from the unit count
     (param_num_tiles) and the fix-up's cost in k-tiles (the first parameter, param_sk_fixup): before the walk
     (`early`, as the consumers make it) or at the first next_unit (as the producer does); a dense one's is given
     (param_dp_units, param_sk_per)."""
     from ptxgemm.kernel.codegen import environment
     from ptxgemm.kernel.params import template_params
 
-    sk = environment().get_template("streamk.ptx.j2").make_module(vars=template_params(cfg))
+    env, params = environment(), template_params(cfg)
+    sk = env.get_template("streamk.ptx.j2").make_module(vars=params)
+    sched = env.get_template(params["scheduler_template"]).make_module(vars=params)
     stores = "\n".join(f"    add.u64 %dst{i}, %dst, {4 * i};\n    st.global.u32 [%dst{i}], {r};"
-                       for i, r in enumerate(("%tile", "%k_first", "%k_count", "%k_start")))
+                       for i, r in enumerate(("%tile", "%k_first", "%k_count", "%k0")))
     return f""".version 8.0
 .target sm_90a
 .address_size 64
@@ -128,10 +132,11 @@ def _walk_probe_ptx(cfg, early: bool = False) -> str:
                               ".param .u32 param_dp_units, .param .u32 param_sk_per"}, .param .u32 param_num_tiles,
     .param .u32 param_k_tiles, .param .u32 param_slots, .param .u64 param_out)
 {{
-    .reg .u32 %cta, %grid, %tile, %num_tiles, %k_tiles, %tmp, %slots, %j;
+    .reg .u32 %cta, %grid, %tile, %num_tiles, %k_tiles, %tmp, %slots, %j, %k0, %zero;
     .reg .u64 %dst, %off, %dst0, %dst1, %dst2, %dst3;
     .reg .pred %p_done;
 {sk.declare()}
+{sched.declare()}
 {sk.setup()}
     mov.u32 %cta, %tid.x;
     mov.u32 %grid, %ntid.x;
@@ -148,6 +153,12 @@ PROBE_TILE:
     mad.lo.u32 %tmp, %cta, %slots, %j;
     mul.wide.u32 %off, %tmp, 16;
     add.u64 %dst, %dst, %off;
+{sched.k_direction("%tile")}
+    mov.u32 %zero, 0;
+{sk.k_of("%k0", "%zero")}
+    mul.lo.u32 %k0, %k0, {cfg.block_k};
+{sched.k_offset("%k0")}
+    div.u32 %k0, %k0, {cfg.block_k};
 {stores}
     add.u32 %j, %j, 1;
 {sk.next_unit("PROBE", rotate=True)}
@@ -171,6 +182,35 @@ def test_the_kernels_walk_is_the_models(shape, tile, ctas):
     cfg = GemmConfig(schedule="cooperative", block_m=tile[0], block_n=tile[1], cluster_m=tile[2],
                      cluster_n=tile[3], stream_k=True)
     _assert_walks(_walk_probe_ptx(cfg), [s.dp_units, s.sk_per], s)
+
+
+@pytest.mark.parametrize("tag, shape, ctas", [("coop128x256c2z", (8192, 8192, 8192), None),
+                                              ("coop128x256c2skz", (5000, 5000, 5000), None),
+                                              ("coop128x256skz", (6 * 128 - 8, 3 * 256 - 8, 20 * 64 - 8), 5),
+                                              ("pp128x128z", (1000, 1000, 300), 7)])
+def test_the_serpentine_walk_turns_on_odd_passes(tag, shape, ctas):
+    """GemmConfig.k_serpentine: the producer's first k-tile of each unit, run from the rendered PTX, is Schedule's
+    (k_tiles_of): k-tile 0 on even passes, the last on odd ones, every cluster turning at once; the stream-K tail's
+    segments keep their rotation. Without the stream-K tail the walk is the plain one (dp_units = units)."""
+    cfg = GemmConfig.from_tag(tag)
+    m, n, k = shape
+    s = plan_schedule(m, n, k, cfg.block_m, cfg.block_n, cfg.block_k, cfg.cluster_m, 132, ctas, cfg.schedule,
+                      cfg.cluster_n, 1, 1, cfg.stream_k, True)
+    assert s.units >= 3 * s.clusters       # three passes or more: forward, backward, forward
+    backward = [u for u in range(s.units) if s.backward(u)]
+    assert backward and all((u // s.clusters) % 2 for u in backward)
+    assert s.k_tiles_of(backward[0], 0, s.k_tiles) == list(range(s.k_tiles))[::-1]
+    _assert_walks(_walk_probe_ptx(cfg), [s.dp_units, s.sk_per], s)
+
+
+def test_serpentine_rules_and_tag():
+    cfg = GemmConfig.from_tag("coop128x256c2skzs3")
+    assert cfg.k_serpentine and cfg.stream_k and cfg.stages == 3 and cfg.tile_tag == "coop128x256c2s3"
+    assert "serpentine k-loop" in cfg.describe()
+    for bad in ({"splits": 2}, {"grouped": "contiguous", "schedule": "cooperative", "block_m": 128, "block_n": 256},
+                {"block_scale": True, "in_dtype": "float8_e4m3fn", "a_major": "k", "b_major": "k"}):
+        with pytest.raises(ConfigError, match=r"^k_serpentine: .*" + next(iter(bad))):
+            GemmConfig(k_serpentine=True, **bad)
 
 
 def _assert_walks(ptx: str, split_args: list, s) -> None:

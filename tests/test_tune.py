@@ -22,7 +22,7 @@ from ptxgemm.select import model as S, tune_cache
 from ptxgemm.select.problem import Problem
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-TAG_RE = re.compile(r"^(pp|coop)\d+x\d+(c2)?$")
+TAG_RE = re.compile(r"^(pp|coop)\d+x\d+(c2)?(sk)?z?$")
 
 
 def FakeDevice(name: str = "Fake H100", sm_count=132, driver_version_str: str = "13.0") -> S.DeviceModel:
@@ -377,8 +377,9 @@ def test_cli_select_prints_a_tag_and_the_table():
     assert first == select_config(4096, 4096, 4096, device=S.DEFAULT_DEVICE).tag
     assert "cost model" in proc.stdout.splitlines()[0] and "<- chosen" in proc.stdout
     listed = set(proc.stdout.split())
-    for c in S.candidates(4096, 4096, 4096):   # a cooperative tile may be listed with the stream-K tail it takes
-        assert (c.tag in listed or S.with_stream_k(c, 4096, 4096, 4096, 132).tag in listed) == \
+    for c in S.candidates(4096, 4096, 4096):   # a cooperative tile may be listed with the stream-K tail and the
+        tail = S.with_stream_k(c, 4096, 4096, 4096, 132)      # serpentine k-loop it takes
+        assert (c.tag in listed or S.with_serpentine(tail, 4096, 4096, 4096, 132).tag in listed) == \
             (c.tile_tag in S.SELECTABLE + S.WAVE_FILL_TILES)
 
 

@@ -150,6 +150,9 @@ class GemmConfig(KernelLayout):
     splits: int = 1               # split-K: each output tile's k-loop cut into this many units of the schedule
     stream_k: bool = False        # stream-K tail: whole tiles for the full waves, then the last partial wave's k-tiles
     #                               spread evenly over every cluster, fixed up in fp32 (streamk.ptx.j2)
+    k_serpentine: bool = False    # the walk's odd passes (units cta + G, cta + 3G, ...) load their k-tiles from the
+    #                               last to the first, so each wave starts on the k-tiles the wave before it read last,
+    #                               which L2 still holds (scheduler.ptx.j2: k_direction; issue 26 step 12)
     c_major: str = "n"            # C_MAJORS: tiles stored as rows ("n") or transposed, as columns ("m"; swap-AB)
     b_dtype: str | None = None    # B's dtype where it differs from A's (fp8 only: e4m3 x e5m2); None: in_dtype
     # --- the fused epilogue, in the kernel's frame (rows are its M, after any swap); all off: the plain GEMM ---
@@ -305,6 +308,7 @@ class GemmConfig(KernelLayout):
         if self.c_major not in C_MAJORS:
             raise ConfigError(f"c_major: must be one of {C_MAJORS}, got {self.c_major!r}")
         self._validate_stream_k()
+        self._validate_k_serpentine()
         if self.c_major == "m" and self.cooperative:
             raise ConfigError("c_major: the transposed (column) store is built for the pingpong schedule, whose "
                               "epilogue writes the whole tile at once; use schedule='pingpong'")
@@ -354,6 +358,17 @@ class GemmConfig(KernelLayout):
                               f"{', '.join(refused)} (pingpong's consumers skip each other's k-tiles by a fixed "
                               f"count; split-K already cuts K; the k-grouped, blockwise and source-tile loops "
                               f"assume whole tiles)")
+
+    def _validate_k_serpentine(self):
+        if not self.k_serpentine:
+            return
+        refused = [name for name, on in (("splits", self.split_k), ("grouped", self.grouped is not None),
+                                         ("block_scale", self.block_scale)) if on]
+        if refused:
+            raise ConfigError(f"k_serpentine: the backward k-loop is built for the dense walk of whole tiles, whose "
+                              f"consumers never ask which k-tile a stage holds; it does not take {', '.join(refused)} "
+                              f"(split-K's units are k-ranges already, the grouped walks set their own k-loops, and "
+                              f"the blockwise consumers index their scales by k-tile)")
 
     def _validate_epilogue(self):
         if self.b_dtype is not None and self.b_dtype != self.in_dtype:
@@ -456,6 +471,7 @@ class GemmConfig(KernelLayout):
                 + (f"raster {self.raster}, " if self.raster != GemmConfig.raster else "")
                 + (f"split-K {self.splits}, " if self.split_k else "")
                 + ("stream-K tail, " if self.stream_k else "")
+                + ("serpentine k-loop, " if self.k_serpentine else "")
                 + ("C stored transposed (swap-AB), " if self.transposed_store else "")
                 + (f"{self.in_dtype}->{self.out_dtype}" if self.b_type == self.in_dtype else
                    f"{self.in_dtype} x {self.b_type}->{self.out_dtype}")

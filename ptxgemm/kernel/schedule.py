@@ -44,6 +44,7 @@ class Schedule:
     batches: int = 1      # problems in the batch: units are numbered problem by problem
     splits: int = 1       # split-K: units per output tile, each over k_tiles k-tiles of its own range
     stream_k: bool = False  # the last partial wave's units spread as k-tile shares over every cluster
+    k_serpentine: bool = False  # odd passes of the walk (a cluster's 2nd, 4th, ... whole unit) run K backward
 
     @property
     def work_tiles(self) -> int:
@@ -117,10 +118,16 @@ class Schedule:
             return 0
         return (unit - self.dp_units) * self.k_tiles % self.sk_per
 
+    def backward(self, unit: int) -> bool:
+        """Whether whole unit `unit` loads its k-tiles from the last to the first: with the serpentine k-loop, the
+        units of the walk's odd passes (unit // clusters odd), every cluster turning at once; never a tail segment."""
+        return self.k_serpentine and unit < self.dp_units and (unit // self.clusters) % 2 == 1
+
     def k_tiles_of(self, unit: int, first: int, count: int) -> list[int]:
         """The k-tiles of K a segment loads, in order."""
         rot = self.sk_rotation(unit)
-        return [(p + rot) % self.k_tiles for p in range(first, first + count)]
+        ks = [(p + rot) % self.k_tiles for p in range(first, first + count)]
+        return [self.k_tiles - 1 - kt for kt in ks] if self.backward(unit) else ks
 
     def sk_partials(self, unit: int) -> list[int]:
         """The clusters whose shares add partials to tail unit `unit`, in the order its final adds them (the
@@ -178,7 +185,8 @@ class Schedule:
 def plan_for(config, m: int, n: int, k: int, sm_count: int, ctas: int | None = None, batches: int = 1) -> Schedule:
     """plan_schedule with every field taken from a GemmConfig."""
     return plan_schedule(m, n, k, config.block_m, config.block_n, config.block_k, config.cluster_m, sm_count, ctas,
-                         config.schedule, config.cluster_n, batches, config.splits, config.stream_k)
+                         config.schedule, config.cluster_n, batches, config.splits, config.stream_k,
+                         config.k_serpentine)
 
 
 def effective_splits(k_tiles: int, splits: int) -> tuple[int, int]:
@@ -192,7 +200,8 @@ def effective_splits(k_tiles: int, splits: int) -> tuple[int, int]:
 
 def plan_schedule(m: int, n: int, k: int, block_m: int, block_n: int, block_k: int, cluster_m: int,
                   sm_count: int, ctas: int | None = None, schedule: str = "pingpong",
-                  cluster_n: int = 1, batches: int = 1, splits: int = 1, stream_k: bool = False) -> Schedule:
+                  cluster_n: int = 1, batches: int = 1, splits: int = 1, stream_k: bool = False,
+                  k_serpentine: bool = False) -> Schedule:
     """The grid GemmPlan launches: one CTA per SM (or at most `ctas`), never more clusters than scheduler steps
     (but for the stream-K tail's).
     With split-K, k_tiles is each split's count (effective_splits). The stream-K tail numbers k-tiles of the whole
@@ -207,7 +216,8 @@ def plan_schedule(m: int, n: int, k: int, block_m: int, block_n: int, block_k: i
     if stream_k and units * k_tiles >= 2 ** 32:
         raise ConfigError(f"stream_k: {units} units of {k_tiles} k-tiles overflow the kernel's 32-bit k-tile numbers; "
                           f"run this problem without the stream-K tail")
-    return Schedule(tiles_m, tiles_n, k_tiles, cluster_m, clusters, schedule, cluster_n, batches, splits, stream_k)
+    return Schedule(tiles_m, tiles_n, k_tiles, cluster_m, clusters, schedule, cluster_n, batches, splits, stream_k,
+                    k_serpentine)
 
 
 # --------------------------------------------------------------------------------------------------------------

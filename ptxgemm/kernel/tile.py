@@ -12,7 +12,8 @@ from ..errors import ConfigError
 
 TAG_SCHEDULE = {"pingpong": "pp", "cooperative": "coop"}
 RASTER_TAGS = {"m": "m", "n": "n", "hilbert": "h"}
-_TAG = re.compile(r"(pp|coop)(\d+)x(\d+)(t)?(?:c(\d+))?(?:cn(\d+))?(?:g(\d+))?(?:r([mnh]))?(?:k(\d+))?(sk)?(?:s(\d+))?")
+_TAG = re.compile(r"(pp|coop)(\d+)x(\d+)(t)?(?:c(\d+))?(?:cn(\d+))?(?:g(\d+))?(?:r([mnh]))?(?:k(\d+))?(sk)?(z)?"
+                  r"(?:s(\d+))?")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,6 +31,7 @@ class Tile:
     splits: int = 1
     c_major: str = "n"            # "m": tiles stored transposed (swap-AB)
     stream_k: bool = False        # the last partial wave's k-tiles spread over every cluster (streamk.ptx.j2)
+    k_serpentine: bool = False    # odd passes of the walk run their k-loops backward (scheduler.ptx.j2)
 
     @classmethod
     def of(cls, config) -> Tile:
@@ -42,13 +44,15 @@ class Tile:
     @property
     def tag(self) -> str:
         """The tile choice in a few characters: 'pp128x128', 'coop256x128c2' (cluster_m 2), 'coop128x256cn2'
-        (cluster_n 2), 'pp128x192g16rns5' (group 16, raster n, 5 stages), 'pp64x128k4' (split-K 4), 'coop128x256c2sk' (stream-K tail), 'pp128x16t'
-        (transposed store: swap-AB)."""
+        (cluster_n 2), 'pp128x192g16rns5' (group 16, raster n, 5 stages), 'pp64x128k4' (split-K 4),
+        'coop128x256c2sk' (stream-K tail), 'coop128x256c2skz' (and the serpentine k-loop), 'pp128x16t' (transposed
+        store: swap-AB)."""
         return self._tag(with_splits=True)
 
     @property
     def tile_tag(self) -> str:
-        """The tag without the split count or the stream-K tail: what the cost model's per-tile tables are keyed by."""
+        """The tag without the split count, the stream-K tail or the serpentine k-loop: what the cost model's per-tile
+        tables are keyed by."""
         return self._tag(with_splits=False)
 
     def _tag(self, with_splits: bool) -> str:
@@ -67,6 +71,8 @@ class Tile:
             t += f"k{self.splits}"
         if self.stream_k and with_splits:
             t += "sk"
+        if self.k_serpentine and with_splits:
+            t += "z"
         if self.stages is not None:
             t += f"s{self.stages}"
         return t
@@ -77,11 +83,13 @@ class Tile:
         m = _TAG.fullmatch(tag.strip())
         if m is None:
             raise ConfigError(f"config tag: {tag!r} is not <pp|coop><block_m>x<block_n>[t][c<cluster_m>][cn<cluster_n>]"
-                              f"[g<group_m>][r<m|n|h>][k<splits>][sk][s<stages>], e.g. pp128x128, coop256x128c2, "
+                              f"[g<group_m>][r<m|n|h>][k<splits>][sk][z][s<stages>], e.g. pp128x128, coop256x128c2, "
                               f"pp64x128k4 or pp128x16tk4")
-        schedule, block_m, block_n, transposed, cm, cn, group, raster, splits, stream_k, stages = m.groups()
+        schedule, block_m, block_n, transposed, cm, cn, group, raster, splits, stream_k, serpentine, stages = \
+            m.groups()
         kw = {"schedule": {v: k for k, v in TAG_SCHEDULE.items()}[schedule], "block_m": int(block_m),
-              "block_n": int(block_n), "c_major": "m" if transposed else "n", "stream_k": bool(stream_k)}
+              "block_n": int(block_n), "c_major": "m" if transposed else "n", "stream_k": bool(stream_k),
+              "k_serpentine": bool(serpentine)}
         for name, text in (("cluster_m", cm), ("cluster_n", cn), ("group_m", group), ("splits", splits),
                            ("stages", stages)):
             if text:

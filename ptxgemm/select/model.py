@@ -22,7 +22,9 @@
 
 3. Last, `with_stream_k`: a cooperative 16-bit pick whose units leave the last wave partly empty takes the
    stream-K tail (GemmConfig.stream_k) where the model says it saves SK_MIN_GAIN of the busiest cluster's time
-   (`sk_steps`: its whole units, its share of the tail's k-tiles and the fix-up).
+   (`sk_steps`: its whole units, its share of the tail's k-tiles and the fix-up). Then `with_serpentine`: a
+   cooperative 16-bit pick with at least two whole passes of the walk runs the odd ones backward in K
+   (GemmConfig.k_serpentine), which the cost model does not time: it saves DRAM reads, hence energy.
 
 Nothing here needs a GPU: without one, and without an injected device, the model assumes DEFAULT_DEVICE.
 """
@@ -217,6 +219,14 @@ SK_MIN_K_TILES = 16
 SK_DTYPES = ("bfloat16", "float16")   # measured with bf16 (docs/perf-notes.md, issue 26 step 9); fp8's k-tiles are
 #                                       half as long, so its fix-up weighs twice as much, and is not measured
 
+# The serpentine k-loop (GemmConfig.k_serpentine; scheduler.ptx.j2's k_direction): the walk's odd passes load K from
+# its end, where the pass before them finished, so each wave begins on lines L2 still holds. Measured on cooperative
+# bf16 picks (H100, perf-notes issue 26 step 12): DRAM reads 2-15% lower on square+LLM shapes, burst time unchanged,
+# sustained +0.1 to +0.8% per shape beside the same config without it. It needs a pass to turn after (at least
+# SERPENTINE_MIN_PASSES whole passes); pingpong and fp8 picks are not measured and keep the forward loop.
+SERPENTINE_MIN_PASSES = 2
+SERPENTINE_DTYPES = SK_DTYPES
+
 # (schedule, block_m, block_n), each with every cluster shape in CLUSTER_SHAPES: what `tune` tries. Single-CTA
 # tiles are also tried with every split-K count in SPLITS, and TRANSPOSED_TILES (the transposed store: swap-AB,
 # C^T = B^T A^T with N filling the tile's rows and M its narrow columns) with every one.
@@ -364,8 +374,9 @@ class Prediction:
     padded_area: int = 0         # output elements the tiles compute, padding included (every problem's)
     wave_fill: float = 1.0       # units / (steps x clusters): how full the busiest CTA's steps keep the grid
 
-    def row(self) -> dict:
-        return {"tag": self.tag, "tiles": f"{self.tiles_m}x{self.tiles_n}", "k_tiles": self.k_tiles,
+    def row(self, tag: str | None = None) -> dict:
+        """The table row; `tag`: the config's tag where the selection adds what the model does not time."""
+        return {"tag": tag or self.tag, "tiles": f"{self.tiles_m}x{self.tiles_n}", "k_tiles": self.k_tiles,
                 "steps_per_cta": self.steps, "predicted_us": self.total_ns / 1e3}
 
 
@@ -478,6 +489,20 @@ def with_stream_k(config: GemmConfig, m: int, n: int, k: int, sm_count: int, gpu
     if not sched.sk_units or not sched.dp_units or sched.k_tiles < SK_MIN_K_TILES:
         return config      # no tail; or no full wave (fewer units than clusters: split-K's ground); or a short loop
     return sk if sk_steps(sk, sched, gpu_name) <= steps_per_cta(sched) * (1 - SK_MIN_GAIN) else config
+
+
+def with_serpentine(config: GemmConfig, m: int, n: int, k: int, sm_count: int, batches: int = 1) -> GemmConfig:
+    """`config` with the serpentine k-loop where it can carry it (a cooperative 16-bit pick without split-K) and
+    its walk makes at least SERPENTINE_MIN_PASSES whole passes; else `config` itself."""
+    if not config.cooperative or config.k_serpentine or config.split_k or config.in_dtype not in SERPENTINE_DTYPES:
+        return config
+    try:
+        turned = dataclasses.replace(config, k_serpentine=True)
+    except ConfigError:
+        return config      # a kernel the backward loop does not combine with (blockwise, grouped)
+    m, n, k = _kernel_mnk(config, m, n, k)
+    sched = schedule.plan_for(turned, m, n, k, sm_count, batches=batches)
+    return turned if sched.dp_units >= SERPENTINE_MIN_PASSES * sched.clusters else config
 
 
 def sk_steps(config: GemmConfig, sched, gpu_name: str = "") -> float:
@@ -668,7 +693,8 @@ def preferences(m: int, n: int, k: int, in_dtype: str = "bfloat16", out_dtype: s
         yield with_epilogue(cached, epilogue), "tune cache"
     for _, config in _ranked(problem, device.sm_count, str(device.name), batches, epilogue):
         # the tail decided for the configs the caller takes, not for every candidate ranked
-        yield with_stream_k(config, m, n, k, device.sm_count, str(device.name), batches), "cost model"
+        tail = with_stream_k(config, m, n, k, device.sm_count, str(device.name), batches)
+        yield with_serpentine(tail, m, n, k, device.sm_count, batches), "cost model"
 
 
 def choose(m: int, n: int, k: int, in_dtype: str = "bfloat16", out_dtype: str | None = None, a_major: str = "k",
@@ -699,7 +725,9 @@ def explain(m: int, n: int, k: int, in_dtype: str = "bfloat16", out_dtype: str |
     rows = []
     for p, c in _ranked(problem, device.sm_count, str(device.name)):
         tail = with_stream_k(c, m, n, k, device.sm_count, str(device.name))
-        rows.append((p if tail is c else predict(tail, m, n, k, device.sm_count, str(device.name))).row())
+        turned = with_serpentine(tail, m, n, k, device.sm_count)
+        rows.append((p if tail is c else predict(tail, m, n, k, device.sm_count, str(device.name)))
+                    .row(None if turned is tail else turned.tag))
     return rows
 
 

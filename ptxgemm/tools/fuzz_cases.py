@@ -29,8 +29,9 @@ What the strategies cover (draw_spec):
   of which the selection picks only unsplit pp64x32t, at M <= 32) in 40% of those cases, drawn from a stream of
   its own so that every other field of a seed is what it was before configs were drawn; and where neither
   blockwise scales nor c: a stream-K tile (STREAM_K_TAGS: at the fuzzer's sizes the selection rarely takes the
-  tail, and these small problems make every launch all tail, units cut into shares) in 15% of those cases, from a
-  stream of its own too;
+  tail, and these small problems make every launch all tail, units cut into shares) or a serpentine one
+  (SERPENTINE_TAGS: small tiles, so that the larger cases make a second pass, which loads K backward) in 15% of
+  those cases, from a stream of its own too;
 - entries "run", "matmul" (with a NaN-poisoned out, or none) and "plan" (GemmPlan(...).launch(), out required);
   c aliasing out (matmul and plan: out *is* c, with c's dtype, layout and values);
 - array kinds (the backend's business: "host", "device", "torch", "cupy"); "torch" cases hold no negative strides.
@@ -220,9 +221,9 @@ def problems(spec: dict) -> list[str]:
         if config is not None and c is not None:
             p.append("config: only without c")
         elif config is not None and (config in BLOCK_SWAP_TAGS) != ("block" in forms):
-            p.append("config: a swap-AB blockwise tile with blockwise scales, else a stream-K tile")
-        elif config is not None and config not in BLOCK_SWAP_TAGS + STREAM_K_TAGS:
-            p.append("config: a swap-AB blockwise tile or a stream-K tile")
+            p.append("config: a swap-AB blockwise tile with blockwise scales, else a stream-K or serpentine tile")
+        elif config is not None and config not in BLOCK_SWAP_TAGS + WALK_TAGS:
+            p.append("config: a swap-AB blockwise tile, a stream-K or a serpentine tile")
         out, entry = spec["out"], spec["entry"]
         if entry == "run" and out is not None:
             p.append("run takes no out")
@@ -254,7 +255,10 @@ BLOCK_SWAP_TAGS = tuple(Tile(schedule=s, block_m=bm, block_n=bn, splits=k, c_maj
 CONFIG_STREAM = 0x5A17   # the config's draw: seed ^ this (its own stream)
 #: Stream-K tiles (GemmConfig.stream_k): single CTAs of both shapes, a pair sharing B, a narrow tile.
 STREAM_K_TAGS = ("coop128x256sk", "coop256x128sk", "coop128x256c2sk", "coop128x128sk")
-STREAM_K_STREAM = 0x5C7A   # the stream-K config's draw: seed ^ this
+#: Serpentine tiles (GemmConfig.k_serpentine): small ones, whose units outnumber the SMs from about 1500 x 1500 on.
+SERPENTINE_TAGS = ("coop128x128skz", "pp64x128z")
+WALK_TAGS = STREAM_K_TAGS + SERPENTINE_TAGS
+STREAM_K_STREAM = 0x5C7A   # the stream-K or serpentine config's draw: seed ^ this
 
 
 def is_valid(spec: dict) -> bool:
@@ -395,7 +399,7 @@ def draw_spec(rng: np.random.Generator, *, max_flops: float, entries=ENTRIES, ar
     elif spec["c"] is None and not (spec["scale_a"] is not None and spec["scale_a"]["form"] == "block"):
         pick = np.random.default_rng(spec["seed"] ^ STREAM_K_STREAM)
         if pick.random() < 0.15:
-            spec["config"] = str(pick.choice(STREAM_K_TAGS))
+            spec["config"] = str(pick.choice(WALK_TAGS))
     bad = problems(spec)
     if bad:   # a bug of this generator
         raise AssertionError(f"draw_spec drew an invalid spec ({'; '.join(bad)}): {json.dumps(spec)}")
