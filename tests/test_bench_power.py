@@ -22,6 +22,16 @@ def test_the_window_means_skip_the_settling_and_energy_comes_from_the_counter():
     assert (w.samples, w.watts, w.joules) == (1, 400.0, 80.0)
 
 
+def test_the_window_names_the_clock_limits_it_saw_after_settling():
+    samples = [(0.1, 1980.0, 300.0, 0x1 | 0x8), (0.3, 1320.0, 700.0, 0x4), (0.5, 1300.0, 698.0, 0x4 | 0x40)]
+    w = power.summarize(samples, 2.0, None)
+    assert w.clock_limits == ["sw_power_cap", "hw_thermal"] and w.held_down == ["hw_thermal"]   # 0x8 settling
+    w = power.summarize([(0.3, 1320.0, 700.0, 0x4)], 2.0, None)
+    assert w.clock_limits == ["sw_power_cap"] and w.held_down == []          # the power limit: what we measure
+    w = power.summarize([(0.3, 1320.0, 700.0), (0.4, 1320.0, 700.0, None)], 2.0, None)
+    assert w.clock_limits is None and w.held_down == []                      # NVML without the reasons call
+
+
 def _fake_nvml(calls):
     clock = iter(range(1980, 0, -10))
     energy = iter((1_000_000, 1_000_000 + 2_100_000))
@@ -32,7 +42,8 @@ def _fake_nvml(calls):
         nvmlDeviceGetHandleByIndex=lambda i: "handle0",
         nvmlDeviceGetClockInfo=lambda h, kind: next(clock),
         nvmlDeviceGetPowerUsage=lambda h: 700_000,
-        nvmlDeviceGetTotalEnergyConsumption=lambda h: next(energy))
+        nvmlDeviceGetTotalEnergyConsumption=lambda h: next(energy),
+        nvmlDeviceGetCurrentClocksEventReasons=lambda h: 0x4 | 0x80)
 
 
 def test_the_sampler_reads_the_gpu_by_its_bus_id_while_the_window_runs(monkeypatch):
@@ -45,6 +56,7 @@ def test_the_sampler_reads_the_gpu_by_its_bus_id_while_the_window_runs(monkeypat
     result, w = sampler.measure(lambda: time.sleep(0.35) or "done")
     assert result == "done" and w.samples >= 1 and w.watts == 700.0 and w.sm_mhz < 1980
     assert (w.joules, w.energy_source) == (2100.0, "counter") and w.seconds >= 0.35
+    assert w.clock_limits == ["sw_power_cap", "hw_power_brake"] and w.held_down == ["hw_power_brake"]
 
 
 def test_without_nvml_the_window_keeps_its_length_and_says_why(monkeypatch):

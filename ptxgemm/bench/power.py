@@ -12,6 +12,8 @@ where the clock falls until the board draws its limit."""
 from __future__ import annotations
 
 import dataclasses
+import functools
+import operator
 import statistics
 import threading
 import time
@@ -21,6 +23,13 @@ SAMPLE_INTERVAL_S = 0.02
 #: samples from the window's start ignored in the clock and power means: the clock needs a few tens of ms to fall
 #: from its boost value once the board reaches its limit
 SETTLE_S = 0.25
+#: NVML's clock event reasons (nvmlClocksEventReason*; the same bits as the older "throttle reasons") worth naming in
+#: a window. "sw_power_cap" is what a power-limited window should show; the others mean the board held the clock down
+#: for reasons of its own (heat, a power brake, a slowdown signal), and then its figures do not measure the kernel
+#: (one H100 of the pool ran every sustained window at 400-800 MHz and 250-390 W, docs/perf-notes.md issue 26 step 12).
+CLOCK_REASONS = {0x4: "sw_power_cap", 0x8: "hw_slowdown", 0x20: "sw_thermal", 0x40: "hw_thermal",
+                 0x80: "hw_power_brake"}
+HARDWARE_LIMITS = ("hw_slowdown", "sw_thermal", "hw_thermal", "hw_power_brake")
 
 
 @dataclasses.dataclass
@@ -34,20 +43,35 @@ class Window:
     samples: int = 0
     energy_source: str | None = None    # "counter" or "mean power x time"
     note: str = ""
+    clock_limits: list[str] | None = None   # CLOCK_REASONS seen in the settled samples (None: not read)
+
+    @property
+    def held_down(self) -> list[str]:
+        """The HARDWARE_LIMITS among clock_limits: the board, not the power limit, set this window's clock."""
+        return [r for r in self.clock_limits or () if r in HARDWARE_LIMITS]
 
     def joules_per_tflop(self, flops: float) -> float | None:
         return self.joules / (flops / 1e12) if self.joules is not None and flops > 0 else None
 
 
-def summarize(samples: list[tuple[float, float, float]], seconds: float, energy_mj: tuple[int, int] | None,
+def reason_names(bits: int) -> list[str]:
+    """The CLOCK_REASONS set in a clock event reason bit mask."""
+    return [name for bit, name in CLOCK_REASONS.items() if bits & bit]
+
+
+def summarize(samples: list[tuple], seconds: float, energy_mj: tuple[int, int] | None,
               settle_s: float = SETTLE_S) -> Window:
-    """A Window from samples (t seconds since the window began, SM MHz, watts) and the energy counter's readings
-    at both ends (millijoules, or None). The means skip the first settle_s seconds unless that leaves none."""
+    """A Window from samples (t seconds since the window began, SM MHz, watts[, clock event reason bits or None])
+    and the energy counter's readings at both ends (millijoules, or None). The means, and the reasons, skip the
+    first settle_s seconds unless that leaves none."""
     settled = [s for s in samples if s[0] >= settle_s] or samples
     w = Window(seconds=seconds, samples=len(settled))
     if settled:
         w.sm_mhz = statistics.fmean(s[1] for s in settled)
         w.watts = statistics.fmean(s[2] for s in settled)
+        bits = [s[3] for s in settled if len(s) > 3 and s[3] is not None]
+        if bits:
+            w.clock_limits = reason_names(functools.reduce(operator.or_, bits))
     if energy_mj is not None and energy_mj[1] > energy_mj[0]:
         w.joules, w.energy_source = (energy_mj[1] - energy_mj[0]) / 1000.0, "counter"
     elif w.watts is not None:
@@ -80,9 +104,20 @@ class Sampler:
         except Exception:  # noqa: BLE001 - older boards have no counter; the mean power stands in
             return None
 
-    def _sample(self) -> tuple[float, float]:
+    def _reasons(self) -> int | None:
+        """The clock event reason bits now (the newer name first; None where NVML has neither call)."""
+        for name in ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"):
+            read = getattr(self.nvml, name, None)
+            if read is not None:
+                try:
+                    return int(read(self.handle))
+                except Exception:  # noqa: BLE001 - not supported on this board: the window has no reasons
+                    return None
+        return None
+
+    def _sample(self) -> tuple[float, float, int | None]:
         mhz = self.nvml.nvmlDeviceGetClockInfo(self.handle, self.nvml.NVML_CLOCK_SM)
-        return float(mhz), self.nvml.nvmlDeviceGetPowerUsage(self.handle) / 1000.0
+        return float(mhz), self.nvml.nvmlDeviceGetPowerUsage(self.handle) / 1000.0, self._reasons()
 
     def measure(self, run) -> tuple[object, Window]:
         """run()'s result and the Window of the time it took (run must return only once the GPU is done)."""
@@ -95,8 +130,8 @@ class Sampler:
 
         def poll():
             while not stop.is_set():
-                mhz, watts = self._sample()
-                samples.append((time.perf_counter() - t0, mhz, watts))
+                mhz, watts, reasons = self._sample()
+                samples.append((time.perf_counter() - t0, mhz, watts, reasons))
                 stop.wait(SAMPLE_INTERVAL_S)
         e0 = self._energy()
         thread = threading.Thread(target=poll, daemon=True)

@@ -121,7 +121,8 @@ def sustained_fields(name: str, flops: float, ms: float, launches: int, window) 
     return {f"{name}_sustained_ms": ms, f"{name}_sustained_tflops": flops / ms / 1e9,
             f"{name}_sustained_launches": launches, f"{name}_sustained_sm_mhz": window.sm_mhz,
             f"{name}_sustained_watts": window.watts,
-            f"{name}_j_per_tflop": window.joules_per_tflop(flops * launches)}
+            f"{name}_j_per_tflop": window.joules_per_tflop(flops * launches),
+            f"{name}_sustained_clock_limits": window.clock_limits}
 
 
 def variant_sustained_geomeans(rows) -> dict:
@@ -396,6 +397,9 @@ def run_bench(shapes, rounds: int, config=None, variant_configs=(), out="bench_o
             if row.get("fastcu_sustained_ms"):
                 row["fastcu_sustained_ratio"] = row["fastcu_sustained_ms"] / row["ptxgemm_sustained_ms"]
             row["energy_source"] = windows[main_impl.name][2].energy_source
+            held = {name: w.held_down for name, (_, _, w) in windows.items() if w.held_down}
+            if held:   # the board, not the power limit, set a window's clock: its figures do not measure kernels
+                row["sustained_held_down"] = held
         rows.append(row)
         ratio = row["ratio"] if row["ratio"] is not None else float("nan")
         print(f"{m:>6} {n:>6} {k:>6} | {row['config']:<14} | {ours:>10.4f} {row['ptxgemm_tflops']:>8.1f} | "
@@ -417,6 +421,10 @@ def run_bench(shapes, rounds: int, config=None, variant_configs=(), out="bench_o
                 print(f"{'':>20} | sustained {tag}: {v['ptxgemm_sustained_tflops']:.1f} TFLOP/s @ "
                       f"{fmt(v['ptxgemm_sustained_sm_mhz'], '.0f')} MHz, ratio "
                       f"{fmt(row['variant_sustained_ratios'][tag], '.3f')}", flush=True)
+            for name, limits in row.get("sustained_held_down", {}).items():
+                print(f"{'':>20} | WARNING: {name}'s window was held down by {', '.join(limits)} (NVML's clock "
+                      f"event reasons), not by the power limit: its sustained figures do not measure the kernel",
+                      flush=True)
         if second is not None:
             print(f"{'':>20} | {second.name}: " + (f"refused ({refused})" if refused else
                   f"{row['fastcu_ms']:.4f} ms {row['fastcu_tflops']:.1f} TFLOP/s, its ms / ptxgemm's "
