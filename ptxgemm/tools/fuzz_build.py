@@ -124,6 +124,8 @@ def kwarg_names(spec: dict) -> list[str]:
             names.append(name)
     if spec.get("config") is not None:   # specs drawn before configs were have no such key
         names.append("config")
+    if spec.get("ctas") is not None:     # GemmPlan's grid cap (serpentine cases only)
+        names.append("ctas")
     return names
 
 

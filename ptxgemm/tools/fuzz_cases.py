@@ -30,13 +30,14 @@ What the strategies cover (draw_spec):
   its own so that every other field of a seed is what it was before configs were drawn; and where neither
   blockwise scales nor c: a stream-K tile (STREAM_K_TAGS: at the fuzzer's sizes the selection rarely takes the
   tail, and these small problems make every launch all tail, units cut into shares) or a serpentine one
-  (SERPENTINE_TAGS: small tiles, so that the larger cases make a second pass, which loads K backward) in 15% of
-  those cases, from a stream of its own too;
+  (SERPENTINE_TAGS) in 15% of those cases (40% of the GemmPlan ones), from a stream of its own too. A serpentine tile's GemmPlan case also
+  caps the grid (`ctas`, one of SERPENTINE_CTAS): at these sizes a full grid never makes the second pass, the one
+  that loads K backward;
 - entries "run", "matmul" (with a NaN-poisoned out, or none) and "plan" (GemmPlan(...).launch(), out required);
   c aliasing out (matmul and plan: out *is* c, with c's dtype, layout and values);
 - array kinds (the backend's business: "host", "device", "torch", "cupy"); "torch" cases hold no negative strides.
 
-What they do not cover: `stream`, `ctas`, `kernel`, an explicit `config` other than those above, out_dtype given as a
+What they do not cover: `stream`, `ctas` but for the serpentine cases, `kernel`, an explicit `config` other than those above, out_dtype given as a
 dtype object rather than its name, values other than standard normal (rounded to the dtype, zeros replaced by 1:
 no inf, NaN, huge or subnormal-heavy inputs, no all-zero rows), scales other than uniform [0.25, 4), non-unit
 strides of bias or scale vectors (illegal), 1-D operands against batched ones, blockwise scales on 1-D operands,
@@ -224,6 +225,10 @@ def problems(spec: dict) -> list[str]:
             p.append("config: a swap-AB blockwise tile with blockwise scales, else a stream-K or serpentine tile")
         elif config is not None and config not in BLOCK_SWAP_TAGS + WALK_TAGS:
             p.append("config: a swap-AB blockwise tile, a stream-K or a serpentine tile")
+        ctas = spec.get("ctas")
+        if ctas is not None and (spec["entry"] != "plan" or config not in SERPENTINE_TAGS or ctas not in
+                                 SERPENTINE_CTAS):
+            p.append(f"ctas: one of {SERPENTINE_CTAS}, for GemmPlan with a serpentine tile only")
         out, entry = spec["out"], spec["entry"]
         if entry == "run" and out is not None:
             p.append("run takes no out")
@@ -255,9 +260,12 @@ BLOCK_SWAP_TAGS = tuple(Tile(schedule=s, block_m=bm, block_n=bn, splits=k, c_maj
 CONFIG_STREAM = 0x5A17   # the config's draw: seed ^ this (its own stream)
 #: Stream-K tiles (GemmConfig.stream_k): single CTAs of both shapes, a pair sharing B, a narrow tile.
 STREAM_K_TAGS = ("coop128x256sk", "coop256x128sk", "coop128x256c2sk", "coop128x128sk")
-#: Serpentine tiles (GemmConfig.k_serpentine): small ones, whose units outnumber the SMs from about 1500 x 1500 on.
+#: Serpentine tiles (GemmConfig.k_serpentine): small ones, so that a capped grid makes several passes.
 SERPENTINE_TAGS = ("coop128x128skz", "pp64x128z")
+SERPENTINE_CTAS = (1, 2, 3)    # GemmPlan(ctas=) of a serpentine tile's "plan" case: a second pass from 2-6 units
 WALK_TAGS = STREAM_K_TAGS + SERPENTINE_TAGS
+WALK_P, WALK_PLAN_P = 0.15, 0.4   # how often a case takes one of WALK_TAGS: more often for GemmPlan, whose ctas let
+#                                   the serpentine tiles make a second pass
 STREAM_K_STREAM = 0x5C7A   # the stream-K or serpentine config's draw: seed ^ this
 
 
@@ -398,8 +406,10 @@ def draw_spec(rng: np.random.Generator, *, max_flops: float, entries=ENTRIES, ar
             spec["config"] = str(pick.choice(BLOCK_SWAP_TAGS))
     elif spec["c"] is None and not (spec["scale_a"] is not None and spec["scale_a"]["form"] == "block"):
         pick = np.random.default_rng(spec["seed"] ^ STREAM_K_STREAM)
-        if pick.random() < 0.15:
+        if pick.random() < (WALK_PLAN_P if spec["entry"] == "plan" else WALK_P):
             spec["config"] = str(pick.choice(WALK_TAGS))
+            if spec["config"] in SERPENTINE_TAGS and spec["entry"] == "plan":
+                spec["ctas"] = int(pick.choice(SERPENTINE_CTAS))
     bad = problems(spec)
     if bad:   # a bug of this generator
         raise AssertionError(f"draw_spec drew an invalid spec ({'; '.join(bad)}): {json.dumps(spec)}")

@@ -6,8 +6,8 @@ import json
 from typing import Callable
 
 from .fuzz_build import kwarg_names
-from .fuzz_cases import (TILE_EDGES, VECTOR_SCALES, a_shape, b_shape, batch_shape, elements, is_valid, layouts_for,
-                         result_shape)
+from .fuzz_cases import (SERPENTINE_TAGS, STREAM_K_TAGS, TILE_EDGES, VECTOR_SCALES, a_shape, b_shape, batch_shape,
+                         elements, is_valid, layouts_for, result_shape)
 
 
 def _fix_layouts(spec: dict) -> dict:
@@ -87,8 +87,10 @@ def _moves(spec: dict):
     for name in ("bias", "activation"):
         if spec[name] is not None:
             yield _variant(spec, lambda s, name=name: s.update({name: None}))
-    if spec.get("config") is not None:   # the selection's own pick instead of the fuzzer's swap-AB tile
-        yield _variant(spec, lambda s: s.update(config=None))
+    if spec.get("ctas") is not None:     # the full grid
+        yield _variant(spec, lambda s: s.update(ctas=None))
+    if spec.get("config") is not None:   # the selection's own pick instead of the fuzzer's tile
+        yield _variant(spec, lambda s: s.update(config=None, ctas=None))
     if spec["scale_a"] is not None and spec["scale_a"]["form"] == "block":
         yield _variant(spec, lambda s: s.update(scale_a=None, scale_b=None, config=None))
     else:
@@ -198,8 +200,12 @@ def categories(spec: dict) -> set[str]:
         cats.add("size:large")
     if any(1 < x < 200 and x % 8 for x in (m, n, k)):
         cats.add("size:unaligned")
-    if spec.get("config") is not None:
-        cats.add("config:swap-ab-blockwise")
+    config = spec.get("config")
+    if config is not None:
+        cats.add("config:" + ("serpentine" if config in SERPENTINE_TAGS else "stream-k" if config in STREAM_K_TAGS
+                              else "swap-ab-blockwise"))
+    if spec.get("ctas") is not None:
+        cats.add("ctas")
     for name in ("scale_a", "scale_b"):
         if spec[name] is not None:
             cats.add(f"{name}:{spec[name]['form']}")

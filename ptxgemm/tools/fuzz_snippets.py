@@ -84,6 +84,8 @@ def snippet(spec: dict, entry_call: str | None = None) -> str:
             keywords.append("c=d_out")
         elif name == "config":
             keywords.append(f"config=ptxgemm.GemmConfig.from_tag({spec[name]!r})")
+        elif name == "ctas":
+            keywords.append(f"ctas={spec[name]}")
         else:
             keywords.append(f"{name}={dev(name) if name in arrays else name}")
     call = []
