@@ -23,13 +23,18 @@ device), loss_rel_err = |loss_p - loss_s| / |loss_s|, grad_rel_err = sqrt(sum ||
 over all parameters together, grad_worst_rel_err the largest single parameter's (named). With the fp32 reference (on
 by default) the same errors against a float32 copy of the stock model (TF32 off; Mixtral's copy runs the eager
 experts loop, so every GEMM of the reference is a float32 cuBLAS one) are reported for every peer, stock included, under "vs_fp32": the
-honest scale of an error is the stock model's own distance from float32. `inside_bound` is True when ptxgemm's
-logits_rel_err <= 2**-7 and grad_rel_err <= 0.02. Why those numbers: bf16 keeps 8 significant bits, so one rounding
-moves a value by up to 2**-8 relative; two correct implementations that accumulate in different orders and round
-every activation to bf16 (each layer's output, the attention, the logits themselves) differ by a few such roundings,
-so a logits distance of one bf16 spacing (2**-7, twice the unit roundoff) in the Frobenius norm is what different
-but correct GEMMs produce, and more is not rounding. Gradients pass through twice as many bf16 roundings (forward
-and backward) and through the softmax of the loss: 0.02 (about 5 unit roundoffs). In Mixtral a token whose top-2
+honest scale of an error is the stock model's own distance from float32.
+
+`inside_bound`, with the float32 reference: ptxgemm's logits and gradients are no farther from the float32 model
+than the stock model's are, up to FP32_SLACK (2**-7, one bf16 spacing) of that distance. Without the reference it
+falls back to `inside_bound_vs_stock`, which every row also carries: against the stock model, logits_rel_err <=
+2**-7 and grad_rel_err <= 0.02 (BOUND). That second criterion was the only one until issue 26 step 12, on the
+argument that two correct bf16 implementations differ by a few roundings. Measured, it does not hold: how far two
+correct models sit apart depends on how much of their rounding they share. While ptxgemm summed K in cuBLAS's order
+in most tiles, its Llama logits were 3.2e-3 from cuBLAS's; with the serpentine k-loop, which sums half the tiles
+backward, they are 8.1e-3 from cuBLAS's, while both models stay 1.6708e-2 and 1.6710e-2 from float32 (gradients
+2.0327e-2 and 2.0346e-2). The distance from float32 measures accuracy; the distance between two bf16 models
+measures how alike their rounding is. In Mixtral a token whose top-2
 experts flip between two peers (router logits a rounding apart) changes its row by O(1): its errors can exceed the
 dense model's without any GEMM being wrong; the "eager" peer's error against "grouped_mm" (both stock) shows that
 scale.
@@ -72,7 +77,8 @@ then exits 1) and `rows`, one per (mode, phase), each with:
     ({name: {tokens_per_s_min, tokens_per_s_median, tokens_per_s_max, tokens_per_s_runs, first_call_s[,
     compile_s]}}), ratio ({peer: {median: ptxgemm's median / the peer's, min, max: of the per-repeat ratios}};
     above 1: ptxgemm faster), logits_rel_err, loss_rel_err, grad_rel_err (ptxgemm vs the stock default peer, from
-    the accuracy pass), inside_bound, decode_logits_rel_err (decode rows), torch, transformers.
+    the accuracy pass), inside_bound, inside_bound_vs_stock, decode_logits_rel_err (decode rows), torch,
+    transformers.
 
 torch and transformers are imported only inside the functions that run a model: importing this module (the CLI's
 --help, the CPU tests) needs neither. `run_arch(..., prepare=...)` takes the function that turns a stock model into
@@ -101,7 +107,8 @@ PHASE_ROW = {"prefill": "prefill", "train": "train_step", "decode": "decode"}
 MAX_LAYERS = 4               # Mixtral at 4 layers: 3 bf16 copies, grads and the fp32 reference fill an 80 GB card
 SEED = 27                    # the weights; the tokens use SEED + 1
 #: ptxgemm's errors inside these are what correct bf16 GEMMs produce (the module's docstring says why)
-BOUND = {"logits": 2.0 ** -7, "grad": 0.02}
+BOUND = {"logits": 2.0 ** -7, "grad": 0.02}    # inside_bound_vs_stock: against the stock model
+FP32_SLACK = 2.0 ** -7                          # inside_bound: ptxgemm's distance from float32 over the stock's
 SCHEMA = 1
 
 DIMS = {
@@ -241,7 +248,9 @@ def make_row(header: dict, *, phase: str, compiled: bool, runs: dict, batch: int
            "ptxgemm_tokens_per_s": stats[OURS]["tokens_per_s_median"],
            "cublas_tokens_per_s": stats[default]["tokens_per_s_median"], "peers": stats, "ratio": ratios(runs),
            "logits_rel_err": ours.get("logits_rel_err"), "loss_rel_err": ours.get("loss_rel_err"),
-           "grad_rel_err": ours.get("grad_rel_err"), "inside_bound": inside_bound(ours) if ours else None,
+           "grad_rel_err": ours.get("grad_rel_err"),
+           "inside_bound": inside_bound(ours, (accuracy or {}).get("peers", {}).get(default)) if ours else None,
+           "inside_bound_vs_stock": inside_bound_vs_stock(ours) if ours else None,
            "torch": header.get("torch"), "transformers": header.get("transformers")}
     row.update(extra)
     return row
@@ -258,7 +267,18 @@ def draw_stats(draw: dict) -> dict:
     return out
 
 
-def inside_bound(errors: dict) -> bool:
+def inside_bound(errors: dict, stock: dict | None = None) -> bool:
+    """Whether ptxgemm's `errors` are inside the bound (the module docstring says which): against float32 where
+    both it and the stock peer (`stock`: its accuracy entry) were measured against it, else against the stock
+    model."""
+    ours, theirs = errors.get("vs_fp32"), (stock or {}).get("vs_fp32")
+    if not (ours and theirs):
+        return inside_bound_vs_stock(errors)
+    return all(ours[key] <= theirs[key] * (1 + FP32_SLACK) for key in ("logits_rel_err", "grad_rel_err"))
+
+
+def inside_bound_vs_stock(errors: dict) -> bool:
+    """Against the stock model: logits within one bf16 spacing, gradients within 0.02 (BOUND)."""
     return errors["logits_rel_err"] <= BOUND["logits"] and errors["grad_rel_err"] <= BOUND["grad"]
 
 
@@ -305,8 +325,10 @@ def format_table(reports) -> str:
             continue
         lines.append(f"{rep['model']}: relative errors against {acc['reference']}"
                      + (" and float32" if acc["fp32_reference"] else "")
-                     + f" (batch {acc['batch']} x {acc['seq']}; bound: logits {BOUND['logits']:.4f}, "
-                       f"grads {BOUND['grad']})")
+                     + f" (batch {acc['batch']} x {acc['seq']}; bound: "
+                       + ("no farther from float32 than the reference, within a relative "
+                          f"{FP32_SLACK:.4f}; against it " if acc["fp32_reference"] else "")
+                       + f"logits {BOUND['logits']:.4f}, grads {BOUND['grad']})")
         for peer, e in acc["peers"].items():
             line = f"  {peer:<11}"
             if peer != acc["reference"]:
