@@ -47,15 +47,16 @@ class Tile:
         (cluster_n 2), 'pp128x192g16rns5' (group 16, raster n, 5 stages), 'pp64x128k4' (split-K 4),
         'coop128x256c2sk' (stream-K tail), 'coop128x256c2skz' (and the serpentine k-loop), 'pp128x16t' (transposed
         store: swap-AB)."""
-        return self._tag(with_splits=True)
+        return self._tag(with_walk=True)
 
     @property
     def tile_tag(self) -> str:
         """The tag without the split count, the stream-K tail or the serpentine k-loop: what the cost model's per-tile
         tables are keyed by."""
-        return self._tag(with_splits=False)
+        return self._tag(with_walk=False)
 
-    def _tag(self, with_splits: bool) -> str:
+    def _tag(self, with_walk: bool) -> str:
+        """`with_walk`: also how the walk cuts and orders the k-loops (split-K, the stream-K tail, the serpentine)."""
         t = f"{TAG_SCHEDULE[self.schedule]}{self.block_m}x{self.block_n}"
         if self.c_major == "m":
             t += "t"
@@ -67,11 +68,11 @@ class Tile:
             t += f"g{self.group_m}"
         if self.raster != Tile.raster:
             t += f"r{RASTER_TAGS[self.raster]}"
-        if self.splits > 1 and with_splits:
+        if self.splits > 1 and with_walk:
             t += f"k{self.splits}"
-        if self.stream_k and with_splits:
+        if self.stream_k and with_walk:
             t += "sk"
-        if self.k_serpentine and with_splits:
+        if self.k_serpentine and with_walk:
             t += "z"
         if self.stages is not None:
             t += f"s{self.stages}"
