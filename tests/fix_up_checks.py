@@ -1,9 +1,12 @@
-"""The checks split-K's and the stream-K tail's GPU tests share (tests/test_splitk_gpu.py, tests/test_streamk_gpu.py):
-a case's seeded operands and its plan into a NaN-poisoned output, one launch checked against the float64 bound,
+"""The checks the GPU tests of the walk's variants share (tests/test_splitk_gpu.py, tests/test_streamk_gpu.py,
+tests/test_serpentine_gpu.py): a case named by a config tag (TagCase), its seeded operands and its plan into a
+NaN-poisoned output (checked to run the case's config and schedule), one launch checked against the float64 bound,
 ten launches bitwise alike, and the fix-up's mutants, run by the mutation tester (`python -m ptxgemm mutants`), each
-of the instructions that must matter killed. A case has m, n, k, in_dtype, out_dtype, a_major, b_major and config."""
+of the instructions that must matter killed. A case has m, n, k, in_dtype, out_dtype, a_major, b_major, ctas,
+config and schedule(sm_count)."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -11,6 +14,36 @@ import zlib
 
 import numpy as np
 from gemm_reference import DTYPES, check_result, random_matrix
+
+from ptxgemm.kernel.config import GemmConfig
+from ptxgemm.kernel.schedule import plan_for
+
+
+@dataclasses.dataclass(frozen=True)
+class TagCase:
+    """A problem run by the config a tag names, in the caller's layouts and dtypes, on at most `ctas` CTAs."""
+
+    m: int
+    n: int
+    k: int
+    tag: str
+    in_dtype: str = "bfloat16"
+    out_dtype: str = "bfloat16"
+    a_major: str = "k"            # of the caller's A (C order: "k") and B (C order: "mn"), as numpy gives them
+    b_major: str = "mn"
+    ctas: int | None = None
+
+    @property
+    def config(self) -> GemmConfig:
+        return GemmConfig.from_tag(self.tag, in_dtype=self.in_dtype, out_dtype=self.out_dtype, a_major=self.a_major,
+                                   b_major=self.b_major)
+
+    def schedule(self, sm_count: int):
+        return plan_for(self.config, self.m, self.n, self.k, sm_count, self.ctas)
+
+    def __str__(self):
+        return (f"{self.m}x{self.n}x{self.k}-{self.in_dtype}-{self.out_dtype}-A{self.a_major}-B{self.b_major}-"
+                f"{self.tag}" + (f"-ctas{self.ctas}" if self.ctas else ""))
 
 
 def operands(case):
@@ -21,14 +54,28 @@ def operands(case):
     return a, b
 
 
-def poisoned_plan(case, a, b, ctas=None):
-    """The case's plan (its config, at most `ctas` CTAs) into a NaN-poisoned output: (plan, out)."""
+def poisoned_plan(case, a, b, ctas=None, selected: bool = False):
+    """The case's plan (its config, or with `selected` the library's own pick; at most `ctas` CTAs) into a
+    NaN-poisoned output: (plan, out)."""
     import ptxgemm
     from ptxgemm import DeviceArray
 
     out = DeviceArray.empty((case.m, case.n), DTYPES[case.out_dtype])
     out.poison()
-    return ptxgemm.GemmPlan(ptxgemm.to_device(a), ptxgemm.to_device(b), out, case.config, ctas=ctas), out
+    config = None if selected else case.config
+    return ptxgemm.GemmPlan(ptxgemm.to_device(a), ptxgemm.to_device(b), out, config, ctas=ctas), out
+
+
+def planned(case):
+    """The case's operands and its plan into a poisoned output, (a, b, plan, out), the plan checked to run the
+    case's config and the schedule the case predicts for this GPU."""
+    from ptxgemm.runtime import driver
+
+    a, b = operands(case)
+    plan, out = poisoned_plan(case, a, b, case.ctas)
+    assert plan.config == case.config, (plan.config.describe(), case.config.describe())
+    assert plan.schedule == case.schedule(driver.device_info().sm_count)
+    return a, b, plan, out
 
 
 def assert_launch_correct(plan, out, a, b, what: str) -> None:

@@ -13,42 +13,14 @@ loop gives the same sum within rounding.
 """
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
-from fix_up_checks import assert_launch_correct, operands, poisoned_plan
+from fix_up_checks import TagCase as Case, assert_launch_correct, operands, planned, poisoned_plan
 
 from ptxgemm.kernel.config import GemmConfig
-from ptxgemm.kernel.schedule import plan_for
 
 gpu = pytest.mark.gpu
 SM_COUNT_ASSUMED = 132
 CLUSTERS = 5
-
-
-@dataclasses.dataclass(frozen=True)
-class Case:
-    m: int
-    n: int
-    k: int
-    tag: str
-    in_dtype: str = "bfloat16"
-    out_dtype: str = "bfloat16"
-    a_major: str = "k"
-    b_major: str = "mn"
-    ctas: int | None = None
-
-    @property
-    def config(self) -> GemmConfig:
-        return GemmConfig.from_tag(self.tag, in_dtype=self.in_dtype, out_dtype=self.out_dtype, a_major=self.a_major,
-                                   b_major=self.b_major)
-
-    def schedule(self, sm_count: int):
-        return plan_for(self.config, self.m, self.n, self.k, sm_count, self.ctas)
-
-    def __str__(self):
-        return (f"{self.m}x{self.n}x{self.k}-{self.in_dtype}-{self.out_dtype}-A{self.a_major}-B{self.b_major}-"
-                f"{self.tag}" + (f"-ctas{self.ctas}" if self.ctas else ""))
 
 
 def _small(tag: str, a_major: str, b_major: str, in_dtype: str, out_dtype: str, pingpong_units: int = 1) -> Case:
@@ -102,12 +74,7 @@ def test_the_selection_turns_its_large_picks():
 @gpu
 @pytest.mark.parametrize("case", SMALL + FULL, ids=str)
 def test_case(case):
-    from ptxgemm.runtime import driver
-
-    a, b = operands(case)
-    plan, out = poisoned_plan(case, a, b, case.ctas)
-    assert plan.config == case.config, (plan.config.describe(), case.config.describe())
-    assert plan.schedule == case.schedule(driver.device_info().sm_count)
+    a, b, plan, out = planned(case)
     assert any(plan.schedule.backward(u) for u in range(plan.schedule.units))
     assert_launch_correct(plan, out, a, b, "stream-K")
 
@@ -116,18 +83,8 @@ def test_case(case):
 def test_the_selection_runs_it():
     """A problem the selection turns (8192 x 8192 x 2040: 16 passes of cluster pairs), run by GemmPlan's own
     pick, correct."""
-    import numpy as np
-    from gemm_reference import DTYPES, check_result, random_matrix
-
-    import ptxgemm
-    from ptxgemm import DeviceArray
-
-    rng = np.random.default_rng(1226)
-    a, b = random_matrix(rng, 8192, 2040, "bfloat16"), random_matrix(rng, 2040, 8192, "bfloat16")
-    out = DeviceArray.empty((8192, 8192), DTYPES["bfloat16"])
-    out.poison()
-    plan = ptxgemm.GemmPlan(ptxgemm.to_device(a), ptxgemm.to_device(b), out)
+    case = FULL[0]
+    a, b = operands(case)
+    plan, out = poisoned_plan(case, a, b, selected=True)
     assert plan.config.k_serpentine
-    plan.launch()
-    verdict = check_result(out.to_numpy(), a, b)
-    assert verdict.ok, str(verdict)
+    assert_launch_correct(plan, out, a, b, "stream-K")

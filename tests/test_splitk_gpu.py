@@ -19,7 +19,7 @@ import itertools
 import numpy as np
 import pytest
 from fix_up_checks import assert_bitwise_deterministic, assert_fix_up_mutants_killed, assert_launch_correct, operands, \
-    poisoned_plan
+    planned, poisoned_plan
 from gemm_reference import check_result, random_matrix
 
 from ptxgemm.kernel.config import GemmConfig
@@ -136,12 +136,7 @@ def test_case_exercises_what_it_claims(case):
 @gpu
 @pytest.mark.parametrize("case", FIXED + SHORT, ids=str)
 def test_fixed_case(case):
-    from ptxgemm.runtime import driver
-
-    a, b = operands(case)
-    plan, out = poisoned_plan(case, a, b, case.ctas)
-    assert plan.config == case.config, (plan.config.describe(), case.config.describe())
-    assert plan.schedule == case.schedule(driver.device_info().sm_count)
+    a, b, plan, out = planned(case)
     assert plan.layout.swapped == case.config.transposed_store   # a row-major C: the transposed store is swap-AB
     assert_launch_correct(plan, out, a, b, "split-K")
 

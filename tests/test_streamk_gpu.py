@@ -13,12 +13,10 @@ GPU from the plan):
 """
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import pytest
-from fix_up_checks import (assert_bitwise_deterministic, assert_fix_up_mutants_killed, assert_launch_correct,
-                           operands, poisoned_plan)
+from fix_up_checks import (TagCase as Case, assert_bitwise_deterministic, assert_fix_up_mutants_killed,
+                           assert_launch_correct, operands, planned, poisoned_plan)
 from gemm_reference import DTYPES, check_result, random_matrix
 
 from ptxgemm.kernel.config import GemmConfig
@@ -32,31 +30,6 @@ DTYPE_SLOTS = (("bfloat16", "bfloat16"), ("float16", "float32"), ("float16", "fl
 FAMILIES = ("coop128x256sk", "coop256x128sk", "coop128x256c2sk", "coop256x128cn2sk", "coop128x128sk",
             "coop256x192sk")
 FULL_GRID_SHAPES = ((1900, 3000, 1256), (2000, 7000, 520))
-
-
-@dataclasses.dataclass(frozen=True)
-class Case:
-    m: int
-    n: int
-    k: int
-    tag: str
-    in_dtype: str = "bfloat16"
-    out_dtype: str = "bfloat16"
-    a_major: str = "k"            # of the caller's A (C order: "k") and B (C order: "mn"), as numpy gives them
-    b_major: str = "mn"
-    ctas: int | None = None
-
-    @property
-    def config(self) -> GemmConfig:
-        return GemmConfig.from_tag(self.tag, in_dtype=self.in_dtype, out_dtype=self.out_dtype, a_major=self.a_major,
-                                   b_major=self.b_major)
-
-    def schedule(self, sm_count: int):
-        return plan_for(self.config, self.m, self.n, self.k, sm_count, self.ctas)
-
-    def __str__(self):
-        return (f"{self.m}x{self.n}x{self.k}-{self.in_dtype}-{self.out_dtype}-A{self.a_major}-B{self.b_major}-"
-                f"{self.tag}" + (f"-ctas{self.ctas}" if self.ctas else ""))
 
 
 def _small(tag: str, j: int, f: int) -> Case:
@@ -106,12 +79,7 @@ def test_full_grid_cases_have_a_tail(case):
 @gpu
 @pytest.mark.parametrize("case", SMALL + FULL, ids=str)
 def test_case(case):
-    from ptxgemm.runtime import driver
-
-    a, b = operands(case)
-    plan, out = poisoned_plan(case, a, b, case.ctas)
-    assert plan.config == case.config, (plan.config.describe(), case.config.describe())
-    assert plan.schedule == case.schedule(driver.device_info().sm_count)
+    a, b, plan, out = planned(case)
     assert plan.schedule.sk_units > 0 and plan.flags is not None
     assert_launch_correct(plan, out, a, b, "stream-K")
 
