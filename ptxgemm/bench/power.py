@@ -84,7 +84,7 @@ class Sampler:
     Without pynvml (or NVML) every window has only its length, and `note` says why."""
 
     def __init__(self, pci_bus_id: str | None):
-        self.nvml, self.handle, self.note = None, None, ""
+        self.nvml, self.handle, self.note, self._read_reasons = None, None, "", None
         try:
             import pynvml
         except ImportError:
@@ -95,6 +95,9 @@ class Sampler:
             self.handle = (pynvml.nvmlDeviceGetHandleByPciBusId(pci_bus_id) if pci_bus_id else
                            pynvml.nvmlDeviceGetHandleByIndex(0))
             self.nvml = pynvml
+            # the clock event reasons' call, by its newer name or the older one (None: this NVML has neither)
+            self._read_reasons = (getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
+                                  or getattr(pynvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None))
         except Exception as e:  # noqa: BLE001 - NVML's own error, reported with the figures
             self.note = f"NVML unavailable ({type(e).__name__}: {e}): no clock, power or energy"
 
@@ -105,15 +108,13 @@ class Sampler:
             return None
 
     def _reasons(self) -> int | None:
-        """The clock event reason bits now (the newer name first; None where NVML has neither call)."""
-        for name in ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"):
-            read = getattr(self.nvml, name, None)
-            if read is not None:
-                try:
-                    return int(read(self.handle))
-                except Exception:  # noqa: BLE001 - not supported on this board: the window has no reasons
-                    return None
-        return None
+        """The clock event reason bits now (None where NVML cannot say)."""
+        if self._read_reasons is None:
+            return None
+        try:
+            return int(self._read_reasons(self.handle))
+        except Exception:  # noqa: BLE001 - not supported on this board: the window has no reasons
+            return None
 
     def _sample(self) -> tuple[float, float, int | None]:
         mhz = self.nvml.nvmlDeviceGetClockInfo(self.handle, self.nvml.NVML_CLOCK_SM)
