@@ -217,7 +217,8 @@ def test_sm_count_matters():
     assert not any(r["tag"].endswith("c2") for r in rows)
     assert select_config(4096, 4096, 4096, device=one_sm).tag == rows[0]["tag"]
     cfg = GemmConfig.from_tag(rows[0]["tag"])
-    assert rows[0]["steps_per_cta"] == (4096 // cfg.block_m) * (4096 // cfg.block_n)  # every tile, one SM
+    # every tile, padded ones included, on one SM
+    assert rows[0]["steps_per_cta"] == math.ceil(4096 / cfg.block_m) * math.ceil(4096 / cfg.block_n)
 
 
 def test_only_selectable_configs_are_chosen_and_near_ties_go_to_the_earlier(monkeypatch):
@@ -246,9 +247,24 @@ def test_a_long_k_loop_ties_go_to_the_pair_sharing_b():
     128x256 in cluster pairs (B multicast: less L2 traffic per FLOP, measured faster under sustained load); a
     shorter k-loop, or a grid of one partial wave, keeps the single CTA."""
     assert select_config(8192, 8192, 8192, device=H100).tag == S.MULTICAST_FIRST
-    assert select_config(8448, 9216, S.MULTICAST_MIN_K, device=H100).tag == S.MULTICAST_FIRST
+    assert select_config(4096, 14336, S.MULTICAST_MIN_K, device=H100).tag == S.MULTICAST_FIRST
     assert select_config(8448, 9216, 1024, device=H100).tag == "coop128x256"
     assert select_config(512, 8192, 8192, device=H100).tag == "coop128x256"
+
+
+@pytest.mark.stream_k
+@pytest.mark.parametrize("shape, lean", [((6144, 6144, 6144), True), ((8192, 8192, 8192), True),
+                                         ((16384, 16384, 8192), True), ((8448, 9216, 2048), True),
+                                         ((4096, 4096, 4096), False), ((4096, 4096, 14336), False),
+                                         ((4096, 14336, 4096), False), ((8448, 9216, 1024), False)])
+def test_a_long_k_loop_goes_to_the_lean_tile_where_it_is_predicted_faster_than_the_pair(shape, lean, monkeypatch):
+    """The pair yields to LEAN_FIRST (256x192: fewer operand bytes per FLOP) where the model, each with the stream-K
+    tail the selection would give it, predicts the lean tile faster: not where a 4096-wide side pads it, and not on
+    a short k-loop. When the tables make the lean tile slower than the pair, the pair is back."""
+    assert (select_config(*shape, device=H100).tile_tag == S.LEAN_FIRST) == lean
+    if lean:
+        monkeypatch.setitem(S.KTILE_NS, S.LEAN_FIRST, S.KTILE_NS[S.LEAN_FIRST] * 1.05)
+        assert select_config(*shape, device=H100).tile_tag == S.MULTICAST_FIRST
 
 
 def test_explain_is_sorted_and_matches_the_selection():

@@ -113,6 +113,16 @@ MULTICAST_MIN_K = 2048
 MULTICAST_MIN_STEPS = 2
 MULTICAST_DTYPES = ("bfloat16", "float16")   # measured with bf16; fp8's k-tiles are not (their B panel is half)
 MULTICAST_FIRST = "coop128x256c2"
+# ... unless the model predicts LEAN_FIRST, the cooperative 256x192 tile, faster than MULTICAST_FIRST: then it goes
+# first. Per FLOP it loads 22% fewer operand bytes into shared memory than 128x256 ((256 + 192) / (256 x 192)
+# against (128 + 256) / (128 x 256)), and under sustained load that bought a higher clock at the same power than the
+# pair's multicast: H100, one run, 3 s windows beside cuBLAS (docs/results/h100/sustained/lean/bench_h100_192_r1.json),
+# with the stream-K tail and the serpentine as the selection adds them: 6144^3 1.026 against the pair's 1.015 (1380
+# against 1348 MHz, both at 653 W), 8192^3 1.046 against 1.039, 16384x16384x8192 1.044 against 1.027; burst 1.121,
+# 1.049, 1.053 against 1.111, 1.038, 1.054. Where a 4096-wide side pads it (22 columns of 192 for 4096) the model
+# predicts it slower, and it ran slower: 4096^3 0.951, 4096x4096x14336 0.983, 4096x14336x4096 1.001 against the
+# pair's 1.003, 0.995, 1.020.
+LEAN_FIRST = "coop256x192"
 # fp8 at M <= FP8_NARROW_MAX_M (one row of 64-row tiles): the 64x64 pingpong is selectable too, and first within a
 # tie, so each B panel is half as wide and the same split count keeps twice the CTAs streaming B. Measured on the
 # H100 beside pp64x128 and torch._scaled_mm on DeepGEMM's six M = 64 shapes, per-tensor scales, one process
@@ -573,7 +583,7 @@ def _ranked(problem: Problem, sm_count: int, gpu_name: str = "", batches: int = 
             epilogue: tuple = ()) -> list[tuple[Prediction, GemmConfig]]:
     """The selectable candidates with their predictions, in the order select_config prefers them: predicted time,
     except that a candidate within TIE_FRACTION of the fastest yields to an earlier one in SELECTABLE (or, for a
-    long k-loop, to MULTICAST_FIRST), and a
+    long k-loop, to MULTICAST_FIRST, or LEAN_FIRST where that is predicted faster), and a
     WAVE_FILL_TILES candidate tied with them that fills the grid better than all of them goes first. The other
     WAVE_FILL_TILES candidates come last. With a fused `epilogue`, only candidates that can carry it; when no
     SELECTABLE one can (blockwise scaling's two sets of accumulators), every candidate that can."""
@@ -597,6 +607,11 @@ def _ranked(problem: Problem, sm_count: int, gpu_name: str = "", batches: int = 
         raise ConfigError(f"in_dtype/out_dtype: no candidate config fits {problem.describe()}")
     fastest = min(p.total_ns for p, _ in pairs)
     tied_fill = max(p.wave_fill for p, _ in pairs if p.total_ns <= fastest * (1 + TIE_FRACTION))
+    # the long k-loop's first tile, each of the two timed with the stream-K tail where the selection would add it
+    long_k = {c.tile_tag: _tailed_ns(p, c, problem, sm_count, gpu_name, batches) for p, c in pairs
+              if c.tile_tag in (MULTICAST_FIRST, LEAN_FIRST) and problem.k >= MULTICAST_MIN_K
+              and p.steps >= MULTICAST_MIN_STEPS and problem.in_dtype in MULTICAST_DTYPES}
+    first = LEAN_FIRST if long_k.get(LEAN_FIRST, math.inf) < long_k.get(MULTICAST_FIRST, math.inf) else MULTICAST_FIRST
 
     def rank(pair):
         p, c = pair
@@ -607,8 +622,7 @@ def _ranked(problem: Problem, sm_count: int, gpu_name: str = "", batches: int = 
         if p.total_ns > fastest * (1 + TIE_FRACTION):
             return (1, p.total_ns, 0, 0, 0)
         order = selectable.index(c.tile_tag) if c.tile_tag in selectable else len(selectable)
-        if c.tile_tag == MULTICAST_FIRST and problem.k >= MULTICAST_MIN_K and p.steps >= MULTICAST_MIN_STEPS and \
-                problem.in_dtype in MULTICAST_DTYPES:
+        if c.tile_tag == first and c.tile_tag in long_k:
             order = -1
         if p.memory_bound:   # tied on streaming the same bytes: the least padded work, the fewest splits, the fewest
             # straddled L2 lines
@@ -617,6 +631,14 @@ def _ranked(problem: Problem, sm_count: int, gpu_name: str = "", batches: int = 
 
     pairs += fillers
     return sorted(pairs, key=rank)
+
+
+def _tailed_ns(pred: Prediction, config: GemmConfig, problem: Problem, sm_count: int, gpu_name: str,
+               batches: int) -> float:
+    """The predicted time of `config` as `preferences` would run it: with the stream-K tail where it takes one."""
+    tail = with_stream_k(config, problem.m, problem.n, problem.k, sm_count, gpu_name, batches)
+    return pred.total_ns if tail is config else \
+        predict(tail, problem.m, problem.n, problem.k, sm_count, gpu_name, batches).total_ns
 
 
 def blockwise_candidates(problem: Problem) -> list[GemmConfig]:
