@@ -37,9 +37,12 @@ SMALL = [_small("coop128x256z", "k", "mn", "bfloat16", "bfloat16"),
          _small("coop256x128cn2z", "mn", "mn", "float16", "float16"),
          _small("coop128x256c2skz", "k", "mn", "bfloat16", "float32"),
          _small("coop128x256skz", "mn", "k", "bfloat16", "bfloat16"),
-         _small("pp128x128z", "k", "mn", "bfloat16", "bfloat16", pingpong_units=2)]
+         _small("pp128x128z", "k", "mn", "bfloat16", "bfloat16", pingpong_units=2),
+         _small("coop256x192skz", "k", "k", "float16", "float32")]
 FULL = [Case(8192, 8192, 2048 - 8, "coop128x256c2skz"),     # 15 whole passes, the tail after a forward one
-        Case(5000, 5000, 5000, "coop128x256c2skz")]          # 6 whole passes, the tail after a backward one
+        Case(5000, 5000, 5000, "coop128x256c2skz"),          # 6 whole passes, the tail after a backward one
+        Case(8448, 9216, 2048 + 8, "coop256x192z")]          # 12 passes of the lean tile the selection takes at
+#                                                              K = 2048 (at 2056 its partial k-tile tips the model)
 
 
 @pytest.mark.parametrize("case", SMALL + FULL, ids=str)
@@ -68,6 +71,7 @@ def test_the_selection_turns_its_large_picks():
 
     for shape in ((8192, 8192, 2048 - 8), (5000, 5000, 5000), (4096, 4096, 4096)):
         assert select_config(*shape).k_serpentine, shape
+    assert select_config(8448, 9216, 2048).tag == FULL[-1].tag
     assert not select_config(128, 4096, 4096).k_serpentine      # one pass: nothing to turn after
 
 

@@ -225,6 +225,8 @@ def problems(spec: dict) -> list[str]:
             p.append("config: a swap-AB blockwise tile with blockwise scales, else a stream-K or serpentine tile")
         elif config is not None and config not in BLOCK_SWAP_TAGS + WALK_TAGS:
             p.append("config: a swap-AB blockwise tile, a stream-K or a serpentine tile")
+        elif config in WIDE_ACC_TAGS and not _plain_epilogue(spec):
+            p.append(f"config: {config} carries no fused bias, activation or vector scale")
         ctas = spec.get("ctas")
         if ctas is not None and (spec["entry"] != "plan" or config not in SERPENTINE_TAGS or ctas not in
                                  SERPENTINE_CTAS):
@@ -261,12 +263,22 @@ CONFIG_STREAM = 0x5A17   # the config's draw: seed ^ this (its own stream)
 #: Stream-K tiles (GemmConfig.stream_k): single CTAs of both shapes, a pair sharing B, a narrow tile.
 STREAM_K_TAGS = ("coop128x256sk", "coop256x128sk", "coop128x256c2sk", "coop128x128sk")
 #: Serpentine tiles (GemmConfig.k_serpentine): small ones, so that a capped grid makes several passes.
-SERPENTINE_TAGS = ("coop128x128skz", "pp64x128z")
+SERPENTINE_TAGS = ("coop128x128skz", "pp64x128z", "coop256x192skz")
+#: Tiles with 192 accumulators per consumer thread (the lean tile the selection takes for long k-loops), which leave
+#: no registers for a fused bias, activation or vector scale (GemmConfig refuses those: FUSED_REGISTER_BUDGET): drawn
+#: only for cases whose epilogue is alpha and per-tensor scales.
+WIDE_ACC_TAGS = ("coop256x192skz",)
 SERPENTINE_CTAS = (1, 2, 3)    # GemmPlan(ctas=) of a serpentine tile's "plan" case: a second pass from 2-6 units
 WALK_TAGS = STREAM_K_TAGS + SERPENTINE_TAGS
 WALK_P, WALK_PLAN_P = 0.15, 0.4   # how often a case takes one of WALK_TAGS: more often for GemmPlan, whose ctas let
 #                                   the serpentine tiles make a second pass
 STREAM_K_STREAM = 0x5C7A   # the stream-K or serpentine config's draw: seed ^ this
+
+
+def _plain_epilogue(spec: dict) -> bool:
+    """No bias, activation or vector scale: what a WIDE_ACC_TAGS tile's registers leave room for."""
+    return spec["bias"] is None and spec["activation"] is None and all(
+        spec[op] is None or spec[op]["form"] in TENSOR_SCALES for op in ("scale_a", "scale_b"))
 
 
 def is_valid(spec: dict) -> bool:
@@ -407,7 +419,8 @@ def draw_spec(rng: np.random.Generator, *, max_flops: float, entries=ENTRIES, ar
     elif spec["c"] is None and not (spec["scale_a"] is not None and spec["scale_a"]["form"] == "block"):
         pick = np.random.default_rng(spec["seed"] ^ STREAM_K_STREAM)
         if pick.random() < (WALK_PLAN_P if spec["entry"] == "plan" else WALK_P):
-            spec["config"] = str(pick.choice(WALK_TAGS))
+            spec["config"] = str(pick.choice(WALK_TAGS if _plain_epilogue(spec) else
+                                             tuple(t for t in WALK_TAGS if t not in WIDE_ACC_TAGS)))
             if spec["config"] in SERPENTINE_TAGS and spec["entry"] == "plan":
                 spec["ctas"] = int(pick.choice(SERPENTINE_CTAS))
     bad = problems(spec)
