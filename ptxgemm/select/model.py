@@ -116,11 +116,13 @@ MULTICAST_FIRST = "coop128x256c2"
 # ... unless the model predicts LEAN_FIRST, the cooperative 256x192 tile, faster than MULTICAST_FIRST: then it goes
 # first. Per FLOP it loads 22% fewer operand bytes into shared memory than 128x256 ((256 + 192) / (256 x 192)
 # against (128 + 256) / (128 x 256)), and under sustained load that bought a higher clock at the same power than the
-# pair's multicast: H100, one run, 3 s windows beside cuBLAS (docs/results/h100/sustained/lean/bench_h100_192_r1.json),
-# with the stream-K tail and the serpentine as the selection adds them: 6144^3 1.026 against the pair's 1.015 (1380
-# against 1348 MHz, both at 653 W), 8192^3 1.046 against 1.039, 16384x16384x8192 1.044 against 1.027; burst 1.121,
-# 1.049, 1.053 against 1.111, 1.038, 1.054. Where a 4096-wide side pads it (22 columns of 192 for 4096) the model
-# predicts it slower, and it ran slower: 4096^3 0.951, 4096x4096x14336 0.983, 4096x14336x4096 1.001 against the
+# pair's multicast. H100, 3 s windows beside cuBLAS, with the stream-K tail and the serpentine as the selection adds
+# them (docs/results/h100/sustained/lean/): first as a variant (bench_h100_192_r1.json), 6144^3 1.026 against the
+# pair's 1.015 (1380 against 1348 MHz, both at 653 W), 8192^3 1.046 against 1.039, 16384x16384x8192 1.044 against
+# 1.027; then as the selection, four runs with the pair in its own windows (bench_h100_lean_sel_r{1..4}.json): 6144^3
+# 1.037-1.042 against 1.018-1.023, 8192^3 1.046-1.052 against 1.039-1.041, 16384x16384x8192 1.041-1.049 against
+# 1.028-1.036, burst not lower. Where a 4096-wide side pads it (22 columns of 192 for 4096) the model predicts it
+# slower, and as a variant it ran slower: 4096^3 0.951, 4096x4096x14336 0.983, 4096x14336x4096 1.001 against the
 # pair's 1.003, 0.995, 1.020.
 LEAN_FIRST = "coop256x192"
 # fp8 at M <= FP8_NARROW_MAX_M (one row of 64-row tiles): the 64x64 pingpong is selectable too, and first within a

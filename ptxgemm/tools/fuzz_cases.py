@@ -32,7 +32,7 @@ What the strategies cover (draw_spec):
   tail, and these small problems make every launch all tail, units cut into shares) or a serpentine one
   (SERPENTINE_TAGS) in 15% of those cases (40% of the GemmPlan ones), from a stream of its own too. A serpentine tile's GemmPlan case also
   caps the grid (`ctas`, one of SERPENTINE_CTAS): at these sizes a full grid never makes the second pass, the one
-  that loads K backward;
+  that loads K backward. The WIDE_ACC_TAGS tiles only where the epilogue has no bias, activation or vector scale;
 - entries "run", "matmul" (with a NaN-poisoned out, or none) and "plan" (GemmPlan(...).launch(), out required);
   c aliasing out (matmul and plan: out *is* c, with c's dtype, layout and values);
 - array kinds (the backend's business: "host", "device", "torch", "cupy"); "torch" cases hold no negative strides.
