@@ -262,11 +262,12 @@ BLOCK_SWAP_TAGS = tuple(Tile(schedule=s, block_m=bm, block_n=bn, splits=k, c_maj
 CONFIG_STREAM = 0x5A17   # the config's draw: seed ^ this (its own stream)
 #: Stream-K tiles (GemmConfig.stream_k): single CTAs of both shapes, a pair sharing B, a narrow tile.
 STREAM_K_TAGS = ("coop128x256sk", "coop256x128sk", "coop128x256c2sk", "coop128x128sk")
-#: Serpentine tiles (GemmConfig.k_serpentine): small ones, so that a capped grid makes several passes.
+#: Serpentine tiles (GemmConfig.k_serpentine): small ones, so that a capped grid makes several passes, and the lean
+#: 256x192 tile that the selection takes for long k-loops.
 SERPENTINE_TAGS = ("coop128x128skz", "pp64x128z", "coop256x192skz")
-#: Tiles with 192 accumulators per consumer thread (the lean tile the selection takes for long k-loops), which leave
-#: no registers for a fused bias, activation or vector scale (GemmConfig refuses those: FUSED_REGISTER_BUDGET): drawn
-#: only for cases whose epilogue is alpha and per-tensor scales.
+#: Tiles with 192 accumulators per consumer thread, which leave no registers for a fused bias, activation or vector
+#: scale (GemmConfig refuses those: FUSED_REGISTER_BUDGET): drawn only for cases whose epilogue is alpha and
+#: per-tensor scales.
 WIDE_ACC_TAGS = ("coop256x192skz",)
 SERPENTINE_CTAS = (1, 2, 3)    # GemmPlan(ctas=) of a serpentine tile's "plan" case: a second pass from 2-6 units
 WALK_TAGS = STREAM_K_TAGS + SERPENTINE_TAGS
