@@ -610,8 +610,8 @@ def _ranked(problem: Problem, sm_count: int, gpu_name: str = "", batches: int = 
     fastest = min(p.total_ns for p, _ in pairs)
     tied_fill = max(p.wave_fill for p, _ in pairs if p.total_ns <= fastest * (1 + TIE_FRACTION))
     # the long k-loop's first tile, each of the two timed with the stream-K tail where the selection would add it
-    long_k = {c.tile_tag: _tailed_ns(p, c, problem, sm_count, gpu_name, batches) for p, c in pairs
-              if c.tile_tag in (MULTICAST_FIRST, LEAN_FIRST) and problem.k >= MULTICAST_MIN_K
+    long_k = {c.tile_tag: _with_tail(p, c, problem.m, problem.n, problem.k, sm_count, gpu_name, batches)[0].total_ns
+              for p, c in pairs if c.tile_tag in (MULTICAST_FIRST, LEAN_FIRST) and problem.k >= MULTICAST_MIN_K
               and p.steps >= MULTICAST_MIN_STEPS and problem.in_dtype in MULTICAST_DTYPES}
     first = LEAN_FIRST if long_k.get(LEAN_FIRST, math.inf) < long_k.get(MULTICAST_FIRST, math.inf) else MULTICAST_FIRST
 
@@ -635,12 +635,12 @@ def _ranked(problem: Problem, sm_count: int, gpu_name: str = "", batches: int = 
     return sorted(pairs, key=rank)
 
 
-def _tailed_ns(pred: Prediction, config: GemmConfig, problem: Problem, sm_count: int, gpu_name: str,
-               batches: int) -> float:
-    """The predicted time of `config` as `preferences` would run it: with the stream-K tail where it takes one."""
-    tail = with_stream_k(config, problem.m, problem.n, problem.k, sm_count, gpu_name, batches)
-    return pred.total_ns if tail is config else \
-        predict(tail, problem.m, problem.n, problem.k, sm_count, gpu_name, batches).total_ns
+def _with_tail(pred: Prediction, config: GemmConfig, m: int, n: int, k: int, sm_count: int, gpu_name: str,
+               batches: int = 1) -> tuple[Prediction, GemmConfig]:
+    """`config` as `preferences` runs it, with the stream-K tail where it takes one, and its prediction (`pred`,
+    the ranking's, where it takes none)."""
+    tail = with_stream_k(config, m, n, k, sm_count, gpu_name, batches)
+    return (pred if tail is config else predict(tail, m, n, k, sm_count, gpu_name, batches)), tail
 
 
 def blockwise_candidates(problem: Problem) -> list[GemmConfig]:
@@ -748,10 +748,9 @@ def explain(m: int, n: int, k: int, in_dtype: str = "bfloat16", out_dtype: str |
     device = resolve_device(device)
     rows = []
     for p, c in _ranked(problem, device.sm_count, str(device.name)):
-        tail = with_stream_k(c, m, n, k, device.sm_count, str(device.name))
+        pred, tail = _with_tail(p, c, m, n, k, device.sm_count, str(device.name))
         turned = with_serpentine(tail, m, n, k, device.sm_count)
-        rows.append((p if tail is c else predict(tail, m, n, k, device.sm_count, str(device.name)))
-                    .row(None if turned is tail else turned.tag))
+        rows.append(pred.row(None if turned is tail else turned.tag))
     return rows
 
 
