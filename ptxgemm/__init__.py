@@ -13,6 +13,7 @@ from .errors import ConfigError, CudaError, NoGpuError, PtxgemmError, ToolchainE
 from .gemm import GemmPlan, clear_plan_cache, matmul, run
 from .grouped import GroupedPlan, grouped_matmul
 from .kernel.config import GemmConfig
+from .plan.cache import plan_stats, reset_plan_stats
 from .runtime.arrays import DeviceArray
 from .runtime.driver import device_available
 from .runtime.graph import Graph
@@ -26,6 +27,7 @@ def to_device(array) -> DeviceArray:
     return DeviceArray.from_numpy(array)
 
 
-__all__ = ["run", "matmul", "GemmPlan", "grouped_matmul", "GroupedPlan", "Graph", "clear_plan_cache", "GemmConfig",
+__all__ = ["run", "matmul", "GemmPlan", "grouped_matmul", "GroupedPlan", "Graph", "clear_plan_cache", "plan_stats",
+           "reset_plan_stats", "GemmConfig",
            "DeviceArray", "to_device", "device_available",
            "select_config", "tune", "compile_gemm", "render_gemm", "PtxgemmError", "ConfigError", "CudaError", "NoGpuError", "ToolchainError"]

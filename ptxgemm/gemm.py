@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import math
+import numbers
 import threading
 
 import ml_dtypes  # noqa: F401 - registers numpy's 'bfloat16' dtype name
@@ -25,10 +27,11 @@ from .errors import ConfigError, CudaError
 from .kernel import schedule, trace_format
 from .kernel.config import GemmConfig, default_out_dtype
 from .kernel.layout import FLAG_BYTES
-from .plan import epilogue, operands
-from .plan.call import parse_epilogue, plan_call
+from .plan import binding, operands
+from .plan.cache import COUNTERS, PlanCache, now_ns
+from .plan.call import CallPlan, parse_epilogue, plan_call
 from .plan.checks import check_config, check_dtypes, check_out_dtype, dtype_name, result_shape
-from .runtime import arrays, driver, relayout, tensormap
+from .runtime import arrays, driver, patch, relayout, tensormap
 from .runtime.arrays import as_device_array
 from .runtime.debug import StallRecords
 from .runtime.tensormap import TensorMapSpec
@@ -142,18 +145,6 @@ def _copy_launches(copies) -> list:
     return out
 
 
-def array_key(x) -> tuple:
-    """What a cached plan depends on of one device array: its address, shape, strides and dtype."""
-    return (x.ptr, x.shape, x.strides, x.dtype)
-
-
-def _plan_key(a, b, out, config, stream, fused: epilogue.Epilogue | None = None) -> tuple:
-    """What a cached plan depends on: each array's address, shape, strides and dtype, the config, the stream and
-    the epilogue (its numbers and its arrays, keyed the same way)."""
-    return (array_key(a), array_key(b), array_key(out), config, stream_key(stream),
-            None if fused is None or fused.plain else fused.key())
-
-
 def stream_key(stream):
     """A ptxgemm Stream, None or a raw handle is its own key; other stream objects are keyed by their handle (torch
     makes a new object for the same stream on every current_stream())."""
@@ -180,63 +171,127 @@ def fix_up_buffers(scratch, partials: int, flags: int, cfg: GemmConfig, stream) 
     return workspace, flag_array
 
 
-class GemmPlan:
-    """numpy's `a @ b` into `out` on device memory, with every tensor map encoded, every argument packed and every
-    staging buffer allocated: `launch()` only enqueues (staging copies, the GEMM, the copy-out, on one stream).
+#: the arguments a dense call binds, in the order of their roles (ptxgemm.plan.binding): the operands, the result,
+#: and the epilogue's arrays, each an address slot wherever the plan reads or writes it
+ROLES = ("a", "b", "out", "c", "bias", "scale_a", "scale_b")
+EPILOGUE_ARGS = ROLES[3:]
 
-    Any shapes numpy's matmul takes (batches with broadcasting, vectors, empty sizes) and any strides: what TMA can
-    read or write in place runs in place; the rest goes through dense buffers (ptxgemm.plan.operands decides; `layout`
-    says what it decided)."""
+
+def _epilogue_arg(x, name: str, stream):
+    """An epilogue argument as a plan takes it: None, a number and a host per-tensor scale (folded into alpha by
+    value) stay as they are; anything else is a device array, read in place."""
+    if x is None or isinstance(x, numbers.Number) or (isinstance(x, np.ndarray) and not uploaded(name, x)):
+        return x
+    return as_device_array(x, name, stream)
+
+
+def _is_array(name: str, x) -> bool:
+    return x is not None and hasattr(x, "ptr")
+
+
+def plan_symbolic(args: dict, config: GemmConfig | None, *, alpha=1.0, beta=0.0, activation=None, device,
+                  ctas: int | None = None, spill_check=None) -> CallPlan:
+    """The plan of a call on `args` (by ROLES name: descriptors with shape, strides, dtype and ptr, or numbers),
+    made on symbolic stand-ins (ptxgemm.plan.binding): every rule checked, every address it computes a role's
+    base plus an offset, no GPU touched. The epilogue's arrays go through epilogue.parse as they are."""
+    s = binding.stand_ins(args, ROLES, _is_array)
+    fused = parse_epilogue(s["a"], s["b"], lambda x, name: x, c=s.get("c"), alpha=alpha, beta=beta,
+                           bias=s.get("bias"), activation=activation, scale_a=s.get("scale_a"),
+                           scale_b=s.get("scale_b"))
+    return plan_call(s["a"], s["b"], s["out"], config, fused, device=device, ctas=ctas, spill_check=spill_check)
+
+
+def signatures(args: dict) -> tuple:
+    """What a plan depends on of its arguments (ROLES order): binding.signature of each."""
+    return tuple(binding.signature(args.get(name)) for name in ROLES)
+
+
+def _array_signature(x) -> tuple:
+    """binding.signature of a DeviceArray, on matmul's per-call path (its fields are already tuples and a dtype)."""
+    p, shape = x.ptr, x.shape
+    return (shape, x.strides if 0 not in shape else None, x.dtype.name, p % binding.ADDRESS_CLASS if p else -1)
+
+
+def addresses(args: dict) -> tuple:
+    """Each role's device address (0 for a number or nothing), in ROLES order: what a bound plan is bound to."""
+    return tuple(int(x.ptr) if _is_array(name, x) else 0 for name, x in ((n, args.get(n)) for n in ROLES))
+
+
+class GemmPlan:
+    """numpy's `a @ b` into `out` on device memory, planned by shape and bound to memory: every tensor map encoded,
+    every argument packed and every staging buffer allocated once, so `launch()` only enqueues (staging copies, the
+    GEMM, the copy-out, on one stream).
+
+    A plan depends on its arrays' shapes, byte strides, dtypes and address classes (address mod 16), the epilogue's
+    numbers and the config, never on the addresses (ptxgemm.plan.binding): `bind(a, b, out, ...)` points it at other
+    arrays of the same signature in microseconds, rewriting only the address slots of its tensor maps and kernel
+    arguments. Any shapes numpy's matmul takes (batches with broadcasting, vectors, empty sizes) and any strides:
+    what TMA can read or write in place runs in place; the rest goes through dense buffers (ptxgemm.plan.operands
+    decides; `layout` says what it decided, at symbolic addresses)."""
 
     def __init__(self, a, b, out, config: GemmConfig | None = None, *, c=None, alpha=1.0, beta=0.0, bias=None,
                  activation=None, scale_a=None, scale_b=None, ctas: int | None = None,
-                 kernel: GemmKernel | None = None, stream=None, fused: epilogue.Epilogue | None = None,
-                 scratch=None):
+                 kernel: GemmKernel | None = None, stream=None, scratch=None, planned: CallPlan | None = None):
         """out = act(alpha * (scale_a . a) @ (b . scale_b) + beta * c + bias), cast to out's dtype (ptxgemm.plan.epilogue
         has the rules of the epilogue arguments; all left out: out = a @ b). `ctas` caps the grid (default: one CTA
         per SM): fewer CTAs give each consumer more tiles, which is how the tests make every consumer run the
         pingpong several times on small problems. `kernel` replaces the config's compiled kernel (ptxgemm.tools.mutants
         runs edited PTX this way); its config must be the plan's. `stream`: where staging buffers are allocated
-        (stream-ordered); launch on the same stream. `fused`: the epilogue arguments already parsed (matmul).
-        `scratch(nbytes)`: where the plan's own device memory (staging buffers, split-K's and stream-K's workspace
-        and flags) comes from, a DeviceArray of nbytes bytes usable on `stream`; default ptxgemm's stream-ordered
-        pool. A framework passes its own allocator, so that a plan made while its stream is captured into a CUDA
-        graph takes memory the graph may keep (ptxgemm.torch: torch's caching allocator)."""
+        (stream-ordered); launch on the same stream. `scratch(nbytes)`: where the plan's own device memory (staging
+        buffers, split-K's and stream-K's workspace and flags) comes from, a DeviceArray of nbytes bytes usable on
+        `stream`; default ptxgemm's stream-ordered pool. A framework passes its own allocator, so that a plan made
+        while its stream is captured into a CUDA graph takes memory the graph may keep (ptxgemm.torch: torch's
+        caching allocator). `planned`: the call already planned on these arguments' signatures (run plans before
+        it uploads anything)."""
         check_config(config)
         # any framework's device arrays, read in place (DLPack or __cuda_array_interface__); never a copy
         a, b, out = (as_device_array(x, name, stream) for x, name in ((a, "a"), (b, "b"), (out, "out")))
         check_dtypes(a, b)
         check_out_dtype(out.dtype, "out")
-        if fused is None:
-            fused = parse_epilogue(a, b, lambda x, name: as_device_array(x, name, stream), c=c, alpha=alpha,
-                                    beta=beta, bias=bias, activation=activation, scale_a=scale_a, scale_b=scale_b)
-        self.a, self.b, self.out = a, b, out
+        args = {"a": a, "b": b, "out": out}
+        args.update((name, _epilogue_arg(x, name, stream)) for name, x in
+                    (("c", c), ("bias", bias), ("scale_a", scale_a), ("scale_b", scale_b)))
+        self.numbers = (float(alpha) if isinstance(alpha, (int, float)) else alpha,
+                        float(beta) if isinstance(beta, (int, float)) else beta, activation)
+        self.signature = signatures(args)
         self.config = self.kernel = self.schedule = self._launch = None
         self.buffers = {}
         self.records = self.trace_buffer = self.workspace = self.flags = None
         self._steps: list = []  # what launch() enqueues, in order, each a driver.PreparedLaunch
+        self._slots = patch.AddressSlots()
+        self._lock = threading.Lock()
         # the GPU is asked for only when there is a kernel to pick: before loading, a clear error on a non-Hopper GPU
-        planned = plan_call(a, b, out, config, fused, device=lambda: driver.require_sm90("running the GEMM"),
-                            ctas=ctas)
+        if planned is None:
+            planned = plan_symbolic(args, config, alpha=alpha, beta=beta, activation=activation,
+                                    device=lambda: driver.require_sm90("running the GEMM"), ctas=ctas)
+        elif planned.signature and planned.signature != self.signature:
+            raise ConfigError(f"planned: made for arguments {planned.signature}, given {self.signature}")
         self.planned = planned
         self.layout = lay = planned.layout
         self.epilogue, cfg = planned.epilogue, planned.config
+        ptrs = addresses(args)
+        for name, p in zip(ROLES, ptrs):
+            binding.check_real(name, p)
         if cfg is None:  # nothing to multiply: an empty result, or zeros (K = 0)
             self._steps = _copy_launches(lay.fill)
-            return
-        self.config = cfg
-        self._scratch = scratch or own_scratch(stream)
-        if kernel is not None and kernel.config != cfg:
-            raise ConfigError(f"kernel: built for {kernel.config.describe()}, but these operands need "
-                              f"{cfg.describe()}")
-        self.kernel = kernel if kernel is not None else get_kernel(cfg)
-        info = driver.require_sm90("running the GEMM")
-        for op in lay.operands:  # staging buffers, allocated in stream order (no synchronization)
-            if op.staged:
-                self.buffers[op.name] = self._scratch(op.staging.nbytes)
-        bound, copies_in, copies_out = operands.bind(lay, {k: v.ptr for k, v in self.buffers.items()})
-        self._encode(bound, cfg, info, ctas, stream)
-        self._steps = _copy_launches(copies_in) + [self._launch] + _copy_launches(copies_out)
+        else:
+            self.config = cfg
+            self._scratch = scratch or own_scratch(stream)
+            if kernel is not None and kernel.config != cfg:
+                raise ConfigError(f"kernel: built for {kernel.config.describe()}, but these operands need "
+                                  f"{cfg.describe()}")
+            self.kernel = kernel if kernel is not None else get_kernel(cfg)
+            info = driver.require_sm90("running the GEMM")
+            for op in lay.operands:  # staging buffers, allocated in stream order (no synchronization)
+                if op.staged:
+                    self.buffers[op.name] = self._scratch(op.staging.nbytes)
+            bound, copies_in, copies_out = operands.bind(lay, {k: v.ptr for k, v in self.buffers.items()})
+            self._encode(bound, cfg, info, ctas, stream, ptrs)
+            self._steps = _copy_launches(copies_in) + [self._launch] + _copy_launches(copies_out)
+        self._slots.collect(self._steps, binding.decode)
+        self._bound = None
+        self._write(ptrs)
+        self.a, self.b, self.out = a, b, out
 
     # the problem the kernel runs (after any swap or fold): the layout's
     m = property(lambda self: self.layout.m)
@@ -244,13 +299,13 @@ class GemmPlan:
     k = property(lambda self: self.layout.k)
     batches = property(lambda self: self.layout.batches)
 
-    def _encode(self, lay: operands.MatmulPlan, cfg: GemmConfig, info, ctas, stream) -> None:
-        """Tensor maps, schedule and packed arguments of the GEMM launch."""
+    def _encode(self, lay: operands.MatmulPlan, cfg: GemmConfig, info, ctas, stream, ptrs) -> None:
+        """Tensor maps (each encoded at this call's address, its slot kept), schedule and packed arguments of the
+        GEMM launch."""
 
-        maps = {name: tensormap.encode(spec) for name, spec in tensor_map_specs(lay, cfg).items()}
+        maps = encode_bound(tensor_map_specs(lay, cfg), ptrs, self._slots)
         self.tmap_a, self.tmap_b, self.tmap_c = maps["tmap_a"], maps["tmap_b"], maps["tmap_c"]
         self.tmap_c_tail, self.tmap_source = maps.get("tmap_c_tail"), maps.get("tmap_source")
-
         self.schedule = sched = schedule.plan_for(cfg, lay.m, lay.n, lay.k, info.sm_count, ctas, lay.batches)
         self.tiles_m, self.tiles_n, self.k_tiles = sched.tiles_m, sched.tiles_n, sched.k_tiles
         self.clusters, self.grid = sched.clusters, sched.grid
@@ -320,66 +375,103 @@ class GemmPlan:
     def flops(self) -> int:
         return 2 * self.batches * self.m * self.n * self.k
 
+    def _write(self, ptrs: tuple) -> None:
+        """Point every address slot at the arrays at `ptrs` (ROLES order), whose signatures are the plan's."""
+        if ptrs != self._bound:
+            self._slots.write(ptrs, self._bound)
+            self._bound = ptrs
+
+    def bind(self, a, b, out, *, c=None, bias=None, scale_a=None, scale_b=None, stream=None) -> "GemmPlan":
+        """Point the plan at other arrays of the same signature (shapes, byte strides, dtypes, address classes):
+        the next `launch()` reads and writes them. ConfigError names an argument whose signature differs (that
+        call needs a plan of its own). Returns the plan."""
+        args = {"a": as_device_array(a, "a", stream), "b": as_device_array(b, "b", stream),
+                "out": as_device_array(out, "out", stream)}
+        args.update((name, _epilogue_arg(x, name, stream)) for name, x in
+                    (("c", c), ("bias", bias), ("scale_a", scale_a), ("scale_b", scale_b)))
+        for name, want, got in zip(ROLES, self.signature, signatures(args)):
+            if want != got:
+                raise ConfigError(f"{name}: this plan was made for {_describe(want)}, got {_describe(got)}; "
+                                  f"make a plan for it (or call ptxgemm.matmul, which keeps one per signature)")
+        ptrs = addresses(args)
+        for name, p in zip(ROLES, ptrs):
+            binding.check_real(name, p)
+        with self._lock:
+            self._write(ptrs)
+        self.a, self.b, self.out = args["a"], args["b"], args["out"]
+        return self
+
+    def launch_at(self, ptrs: tuple, stream=None) -> None:
+        """Bind to the arrays at `ptrs` (ROLES order; the caller has checked that their signatures are the plan's,
+        as a plan cache's key does) and launch: the per-call path of matmul and the torch ops."""
+        with self._lock:   # binding and enqueueing together: another thread's binding cannot come between
+            if ptrs != self._bound:
+                self._slots.write(ptrs, self._bound)
+                self._bound = ptrs
+            for step in self._steps:
+                step(stream)
+        if self.records is not None:
+            self._wait_for_stalls()
+
     def launch(self, stream=None):
-        """Enqueue on `stream`: staging copies in, the GEMM, the copy-out (each only when the layout needs it)."""
-        for step in self._steps:
-            step(stream)
-        if self.records is not None:  # debug: wait here so a stall becomes an exception that names the barrier
-            try:
-                driver.synchronize(f"running {self.config.describe()}")
-            except CudaError as e:
-                self.records.raise_if_stalled(f"running {self.config.describe()}", e)
-                raise
+        """Enqueue on `stream`: staging copies in, the GEMM, the copy-out (each only when the layout needs it), on
+        the arrays the plan is bound to."""
+        with self._lock:
+            for step in self._steps:
+                step(stream)
+        if self.records is not None:
+            self._wait_for_stalls()
+
+    def _wait_for_stalls(self) -> None:
+        """debug: wait here so that a stall becomes an exception that names the barrier."""
+        try:
+            driver.synchronize(f"running {self.config.describe()}")
+        except CudaError as e:
+            self.records.raise_if_stalled(f"running {self.config.describe()}", e)
+            raise
+
+
+def encode_bound(specs: dict, ptrs: tuple, slots: patch.AddressSlots) -> dict:
+    """Encode tensor map specs made at symbolic addresses (ptxgemm.plan.binding) at the real ones of `ptrs` (by
+    role), each map's slot added to `slots`; a spec at a real address (a plan's own buffer) is encoded as it is."""
+    maps = {}
+    for name, spec in specs.items():
+        place = binding.decode(spec.address)
+        if place is None:
+            maps[name] = tensormap.encode(spec)
+            continue
+        role, delta = place
+        maps[name] = tensormap.encode(dataclasses.replace(spec, address=binding.base(ptrs[role]) + delta))
+        slots.add_map(maps[name], role, delta)
+    return maps
+
+
+def _describe(sig) -> str:
+    """A signature (binding.signature) in words, for an error message."""
+    if sig is None:
+        return "nothing"
+    if sig[0] in ("number", "host"):
+        return "a number" if sig[0] == "number" else "a host scale"
+    shape, strides, dtype, cls = sig
+    where = "null" if cls < 0 else f"address = {cls} mod {binding.ADDRESS_CLASS}"
+    return f"shape {shape}, strides {strides}, {dtype}, {where}"
 
 
 # --------------------------------------------------------------------------------------------------------------
 # The plan cache: a repeated matmul on the same memory costs one dictionary lookup more than plan.launch()
 # --------------------------------------------------------------------------------------------------------------
 
-PLAN_CACHE_SIZE = 64
-
-
-class PlanCache:
-    """Plans by key, made once each by the caller's `make()`; past `size` the oldest made is dropped (its staging
-    buffers go back to their pool). `stats` counts the plans `get` made and found. The library's matmul and
-    grouped_matmul share one (`cached_plan`); ptxgemm.torch keeps a larger one of its own (a model's step runs
-    hundreds of GEMMs)."""
-
-    def __init__(self, size: int):
-        self.size = size
-        self.plans: dict[tuple, object] = {}
-        self.stats = {"made": 0, "found": 0}
-        self._lock = threading.Lock()
-
-    def get(self, key: tuple, make):
-        plan = self.plans.get(key)  # one dictionary read, atomic: no lock on the hit path
-        if plan is not None:
-            self.stats["found"] += 1
-            return plan
-        plan = make()
-        with self._lock:
-            self.stats["made"] += 1
-            self.plans[key] = plan
-            while len(self.plans) > self.size:
-                self.plans.pop(next(iter(self.plans)))  # the oldest plan made
-        return plan
-
-    def clear(self) -> None:
-        with self._lock:
-            self.plans.clear()
-            self.stats.update(made=0, found=0)
-
-
+PLAN_CACHE_SIZE = 256   # distinct signatures, not arrays: a model's step has a few dozen
 _cache = PlanCache(PLAN_CACHE_SIZE)
 _plans = _cache.plans          # matmul's repeated-call path reads it directly
 
 #: the attributes through which a plan could keep its caller's arrays alive (GemmPlan's and GroupedPlan's)
-CALLER_ARRAYS = ("a", "b", "out", "epilogue", "plan", "counts")
+CALLER_ARRAYS = ("a", "b", "out", "plan", "counts")
 
 
 def without_caller_arrays(plan):
     """`plan` with no reference left to the caller's arrays, as a cached plan must be (the caller's memory must be
-    free to go; the plan keeps only its own buffers)."""
+    free to go; the plan keeps only its own buffers and the addresses it was last bound to)."""
     for name in CALLER_ARRAYS:
         if hasattr(plan, name):
             setattr(plan, name, None)
@@ -390,15 +482,6 @@ def cached_plan(key: tuple, make):
     """The plan under `key` in the library's cache, made once by `make()` (the dense plans here and the grouped
     ones, ptxgemm.grouped, share it and clear_plan_cache)."""
     return _cache.get(key, make)
-
-
-def _cached_plan(a, b, out, config, stream, fused: epilogue.Epilogue | None = None) -> GemmPlan:
-    """The plan for these operands, made once. Keyed by everything a plan encodes (addresses, shapes, strides,
-    dtypes, config, stream: staging buffers belong to one stream), so a new array at an old address with the old
-    layout reuses it correctly. Cached plans keep no reference to the arrays (the caller's arrays must be free to
-    go)."""
-    return cached_plan(_plan_key(a, b, out, config, stream, fused),
-                       lambda: without_caller_arrays(GemmPlan(a, b, out, config, stream=stream, fused=fused)))
 
 
 def clear_plan_cache() -> None:
@@ -412,31 +495,79 @@ def matmul(a, b, out=None, *, c=None, alpha=1.0, beta=0.0, bias=None, activation
     and any strides (see GemmPlan). With the epilogue arguments, act(alpha * (scale_a . a) @ (b . scale_b) +
     beta * c + bias) in one kernel (ptxgemm.plan.epilogue; `c` may be `out` itself). Allocates `out` (a C-order
     DeviceArray, stream-ordered, exporting both protocols) when not given. `stream`: None, a raw CUstream handle or
-    an object with __cuda_stream__. Plans are cached by (addresses, shapes, strides, dtypes, config, stream,
-    epilogue): a repeated call only launches."""
-    plain = (c is None and bias is None and activation is None and scale_a is None and scale_b is None
-             and alpha == 1.0 and beta == 0.0)
-    if plain and type(a) is type(b) is type(out) is arrays.DeviceArray and out_dtype is None:  # the repeated call
-        plan = _plans.get(_plan_key(a, b, out, config, stream))
-        if plan is not None:
-            plan.launch(stream)
+    an object with __cuda_stream__.
+
+    Plans are cached by signature (shapes, byte strides, dtypes and address classes of every array, the epilogue's
+    numbers, out_dtype, config, stream), never by address: a call like an earlier one, on any memory, binds that
+    plan to its arrays and launches (ptxgemm.plan_stats() counts plans made and found)."""
+    start = now_ns()
+    if (type(a) is type(b) is arrays.DeviceArray and (out is None or type(out) is arrays.DeviceArray)
+            and c is None and bias is None and scale_a is None and scale_b is None):
+        # the plain call on ptxgemm's own arrays: its key and addresses without the general path's loops
+        sig_out = ("new", out_dtype) if out is None else _array_signature(out)
+        key = ((_array_signature(a), _array_signature(b), sig_out, None, None, None, None), alpha, beta, activation,
+               config, stream_key(stream))
+        entry = _plans.get(key)
+        if entry is not None:
+            _cache.found(entry)
+            if out is None:
+                out = entry.allocate()
+            entry.plan.launch_at((a.ptr, b.ptr, out.ptr, 0, 0, 0, 0), stream)
+            COUNTERS.call(start)
             return out
+    args = {"a": as_device_array(a, "a", stream), "b": as_device_array(b, "b", stream),
+            "out": None if out is None else as_device_array(out, "out", stream)}
+    for name, x in (("c", c), ("bias", bias), ("scale_a", scale_a), ("scale_b", scale_b)):
+        args[name] = None if x is None else _epilogue_arg(x, name, stream)
+    sig = signatures(args)
+    key = (sig if out is not None else sig[:2] + (("new", out_dtype),) + sig[3:], alpha, beta, activation, config,
+           stream_key(stream))
+    entry = _plans.get(key)
+    if entry is None:   # a new signature: every rule checked, the plan made (out allocated when not given)
+        entry = _matmul_plan(args, out_dtype, alpha, beta, activation, config, stream)
+        _cache.add(key, entry)
+    else:
+        _cache.found(entry)
+        if out is None:
+            args["out"] = entry.allocate()
+    entry.plan.launch_at(addresses(args), stream)
+    COUNTERS.call(start)
+    return args["out"]
+
+
+class _MatmulEntry:
+    """A cached matmul plan and what a call that gives no `out` allocates: derived once, so such a call allocates
+    with one driver call (DeviceArray.allocate)."""
+
+    __slots__ = ("plan", "shape", "dtype", "strides", "nbytes", "stream", "handle")
+
+    def __init__(self, plan: GemmPlan, out, stream):
+        self.plan, self.shape, self.dtype, self.strides = plan, tuple(out.shape), out.dtype, tuple(out.strides)
+        self.nbytes, self.stream, self.handle = out.nbytes, stream, driver.cu_stream(stream)
+
+    def allocate(self):
+        if not self.nbytes:   # an empty result owns no memory
+            return arrays.DeviceArray(0, self.shape, self.dtype, self.strides, 0)
+        return arrays.DeviceArray.allocate(self.shape, self.dtype, self.strides, self.nbytes, self.stream,
+                                           self.handle)
+
+
+def _matmul_plan(args: dict, out_dtype, alpha, beta, activation, config, stream) -> tuple:
+    """matmul's plan for `args` (their out allocated here when None), with every rule checked, as a cache entry; the
+    plan holds no reference to the arrays (it is cached)."""
     check_config(config)
-    a, b = as_device_array(a, "a", stream), as_device_array(b, "b", stream)
+    a, b = args["a"], args["b"]
     in_dtype = check_dtypes(a, b)
     od = None if out_dtype is None else check_out_dtype(out_dtype)
-    fused = None if plain else parse_epilogue(a, b, lambda x, name: as_device_array(x, name, stream), c=c,
-                                               alpha=alpha, beta=beta, bias=bias, activation=activation,
-                                               scale_a=scale_a, scale_b=scale_b)
-    if out is None:
-        out = arrays.DeviceArray.empty(result_shape(a, b), np.dtype(od or default_out_dtype(in_dtype)),
-                                       stream=stream)
-    else:
-        out = as_device_array(out, "out", stream)
-        if od is not None and od != dtype_name(out.dtype):
-            raise ConfigError(f"out_dtype: {od} contradicts out.dtype {dtype_name(out.dtype)}")
-    _cached_plan(a, b, out, config, stream, fused).launch(stream)
-    return out
+    if args["out"] is None:
+        args["out"] = arrays.DeviceArray.empty(result_shape(a, b), np.dtype(od or default_out_dtype(in_dtype)),
+                                               stream=stream)
+    elif od is not None and od != dtype_name(args["out"].dtype):
+        raise ConfigError(f"out_dtype: {od} contradicts out.dtype {dtype_name(args['out'].dtype)}")
+    out = args["out"]
+    plan = GemmPlan(a, b, out, config, alpha=alpha, beta=beta, activation=activation, stream=stream,
+                    **{name: args[name] for name in EPILOGUE_ARGS})
+    return _MatmulEntry(without_caller_arrays(plan), out, stream)
 
 
 _ANY_ALIGNED = 1 << 32   # a stand-in device address for planning a layout before the upload (fresh allocations align)
@@ -444,8 +575,9 @@ _ANY_ALIGNED = 1 << 32   # a stand-in device address for planning a layout befor
 
 @dataclasses.dataclass(frozen=True)
 class _HostStandIn:
-    """A numpy array as the planner sees a device array, at an aligned stand-in address (run checks every rule
-    before uploading anything)."""
+    """A numpy array as the planner sees the device array run() will upload it to: its shape, strides and dtype,
+    and where its element 0 will lie from an aligned allocation (arrays.upload_offset), so the plan made before the
+    upload holds for the uploaded array's address class."""
 
     shape: tuple
     strides: tuple
@@ -457,7 +589,8 @@ def _stand_in(x, name: str) -> _HostStandIn:
     if not isinstance(x, np.ndarray):
         raise ConfigError(f"{name}: run takes numpy arrays (or numbers for alpha, beta and per-tensor scales), got "
                           f"{type(x).__name__}; use ptxgemm.matmul for device arrays")
-    return _HostStandIn(x.shape, x.strides, x.dtype)
+    offset = arrays.upload_offset(x)
+    return _HostStandIn(x.shape, arrays.upload_strides(x), x.dtype, 0 if offset is None else _ANY_ALIGNED + offset)
 
 
 def run(a, b, c=None, *, alpha=1.0, beta=0.0, bias=None, activation=None, scale_a=None, scale_b=None,
@@ -470,17 +603,22 @@ def run(a, b, c=None, *, alpha=1.0, beta=0.0, bias=None, activation=None, scale_
     Any shapes numpy's matmul takes and any layout: each operand is uploaded as the one span of memory its
     elements occupy, strides kept (no host copy), and the device reads it in place or stages it (see GemmPlan; an
     fp8 operand that is not K-major is staged transposed). `out_dtype` (bfloat16, float16 or float32) defaults to
-    the inputs' dtype (bfloat16 for fp8 inputs).
+    the inputs' dtype (bfloat16 for fp8 inputs). The call is planned once, before anything is uploaded, and the
+    plan is bound to the uploads.
     """
-    args, od, shape, planned = check_run(a, b, c, alpha=alpha, beta=beta, bias=bias, activation=activation,
-                                         scale_a=scale_a, scale_b=scale_b, out_dtype=out_dtype, config=config,
-                                         device=lambda: driver.require_sm90("running the GEMM"))
+    start = now_ns()
+    args, od, shape, planned = plan_run(a, b, c, alpha=alpha, beta=beta, bias=bias, activation=activation,
+                                        scale_a=scale_a, scale_b=scale_b, out_dtype=out_dtype, config=config,
+                                        device=lambda: driver.require_sm90("running the GEMM"))
     driver.require_sm90("running the GEMM")
     da, db = arrays.DeviceArray.from_numpy(a), arrays.DeviceArray.from_numpy(b)
     args = {name: arrays.DeviceArray.from_numpy(x) if uploaded(name, x) else x for name, x in args.items()}
     out = arrays.DeviceArray.empty(shape, np.dtype(od))
-    GemmPlan(da, db, out, planned, **args).launch()   # the config chosen above: the selection runs once
-    return out.to_numpy()
+    COUNTERS.plans_made += 1
+    GemmPlan(da, db, out, planned.config, planned=planned, **args).launch()
+    result = out.to_numpy()
+    COUNTERS.call(start)
+    return result
 
 
 def uploaded(name: str, x) -> bool:
@@ -489,12 +627,12 @@ def uploaded(name: str, x) -> bool:
     return isinstance(x, np.ndarray) and not (name.startswith("scale") and x.size == 1 and x.ndim < 2)
 
 
-def check_run(a, b, c=None, *, alpha=1.0, beta=0.0, bias=None, activation=None, scale_a=None, scale_b=None,
-              out_dtype=None, config=None, device=None, spill_check=None) -> tuple[dict, str, tuple, GemmConfig | None]:
-    """run()'s checks, all made before anything is uploaded: (the epilogue arguments, the output dtype, the result
-    shape, the config). The whole call is planned on stand-ins for the device arrays; `device` (or a callable giving
-    it) is asked only when a kernel must be picked, after every argument has passed. The config (None when there is
-    nothing to launch) is the one GemmPlan then runs, so the selection is not made twice."""
+def plan_run(a, b, c=None, *, alpha=1.0, beta=0.0, bias=None, activation=None, scale_a=None, scale_b=None,
+             out_dtype=None, config=None, device=None, spill_check=None) -> tuple[dict, str, tuple, CallPlan]:
+    """run()'s checks and plan, all made before anything is uploaded: (the epilogue arguments, the output dtype, the
+    result shape, the call's plan on stand-ins for the uploads). `device` (or a callable giving it) is asked only
+    when a kernel must be picked, after every argument has passed. GemmPlan binds the plan to the uploads, so the
+    selection is made once."""
     for name, x in (("a", a), ("b", b)):
         if not isinstance(x, np.ndarray):
             raise ConfigError(f"{name}: run takes numpy arrays, got {type(x).__name__}")
@@ -503,8 +641,23 @@ def check_run(a, b, c=None, *, alpha=1.0, beta=0.0, bias=None, activation=None, 
     od = check_out_dtype(out_dtype if out_dtype is not None else default_out_dtype(in_dtype))
     shape = result_shape(a, b)
     args = dict(c=c, alpha=alpha, beta=beta, bias=bias, activation=activation, scale_a=scale_a, scale_b=scale_b)
-    fused = parse_epilogue(a, b, _stand_in, **args)
-    out = _HostStandIn(shape, arrays.c_strides(shape, np.dtype(od).itemsize), np.dtype(od))  # run's C-order out
-    planned = plan_call(_stand_in(a, "a"), _stand_in(b, "b"), out, config, fused, device=device,
-                        spill_check=spill_check)
+    parse_epilogue(a, b, _stand_in, **args)   # every epilogue rule, with run's own messages for what is not numpy
+    out = _HostStandIn(shape, arrays.c_strides(shape, np.dtype(od).itemsize), np.dtype(od),
+                       _ANY_ALIGNED if math.prod(shape) else 0)   # run's C-order out
+    stand = {"a": _stand_in(a, "a"), "b": _stand_in(b, "b"), "out": out}
+    stand.update((name, _stand_in(args[name], name) if uploaded(name, args[name]) else args[name])
+                 for name in EPILOGUE_ARGS)
+    planned = plan_symbolic(stand, config, alpha=alpha, beta=beta, activation=activation, device=device,
+                            spill_check=spill_check)
+    return args, od, shape, dataclasses.replace(
+        planned, signature=signatures(stand))
+
+
+def check_run(a, b, c=None, *, alpha=1.0, beta=0.0, bias=None, activation=None, scale_a=None, scale_b=None,
+              out_dtype=None, config=None, device=None, spill_check=None) -> tuple[dict, str, tuple, GemmConfig | None]:
+    """plan_run with the plan's config alone (None when there is nothing to launch), for a backend that plans on
+    its own memory (ptxgemm.tools.emulator)."""
+    args, od, shape, planned = plan_run(a, b, c, alpha=alpha, beta=beta, bias=bias, activation=activation,
+                                        scale_a=scale_a, scale_b=scale_b, out_dtype=out_dtype, config=config,
+                                        device=device, spill_check=spill_check)
     return args, od, shape, planned.config

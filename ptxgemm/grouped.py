@@ -12,18 +12,22 @@ rest of the planning on descriptors ptxgemm.plan.grouped_call's; here the tensor
 from __future__ import annotations
 
 import dataclasses
+import numbers
+import threading
 
 import numpy as np
 
 from .errors import ConfigError, CudaError
 from .build.kernels import spills
-from .gemm import (LOAD_L2_PROMOTION, MN_PANEL, array_key, cached_plan, fix_up_buffers, get_kernel, own_scratch,
-                   stream_key, without_caller_arrays)
+from .gemm import (LOAD_L2_PROMOTION, MN_PANEL, encode_bound, fix_up_buffers, get_kernel, own_scratch, stream_key,
+                   without_caller_arrays)
+from . import gemm
 from .kernel.config import GemmConfig
-from .plan import grouped, grouped_call
+from .plan import binding, grouped, grouped_call
+from .plan.cache import COUNTERS, now_ns
 from .plan.epilogue import Epilogue
 from .plan.checks import check_config, check_ctas, dtype_name
-from .runtime import arrays, driver, tensormap
+from .runtime import arrays, driver, patch
 from .runtime.arrays import as_device_array
 from .runtime.debug import StallRecords
 from .runtime.tensormap import TensorMapSpec
@@ -135,17 +139,35 @@ class GroupedPlan:
         def device():   # asked for only when there is a kernel to pick or launch: a clear error off Hopper
             return driver.require_sm90("running the grouped GEMM")
 
-        plan = plan_launch(a, b, offs=offs, masked_m=masked_m, out=out, alpha=alpha, scale_a=scale_a,
-                           scale_b=scale_b, bias=bias, activation=activation, out_dtype=out_dtype, config=config,
-                           convert=lambda x, nm: as_device_array(x, nm, stream),
+        check_config(config)
+        real = {"a": as_device_array(a, "a", stream), "b": as_device_array(b, "b", stream)}
+        for name, x in (("out", out), ("counts", masked_m if offs is None else offs), ("scale_a", scale_a),
+                        ("scale_b", scale_b), ("bias", bias)):
+            real[name] = x if _host_or_number(x) else as_device_array(x, name, stream)
+        self.signature = signatures(real)
+        ptrs = addresses(real)
+        for name, p in zip(ROLES, ptrs):
+            binding.check_real(name, p)
+        # planned on symbolic stand-ins (ptxgemm.plan.binding): every address the plan computes is a role's base plus
+        # an offset, rewritten per call by `bind` / `launch_at`
+        s = binding.stand_ins(real, ROLES, lambda name, x: not _host_or_number(x))
+        counts = s["counts"]
+        plan = plan_launch(s["a"], s["b"], offs=None if offs is None else counts,
+                           masked_m=None if masked_m is None else counts, out=s["out"], alpha=alpha,
+                           scale_a=s["scale_a"], scale_b=s["scale_b"], bias=s["bias"], activation=activation,
+                           out_dtype=out_dtype, config=config,
+                           convert=lambda x, nm: x if isinstance(x, binding.StandIn) else as_device_array(x, nm, stream),
                            upload=lambda x: arrays.DeviceArray.from_numpy(x, stream=stream),
                            allocate=lambda shape, dt: arrays.DeviceArray.empty(shape, dt, stream=stream),
                            sm_count=lambda: device().sm_count, spill_check=spills, ctas=ctas)
         self.plan = plan
         self.problem, self.epilogue, self.group_strides = plan.problem, plan.epilogue, plan.group_strides
-        self.a, self.b, self.out, self.counts, self.rows = plan.a, plan.b, plan.out, plan.counts, plan.rows
+        self.rows = plan.rows
+        self.a, self.b, self.counts = real["a"], real["b"], real["counts"]
+        self.out = real["out"] if real["out"] is not None else plan.out   # a result allocated here when none given
         self.config = cfg = plan.config
         self.records = self._launch = self.workspace = self.flags = self.sk_fixup = None
+        self._slots, self._bound, self._lock = patch.AddressSlots(), None, threading.Lock()
         if cfg is None:
             return
         if kernel is not None and kernel.config != cfg:
@@ -154,7 +176,7 @@ class GroupedPlan:
         self.specs = plan.specs
         info = device()
         self.kernel = kernel if kernel is not None else get_kernel(cfg)
-        self._maps = maps = {nm: tensormap.encode(spec) for nm, spec in plan.specs.items()}
+        self._maps = maps = encode_bound(plan.specs, ptrs, self._slots)
         limit = info.sm_count if ctas is None else min(ctas, info.sm_count)
         self.grid = limit - limit % cfg.cluster_size     # whole clusters: a pair along M takes two SMs
         debug_ptr = 0
@@ -171,6 +193,24 @@ class GroupedPlan:
         self._launch = driver.PreparedLaunch(self.kernel.function, (self.grid,), (cfg.threads,), args,
                                              smem_bytes=cfg.smem_bytes,
                                              cluster=(cfg.cluster_size, 1, 1) if cfg.cluster_size > 1 else None)
+        self._slots.collect([self._launch], binding.decode)
+        if real["out"] is None:   # the result allocated by plan_launch is the plan's own: bound to it for good
+            ptrs = ptrs[:2] + (int(self.out.ptr),) + ptrs[3:]
+        self._write(ptrs)
+
+    def _write(self, ptrs: tuple) -> None:
+        if ptrs != self._bound:
+            self._slots.write(ptrs)
+            self._bound = ptrs
+
+    def launch_at(self, ptrs: tuple, stream=None) -> None:
+        """Bind to the arrays at `ptrs` (ROLES order; their signatures are the plan's, as the cache's key says) and
+        launch."""
+        with self._lock:
+            self._write(ptrs)
+            if self._launch is not None:
+                self._launch(stream)
+        self._wait_for_stalls()
 
     @property
     def flops(self) -> int:
@@ -178,8 +218,13 @@ class GroupedPlan:
         return 2 * self.rows * self.problem.n * self.problem.k
 
     def launch(self, stream=None):
-        if self._launch is not None:
-            self._launch(stream)
+        """Enqueue on `stream`, on the arrays the plan is bound to."""
+        with self._lock:
+            if self._launch is not None:
+                self._launch(stream)
+        self._wait_for_stalls()
+
+    def _wait_for_stalls(self) -> None:
         if self.records is not None:  # debug: wait here so a stall becomes an exception that names the barrier
             what = f"running {self.config.describe()}"
             try:
@@ -234,21 +279,21 @@ def _k_form_specs(cfg: GemmConfig, problem, a, b, out):
     }, n * item
 
 
-class _Uncached(Exception):
-    """An argument a cached plan cannot be keyed by: host memory the plan copies (counts checked by value, a host
-    vector), which may change between calls."""
+#: the arguments a grouped call binds, in the order of their roles (ptxgemm.plan.binding): counts is offs or masked_m
+ROLES = ("a", "b", "out", "counts", "scale_a", "scale_b", "bias")
 
 
-def _arg_key(x, name: str, stream):
-    """A grouped call's argument as part of its plan's key: a number as itself, a device array as its address,
-    shape, strides and dtype."""
-    if x is None or isinstance(x, (int, float, str)):
-        return x
-    if isinstance(x, np.ndarray):
-        if x.size == 1 and x.ndim < 2:   # a host per-tensor scale: folded into alpha by value
-            return float(x.reshape(()))
-        raise _Uncached(name)
-    return array_key(as_device_array(x, name, stream))
+def _host_or_number(x) -> bool:
+    """None, a number, or host memory (counts checked by value, a host scale): not bound per call."""
+    return x is None or isinstance(x, (numbers.Number, str, np.ndarray))
+
+
+def signatures(args: dict) -> tuple:
+    return tuple(binding.signature(args.get(name)) for name in ROLES)
+
+
+def addresses(args: dict) -> tuple:
+    return tuple(0 if _host_or_number(x) else int(x.ptr) for x in (args.get(name) for name in ROLES))
 
 
 def grouped_matmul(a, b, *, offs=None, masked_m=None, out=None, alpha=1.0, scale_a=None, scale_b=None, bias=None,
@@ -261,36 +306,43 @@ def grouped_matmul(a, b, *, offs=None, masked_m=None, out=None, alpha=1.0, scale
     out = act(alpha * scale_a * scale_b * a_g @ b_g) on each group's rows; rows outside every group are not
     written (a new `out` holds whatever the allocator gave there). The counts are device int32 vectors read by the
     kernel (host numpy ones are checked by value and uploaded). Any group sizes, 0 included. Returns `out`.
-    Plans are cached as matmul's are (device arrays by address, shape, strides and dtype; the epilogue's numbers),
-    so a repeated call only launches; a call with host counts or host vectors plans anew."""
+    Plans are cached as matmul's are, by signature (shapes, strides, dtypes and address classes of the device
+    arrays; the epilogue's numbers), so a call like an earlier one binds that plan and launches; a call with host
+    counts or host vectors plans anew (their values are the plan's)."""
+    start = now_ns()
     check_config(config)
-
-    def counts(x, name):   # host counts stay numpy (the plan checks them by value); device ones are read in place
-        return x if x is None or isinstance(x, np.ndarray) else as_device_array(x, name, stream)
-
-    a, b = as_device_array(a, "a", stream), as_device_array(b, "b", stream)
-    offs, masked_m = counts(offs, "offs"), counts(masked_m, "masked_m")
+    args = {"a": as_device_array(a, "a", stream), "b": as_device_array(b, "b", stream)}
+    for name, x in (("counts", masked_m if offs is None else offs), ("scale_a", scale_a), ("scale_b", scale_b),
+                    ("bias", bias)):
+        args[name] = x if _host_or_number(x) else as_device_array(x, name, stream)
+    if offs is not None and masked_m is not None:
+        grouped.parse(args["a"], args["b"], offs=offs, masked_m=masked_m, out_dtype=out_dtype)   # names the rule
     if out is None:   # allocated here, never by a cached plan: each call's result is its own
-        problem = grouped.parse(a, b, offs=offs, masked_m=masked_m, out_dtype=out_dtype)
-        out = arrays.DeviceArray.empty(problem.out_shape, problem.out_dtype, stream=stream)
+        problem = grouped.parse(args["a"], args["b"], offs=None if offs is None else args["counts"],
+                                masked_m=None if masked_m is None else args["counts"], out_dtype=out_dtype)
+        args["out"] = arrays.DeviceArray.empty(problem.out_shape, problem.out_dtype, stream=stream)
     else:
-        out = as_device_array(out, "out", stream)
-    args = dict(offs=offs, masked_m=masked_m, out=out, alpha=alpha, scale_a=scale_a, scale_b=scale_b, bias=bias,
-                activation=activation, out_dtype=out_dtype, config=config, stream=stream)
+        args["out"] = as_device_array(out, "out", stream)
+    form = "offs" if offs is not None else "masked_m"
+    kwargs = dict(alpha=alpha, activation=activation, out_dtype=out_dtype, config=config, stream=stream)
 
     def make():
-        return without_caller_arrays(GroupedPlan(a, b, **args))   # the caller's arrays stay the caller's to free
-    try:
-        if any(isinstance(x, np.ndarray) for x in (offs, masked_m)):
-            raise _Uncached("host counts")
-        key = ("grouped", array_key(a), array_key(b), array_key(out), config, stream_key(stream),
-               *(None if x is None else array_key(x) for x in (offs, masked_m)),
-               None if out_dtype is None else dtype_name(out_dtype),
-               *(_arg_key(v, nm, stream) for nm, v in (("alpha", alpha), ("scale_a", scale_a),
-                                                       ("scale_b", scale_b), ("bias", bias),
-                                                       ("activation", activation))))
-    except _Uncached:
-        GroupedPlan(a, b, **args).launch(stream)
-        return out
-    cached_plan(key, make).launch(stream)
-    return out
+        return GroupedPlan(args["a"], args["b"], **{form: args["counts"]}, out=args["out"], scale_a=args["scale_a"],
+                           scale_b=args["scale_b"], bias=args["bias"], **kwargs)
+
+    host = [x for x in (args["counts"], args["scale_a"], args["scale_b"]) if isinstance(x, np.ndarray)
+            and not (x is not args["counts"] and x.size == 1 and x.ndim < 2)]
+    if host:   # host memory whose values the plan holds: planned anew on every call
+        COUNTERS.plans_made += 1
+        make().launch(stream)
+    else:
+        key = ("grouped", form, signatures(args), alpha, activation,
+               None if out_dtype is None else dtype_name(out_dtype), config, stream_key(stream))
+        plan = gemm._plans.get(key)
+        if plan is None:
+            plan = gemm._cache.add(key, without_caller_arrays(make()))
+        else:
+            gemm._cache.found(plan)
+        plan.launch_at(addresses(args), stream)
+    COUNTERS.call(start)
+    return args["out"]

@@ -179,11 +179,15 @@ def test_blockwise_case(tag, shape, why):
 
 @gpu
 def test_the_selection_runs_a_decode_sized_problem_swapped():
-    """No config: at M = 24 with a short k-loop the selection picks pp64x32t (select.model.BLOCK_SCALE_SWAP_TILE),
-    the planner swaps the problem, and the result is within the bound."""
+    """No config: at M = 24 with a short k-loop the selection puts pp64x32t (select.model.BLOCK_SCALE_SWAP_TILE)
+    ahead of an unsplit first pick, the planner swaps the problem, and the result is within the bound. Where this
+    GPU's table prefers a split (the H200's: pp64x64 split-K 4), the swap tile yields to it, as the rule says."""
     a, b, args, out = _problem(np.random.default_rng(2432), 24, 1032, 640)
     plan = _plan(a, b, args, out)
-    assert plan.config.tile_tag == "pp64x32t" and plan.config.block_scale_swapped, plan.config.describe()
+    if plan.config.tile_tag != "pp64x32t":
+        assert plan.config.splits > 1 and not plan.config.transposed_store, plan.config.describe()
+    else:
+        assert plan.config.block_scale_swapped, plan.config.describe()
     plan.launch()
     verdict = _verdict(a, b, args, out)
     assert verdict.ok, f"{plan.config.describe()}: {verdict}"

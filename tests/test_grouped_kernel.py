@@ -440,20 +440,20 @@ def test_a_grid_cap_that_splits_a_pair_keeps_single_ctas():
         plan(ctas=3, config=GemmConfig.from_tag("coop128x256c2"))
 
 
-def test_a_grouped_call_is_keyed_by_what_its_plan_encodes():
-    """grouped_matmul's plan cache: numbers by value, device arrays by address, shape, strides and dtype; host
-    memory the plan would copy (a host vector) is not keyable, so such a call plans anew."""
+def test_a_grouped_call_is_keyed_by_signature_not_address():
+    """grouped_matmul's plan cache: numbers by value, device arrays by shape, strides, dtype and address class
+    (never the address: a step's new activations find the plan); host memory the plan would copy (counts, a host
+    vector) is not keyable, so such a call plans anew."""
     import numpy as np
 
-    from ptxgemm.gemm import array_key
-    from ptxgemm.grouped import _arg_key, _Uncached
+    from ptxgemm.grouped import _host_or_number, signatures
 
-    dev = _Fake((4, 256), np.float32)
-    assert _arg_key(0.5, "alpha", None) == 0.5 and _arg_key("silu", "activation", None) == "silu"
-    assert _arg_key(np.float32([2.0]), "scale_a", None) == 2.0
-    with pytest.raises(_Uncached):
-        _arg_key(np.ones(4, np.float32), "scale_b", None)
-    assert array_key(dev) == (dev.ptr, (4, 256), dev.strides, dev.dtype)
+    dev, moved, odd = _Fake((4, 256), np.float32), _Fake((4, 256), np.float32), _Fake((4, 256), np.float32)
+    moved.ptr, odd.ptr = dev.ptr + (1 << 20), dev.ptr + 8
+    sig = signatures({"a": dev, "scale_a": 2.0})
+    assert sig == signatures({"a": moved, "scale_a": 2.0})
+    assert sig != signatures({"a": odd, "scale_a": 2.0}) and sig != signatures({"a": dev, "scale_a": 3.0})
+    assert _host_or_number(np.ones(4, np.float32)) and _host_or_number(0.5) and not _host_or_number(dev)
 
 
 #: registers every probe entry declares: what the scheduler's macros read and write outside their own scopes

@@ -3,6 +3,7 @@ and the report file, the relative error, that importing it loads no torch, and, 
 installed, the whole harness on the CPU with tiny models and the identity in place of the ptxgemm swap."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -28,6 +29,11 @@ TINY = {
                     vocab_size=512, num_local_experts=4, num_experts_per_tok=2, max_position_embeddings=256,
                     tie_word_embeddings=False),
 }
+for _qwen in ("qwen2-0.5b", "qwen2-1.5b"):   # Qwen2's shape of config (biased q/k/v, tied head) at toy widths
+    TINY[_qwen] = dict(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2,
+                       vocab_size=512, rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+                       rms_norm_eps=1e-6, max_position_embeddings=256, tie_word_embeddings=True)
+HOST_FIELDS = {"plans_made_per_step", "host_ms_per_step", "ptxgemm_host_ms_per_step", "plan_stats"}
 TINY_SIZES = mb.Sizes(layers=1, prefill_batch=2, prefill_seq=32, train_batch=2, train_seq=32, decode_batch=4,
                       decode_prefix=8, decode_steps=3, accuracy_batch=2, repeats=2, prefill_iters=1, train_iters=1)
 
@@ -195,11 +201,227 @@ def test_the_command_writes_a_file_per_model_and_exits_1_on_a_failed_phase(tmp_p
     monkeypatch.setattr(mb, "run_arch", fake_run_arch)
     assert main(["model", "--quick", "--modes", "eager", "--phases", "prefill,decode", "--reference", "none",
                  "--out", str(tmp_path), "--name", "t"]) == 1
-    assert seen == [(a, 1, ("eager",), ("prefill", "decode"), False) for a in mb.ARCHS]
+    assert seen == [(a, 1, ("eager",), ("prefill", "decode"), False) for a in mb.BOTH]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model_h100_llama3-8b-1l_t.json",
                                                          "model_h100_mixtral-8x-1l_t.json"]
     assert "FAILED decode eager: RuntimeError: boom" in capsys.readouterr().out
     assert main(["model", "--arch", "llama", "--out", str(tmp_path)]) == 0
+
+
+# --- issue 46: Qwen2, the host-path fields, the sweep (no torch needed) ---------------------------------------------
+
+def test_qwen2_archs_are_dense_with_the_released_widths():
+    for arch, hidden, inter, heads in (("qwen2-0.5b", 896, 4864, 14), ("qwen2-1.5b", 1536, 8960, 12)):
+        d = mb.DIMS[arch]
+        assert (d["hidden_size"], d["intermediate_size"], d["num_attention_heads"], d["num_key_value_heads"]) == (
+            hidden, inter, heads, 2)
+        assert (d["vocab_size"], d["max_position_embeddings"], d["tie_word_embeddings"], d["rms_norm_eps"]) == (
+            151936, 32768, True, 1e-6)
+        assert d["rope_parameters"]["rope_theta"] == 1e6
+        assert mb.PEERS[arch] == ("cublas", "ptxgemm") and arch in mb.DENSE
+        assert mb.peers_for(arch, "prefill", False) == ("cublas", "ptxgemm")
+    assert mb.model_name("qwen2-0.5b", 2) == "qwen2-0.5b-2l" and mb.model_name("qwen2-1.5b", 1) == "qwen2-1.5b-1l"
+    assert set(mb.ARCHS) == set(mb.DIMS) == set(mb.PEERS) == set(mb.MODEL_STEM) and set(mb.BOTH) <= set(mb.ARCHS)
+    # dense like llama: --tune's problems include the MLP (K = 896 in, 4864 out) and the 2 KV heads' 128 columns
+    problems = mb.gemm_problems("qwen2-0.5b", mb.DIMS["qwen2-0.5b"], mb.Sizes(), ("prefill",))
+    t = mb.Sizes().prefill_batch * mb.Sizes().prefill_seq
+    assert {(t, 4864, 896, "k", "k"), (t, 896, 4864, "k", "k"), (t, 128, 896, "k", "k"),
+            (t, 151936, 896, "k", "k")} <= set(problems)
+
+
+def test_arch_choices():
+    assert cli_model.archs_of(args_of()) == mb.BOTH == ("llama", "mixtral")
+    assert cli_model.archs_of(args_of("--arch", "both")) == mb.BOTH
+    assert cli_model.archs_of(args_of("--arch", "all")) == mb.ARCHS
+    assert cli_model.archs_of(args_of("--arch", "qwen2-1.5b")) == ("qwen2-1.5b",)
+    assert cli_model.archs_of(args_of("--sweep")) == mb.ARCHS
+    assert cli_model.sizes_from(args_of("--arch", "qwen2-0.5b", "--prefill-seq", "9000")).prefill_seq == 9000
+
+
+def test_the_sweep_is_the_issues_list():
+    entries = mb.sweep_entries()
+    got = [(e.arch, e.tag, e.sizes.layers, e.sizes.prefill_batch, e.sizes.prefill_seq, e.sizes.train_batch,
+            e.sizes.train_seq) for e in entries]
+    assert got == [("qwen2-0.5b", "4k", 2, 4, 1024, 4, 1024), ("qwen2-1.5b", "4k", 2, 4, 1024, 4, 1024),
+                   ("llama", "4k", 2, 4, 1024, 4, 1024), ("llama", "16k", 2, 8, 2048, 8, 2048),
+                   ("mixtral", "4k", 2, 4, 1024, 4, 1024)]
+    for e in entries:   # the tag is the tokens per step, and every entry fits its model's positions
+        assert e.tag == f"{e.sizes.prefill_batch * e.sizes.prefill_seq // 1024}k"
+        assert mb.check_sizes(e.sizes, mb.DIMS[e.arch]["max_position_embeddings"]) is e.sizes
+        assert e.sizes.repeats == mb.Sizes().repeats
+    assert [e.sizes.repeats for e in mb.sweep_entries(repeats=5)] == [5] * 5
+    assert [(e.arch, e.tag) for e in mb.sweep_entries(archs=("llama",))] == [("llama", "4k"), ("llama", "16k")]
+    quick = mb.sweep_entries(quick=True, repeats=1)
+    assert [e.arch for e in quick] == ["qwen2-0.5b", "qwen2-1.5b", "llama", "mixtral"]   # Llama once: one size
+    assert all(e.sizes == dataclasses.replace(mb.QUICK, repeats=1) and e.tag == "quick" for e in quick)
+
+
+@pytest.mark.parametrize("quick", [False, True])
+@pytest.mark.parametrize("name", [None, "r1"])
+def test_the_sweeps_file_names_never_collide(quick, name):
+    entries = mb.sweep_entries(quick=quick)
+    paths = [mb.report_path("out", "h200", mb.model_name(e.arch, e.sizes.layers), mb.sweep_name(e, name))
+             for e in entries]
+    assert len(set(paths)) == len(paths)
+    if not quick:
+        run = name or "sweep"
+        assert Path(f"out/model_h200_llama3-8b-2l_{run}-4k.json") in paths
+        assert Path(f"out/model_h200_llama3-8b-2l_{run}-16k.json") in paths
+        assert Path(f"out/model_h200_qwen2-0.5b-2l_{run}-4k.json") in paths
+
+
+@pytest.mark.parametrize("argv, option", [
+    (("--layers", "3"), "--layers"), (("--prefill-seq", "512"), "--prefill-seq"),
+    (("--train-batch", "2"), "--train-batch"), (("--decode-prefix", "64"), "--decode-prefix"),
+])
+def test_the_sweep_refuses_size_options(argv, option, capsys):
+    with pytest.raises(ConfigError, match=f"^{option}: --sweep sets each entry's sizes"):
+        cli_model.sweep_from(args_of("--sweep", *argv))
+    assert main(["model", "--sweep", *argv]) == 2
+    assert f"{option}: --sweep sets" in capsys.readouterr().err
+
+
+def test_the_sweep_takes_repeats_quick_and_arch():
+    entries = cli_model.sweep_from(args_of("--sweep", "--repeats", "2", "--arch", "both"))
+    assert [(e.arch, e.tag, e.sizes.repeats) for e in entries] == [("llama", "4k", 2), ("llama", "16k", 2),
+                                                                   ("mixtral", "4k", 2)]
+    assert [e.arch for e in cli_model.sweep_from(args_of("--sweep", "--quick", "--arch", "qwen2-0.5b"))] == [
+        "qwen2-0.5b"]
+
+
+def test_the_fp32_reference_first_none_and_every():
+    done = set()
+    assert [cli_model.with_fp32("first", a, done) for a in ("llama", "llama", "mixtral", "llama")] == [
+        True, False, True, False]
+    assert [cli_model.with_fp32("fp32", a, set()) for a in ("llama", "llama")] == [True, True]
+    assert cli_model.with_fp32("none", "llama", set()) is False
+
+
+def _fake_run_arch(seen, *, errors_for=()):
+    """run_arch without torch: one row per (mode, phase) with the host-path fields filled in."""
+    def fake(arch, sizes, *, modes, phases, reference, log, tune=False):
+        seen.append({"arch": arch, "sizes": sizes, "modes": modes, "phases": phases, "reference": reference})
+        header = {**HEADER, "gpu": "h200", "arch": arch, "model": mb.model_name(arch, sizes.layers)}
+        peers = mb.PEERS[arch]
+        rows = [mb.make_row(header, phase=mb.PHASE_ROW[ph], compiled=m == "compiled",
+                            runs={p: [100.0, 110.0] if p != mb.OURS else [120.0, 121.0] for p in peers},
+                            batch=sizes.prefill_batch, seq=sizes.prefill_seq, iters=4, warmup=4, accuracy=None,
+                            first_call_s={p: 3.0 for p in peers},
+                            host_s={p: [0.004, 0.008] for p in peers},
+                            plan_stats={"plans_made": 0, "plan_hits": 56, "calls": 56, "host_us": 1200.0})
+                for m in modes for ph in phases]
+        errors = [{"phase": "train_step", "mode": "eager", "error": "RuntimeError: boom"}] if arch in errors_for else []
+        return {**header, "accuracy": None, "rows": rows, "errors": errors}
+    return fake
+
+
+def test_the_sweep_command_writes_a_file_per_entry(tmp_path, monkeypatch, capsys):
+    seen = []
+    monkeypatch.setattr(mb, "run_arch", _fake_run_arch(seen))
+    assert main(["model", "--sweep", "--modes", "eager", "--repeats", "2", "--out", str(tmp_path)]) == 0
+    assert [(s["arch"], s["sizes"].prefill_batch * s["sizes"].prefill_seq, s["sizes"].repeats) for s in seen] == [
+        ("qwen2-0.5b", 4096, 2), ("qwen2-1.5b", 4096, 2), ("llama", 4096, 2), ("llama", 16384, 2),
+        ("mixtral", 4096, 2)]
+    assert all(s["phases"] == ("prefill", "train") and s["modes"] == ("eager",) for s in seen)   # no decode
+    # --reference defaults to "first" in a sweep: Llama's 16k entry builds no second float32 copy
+    assert [s["reference"] for s in seen] == [True, True, True, False, True]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "model_h200_llama3-8b-2l_sweep-16k.json", "model_h200_llama3-8b-2l_sweep-4k.json",
+        "model_h200_mixtral-8x-2l_sweep-4k.json", "model_h200_qwen2-0.5b-2l_sweep-4k.json",
+        "model_h200_qwen2-1.5b-2l_sweep-4k.json"]
+    report = json.loads((tmp_path / "model_h200_llama3-8b-2l_sweep-16k.json").read_text())
+    assert report["sweep"] == "16k" and HOST_FIELDS <= set(report["rows"][0])
+    out = capsys.readouterr().out
+    assert "plans/step" in out and "host ms ptx/stock" in out
+    # host 4 and 8 ms per 4-iteration window: 1.5 ms a step; ptxgemm's own 1200 us over 4 x 2 steps
+    assert ("llama3-8b-2l      16384  train_step no         1.148        0.00          1.50/1.50       0.150  "
+            "135966.80/156038.10") in out
+
+    seen.clear()
+    assert main(["model", "--sweep", "--quick", "--reference", "none", "--phases", "prefill,decode", "--arch",
+                 "llama", "--name", "smoke", "--out", str(tmp_path / "q")]) == 0
+    assert [(s["arch"], s["sizes"], s["reference"], s["phases"]) for s in seen] == [
+        ("llama", mb.QUICK, False, ("prefill", "decode"))]
+    assert [p.name for p in (tmp_path / "q").iterdir()] == ["model_h200_llama3-8b-1l_smoke-quick.json"]
+
+
+def test_a_failed_sweep_entry_exits_1(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(mb, "run_arch", _fake_run_arch([], errors_for=("mixtral",)))
+    assert main(["model", "--sweep", "--quick", "--modes", "eager", "--out", str(tmp_path)]) == 1
+    assert "mixtral-8x-1l (quick): FAILED train_step eager: RuntimeError: boom" in capsys.readouterr().out
+    assert len(list(tmp_path.iterdir())) == 4
+
+
+def test_a_row_has_the_host_path_fields():
+    """plans_made_per_step and ptxgemm_host_ms_per_step over iters x repeats of the ptxgemm peer's windows (None for
+    the stock peers), host_ms_per_step the median window / iters per peer, plan_stats as given."""
+    runs = {"grouped_mm": [100.0, 110.0, 90.0], "eager": [50.0, 60.0, 40.0], "ptxgemm": [120.0, 110.0, 99.0]}
+    stats = {"plans_made": 6, "plan_hits": 300, "calls": 306, "host_us": 9000.0}
+    row = mb.make_row(HEADER, phase="prefill", compiled=False, runs=runs, batch=4, seq=1024, iters=2, warmup=2,
+                      accuracy=None, host_s={"grouped_mm": [0.010, 0.030, 0.020], "eager": [0.5, 0.4, 0.6],
+                                             "ptxgemm": [0.004, 0.002, 0.003]}, plan_stats=stats)
+    assert row["plans_made_per_step"] == {"grouped_mm": None, "eager": None, "ptxgemm": 1.0}
+    assert row["host_ms_per_step"] == pytest.approx({"grouped_mm": 10.0, "eager": 250.0, "ptxgemm": 1.5})
+    assert row["ptxgemm_host_ms_per_step"] == pytest.approx(1.5)
+    assert row["plan_stats"] == stats and row["plan_stats"] is not stats
+    assert json.loads(json.dumps(row)) == row
+    table = mb.format_table([{**HEADER, "rows": [row], "accuracy": None}])
+    line = next(x for x in table.splitlines() if "grouped_mm" in x)
+    assert line.endswith("1.00     1.50/10.00")          # plans per step, then ptxgemm/peer host ms
+    assert "plans/step" in table and "host ms/step" in table
+    sweep = mb.format_sweep_table([{**HEADER, "rows": [row], "accuracy": None, "sweep": "4k"}])
+    # device ms per step: 4096 tokens at 110 and 100 tok/s
+    assert sweep.splitlines()[1] == ("mixtral-8x-2l      4096  prefill    no         1.100        1.00         "
+                                     "1.50/10.00       1.500  37236.36/40960.00")
+
+
+def test_rows_without_host_measurements_say_none():
+    row = mb.make_row(HEADER, phase="prefill", compiled=False, runs={"grouped_mm": [1.0], "ptxgemm": [1.0]},
+                      batch=1, seq=1, iters=1, warmup=0, accuracy=None)
+    assert HOST_FIELDS <= set(row)
+    assert row["plans_made_per_step"] == {"grouped_mm": None, "ptxgemm": None} and row["plan_stats"] is None
+    assert row["host_ms_per_step"] == {"grouped_mm": None, "ptxgemm": None}
+    assert row["ptxgemm_host_ms_per_step"] is None
+    assert "  -              -" in mb.format_table([{**HEADER, "rows": [row]}])
+
+
+class FakeClock:
+    """Clock's interface without torch: every window takes 1 s of host time and 2 s in all."""
+    last = None
+
+    def time(self, step, iters):
+        for _ in range(iters):
+            step()
+        self.last_host = 1.0
+        return 2.0
+
+
+def test_measure_counts_plans_in_the_timed_windows_only():
+    """The counters are read after the settle iterations: a peer that plans on every call shows it, plans made in
+    its warm-up (the other peer's first calls) do not count."""
+    counter = {"plans_made": 0, "plan_hits": 0, "calls": 0, "host_us": 0.0}
+
+    def call(plans):
+        def step():
+            counter["calls"] += 1
+            counter["plans_made"] += plans
+            counter["plan_hits"] += 1 - plans
+            counter["host_us"] += 10.0
+        return step
+    warm = {"n": 0}
+
+    def warming():   # plans in its first two calls (the warm-up of repeat 0), then only finds
+        warm["n"] += 1
+        call(1 if warm["n"] <= 2 else 0)()
+    host, plans = {}, {}
+    runs = mb.measure(FakeClock(), {"cublas": call(1), "ptxgemm": warming}, tokens_per_iter=10, iters=3, warmup=2,
+                      repeats=2, host=host, counters=lambda: dict(counter), plans=plans)
+    assert runs == {"cublas": [15.0, 15.0], "ptxgemm": [15.0, 15.0]} and host == {"cublas": [1.0, 1.0],
+                                                                              "ptxgemm": [1.0, 1.0]}
+    assert mb.plan_sum(plans["ptxgemm"]) == {"plans_made": 0, "plan_hits": 6, "calls": 6, "host_us": 60.0}
+    assert mb.plan_sum(plans["cublas"])["plans_made"] == 6
+    assert mb.plan_sum([None, plans["cublas"][0]]) is None and mb.plan_delta(None, counter) is None
+    assert set(mb.plan_counters()) >= set(mb.PLAN_KEYS)    # ptxgemm.plan_stats(), no torch needed
 
 
 # --- with torch (skipped where it is not installed, as in CI) -------------------------------------------------------
@@ -277,6 +499,12 @@ def test_the_harness_runs_every_phase_on_the_cpu(arch, tmp_path):
                                                         False))
         for stats in row["peers"].values():
             assert len(stats["tokens_per_s_runs"]) == 2 and all(t > 0 for t in stats["tokens_per_s_runs"])
+        # the identity "ptxgemm" peer calls no ptxgemm entry point: no plans, no host time inside ptxgemm
+        assert row["plans_made_per_step"] == {p: 0.0 if p == "ptxgemm" else None for p in row["peers"]}
+        assert row["plan_stats"] == {"plans_made": 0, "plan_hits": 0, "calls": 0, "host_us": 0.0}
+        assert row["ptxgemm_host_ms_per_step"] == 0.0
+        assert set(row["host_ms_per_step"]) == set(row["peers"]) and all(
+            h > 0 for h in row["host_ms_per_step"].values())
     decode = report["rows"][1]
     assert decode["decode_logits_rel_err"] == 0.0 and decode["graph"] is False and decode["seq"] == 1
     assert decode["cache_len"] == TINY_SIZES.decode_cache_len
@@ -303,6 +531,26 @@ def test_the_ptxgemm_peer_swaps_the_linears_and_the_experts():
     assert type(peer.model.layers[0].self_attn.q_proj) is pt.Linear and type(peer.lm_head) is pt.Linear
     assert type(stock.lm_head) is torch.nn.Linear
     assert type(peer.model.layers[0].mlp.gate).__name__ == "MixtralTopKRouter"
+    assert [n for n, _ in peer.named_parameters()] == [n for n, _ in stock.named_parameters()]
+
+
+def test_the_qwen2_peer_keeps_the_biases_and_the_tied_head():
+    """ptxgemm_prepare on a tiny Qwen2 copy: every nn.Linear becomes a ptxgemm Linear on the same tensors, q/k/v
+    with their biases, and the LM head still is the embedding's parameter (tied), in the copy as in the stock."""
+    torch = _torch()
+    pytest.importorskip("ptxgemm.torch")
+    import copy
+
+    import ptxgemm.torch as pt
+
+    stock = mb.build_stock(torch, "qwen2-0.5b", 2, TINY["qwen2-0.5b"], torch.device("cpu"))
+    assert type(stock).__name__ == "Qwen2ForCausalLM" and stock.lm_head.weight is stock.model.embed_tokens.weight
+    peer = copy.deepcopy(stock)
+    done = mb.ptxgemm_prepare(peer, "qwen2-0.5b")
+    assert done["replaced_linears"] == 2 * 7 + 1
+    attn = peer.model.layers[0].self_attn
+    assert type(attn.q_proj) is pt.Linear and attn.q_proj.bias is not None and attn.o_proj.bias is None
+    assert type(peer.lm_head) is pt.Linear and peer.lm_head.weight is peer.model.embed_tokens.weight
     assert [n for n, _ in peer.named_parameters()] == [n for n, _ in stock.named_parameters()]
 
 

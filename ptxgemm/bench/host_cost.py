@@ -22,6 +22,9 @@ Checks (on the min over repeats, timeit's convention: the cost with the least in
     plan.launch <= torch.matmul                  ptxgemm's cheapest non-graph call is no dearer than cuBLAS's
                                                  (against the faster of torch's two forms)
 
+A second measurement, a linear layer's GEMM on a host-bound shape through every way in (`bench --host layer`), is
+ptxgemm.bench.host_layer's.
+
 torch is imported only inside `measure`, never when ptxgemm is imported.
 """
 from __future__ import annotations
@@ -240,4 +243,3 @@ def measure(shape=DEFAULT_SHAPE, run_shape=RUN_SHAPE, calls: int = DEFAULT_CALLS
     return {"gpu": info.name, "driver": info.driver_version_str, "shape": shape_str(shape),
             "run_shape": shape_str(run_shape), "dtype": "bfloat16", "calls": calls, "repeats": repeats,
             "warmup": WARMUP_CALLS, "torch": torch_note, "rows": rows, "checks": evaluate_checks(rows)}
-

@@ -15,6 +15,12 @@ Models (random weights, no download: torch.manual_seed(27), initializer_range 0.
   reads, not an nn.Linear: it stays on cuBLAS in every peer (its N = 8 GEMM is a sliver of a layer's work). "eager"
   is timed in eager prefill and training only: its data-dependent loop (nonzero, where) neither compiles to one
   graph nor can be captured in a CUDA graph.
+- qwen2-0.5b, qwen2-1.5b (issue 46): Qwen2ForCausalLM with Qwen2-0.5B's widths (hidden 896, MLP 4864, 14 heads, 2 KV
+  heads) and Qwen2-1.5B's (hidden 1536, MLP 8960, 12/2 heads), both vocab 151936, rope_theta 1e6, RMS eps 1e-6,
+  32768 positions, the LM head tied to the embedding. Dense like llama, with llama's peers ("cublas", "ptxgemm":
+  pt.replace_linear, which carries q/k/v's biases into the fused epilogue and keeps the tied weight one parameter).
+  They are here for the host path: at these widths a step's GEMMs are small (K = 896 or 1536), so the time the host
+  spends planning and launching each one is a visible part of the step, which 8B-wide layers hide.
 
 Accuracy (eager, before any timing, the same `accuracy_batch` x `prefill_seq` random tokens for every peer, labels =
 the tokens): each peer's logits, its causal-LM loss, and after one backward the gradient of every parameter, against
@@ -46,7 +52,22 @@ starts at the clock and power the peer's own work holds the board at under its p
 left it), then CUDA events around `iters` iterations back to back, with torch.cuda.synchronize between peers.
 tokens/s = tokens per iteration x iters / seconds; min / median / max over the repeats. Where nvidia-ml-py is
 installed each window also records the board's SM clock, power and energy (ptxgemm.bench.power; medians per peer in
-the row's `draw`, with joules per token). Phases:
+the row's `draw`, with joules per token).
+
+Host path (issue 46: plan by shape, bind per call), measured in the timed windows only (never in the first call or the
+settle iterations): `host_ms_per_step` {peer: ms}, time.perf_counter() around the `iters` calls of a window, read
+before the event that ends it is waited for, / iters, the median over the repeats: what the host spends issuing one
+step. It is a floor's reading only while the host runs ahead of the GPU: once the launch queue is full (or a step
+synchronizes, as Mixtral's eager experts loop does) the host waits on the device and the figure approaches the step's
+device time. `plans_made_per_step` {peer: n}: for the ptxgemm peer, ptxgemm.plan_stats()["plans_made"] read before
+and after each of its windows, the sum over the repeats / (iters x repeats): plans are keyed by shape, never by
+address, so a steady-state step finds all of them and shows 0 (anything above 0 is a re-plan per call); None for the
+stock peers, which make no ptxgemm plans. `ptxgemm_host_ms_per_step`: plan_stats()["host_us"] over the same windows
+/ 1000 / (iters x repeats), the host time spent inside ptxgemm's entry points. `plan_stats`: the ptxgemm peer's
+plan_stats() differences summed over its windows (plans_made, plan_hits, calls, host_us). Decode replays a CUDA
+graph, which calls no entry point: its ptxgemm figures are 0 by construction.
+
+Phases:
 - prefill: model(input_ids, use_cache=False) under torch.inference_mode(), logits included, batch `prefill_batch` x
   `prefill_seq` tokens per iteration;
 - train_step: model(input_ids, labels=input_ids), loss.backward(), torch.optim.SGD(lr=1e-6).step(),
@@ -63,9 +84,17 @@ Compiled rows use torch.compile(model, mode="default", dynamic=False), one compi
 repeats and phases (prefill and training compile separately: grad mode and shapes differ); decode is eager + CUDA
 graph only (compiled: false).
 
+Sweep (`--sweep`, issue 46: SWEEP): one report per entry, each model at the tokens per step its entry names, 2
+layers, prefill and training (decode only when --phases names it), eager and compiled: Qwen2-0.5B and -1.5B, where the
+host path weighs most, Llama-3-8B at 4k and 16k tokens, Mixtral at 4k; the files are named
+model_<gpu>_<model>_<name>-<tag> (name "sweep" unless --name, tag the entry's tokens: "4k", "16k"), so the two
+Llama entries never collide. `format_sweep_table` prints one line per row: the ratio to the stock peer beside
+plans_made_per_step and both peers' host and device milliseconds per step.
+
 Output: per model, <out>/model_<gpu>_<model>[_<name>].json (gpu: "h100", "h200", ...; model: "llama3-8b-2l",
-"mixtral-8x-2l"), an object of the run's header (`gpu`, `device_name`, `model`, `arch`, `layers`, `dims`, `sizes`,
-`date`, `torch`, `transformers`, `ptxgemm`, `cuda`, `method`, `bound`, `variants`: what each peer runs), its
+"mixtral-8x-2l", "qwen2-0.5b-2l", "qwen2-1.5b-2l"), an object of the run's header (`gpu`, `device_name`, `model`,
+`arch`, `layers`, `dims`, `sizes`, `date`, `torch`, `transformers`, `ptxgemm`, `cuda`, `method`, `bound`,
+`variants`: what each peer runs), its
 `accuracy` (`reference`, `batch`, `seq`, per peer `logits_rel_err`, `loss_rel_err`, `grad_rel_err`,
 `grad_worst_rel_err`, `grad_worst_param`, `loss`, and `vs_fp32` with the first four against float32), `errors`
 (each (phase, mode) that raised, with the exception; its row is missing, the other phases still ran; the command
@@ -78,7 +107,8 @@ then exits 1) and `rows`, one per (mode, phase), each with:
     compile_s]}}), ratio ({peer: {median: ptxgemm's median / the peer's, min, max: of the per-repeat ratios}};
     above 1: ptxgemm faster), logits_rel_err, loss_rel_err, grad_rel_err (ptxgemm vs the stock default peer, from
     the accuracy pass), inside_bound, inside_bound_vs_stock, decode_logits_rel_err (decode rows), torch,
-    transformers.
+    transformers, and (schema 2, issue 46) plans_made_per_step, host_ms_per_step, ptxgemm_host_ms_per_step and
+    plan_stats (see "Host path" above). A sweep's reports also carry `sweep`, the entry's tag.
 
 torch and transformers are imported only inside the functions that run a model: importing this module (the CLI's
 --help, the CPU tests) needs neither. `run_arch(..., prepare=...)` takes the function that turns a stock model into
@@ -99,7 +129,9 @@ from .. import __version__
 from ..errors import ConfigError
 from .suite import gpu_slug
 
-ARCHS = ("llama", "mixtral")
+ARCHS = ("llama", "mixtral", "qwen2-0.5b", "qwen2-1.5b")
+#: the CLI's --arch both (and its default outside the sweep): the two 8B-class models of issue 27
+BOTH = ("llama", "mixtral")
 MODES = ("eager", "compiled")
 PHASES = ("prefill", "train", "decode")
 #: a phase's name in the rows
@@ -109,7 +141,7 @@ SEED = 27                    # the weights; the tokens use SEED + 1
 #: ptxgemm's errors inside these are what correct bf16 GEMMs produce (the module's docstring says why)
 BOUND = {"logits": 2.0 ** -7, "grad": 0.02}    # inside_bound_vs_stock: against the stock model
 FP32_SLACK = 2.0 ** -7                          # inside_bound: ptxgemm's distance from float32 over the stock's
-SCHEMA = 1
+SCHEMA = 2                   # 2: the host-path fields of issue 46 in every row (plans_made_per_step, ...)
 
 DIMS = {
     "llama": dict(hidden_size=4096, intermediate_size=14336, num_attention_heads=32, num_key_value_heads=8,
@@ -118,9 +150,21 @@ DIMS = {
     "mixtral": dict(hidden_size=4096, intermediate_size=14336, num_attention_heads=32, num_key_value_heads=8,
                     vocab_size=32000, num_local_experts=8, num_experts_per_tok=2, max_position_embeddings=32768,
                     tie_word_embeddings=False),
+    # transformers 5's Qwen2Config takes rope_theta inside rope_parameters, as LlamaConfig does
+    "qwen2-0.5b": dict(hidden_size=896, intermediate_size=4864, num_attention_heads=14, num_key_value_heads=2,
+                       vocab_size=151936, rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+                       rms_norm_eps=1e-6, max_position_embeddings=32768, tie_word_embeddings=True),
+    "qwen2-1.5b": dict(hidden_size=1536, intermediate_size=8960, num_attention_heads=12, num_key_value_heads=2,
+                       vocab_size=151936, rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+                       rms_norm_eps=1e-6, max_position_embeddings=32768, tie_word_embeddings=True),
 }
 #: each arch's peers, the stock default first (its tokens/s are the row's cublas_tokens_per_s), ptxgemm last
-PEERS = {"llama": ("cublas", "ptxgemm"), "mixtral": ("grouped_mm", "eager", "ptxgemm")}
+PEERS = {"llama": ("cublas", "ptxgemm"), "mixtral": ("grouped_mm", "eager", "ptxgemm"),
+         "qwen2-0.5b": ("cublas", "ptxgemm"), "qwen2-1.5b": ("cublas", "ptxgemm")}
+#: the dense archs: every GEMM an nn.Linear (llama's path: replace_linear is the whole ptxgemm peer)
+DENSE = ("llama", "qwen2-0.5b", "qwen2-1.5b")
+#: the model field's stem per arch (model_name appends the layers)
+MODEL_STEM = {"llama": "llama3-8b", "mixtral": "mixtral-8x", "qwen2-0.5b": "qwen2-0.5b", "qwen2-1.5b": "qwen2-1.5b"}
 OURS = "ptxgemm"
 #: peers that only run in eager prefill and training (see the module's docstring)
 EAGER_ONLY = {"eager"}
@@ -196,7 +240,7 @@ def parse_list(text: str, allowed, option: str) -> tuple:
 
 
 def model_name(arch: str, layers: int) -> str:
-    return {"llama": "llama3-8b", "mixtral": "mixtral-8x"}[arch] + f"-{layers}l"
+    return MODEL_STEM[arch] + f"-{layers}l"
 
 
 def peers_for(arch: str, phase: str, compiled: bool) -> tuple:
@@ -204,6 +248,65 @@ def peers_for(arch: str, phase: str, compiled: bool) -> tuple:
     prefill and training."""
     eager_ok = not compiled and phase != "decode"
     return tuple(p for p in PEERS[arch] if eager_ok or p not in EAGER_ONLY)
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# The sweep (issue 46; plain python: the CLI and the CPU tests list it without torch)
+# ------------------------------------------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class SweepEntry:
+    """One report of the sweep: `arch` at `sizes`. `tag` (the tokens per step) follows the run's name in the file
+    name, so that two entries of one model (Llama at 4k and at 16k tokens) write two files."""
+    arch: str
+    tag: str
+    sizes: Sizes
+
+
+def _sweep_sizes(batch: int, seq: int, prefill_iters: int, train_iters: int) -> Sizes:
+    """2 layers, prefill and training both `batch` x `seq`; the accuracy pass (2 x seq) and decode (only where
+    --phases names it) at Sizes' defaults."""
+    return Sizes(layers=2, prefill_batch=batch, prefill_seq=seq, train_batch=batch, train_seq=seq,
+                 prefill_iters=prefill_iters, train_iters=train_iters)
+
+
+#: the sweep, smallest model first: Qwen2's widths put the host path in view, Llama's and Mixtral's are issue 27's
+#: models at 4k tokens per step and Llama also at the 16k of its default run. Iterations per window: about 50 to
+#: 500 ms of H200 time each (more for the small models, whose steps take milliseconds), so that the whole sweep at 3
+#: repeats times in about two minutes, torch.compile's time aside.
+SWEEP = (
+    SweepEntry("qwen2-0.5b", "4k", _sweep_sizes(4, 1024, 20, 10)),
+    SweepEntry("qwen2-1.5b", "4k", _sweep_sizes(4, 1024, 20, 10)),
+    SweepEntry("llama", "4k", _sweep_sizes(4, 1024, 10, 6)),
+    SweepEntry("llama", "16k", _sweep_sizes(8, 2048, 6, 4)),
+    SweepEntry("mixtral", "4k", _sweep_sizes(4, 1024, 10, 6)),
+)
+#: the phases a sweep runs unless --phases says otherwise: decode's CUDA graph replays issue no GEMM from the host
+SWEEP_PHASES = ("prefill", "train")
+#: --sweep --quick's tag: each arch once, at QUICK's smoke sizes (which would make Llama's two entries one)
+SWEEP_QUICK_TAG = "quick"
+SWEEP_NAME = "sweep"
+
+
+def sweep_entries(*, quick: bool = False, repeats: int | None = None, archs=ARCHS) -> list:
+    """The sweep's entries of `archs`, in SWEEP's order, each with `repeats` in its sizes where given; with `quick`
+    each arch once at QUICK's sizes, tagged SWEEP_QUICK_TAG."""
+    out, seen = [], set()
+    for e in SWEEP:
+        if e.arch not in archs or (quick and e.arch in seen):
+            continue
+        seen.add(e.arch)
+        if quick:
+            e = SweepEntry(e.arch, SWEEP_QUICK_TAG, QUICK)
+        if repeats is not None:
+            e = dataclasses.replace(e, sizes=dataclasses.replace(e.sizes, repeats=repeats))
+        out.append(e)
+    return out
+
+
+def sweep_name(entry: SweepEntry, name: str | None = None) -> str:
+    """The run part of an entry's file name: `name` (SWEEP_NAME by default), '-', the entry's tag."""
+    return f"{name or SWEEP_NAME}-{entry.tag}"
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -229,10 +332,27 @@ def ratios(runs: dict, ours: str = OURS) -> dict:
     return out
 
 
+def host_fields(peers, *, iters: int, repeats: int, host_s: dict | None, plan_stats: dict | None) -> dict:
+    """A row's host-path fields (the module's docstring, "Host path"): from `host_s` {peer: [host seconds per
+    window]} and `plan_stats`, the ptxgemm peer's plan_delta summed over its windows (None: not measured)."""
+    steps = iters * repeats
+
+    def host_ms(p):
+        windows = [w for w in (host_s or {}).get(p) or () if w is not None]
+        return statistics.median(windows) * 1e3 / iters if windows else None
+    return {"plans_made_per_step": {p: plan_stats["plans_made"] / steps if p == OURS and plan_stats else None
+                                    for p in peers},
+            "host_ms_per_step": {p: host_ms(p) for p in peers},
+            "ptxgemm_host_ms_per_step": plan_stats["host_us"] / 1e3 / steps if plan_stats else None,
+            "plan_stats": dict(plan_stats) if plan_stats else None}
+
+
 def make_row(header: dict, *, phase: str, compiled: bool, runs: dict, batch: int, seq: int, iters: int,
-             warmup: int, accuracy: dict | None, first_call_s: dict | None = None, **extra) -> dict:
+             warmup: int, accuracy: dict | None, first_call_s: dict | None = None, host_s: dict | None = None,
+             plan_stats: dict | None = None, **extra) -> dict:
     """One row: `runs` {peer: [tokens/s per repeat]}, the stock default peer first and ptxgemm among them;
-    `accuracy` the model's accuracy block (or None when it was not measured)."""
+    `accuracy` the model's accuracy block (or None when it was not measured); `host_s` and `plan_stats` what
+    host_fields turns into the host-path fields (every row has them, None where they were not measured)."""
     peers = list(runs)
     default = peers[0]
     stats = {p: peer_stats(runs[p]) for p in peers}
@@ -251,7 +371,8 @@ def make_row(header: dict, *, phase: str, compiled: bool, runs: dict, batch: int
            "grad_rel_err": ours.get("grad_rel_err"),
            "inside_bound": inside_bound(ours, (accuracy or {}).get("peers", {}).get(default)) if ours else None,
            "inside_bound_vs_stock": inside_bound_vs_stock(ours) if ours else None,
-           "torch": header.get("torch"), "transformers": header.get("transformers")}
+           "torch": header.get("torch"), "transformers": header.get("transformers"),
+           **host_fields(peers, iters=iters, repeats=len(runs[default]), host_s=host_s, plan_stats=plan_stats)}
     row.update(extra)
     return row
 
@@ -297,12 +418,25 @@ def _fmt(x, spec=".0f") -> str:
     return "-" if x is None else format(x, spec)
 
 
+def _host_pair(row: dict, peer: str) -> str:
+    """ptxgemm's and `peer`'s host ms per step, 'a/b' ('-' where either was not measured)."""
+    h = row.get("host_ms_per_step") or {}
+    a, b = h.get(OURS), h.get(peer)
+    return "-" if a is None or b is None else f"{a:.2f}/{b:.2f}"
+
+
+def _plans(row: dict) -> str:
+    return _fmt((row.get("plans_made_per_step") or {}).get(OURS), ".2f")
+
+
 def format_table(reports) -> str:
     """The compact table the command prints: one line per row and peer (ptxgemm's tokens/s, the peer's, the ratio
-    of the medians and the per-repeat extremes, compile seconds of both, and ptxgemm/peer SM clock, board power and
-    millijoules per token where NVML read them), then each model's errors."""
+    of the medians and the per-repeat extremes, compile seconds of both, ptxgemm/peer SM clock, board power and
+    millijoules per token where NVML read them, ptxgemm's plans made per step and ptxgemm/peer host ms per step),
+    then each model's errors."""
     lines = [f"{'model':<16}{'phase':<11}{'mode':<9}{'peer':<11}{'ptxgemm tok/s':>14}{'peer tok/s':>12}"
-             f"{'ratio':>7}  {'min-max':<13}{'compile s':>12}  {'MHz':>9}  {'W':>7}  {'mJ/token':>11}"]
+             f"{'ratio':>7}  {'min-max':<13}{'compile s':>12}  {'MHz':>9}  {'W':>7}  {'mJ/token':>11}"
+             f"  {'plans/step':>10}  {'host ms/step':>13}"]
     for rep in reports:
         for row in rep["rows"]:
             for peer, r in row["ratio"].items():
@@ -318,12 +452,21 @@ def format_table(reports) -> str:
                              f"{peer:<11}{row['ptxgemm_tokens_per_s']:>14.0f}"
                              f"{row['peers'][peer]['tokens_per_s_median']:>12.0f}{r['median']:>7.3f}  "
                              f"{r['min']:.3f}-{r['max']:.3f}  {comp:>10}  {pair('sm_mhz'):>9}  {pair('watts'):>7}  "
-                             f"{pair('joules_per_token', 1e3, '.2f'):>11}")
+                             f"{pair('joules_per_token', 1e3, '.2f'):>11}  {_plans(row):>10}  "
+                             f"{_host_pair(row, peer):>13}")
+    lines += format_notes(reports)
+    return "\n".join(lines)
+
+
+def format_notes(reports) -> list[str]:
+    """The lines under a table: each model's errors against its reference (and float32), decode's one-step error,
+    and the (phase, mode)s that failed."""
+    lines = []
     for rep in reports:
         acc = rep.get("accuracy")
         if not acc:
             continue
-        lines.append(f"{rep['model']}: relative errors against {acc['reference']}"
+        lines.append(f"{_label(rep)}: relative errors against {acc['reference']}"
                      + (" and float32" if acc["fp32_reference"] else "")
                      + f" (batch {acc['batch']} x {acc['seq']}; bound: "
                        + ("no farther from float32 than the reference, within a relative "
@@ -345,7 +488,33 @@ def format_table(reports) -> str:
                 lines.append(f"  decode step logits, ptxgemm vs {row['peer']}: {row['decode_logits_rel_err']:.2e}")
     for rep in reports:
         for e in rep.get("errors", ()):
-            lines.append(f"{rep['model']}: FAILED {e['phase']} {e['mode']}: {e['error']}")
+            lines.append(f"{_label(rep)}: FAILED {e['phase']} {e['mode']}: {e['error']}")
+    return lines
+
+
+def _label(rep: dict) -> str:
+    """A report's model, with its sweep tag where it has one (two sweep entries may be one model)."""
+    return rep["model"] + (f" ({rep['sweep']})" if rep.get("sweep") else "")
+
+
+def format_sweep_table(reports) -> str:
+    """The sweep's table: one line per row against the stock default peer: model, tokens per step, phase, compiled,
+    the ratio of the median tokens/s (ptxgemm/stock), ptxgemm's plans made per step, ptxgemm/stock host ms per step,
+    the host ms of it spent inside ptxgemm's entry points, and ptxgemm/stock device ms per step (from the median
+    tokens/s: where host ms nears it, the step waits on the host); then the notes of format_table."""
+    lines = [f"{'model':<16}{'tokens':>7}  {'phase':<11}{'compiled':<9}{'ratio':>7}  {'plans/step':>10}  "
+             f"{'host ms ptx/stock':>17}  {'in ptxgemm':>10}  {'step ms ptx/stock':>17}"]
+    for rep in reports:
+        for row in rep["rows"]:
+            stock = row["peer"]
+            ratio = row["ratio"].get(stock, {}).get("median")
+            ms = "/".join(f"{row['tokens_per_iter'] / row['peers'][p]['tokens_per_s_median'] * 1e3:.2f}"
+                          for p in (OURS, stock))
+            lines.append(f"{row['model']:<16}{row['tokens_per_iter']:>7}  {row['phase']:<11}"
+                         f"{'yes' if row['compiled'] else 'no':<9}{_fmt(ratio, '.3f'):>7}  {_plans(row):>10}  "
+                         f"{_host_pair(row, stock):>17}  {_fmt(row.get('ptxgemm_host_ms_per_step'), '.3f'):>10}  "
+                         f"{ms:>17}")
+    lines += format_notes(reports)
     return "\n".join(lines)
 
 
@@ -403,7 +572,7 @@ def gemm_problems(arch: str, dims: dict, sizes: Sizes, phases=PHASES) -> list[tu
     h, inter = dims["hidden_size"], dims["intermediate_size"]
     kv = h // dims["num_attention_heads"] * dims["num_key_value_heads"]
     linears = {(h, h), (h, kv), (h, dims["vocab_size"])}
-    if arch == "llama":
+    if arch in DENSE:
         linears |= {(h, inter), (inter, h)}
     problems = set()
     for fin, fout in linears:
@@ -445,11 +614,14 @@ def tune_cache_state(device_info) -> dict:
 
 def build_stock(torch, arch: str, layers: int, dims: dict, device):
     """The seeded stock model: bf16 weights initialised on `device` (transformers' normal(0, 0.02) init), sdpa,
-    eval mode; Mixtral with its default experts implementation named ("grouped_mm")."""
+    eval mode; Mixtral with its default experts implementation named ("grouped_mm"). Qwen2's configs tie the LM
+    head to the embedding (one parameter), as the released 0.5B and 1.5B models do."""
     import transformers
 
+    qwen2 = (transformers.Qwen2ForCausalLM, transformers.Qwen2Config)
     cls, cfg = {"llama": (transformers.LlamaForCausalLM, transformers.LlamaConfig),
-                "mixtral": (transformers.MixtralForCausalLM, transformers.MixtralConfig)}[arch]
+                "mixtral": (transformers.MixtralForCausalLM, transformers.MixtralConfig),
+                "qwen2-0.5b": qwen2, "qwen2-1.5b": qwen2}[arch]
     config = cfg(**dims, num_hidden_layers=layers, initializer_range=0.02)
     torch.manual_seed(SEED)
     with torch.device(device):
@@ -470,7 +642,9 @@ def ptxgemm_prepare(model, arch: str) -> dict:
         out["experts"] = "ptxgemm (pt.grouped_mm, contiguous form)"
         out["router"] = "F.linear on an nn.Parameter (cuBLAS): not an nn.Linear, so not replaced"
     out["replaced_linears"] = pt.replace_linear(model)
-    out["linears"] = ("q/k/v/o, gate/up/down and lm_head" if arch == "llama" else "q/k/v/o and lm_head")
+    out["linears"] = {"llama": "q/k/v/o, gate/up/down and lm_head",
+                      "mixtral": "q/k/v/o and lm_head"}.get(arch, "q/k/v (their biases fused), o, gate/up/down and "
+                                                                  "lm_head (tied to the embedding)")
     return out
 
 
@@ -622,11 +796,13 @@ def accuracy(torch, models: dict, ids, reference: dict | None) -> dict:
 class Clock:
     """Seconds of `iters` back-to-back calls: CUDA events on the current stream (perf_counter on the CPU), and on
     the GPU what the board drew meanwhile (NVML through ptxgemm.bench.power, where nvidia-ml-py is installed):
-    `last` holds the window's {sm_mhz, watts, joules} (None without NVML)."""
+    `last` holds the window's {sm_mhz, watts, joules} (None without NVML). `last_host` holds the window's host
+    seconds: perf_counter around the calls alone, before the wait for the end event (on the CPU, where the calls are
+    the work, the same as the window)."""
 
     def __init__(self, torch, device):
         self.torch, self.cuda = torch, device.type == "cuda"
-        self.sampler, self.last = None, None
+        self.sampler, self.last, self.last_host = None, None, None
         if self.cuda:
             from ..runtime import driver
             from . import power
@@ -642,13 +818,16 @@ class Clock:
             t = time.perf_counter()
             for _ in range(iters):
                 step()
-            return time.perf_counter() - t
+            self.last_host = time.perf_counter() - t
+            return self.last_host
         start, end = self.torch.cuda.Event(enable_timing=True), self.torch.cuda.Event(enable_timing=True)
 
         def run():
             start.record()
+            t = time.perf_counter()
             for _ in range(iters):
                 step()
+            self.last_host = time.perf_counter() - t   # the issuing alone: the wait below is the device's time
             end.record()
             end.synchronize()
         _, window = self.sampler.measure(run)
@@ -664,10 +843,42 @@ class Clock:
         return time.perf_counter() - t
 
 
+#: the plan_stats() counters a row reports the change of (ptxgemm.plan.cache.plan_stats has more)
+PLAN_KEYS = ("plans_made", "plan_hits", "calls", "host_us")
+
+
+def plan_counters() -> dict | None:
+    """ptxgemm's process-wide host-path counters now (ptxgemm.plan_stats(), no torch needed), or None from a build
+    without them (the rows then say None rather than a made-up 0)."""
+    import ptxgemm
+
+    stats = getattr(ptxgemm, "plan_stats", None)
+    return None if stats is None else stats()
+
+
+def plan_delta(before: dict | None, after: dict | None) -> dict | None:
+    """after - before for PLAN_KEYS (None where either reading is missing)."""
+    if before is None or after is None:
+        return None
+    return {k: after[k] - before[k] for k in PLAN_KEYS}
+
+
+def plan_sum(deltas) -> dict | None:
+    """The per-window plan_delta's summed over the repeats (None if any window had no reading)."""
+    deltas = list(deltas or ())
+    if not deltas or any(d is None for d in deltas):
+        return None
+    return {k: sum(d[k] for d in deltas) for k in PLAN_KEYS}
+
+
 def measure(clock: Clock, steps: dict, *, tokens_per_iter: int, iters: int, warmup: int, repeats: int,
-            before: dict | None = None, draw: dict | None = None) -> dict:
+            before: dict | None = None, draw: dict | None = None, host: dict | None = None, counters=None,
+            plans: dict | None = None) -> dict:
     """{peer: [tokens/s per repeat]}: the peers' order alternating per repeat, `before[peer]()` (if any) ahead of
-    each peer's warm-up; `draw` (a dict) receives {peer: [the board's draw per repeat]} where NVML reads it."""
+    each peer's warm-up; `draw` (a dict) receives {peer: [the board's draw per repeat]} where NVML reads it, `host`
+    {peer: [host seconds per window]} (clock.last_host), and with `counters` (plan_counters) `plans` receives
+    {peer: [plan_delta per window]}: the counters are read after the warm-up and after the window, so only the timed
+    calls count."""
     names = list(steps)
     runs = {n: [] for n in names}
     for r in range(repeats):
@@ -676,7 +887,15 @@ def measure(clock: Clock, steps: dict, *, tokens_per_iter: int, iters: int, warm
                 before[n]()
             for _ in range(warmup):
                 steps[n]()
-            runs[n].append(tokens_per_iter * iters / clock.time(steps[n], iters))
+            start = counters() if counters else None
+            seconds = clock.time(steps[n], iters)
+            if counters:
+                delta = plan_delta(start, counters())
+                if plans is not None:
+                    plans.setdefault(n, []).append(delta)
+            runs[n].append(tokens_per_iter * iters / seconds)
+            if host is not None:
+                host.setdefault(n, []).append(clock.last_host)
             if draw is not None and clock.last is not None:
                 draw.setdefault(n, []).append({**clock.last, "joules_per_token": clock.last["joules"] /
                                                (tokens_per_iter * iters) if clock.last["joules"] else None})
@@ -752,9 +971,13 @@ class Decoder:
 # ------------------------------------------------------------------------------------------------------------------
 
 def run_arch(arch: str, sizes: Sizes, *, modes=MODES, phases=PHASES, prepare=ptxgemm_prepare, dims: dict | None = None,
-             device: str = "cuda", reference: bool = True, log=print, tune: bool = False) -> dict:
+             device: str = "cuda", reference: bool = True, log=print, tune: bool = False,
+             counters=plan_counters) -> dict:
     """Build `arch`'s peers, measure their accuracy and every (mode, phase), free them; the report (header,
-    accuracy, rows). `prepare(model, arch) -> dict` makes the ptxgemm peer from a copy of the stock model."""
+    accuracy, rows). `prepare(model, arch) -> dict` makes the ptxgemm peer from a copy of the stock model;
+    `reference`: whether to build the float32 copy for the accuracy pass (False: none is made, against the stock
+    model only); `counters() -> dict | None` reads the host-path counters around each timed window (plan_counters:
+    ptxgemm.plan_stats)."""
     torch = require_torch(device)
     dev = torch.device(device)
     dims = dict(DIMS[arch] if dims is None else dims)
@@ -796,12 +1019,12 @@ def run_arch(arch: str, sizes: Sizes, *, modes=MODES, phases=PHASES, prepare=ptx
             if before:
                 before[n]()
             first[n] = clock.first_call(steps[n])
-        draw = {}
+        draw, host, plans = {}, {}, {}
         runs = measure(clock, steps, tokens_per_iter=batch * seq, iters=iters, warmup=settle(phase),
-                       repeats=sizes.repeats, before=before, draw=draw)
+                       repeats=sizes.repeats, before=before, draw=draw, host=host, counters=counters, plans=plans)
         rows.append(make_row(header, phase=PHASE_ROW[phase], compiled=mode == "compiled", runs=runs, batch=batch,
                              seq=seq, iters=iters, warmup=settle(phase), accuracy=acc, first_call_s=first,
-                             draw=draw_stats(draw), **extra))
+                             host_s=host, plan_stats=plan_sum(plans.get(OURS)), draw=draw_stats(draw), **extra))
 
     def settle(phase):
         """Untimed iterations before each window: as many as the window has (decode: `warmup`), so the window

@@ -1,5 +1,6 @@
 """`python -m ptxgemm bench`'s options and their checks; the benchmark is ptxgemm/bench/suite.py, --summarize
-ptxgemm/bench/summary.py, --host (host microseconds per call instead of GPU time) ptxgemm/bench/host_cost.py."""
+ptxgemm/bench/summary.py, --host (host microseconds per call instead of GPU time) ptxgemm/bench/host_cost.py and
+host_layer.py."""
 from __future__ import annotations
 
 import json
@@ -7,7 +8,7 @@ import os
 import re
 from pathlib import Path
 
-from ..bench import deepgemm, host_cost, modes as bench_modes, suite as bench, summary as bench_summary
+from ..bench import deepgemm, host_cost, host_layer, modes as bench_modes, suite as bench, summary as bench_summary
 from ..bench.modes import EPILOGUES, FP8_QUICK_SHAPES, FP8_SHAPES, IN_DTYPES, SCALINGS
 from ..bench.suite import QUICK_SHAPES, SEED_M, SEED_N, SMALL_M_MAX, default_shapes, parse_tag
 from ..errors import ConfigError
@@ -26,6 +27,8 @@ GPU_BENCH_OPTIONS = (("quick", "--quick"), ("rounds", "--rounds"), ("shapes", "-
 # what the benchmark compares; --summarize reads it from each file instead
 MODE_OPTIONS = (("in_dtype", "--in-dtype"), ("scaling", "--scaling"), ("epilogue", "--epilogue"))
 # --host's options, which mean nothing without it; all default to None so that "given" is visible
+HOST_WAYS, HOST_LAYER = "ways", "layer"   # --host's tables: the ways in on a small shape; a linear layer's GEMM
+HOST_TABLES = (HOST_WAYS, HOST_LAYER)
 HOST_OPTIONS = (("shape", "--shape"), ("run_shape", "--run-shape"), ("calls", "--calls"), ("repeats", "--repeats"),
                 ("json", "--json"))
 
@@ -122,25 +125,39 @@ def add_arguments(p) -> None:
     p.add_argument("--summarize-out", default=None, metavar="F.json",
                    help="with --summarize: also write the summary as JSON here (default: print only)")
     host = p.add_argument_group("host cost (--host)")
-    host.add_argument("--host", action="store_true",
-                      help="measure host microseconds per call instead of GPU time: run, matmul (same arrays and new "
-                           "out), plan.launch, graph replay and torch.matmul (when torch is importable), timed by "
-                           "perf_counter around loops of calls, min/median over repeats; prints PASS/FAIL for "
-                           f"'{host_cost.CHECK_MATMUL}' and '{host_cost.CHECK_TORCH}' and exits 1 if one fails "
-                           "(default off: the GPU-time bench)")
+    host.add_argument("--host", nargs="?", const=HOST_WAYS, default=None, choices=HOST_TABLES,
+                      help="measure host microseconds per call instead of GPU time (default off: the GPU-time bench). "
+                           f"Bare or '{HOST_WAYS}': run, matmul (same arrays and new out), plan.launch, graph replay "
+                           "and torch.matmul (when torch is importable) on a small shape, timed by perf_counter around "
+                           "loops of calls, min/median over repeats; prints PASS/FAIL for "
+                           f"'{host_cost.CHECK_MATMUL}' and '{host_cost.CHECK_TORCH}'. '{HOST_LAYER}': a linear "
+                           f"layer's GEMM ({host_cost.shape_str(host_layer.LAYER_SHAPE)} bf16, the weight (N, K) as "
+                           "nn.Linear stores it; needs torch) through F.linear, nn.Linear, pt.Linear, pt.mm, "
+                           "ptxgemm.matmul on DeviceArrays and on torch tensors, and ptxgemm.run, on the same x every "
+                           "call and on an x at a new address every call: the wall time of back-to-back calls "
+                           "(perf_counter from a loop's start to the end of the synchronize after it), median over "
+                           "repeats, ptxgemm's plan counters, and the binding choices (encode, replace_address by "
+                           "each route, launch, launch_at); prints PASS/FAIL for "
+                           f"'{host_layer.CHECK_LINEAR}' and '{host_layer.CHECK_MATMUL_US}' (each on same and new "
+                           f"addresses) and '{host_layer.CHECK_PLANS}'. Either exits 1 if a check fails")
     host.add_argument("--shape", default=None, metavar="MxNxK",
                       help="with --host: the problem of every row but run's, positive M, N, K "
-                           f"(default {host_cost.shape_str(host_cost.DEFAULT_SHAPE)})")
+                           f"(default {host_cost.shape_str(host_cost.DEFAULT_SHAPE)}; with --host {HOST_LAYER}: "
+                           f"every row's, x (M, K) and the weight (N, K), default "
+                           f"{host_cost.shape_str(host_layer.LAYER_SHAPE)})")
     host.add_argument("--run-shape", default=None, metavar="MxNxK",
                       help="with --host: the problem of the run (host arrays) row, which copies both ways "
-                           f"(default {host_cost.shape_str(host_cost.RUN_SHAPE)})")
+                           f"(default {host_cost.shape_str(host_cost.RUN_SHAPE)}; not with --host {HOST_LAYER}, whose "
+                           "ptxgemm.run row runs the layer's shape)")
     host.add_argument("--calls", type=int, default=None,
                       help=f"with --host: calls per timed loop, >= 1 (default {host_cost.DEFAULT_CALLS}; keep it "
-                           "modest so the GPU queue never fills)")
+                           f"modest so the GPU queue never fills; with --host {HOST_LAYER}: default "
+                           f"{host_layer.LAYER_CALLS}, and ptxgemm.run's row gets calls // {host_layer.RUN_DIVISOR})")
     host.add_argument("--repeats", type=int, default=None,
                       help=f"with --host: timed loops per row, >= 1 (default {host_cost.DEFAULT_REPEATS})")
     host.add_argument("--json", default=None, metavar="PATH",
-                      help="with --host: also write the rows and checks as JSON here (default: none, print only)")
+                      help="with --host: also write the rows and checks as JSON here (default: none, print only; "
+                           f"the committed --host {HOST_LAYER} runs: docs/results/<gpu>/host/host_<gpu>_<name>.json)")
 
 
 def _tags(option: str, specs) -> list:
@@ -257,21 +274,30 @@ def _mode(args):
 
 
 def run_host(args) -> int:
-    """`bench --host`: the options' checks (all before the GPU), host_cost.measure, the report and --json."""
+    """`bench --host [ways|layer]`: the options' checks (all before the GPU), host_cost.measure (ways) or
+    host_layer.measure_calls (layer), the report and --json."""
     for dest, flag in GPU_BENCH_OPTIONS:
         if getattr(args, dest) not in (None, False, ""):
             raise ConfigError(f"{flag}: not with --host (--host takes --shape, --run-shape, --calls, --repeats, "
                               f"--json)")
     if args.out != DEFAULT_OUT:
         raise ConfigError("--out: not with --host (use --json PATH)")
-    shape = host_cost.parse_shape(args.shape, "--shape") if args.shape else host_cost.DEFAULT_SHAPE
+    layer = args.host == HOST_LAYER
+    if layer and args.run_shape is not None:
+        raise ConfigError(f"--run-shape: not with --host {HOST_LAYER} (its ptxgemm.run row runs the layer's shape, "
+                          f"--shape)")
+    default_shape = host_layer.LAYER_SHAPE if layer else host_cost.DEFAULT_SHAPE
+    shape = host_cost.parse_shape(args.shape, "--shape") if args.shape else default_shape
     run_shape = host_cost.parse_shape(args.run_shape, "--run-shape") if args.run_shape else host_cost.RUN_SHAPE
-    calls = host_cost.DEFAULT_CALLS if args.calls is None else args.calls
+    calls = (host_layer.LAYER_CALLS if layer else host_cost.DEFAULT_CALLS) if args.calls is None else args.calls
     repeats = host_cost.DEFAULT_REPEATS if args.repeats is None else args.repeats
     host_cost.check_counts(calls, repeats)
-    result = host_cost.measure(shape, run_shape, calls, repeats)
+    if layer:
+        result = host_layer.measure_calls(shape, calls, repeats)
+    else:
+        result = host_cost.measure(shape, run_shape, calls, repeats)
     result["tune_cache"] = os.environ.get("PTXGEMM_TUNE_CACHE")
-    print(host_cost.format_report(result))
+    print(host_layer.format_layer_report(result) if layer else host_cost.format_report(result))
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1))
         print(f"wrote {args.json}")

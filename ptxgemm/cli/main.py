@@ -13,15 +13,17 @@ the dispatch to one module per command.
     python -m ptxgemm bench --in-dtype float8_e4m3fn|float8_e5m2 [--scaling tensor|row|block] [--quick] [...]
     python -m ptxgemm bench --epilogue bias-gelu|bias-relu|bias-silu [--in-dtype D [--scaling tensor|row]] [...]
     python -m ptxgemm bench --summarize FILE... [--summarize-out F.json]
-    python -m ptxgemm bench --host [--shape MxNxK] [--run-shape MxNxK] [--calls N] [--repeats R] [--json PATH]
+    python -m ptxgemm bench --host [ways|layer] [--shape MxNxK] [--run-shape MxNxK] [--calls N] [--repeats R]
+                            [--json PATH]
     python -m ptxgemm trace --m M --n N --k K [GEMM config options] --out DIR
     python -m ptxgemm mutants [--preset default --preset cluster | GEMM config options] [--list] [--json PATH]
     python -m ptxgemm fuzz [--cases N] [--seed S] [--out DIR] [--emulate] [--max-flops F] [--no-shrink]
     python -m ptxgemm swizzle-probe [--simulate] [--mode 128B|all] [--direction both] [--rows R] [--cols C] [--json]
     python -m ptxgemm bank-conflicts --op OP --addresses A0,A1,... | --pattern stmatrix-tile | --kernel [...]
     python -m ptxgemm bank-probe --list | --run | --measure [--only TEXT] [--results F.md] [--ncu PATH]
-    python -m ptxgemm model [--arch llama|mixtral|both] [--layers N] [--modes eager,compiled]
-                            [--phases prefill,train,decode] [--repeats R] [--out DIR] [--name RUN] [--quick]
+    python -m ptxgemm model [--arch llama|mixtral|qwen2-0.5b|qwen2-1.5b|both|all] [--sweep] [--layers N]
+                            [--modes eager,compiled] [--phases prefill,train,decode] [--repeats R]
+                            [--reference fp32|first|none] [--out DIR] [--name RUN] [--quick]
 
 No GPU needed: `dump` (renders the PTX, assembles it with ptxas, writes PTX, cubin, SASS and report.json, and says
 what M, N and K decide), `select` (the config select_config picks and the cost model's table), `info` (the

@@ -98,6 +98,7 @@ class CallPlan:
     layout: operands.MatmulPlan
     epilogue: epilogue.Epilogue
     config: GemmConfig | None
+    signature: tuple = ()   # what it was planned for, when planned on stand-ins (ptxgemm.gemm.signatures)
 
 
 def kernel_dtypes(a, b, swapped: bool) -> tuple[str, str | None]:

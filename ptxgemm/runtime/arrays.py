@@ -13,6 +13,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from . import interop, relayout
+from . import driver
 from .driver import check, cu, cu_stream, memory_pool, synchronize
 
 
@@ -28,6 +29,27 @@ def byte_span(shape, strides, itemsize: int) -> tuple[int, int]:
     low = sum((n - 1) * s for n, s in zip(shape, strides) if s < 0)
     high = sum((n - 1) * s for n, s in zip(shape, strides) if s > 0) + itemsize
     return low, high - low
+
+
+def upload_offset(arr: np.ndarray) -> int | None:
+    """Where DeviceArray.from_numpy puts `arr`'s element 0, in bytes from the start of its (aligned) allocation: 0
+    for a C- or Fortran-contiguous array, the distance from its lowest byte otherwise; None for an empty array
+    (no allocation: address 0). What a plan made before the upload needs of the address (ptxgemm.run)."""
+    if arr.size == 0:
+        return None
+    if arr.flags.c_contiguous or arr.flags.f_contiguous:
+        return 0
+    return -byte_span(arr.shape, arr.strides, arr.itemsize)[0]
+
+
+def upload_strides(arr: np.ndarray) -> tuple:
+    """The strides DeviceArray.from_numpy gives `arr`'s upload: a C- or Fortran-contiguous array comes back in that
+    order's own strides (which differ from numpy's on extent-1 axes, where numpy keeps whatever it had), any other
+    layout with numpy's strides."""
+    if arr.size and (arr.flags.c_contiguous or arr.flags.f_contiguous):
+        order = "C" if arr.flags.c_contiguous else "F"
+        return c_strides(arr.shape, arr.itemsize) if order == "C" else _f_strides(arr.shape, arr.itemsize)
+    return tuple(arr.strides)
 
 
 def _itemsize(dtype) -> int:
@@ -97,6 +119,18 @@ class DeviceArray:
                           f"(cuMemAllocFromPoolAsync)")
         out = cls(int(ptr), shape, dtype, strides, nbytes)
         out._stream, out._stream_handle = stream, handle
+        return out
+
+    @classmethod
+    def allocate(cls, shape: tuple, dtype: np.dtype, strides: tuple, nbytes: int, stream, handle) -> "DeviceArray":
+        """`empty` for a caller that has checked and derived everything once (a plan cache's entry: shape, dtype,
+        C-order strides, nbytes > 0, the stream and its CUstream handle): the allocation alone, on the hot path."""
+        err, ptr = cu.cuMemAllocFromPoolAsync(nbytes, driver._pool or memory_pool(), handle)
+        if err != cu.CUresult.CUDA_SUCCESS:
+            check((err,), f"allocating {nbytes} bytes for a {shape} {dtype} array (cuMemAllocFromPoolAsync)")
+        out = cls.__new__(cls)
+        out.ptr, out.shape, out.dtype, out.strides, out.nbytes = int(ptr), shape, dtype, strides, nbytes
+        out._owner, out.base, out._stream, out._stream_handle = True, None, stream, handle
         return out
 
     @classmethod

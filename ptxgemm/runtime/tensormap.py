@@ -7,6 +7,7 @@ contiguous by definition).
 """
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 
 import numpy as np
@@ -123,10 +124,17 @@ def validate(spec: TensorMapSpec) -> None:
 
 @dataclasses.dataclass
 class TensorMap:
-    """An encoded map. `cu_map` is passed to kernels by value (a `.param .align 64 .b8 name[128]`)."""
+    """An encoded map. `cu_map` is passed to kernels by value (a `.param .align 64 .b8 name[128]`); `host_ptr` is
+    the host address of its 128 bytes (not `ptr`: that names a device array's address, and driver.kernel_params
+    would pass the map as one). `spec.address` is the address it was encoded with; replace_address moves it."""
 
     spec: TensorMapSpec
     cu_map: object
+    host_ptr: int = 0
+
+    def __post_init__(self):
+        if not self.host_ptr:
+            self.host_ptr = int(self.cu_map.getPtr())
 
 
 def encode(spec: TensorMapSpec) -> TensorMap:
@@ -165,3 +173,45 @@ def encode_tiled(buffer, dims, strides, box, *, dtype=None, swizzle="128B", l2_p
     spec = TensorMapSpec(address, np.dtype(dtype), tuple(int(d) for d in dims), tuple(int(s) for s in strides),
                          tuple(int(b) for b in box), swizzle, l2_promotion, oob_fill)
     return encode(spec)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Moving an encoded map to new memory (a plan bound to a call's arrays): cuTensorMapReplaceAddress
+# --------------------------------------------------------------------------------------------------------------
+
+#: how replace_address reaches the driver: "ctypes" calls libcuda's cuTensorMapReplaceAddress directly (one foreign
+#: call, no argument objects), "bindings" through cuda.bindings (the same driver function behind a wrapper that
+#: builds Python objects per call). `python -m ptxgemm bench --host` times both, and encoding anew
+REPLACE_ROUTES = ("ctypes", "bindings")
+_libcuda_replace = None
+
+
+def _ctypes_replace():
+    """libcuda's cuTensorMapReplaceAddress as a ctypes function, or False where it cannot be found (the bindings'
+    route is then taken)."""
+    global _libcuda_replace
+    if _libcuda_replace is None:
+        try:
+            fn = ctypes.CDLL("libcuda.so.1").cuTensorMapReplaceAddress
+            fn.argtypes, fn.restype = [ctypes.c_void_p, ctypes.c_void_p], ctypes.c_int
+            _libcuda_replace = fn
+        except (OSError, AttributeError):
+            _libcuda_replace = False
+    return _libcuda_replace
+
+
+def replace_address(tmap: TensorMap, address: int, route: str = "ctypes") -> None:
+    """Point an encoded map at `address` (everything else -- dims, strides, box, swizzle -- kept), in place. The
+    address must keep the alignment the map was encoded with (a plan's key holds every address's class, so a
+    bound plan's always does). Kernel parameters are copied at launch, so rewriting a map after its launch was
+    enqueued (or captured into a CUDA graph) changes only later launches."""
+    fn = _ctypes_replace() if route == "ctypes" else False
+    if fn:
+        err = fn(tmap.host_ptr, address)
+        if err:
+            from cuda.bindings import driver as cu
+            check((cu.CUresult(err),), f"moving a tensor map to 0x{address:x} (cuTensorMapReplaceAddress)")
+        return
+    from cuda.bindings import driver as cu
+    check(cu.cuTensorMapReplaceAddress(tmap.cu_map, address),
+          f"moving a tensor map to 0x{address:x} (cuTensorMapReplaceAddress)")

@@ -15,9 +15,9 @@ if importlib.util.find_spec("torch") is None:   # the message is the point
 from .autograd import activation_derivative   # importing it registers the ops' gradients
 from .linear import Fp8Linear, Linear, replace_linear
 from .moe import experts_forward, use_in_transformers
-from .ops import clear_plan_cache, grouped_mm, mm, scaled_mm, use_config
+from .ops import clear_plan_cache, grouped_mm, mm, plan_stats, scaled_mm, use_config
 from .quant import dequantize_activations, dequantize_weight, quantize_activations, quantize_weight
 
 __all__ = ["mm", "scaled_mm", "grouped_mm", "Linear", "Fp8Linear", "replace_linear", "use_in_transformers",
            "experts_forward", "quantize_weight", "quantize_activations", "dequantize_weight",
-           "dequantize_activations", "clear_plan_cache", "use_config", "activation_derivative"]
+           "dequantize_activations", "clear_plan_cache", "plan_stats", "use_config", "activation_derivative"]

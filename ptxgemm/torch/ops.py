@@ -2,8 +2,10 @@
 implementation, so `torch.compile(fullgraph=True)` traces them as single nodes and CUDA graphs capture them.
 
 Each op allocates its result with torch (on the inputs' device, through torch's caching allocator), plans the call
-once per distinct (addresses, shapes, strides, dtypes, epilogue, stream) and launches on torch's current stream.
-Every argument rule is ptxgemm's own (ptxgemm.plan), checked before the launch: a ConfigError names the argument.
+once per signature (shapes, strides, dtypes, devices and address classes of the tensors, the epilogue's numbers,
+the stream: ptxgemm.plan.binding), never per address, and on every call binds the plan to the tensors' addresses and
+launches on torch's current stream: one dictionary lookup and a few microseconds of host time. Every argument rule
+is ptxgemm's own (ptxgemm.plan), checked when the plan is made: a ConfigError names the argument.
 
 CUDA graphs: a plan made while the stream is being captured takes its scratch memory from torch's allocator, so
 from the graph's private pool, and is not cached (its addresses are the graph's). As torch asks of every library,
@@ -16,17 +18,19 @@ import torch
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from ..errors import ConfigError, CudaError
-from ..gemm import GemmPlan, PlanCache, without_caller_arrays
+from ..gemm import GemmPlan, without_caller_arrays
 from ..grouped import GroupedPlan
 from ..kernel.config import GemmConfig
+from ..plan.cache import COUNTERS, PlanCache, now_ns
 from . import tensors
 
 Tensor = torch.Tensor
 
-#: plans kept per process: a model's step runs a few hundred distinct GEMMs (layers x projections x forward and
-#: backward), and a miss costs a plan (tens of microseconds of host time)
+#: plans kept per process: a model's step has a few dozen distinct signatures (projections x forward and backward;
+#: layers of one width share them), and a miss costs a plan (hundreds of microseconds of host time)
 PLAN_CACHE_SIZE = 1024
 _cache = PlanCache(PLAN_CACHE_SIZE)
+_plans = _cache.plans
 _captured = [0]   # plans made during a graph capture (never cached)
 
 #: configs pinned by `use_config` for the next calls (tests and tuning); None: the selection picks
@@ -39,25 +43,25 @@ def clear_plan_cache() -> None:
 
 
 def plan_stats() -> dict:
-    """{"made", "found", "captured"}: plans made (a cache miss), found (a hit), and made during a graph capture,
-    since the last clear_plan_cache (a model's steady state only finds)."""
+    """{"made", "found", "captured"}: the ops' plans made (a cache miss), found (a hit), and made during a graph
+    capture, since the last clear_plan_cache (a model's steady state only finds). ptxgemm.plan_stats() has the
+    process-wide counters, host time per call included."""
     return {**_cache.stats, "captured": _captured[0]}
 
 
-def _launch(key: tuple, make, stream: int) -> None:
-    """Launch the plan under `key` on `stream`, making it first if needed. While the stream is captured the plan
-    is made fresh and not kept (see the module's docstring)."""
-    if tensors.capturing():
-        try:
-            plan = make()
-        except CudaError as e:
-            raise CudaError(e.name, e.operation, "while the stream was being captured into a CUDA graph: run the op "
-                                                 "once before capturing it (it loads the kernel and its tables then)"
-                            ) from e
-        plan.launch(stream)
-        _captured[0] += 1
-        return
-    _cache.get(key, make).launch(stream)
+def _captured_launch(make, ptrs: tuple, stream: int) -> None:
+    """While the stream is captured into a CUDA graph: a plan made fresh and not kept (its scratch memory comes from
+    the graph's pool, which the graph keeps for its replays; a cached plan's could be freed under it)."""
+    try:
+        plan = make()
+    except CudaError as e:
+        raise CudaError(e.name, e.operation, "while the stream was being captured into a CUDA graph: run the op "
+                                             "once before capturing it (it loads the kernel and its tables then)"
+                        ) from e
+    plan.launch_at(ptrs, stream)
+    _captured[0] += 1
+    COUNTERS.plans_made += 1
+    COUNTERS.captured += 1
 
 
 def default_out_dtype(a: Tensor, out_dtype: torch.dtype | None) -> torch.dtype:
@@ -83,20 +87,68 @@ def mm_shape(a: Tensor, b: Tensor) -> tuple[int, ...]:
     return (*batch, a.shape[-2], b.shape[-1])
 
 
-def _dense(a, b, out, *, c=None, beta=0.0, alpha=1.0, bias=None, activation=None, scale_a=None, scale_b=None,
-           config=None) -> None:
-    stream = tensors.current_stream(a.device)
-    key = ("mm", tensors.key(a), tensors.key(b), tensors.key(out), tensors.key(c), beta, alpha, tensors.key(bias),
-           activation, tensors.key(scale_a), tensors.key(scale_b), config, stream)
+def _dense(a, b, *, c=None, beta=0.0, alpha=1.0, bias=None, activation=None, scale_a=None, scale_b=None,
+           out_dtype=None, config=None, also=None) -> Tensor:
+    """The result of one dense call: found by signature (one dictionary lookup), allocated, bound and launched; on
+    a new signature every rule is checked and the plan made (and kept under `also` too: _linear's key)."""
+    start = now_ns()
+    sig = tensors.signature
+    dev = a.get_device()
+    stream = tensors.raw_stream(dev) if dev >= 0 else 0
+    # the signatures of the arguments given (None for those not: no call for them on the per-call path)
+    key = (sig(a), sig(b), None if c is None else sig(c), None if bias is None else sig(bias),
+           None if scale_a is None else sig(scale_a), None if scale_b is None else sig(scale_b), activation, alpha,
+           beta, out_dtype, config, stream)
+    entry = _plans.get(key)
+    capturing = tensors.capturing()
+    if entry is None or capturing:
+        for t, name in ((a, "a"), (b, "b"), (c, "c"), (bias, "bias"), (scale_a, "scale_a"), (scale_b, "scale_b")):
+            if t is not None:
+                tensors.check_cuda(t, name)
+        shape, dtype, device = mm_shape(a, b), default_out_dtype(a, out_dtype), a.device
+    else:
+        _, shape, dtype, device = _cache.found(entry)
+    out = torch.empty(shape, dtype=dtype, device=device)
+    ptrs = (a.data_ptr(), b.data_ptr(), out.data_ptr(), 0 if c is None else c.data_ptr(),
+            0 if bias is None else bias.data_ptr(), 0 if scale_a is None else scale_a.data_ptr(),
+            0 if scale_b is None else scale_b.data_ptr())
 
     def make():
-        return without_caller_arrays(GemmPlan(tensors.view(a, "a"), tensors.view(b, "b"), tensors.view(out, "out"), config,
-                                       c=tensors.view(c, "c"), alpha=alpha, beta=beta,
-                                       bias=tensors.view(bias, "bias"), activation=activation,
-                                       scale_a=tensors.view(scale_a, "scale_a"),
-                                       scale_b=tensors.view(scale_b, "scale_b"), stream=stream,
-                                       scratch=tensors.scratch(a.device)))
-    _launch(key, make, stream)
+        v = tensors.view
+        return GemmPlan(v(a, "a"), v(b, "b"), v(out, "out"), config, c=v(c, "c"), alpha=alpha, beta=beta,
+                        bias=v(bias, "bias"), activation=activation, scale_a=v(scale_a, "scale_a"),
+                        scale_b=v(scale_b, "scale_b"), stream=stream, scratch=tensors.scratch(a.device))
+
+    if capturing:
+        _captured_launch(make, ptrs, stream)
+    else:
+        if entry is None:
+            entry = _cache.add(key, (without_caller_arrays(make()), shape, dtype, device))
+        if also is not None:
+            _plans[also] = entry
+        entry[0].launch_at(ptrs, stream)
+    COUNTERS.call(start)
+    return out
+
+
+def _linear(x2: Tensor, w: Tensor, bias: Tensor | None) -> Tensor:
+    """x2 @ w^T + bias in eager inference: _dense's plan, keyed by the weight itself, so the per-call path makes no
+    transposed view (w^T's address is w's)."""
+    start = now_ns()
+    sig = tensors.signature
+    dev = x2.get_device()
+    stream = tensors.raw_stream(dev) if dev >= 0 else 0
+    config = _pinned["mm"]
+    key = ("linear", sig(x2), sig(w), None if bias is None else sig(bias), config, stream)
+    entry = _plans.get(key)
+    if entry is None or tensors.capturing():   # checked, planned or captured as the op's call is
+        return _dense(x2, w.t(), bias=bias, config=config, also=None if entry is not None else key)
+    _, shape, dtype, device = _cache.found(entry)
+    out = torch.empty(shape, dtype=dtype, device=device)
+    entry[0].launch_at((x2.data_ptr(), w.data_ptr(), out.data_ptr(), 0, 0 if bias is None else bias.data_ptr(), 0,
+                        0), stream)
+    COUNTERS.call(start)
+    return out
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -106,11 +158,8 @@ def _dense(a, b, out, *, c=None, beta=0.0, alpha=1.0, bias=None, activation=None
 def mm_impl(a: Tensor, b: Tensor, bias: Tensor | None = None, activation: str | None = None, alpha: float = 1.0,
             c: Tensor | None = None, beta: float = 0.0, out_dtype: torch.dtype | None = None) -> Tensor:
     """ptxgemm::mm's implementation: the result allocated, the plan found (or made) and launched."""
-    for t, name in ((a, "a"), (b, "b")):
-        tensors.check_cuda(t, name)
-    out = torch.empty(mm_shape(a, b), dtype=default_out_dtype(a, out_dtype), device=a.device)
-    _dense(a, b, out, c=c, beta=beta, alpha=alpha, bias=bias, activation=activation, config=_pinned["mm"])
-    return out
+    return _dense(a, b, c=c, beta=beta, alpha=alpha, bias=bias, activation=activation, out_dtype=out_dtype,
+                  config=_pinned["mm"])
 
 
 @torch.library.custom_op("ptxgemm::mm", mutates_args=())
@@ -124,26 +173,54 @@ def mm(a: Tensor, b: Tensor, bias: Optional[Tensor] = None, activation: Optional
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
 
 
-def eager_ok(*args) -> bool:
-    """Whether a call may skip the custom-op dispatcher (about 15-20 us of Python per call) and run the
-    implementation directly: plain tensors (no fake, functional or other subclass: nothing is tracing), no mode
-    intercepting dispatch, not under torch.compile, and no gradient to record. Anything else takes the op, which
-    does all of that properly."""
+def plain_eager(*args) -> bool:
+    """Plain tensors (no fake, functional or other subclass: nothing is tracing), no mode intercepting dispatch,
+    not under torch.compile: an eager call that may take a shorter path than the custom-op dispatcher."""
     if torch.compiler.is_compiling() or _get_current_dispatch_mode() is not None:
         return False
-    grad = torch.is_grad_enabled()
-    for t in args:
-        if t is None:
-            continue
-        if type(t) not in _PLAIN or (grad and t.requires_grad):
-            return False
-    return True
+    return all(t is None or type(t) in _PLAIN for t in args)
+
+
+def eager_ok(*args) -> bool:
+    """Whether a call may skip the custom-op dispatcher (about 15-20 us of Python per call) and run the
+    implementation directly: plain_eager, and no gradient to record. Anything else takes the op, which does all of
+    that properly."""
+    if not plain_eager(*args):
+        return False
+    return not torch.is_grad_enabled() or not any(t is not None and t.requires_grad for t in args)
+
+
+class _LinearFunction(torch.autograd.Function):
+    """y = x2 @ w^T + bias with its gradients, for the drop-in layers' eager training: the same ptxgemm GEMMs and
+    formulas as ptxgemm::mm's registered backward (ptxgemm.torch.autograd), without the custom-op dispatcher's
+    Python on the forward and on each gradient GEMM. Traced code (torch.compile, make_fx) takes the op instead."""
+
+    @staticmethod
+    def forward(ctx, x2, w, bias):
+        ctx.save_for_backward(x2, w, bias)
+        return _linear(x2, w, bias)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad):
+        from .autograd import _bias_grad, _check_differentiable   # autograd imports this module: at call time
+
+        x2, w, bias = ctx.saved_tensors
+        _check_differentiable(x2, "ptxgemm.torch.Linear")
+        need = ctx.needs_input_grad
+        grad_x = _dense(grad, w, config=_pinned["mm"]) if need[0] else None           # dX = dY @ W
+        grad_w = _dense(grad.t(), x2, config=_pinned["mm"]) if need[1] else None      # dW = dY^T @ X, W's layout
+        grad_b = _bias_grad(grad, bias) if bias is not None and need[2] else None
+        return grad_x, grad_w, grad_b
 
 
 def linear_mm(x2: Tensor, w: Tensor, bias: Tensor | None) -> Tensor:
-    """x2 @ w^T + bias for the drop-in layers: the implementation directly where eager_ok, else the op."""
+    """x2 @ w^T + bias for the drop-in layers: the implementation directly where eager_ok (inference), through
+    _LinearFunction in plain eager training, else (traced) the op."""
     if eager_ok(x2, w, bias):
-        return mm_impl(x2, w.t(), bias)
+        return _linear(x2, w, bias)
+    if plain_eager(x2, w, bias):
+        return _LinearFunction.apply(x2, w, bias)
     return mm(x2, w.t(), bias=bias)
 
 
@@ -170,13 +247,9 @@ def scaled_mm(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor, bias: Opti
 def scaled_mm_impl(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor, bias: Tensor | None = None,
                    activation: str | None = None, alpha: float = 1.0, out_dtype: torch.dtype | None = None) -> Tensor:
     """ptxgemm::scaled_mm's implementation."""
-    for t, name in ((a, "a"), (b, "b"), (scale_a, "scale_a"), (scale_b, "scale_b")):
-        tensors.check_cuda(t, name)
     _check_fp8(a, b)
-    out = torch.empty(mm_shape(a, b), dtype=default_out_dtype(a, out_dtype), device=a.device)
-    _dense(a, b, out, alpha=alpha, bias=bias, activation=activation, scale_a=scale_a, scale_b=scale_b,
-           config=_pinned["mm"])
-    return out
+    return _dense(a, b, alpha=alpha, bias=bias, activation=activation, scale_a=scale_a, scale_b=scale_b,
+                  out_dtype=out_dtype, config=_pinned["mm"])
 
 
 def _check_fp8(a: Tensor, b: Tensor) -> None:
@@ -237,25 +310,42 @@ def grouped_mm(a: Tensor, b: Tensor, offs: Optional[Tensor] = None, masked_m: Op
 def grouped_mm_impl(a: Tensor, b: Tensor, offs: Tensor | None = None, masked_m: Tensor | None = None,
                     scale_a: Tensor | None = None, scale_b: Tensor | None = None, bias: Tensor | None = None,
                     activation: str | None = None, alpha: float = 1.0, out_dtype: torch.dtype | None = None) -> Tensor:
-    """ptxgemm::grouped_mm's implementation."""
-    for t, name in ((a, "a"), (b, "b"), (offs, "offs"), (masked_m, "masked_m")):
-        if t is not None:
-            tensors.check_cuda(t, name)
-    out = torch.empty(grouped_shape(a, b, offs, masked_m), dtype=default_out_dtype(a, out_dtype), device=a.device)
-    stream = tensors.current_stream(a.device)
+    """ptxgemm::grouped_mm's implementation: as _dense, by signature."""
+    start = now_ns()
+    sig = tensors.signature
+    dev = a.get_device()
+    stream = tensors.raw_stream(dev) if dev >= 0 else 0
     config = _pinned["grouped_mm"]
-    key = ("grouped", tensors.key(a), tensors.key(b), tensors.key(out), tensors.key(offs), tensors.key(masked_m),
-           tensors.key(scale_a), tensors.key(scale_b), tensors.key(bias), activation, alpha, config, stream)
+    key = ("grouped", sig(a), sig(b), sig(offs), sig(masked_m), sig(scale_a), sig(scale_b), sig(bias), activation,
+           alpha, out_dtype, config, stream)
+    entry = _plans.get(key)
+    capturing = tensors.capturing()
+    if entry is None or capturing:
+        for t, name in ((a, "a"), (b, "b"), (offs, "offs"), (masked_m, "masked_m")):
+            if t is not None:
+                tensors.check_cuda(t, name)
+        shape, dtype, device = grouped_shape(a, b, offs, masked_m), default_out_dtype(a, out_dtype), a.device
+    else:
+        _, shape, dtype, device = _cache.found(entry)
+    out = torch.empty(shape, dtype=dtype, device=device)
+    ad = tensors.address
+    ptrs = (a.data_ptr(), b.data_ptr(), out.data_ptr(), ad(masked_m if offs is None else offs), ad(scale_a),
+            ad(scale_b), ad(bias))
 
     def make():
-        return without_caller_arrays(GroupedPlan(tensors.view(a, "a"), tensors.view(b, "b"),
-                                          offs=tensors.view(offs, "offs"), masked_m=tensors.view(masked_m, "masked_m"),
-                                          out=tensors.view(out, "out"), alpha=alpha,
-                                          scale_a=tensors.view(scale_a, "scale_a"),
-                                          scale_b=tensors.view(scale_b, "scale_b"), bias=tensors.view(bias, "bias"),
-                                          activation=activation, config=config, stream=stream,
-                                          scratch=tensors.scratch(a.device)))
-    _launch(key, make, stream)
+        v = tensors.view
+        return GroupedPlan(v(a, "a"), v(b, "b"), offs=v(offs, "offs"), masked_m=v(masked_m, "masked_m"),
+                           out=v(out, "out"), alpha=alpha, scale_a=v(scale_a, "scale_a"), scale_b=v(scale_b, "scale_b"),
+                           bias=v(bias, "bias"), activation=activation, config=config, stream=stream,
+                           scratch=tensors.scratch(a.device))
+
+    if capturing:
+        _captured_launch(make, ptrs, stream)
+    else:
+        if entry is None:
+            entry = _cache.add(key, (without_caller_arrays(make()), shape, dtype, device))
+        entry[0].launch_at(ptrs, stream)
+    COUNTERS.call(start)
     return out
 
 
