@@ -198,3 +198,44 @@ def test_run_plans_numpy_scalars_and_extent_one_strides_as_uploaded():
     assert planned.signature[4][1] == (300, 4) and planned.signature[5] == ("number", 2.0)
     assert gemm._epilogue_arg(np.float32(2.0), "scale_a", None) == 2.0
 
+
+
+@pytest.mark.parametrize("form", ["contiguous", "masked", "k"])
+def test_a_grouped_plan_made_on_symbolic_addresses_rebases_to_the_real_one(form):
+    """grouped.plan_launch on stand-ins at symbolic addresses, rebased, gives the tensor maps and scalar arguments
+    (counts and C pointers among them) of the same call planned at the real addresses."""
+    g, k, n, m = 4, 256, 192, 96
+    rng = np.random.default_rng(7)
+
+    def at(shape, strides, dtype, role):
+        return StandIn(shape, strides, dtype, (int(rng.integers(1 << 32, 1 << 40)) << 8) + 16 * role)
+
+    if form == "contiguous":
+        real = {"a": at((400, k), (2 * k, 2), BF16, 0), "b": at((g, k, n), (2 * k * n, 2 * n, 2), BF16, 1),
+                "out": at((400, n), (2 * n, 2), BF16, 2)}
+    elif form == "masked":
+        real = {"a": at((g, m, k), (2 * m * k, 2 * k, 2), BF16, 0), "b": at((g, k, n), (2 * k * n, 2 * n, 2), BF16, 1),
+                "out": at((g, m, n), (2 * m * n, 2 * n, 2), BF16, 2)}
+    else:   # k-grouped: a (M, total_K) with M contiguous, b (total_K, N)
+        real = {"a": at((m, 512), (2, 2 * m), BF16, 0), "b": at((512, n), (2 * n, 2), BF16, 1),
+                "out": at((g, m, n), (2 * m * n, 2 * n, 2), BF16, 2)}
+    real["counts"] = at((g,), (4,), np.int32, 3)
+    real.update(scale_a=None, scale_b=None, bias=None)
+    sym = binding.stand_ins(real, grouped.ROLES, lambda name, x: x is not None)
+
+    def plan(args):
+        form_arg = "masked_m" if form == "masked" else "offs"
+        return grouped.plan_launch(args["a"], args["b"], **{form_arg: args["counts"]}, out=args["out"],
+                                   convert=lambda x, name: x, upload=None, allocate=None, sm_count=lambda: 132,
+                                   spill_check=_no_spills)
+
+    s_plan, r_plan = plan(sym), plan(real)
+    bases = {i: int(real[name].ptr) for i, name in enumerate(grouped.ROLES) if real.get(name) is not None}
+    assert s_plan.config == r_plan.config
+    for name, s_spec in s_plan.specs.items():
+        r_spec = r_plan.specs[name]
+        assert _rebased(s_spec.address, bases) == r_spec.address, name
+        assert (s_spec.dims, s_spec.strides, s_spec.box) == (r_spec.dims, r_spec.strides, r_spec.box), name
+    s_args, r_args = s_plan.scalars(), r_plan.scalars()
+    assert [_rebased(v.value, bases) if isinstance(v, ctypes.c_uint64) else v.value for v in s_args] == \
+        [v.value for v in r_args]
