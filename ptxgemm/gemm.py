@@ -177,12 +177,16 @@ ROLES = ("a", "b", "out", "c", "bias", "scale_a", "scale_b")
 EPILOGUE_ARGS = ROLES[3:]
 
 
+def stays_on_host(name: str, x) -> bool:
+    """Whether epilogue argument `name` is held by a plan as a value rather than bound as memory: None, a number
+    (numpy's scalar types included) and a host per-tensor scale (folded into alpha). Anything else is an array."""
+    return x is None or isinstance(x, numbers.Number) or (isinstance(x, np.ndarray) and not uploaded(name, x))
+
+
 def _epilogue_arg(x, name: str, stream):
-    """An epilogue argument as a plan takes it: None, a number and a host per-tensor scale (folded into alpha by
-    value) stay as they are; anything else is a device array, read in place."""
-    if x is None or isinstance(x, numbers.Number) or (isinstance(x, np.ndarray) and not uploaded(name, x)):
-        return x
-    return as_device_array(x, name, stream)
+    """An epilogue argument as a plan takes it: a value as it is (stays_on_host), else a device array read in
+    place."""
+    return x if stays_on_host(name, x) else as_device_array(x, name, stream)
 
 
 def _is_array(name: str, x) -> bool:

@@ -1,11 +1,12 @@
 """The plan emulator: ptxgemm's calls carried out on host memory, numpy standing in for the GPU.
 
-Everything a call decides before the GPU is decided by the library's own code, on host addresses: the argument
-checks (gemm.check_run, epilogue.parse), the whole plan (plan_call: layout, swap, fold, staging, K = 0, the
-selected config with the kernel's dtypes, the epilogue in the kernel's frame), the staging copies
-(operands.bind), the tensor maps (gemm.tensor_map_specs, which validate every driver rule), the schedule and the
-kernel's epilogue parameters (Epilogue.kernel_params). Only what the GPU does is emulated, each as its own
-definition says:
+Everything a call decides before the GPU is decided by the library's own code: the argument checks (gemm.plan_run,
+epilogue.parse), the whole plan, made as the library makes it on symbolic addresses (gemm.plan_symbolic: layout,
+swap, fold, staging, K = 0, the selected config with the kernel's dtypes, the epilogue in the kernel's frame), the
+staging copies (operands.bind), the tensor maps (gemm.tensor_map_specs, which validate every driver rule), the
+schedule and the kernel's epilogue parameters (Epilogue.kernel_params); then bound to the host addresses by
+rebasing every address the plan computed, as a GPU plan's address slots are written (ptxgemm.plan.binding). Only
+what the GPU does is emulated, each as its own definition says:
 
 - an upload (run): DeviceArray.from_numpy's copy of an operand's span into a fresh buffer, strides kept;
 - a strided copy (ptxgemm.runtime.relayout): element by element between two byte-strided layouts; source address 0 is zeros;
@@ -35,8 +36,8 @@ from ..accuracy import DTYPES, activation64
 from ..errors import ConfigError
 from ..kernel import schedule
 from ..kernel.config import SCALE_BLOCK, default_out_dtype
-from ..plan import operands
-from ..plan.call import parse_epilogue, plan_call
+from ..plan import binding, operands
+from ..plan.call import parse_epilogue
 from ..plan.checks import check_config, check_dtypes, check_out_dtype, result_shape
 from ..runtime.arrays import byte_span, c_strides
 from ..select.model import DEFAULT_DEVICE
@@ -159,13 +160,13 @@ def _no_spills(config) -> bool:
 def run(a, b, c=None, *, alpha=1.0, beta=0.0, bias=None, activation=None, scale_a=None, scale_b=None,
         out_dtype=None, config=None, device=DEFAULT_DEVICE) -> np.ndarray:
     """ptxgemm.run, emulated: the same checks, uploads, plan and result."""
-    args, od, shape, planned = gemm.check_run(a, b, c, alpha=alpha, beta=beta, bias=bias, activation=activation,
-                                              scale_a=scale_a, scale_b=scale_b, out_dtype=out_dtype, config=config,
-                                              device=device, spill_check=_no_spills)
+    args, od, shape, planned = gemm.plan_run(a, b, c, alpha=alpha, beta=beta, bias=bias, activation=activation,
+                                             scale_a=scale_a, scale_b=scale_b, out_dtype=out_dtype, config=config,
+                                             device=device, spill_check=_no_spills)
     da, db = upload(a), upload(b)
     args = {name: upload(x) if gemm.uploaded(name, x) else x for name, x in args.items()}
     out = HostArray.empty(shape, od)
-    GemmPlan(da, db, out, planned, device=device, **args).launch()
+    GemmPlan(da, db, out, planned.config, planned=planned, device=device, **args).launch()
     return out.numpy().copy()
 
 
@@ -178,49 +179,71 @@ def matmul(a, b, out=None, *, c=None, alpha=1.0, beta=0.0, bias=None, activation
     od = None if out_dtype is None else check_out_dtype(out_dtype)
     plain = (c is None and bias is None and activation is None and scale_a is None and scale_b is None
              and alpha == 1.0 and beta == 0.0)
-    fused = None if plain else parse_epilogue(a, b, _as_host, c=c, alpha=alpha, beta=beta, bias=bias,
-                                                    activation=activation, scale_a=scale_a, scale_b=scale_b)
+    if not plain:   # the epilogue's rules before anything is allocated, as matmul checks them
+        parse_epilogue(a, b, _as_host, c=c, alpha=alpha, beta=beta, bias=bias, activation=activation,
+                       scale_a=scale_a, scale_b=scale_b)
     if out is None:
         result = HostArray.empty(result_shape(a, b), od or default_out_dtype(in_dtype))
     else:
         result = _as_host(out, "out")
         if od is not None and od != result.dtype.name:
             raise ConfigError(f"out_dtype: {od} contradicts out.dtype {result.dtype.name}")
-    GemmPlan(a, b, result, config, fused=fused, device=device).launch()
+    GemmPlan(a, b, result, config, c=c, alpha=alpha, beta=beta, bias=bias, activation=activation, scale_a=scale_a,
+             scale_b=scale_b, device=device).launch()
     return out if out is not None else result.numpy().copy()
 
 
 class GemmPlan:
-    """ptxgemm.GemmPlan, emulated: planned by plan_call, every map validated, `launch()` carries it out."""
+    """ptxgemm.GemmPlan, emulated: planned as the library plans, on symbolic addresses (gemm.plan_symbolic), and
+    bound to the arrays' host addresses by rebasing every address the plan computed (tensor maps, staging copies,
+    the epilogue's pointers), the binding a GPU plan's address slots do; every map validated; `launch()` carries it
+    out. An address left symbolic lies outside every allocation, and Memory refuses it."""
 
     def __init__(self, a, b, out, config=None, *, c=None, alpha=1.0, beta=0.0, bias=None, activation=None,
-                 scale_a=None, scale_b=None, ctas=None, fused=None, device=DEFAULT_DEVICE):
+                 scale_a=None, scale_b=None, ctas=None, planned=None, device=DEFAULT_DEVICE):
         check_config(config)
         a, b, out = _as_host(a, "a"), _as_host(b, "b"), _as_host(out, "out")
         check_dtypes(a, b)
         check_out_dtype(out.dtype, "out")
-        if fused is None:
-            fused = parse_epilogue(a, b, _as_host, c=c, alpha=alpha, beta=beta, bias=bias,
-                                         activation=activation, scale_a=scale_a, scale_b=scale_b)
-        self.planned = planned = plan_call(a, b, out, config, fused, device=device, ctas=ctas,
-                                                spill_check=_no_spills)
+        args = {"a": a, "b": b, "out": out}
+        for name, x in (("c", c), ("bias", bias), ("scale_a", scale_a), ("scale_b", scale_b)):
+            args[name] = x if gemm.stays_on_host(name, x) else _as_host(x, name)
+        if planned is None:
+            planned = gemm.plan_symbolic(args, config, alpha=alpha, beta=beta, activation=activation, device=device,
+                                         ctas=ctas, spill_check=_no_spills)
+        elif planned.signature and planned.signature != gemm.signatures(args):
+            raise ConfigError(f"planned: made for arguments {planned.signature}, given {gemm.signatures(args)}")
+        self.planned = planned
+        ptrs = gemm.addresses(args)
+
+        def rebased(value: int) -> int:
+            place = binding.decode(value)
+            return value if place is None else binding.base(ptrs[place[0]]) + place[1]
+
+        def rebased_copy(copy: operands.Copy) -> operands.Copy:
+            return dataclasses.replace(copy, dst_ptr=rebased(copy.dst_ptr), src_ptr=rebased(copy.src_ptr))
+
         self.layout, self.config, self.epilogue = planned.layout, planned.config, planned.epilogue
         self.buffers = {}
-        arrays = [a, b, out] + [getattr(fused, f.name) for f in dataclasses.fields(fused)]
+        arrays = [x for x in args.values() if isinstance(x, HostArray)]
         if self.config is None:
-            self.bound, self.copies_in, self.copies_out = None, [], list(self.layout.fill)
+            self.bound, self.copies_in = None, []
+            self.copies_out = [rebased_copy(copy) for copy in self.layout.fill]
             self.memory = Memory(arrays)
             return
         for op in self.layout.operands:   # staging buffers: fresh allocations, poisoned
             if op.staged:
                 self.buffers[op.name] = HostArray.empty((op.staging.nbytes,), np.uint8)
-        self.bound, self.copies_in, self.copies_out = operands.bind(
+        self.bound, copies_in, copies_out = operands.bind(
             self.layout, {name: buf.ptr for name, buf in self.buffers.items()})
+        self.copies_in, self.copies_out = [rebased_copy(c) for c in copies_in], [rebased_copy(c) for c in copies_out]
         self.memory = Memory(arrays + list(self.buffers.values()))
-        self.maps = gemm.tensor_map_specs(self.bound, self.config)
+        self.maps = {name: dataclasses.replace(spec, address=rebased(spec.address))
+                     for name, spec in gemm.tensor_map_specs(self.bound, self.config).items()}
         lay = self.bound
         self.schedule = schedule.plan_for(self.config, lay.m, lay.n, lay.k, device.sm_count, ctas, lay.batches)
-        self.params = self.epilogue.kernel_params(lay.swapped, lay.k)
+        self.params = [(name, type(value)(rebased(value.value)) if isinstance(value, ctypes.c_uint64) else value)
+                       for name, value in self.epilogue.kernel_params(lay.swapped, lay.k)]
 
     def launch(self):
         for copy in self.copies_in:
