@@ -212,13 +212,12 @@ def signatures(args: dict) -> tuple:
 
 def _array_signature(x) -> tuple:
     """binding.signature of a DeviceArray, on matmul's per-call path (its fields are already tuples and a dtype)."""
-    p, shape = x.ptr, x.shape
-    return (shape, x.strides if 0 not in shape else None, x.dtype.name, p % binding.ADDRESS_CLASS if p else -1)
+    return binding.array_signature(x.shape, x.strides, x.dtype.name, x.ptr)
 
 
 def addresses(args: dict) -> tuple:
     """Each role's device address (0 for a number or nothing), in ROLES order: what a bound plan is bound to."""
-    return tuple(int(x.ptr) if _is_array(name, x) else 0 for name, x in ((n, args.get(n)) for n in ROLES))
+    return tuple(int(args[n].ptr) if _is_array(n, args.get(n)) else 0 for n in ROLES)
 
 
 class GemmPlan:
@@ -255,15 +254,13 @@ class GemmPlan:
         args = {"a": a, "b": b, "out": out}
         args.update((name, _epilogue_arg(x, name, stream)) for name, x in
                     (("c", c), ("bias", bias), ("scale_a", scale_a), ("scale_b", scale_b)))
-        self.numbers = (float(alpha) if isinstance(alpha, (int, float)) else alpha,
-                        float(beta) if isinstance(beta, (int, float)) else beta, activation)
         self.signature = signatures(args)
         self.config = self.kernel = self.schedule = self._launch = None
         self.buffers = {}
         self.records = self.trace_buffer = self.workspace = self.flags = None
         self._steps: list = []  # what launch() enqueues, in order, each a driver.PreparedLaunch
         self._slots = patch.AddressSlots()
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()   # a bind and the launch that reads it, together
         # the GPU is asked for only when there is a kernel to pick: before loading, a clear error on a non-Hopper GPU
         if planned is None:
             planned = plan_symbolic(args, config, alpha=alpha, beta=beta, activation=activation,
@@ -273,9 +270,7 @@ class GemmPlan:
         self.planned = planned
         self.layout = lay = planned.layout
         self.epilogue, cfg = planned.epilogue, planned.config
-        ptrs = addresses(args)
-        for name, p in zip(ROLES, ptrs):
-            binding.check_real(name, p)
+        ptrs = binding.check_real(ROLES, addresses(args))
         if cfg is None:  # nothing to multiply: an empty result, or zeros (K = 0)
             self._steps = _copy_launches(lay.fill)
         else:
@@ -293,8 +288,7 @@ class GemmPlan:
             self._encode(bound, cfg, info, ctas, stream, ptrs)
             self._steps = _copy_launches(copies_in) + [self._launch] + _copy_launches(copies_out)
         self._slots.collect(self._steps, binding.decode)
-        self._bound = None
-        self._write(ptrs)
+        self._slots.bind(ptrs)
         self.a, self.b, self.out = a, b, out
 
     # the problem the kernel runs (after any swap or fold): the layout's
@@ -379,12 +373,6 @@ class GemmPlan:
     def flops(self) -> int:
         return 2 * self.batches * self.m * self.n * self.k
 
-    def _write(self, ptrs: tuple) -> None:
-        """Point every address slot at the arrays at `ptrs` (ROLES order), whose signatures are the plan's."""
-        if ptrs != self._bound:
-            self._slots.write(ptrs, self._bound)
-            self._bound = ptrs
-
     def bind(self, a, b, out, *, c=None, bias=None, scale_a=None, scale_b=None, stream=None) -> "GemmPlan":
         """Point the plan at other arrays of the same signature (shapes, byte strides, dtypes, address classes):
         the next `launch()` reads and writes them. ConfigError names an argument whose signature differs (that
@@ -397,11 +385,9 @@ class GemmPlan:
             if want != got:
                 raise ConfigError(f"{name}: this plan was made for {_describe(want)}, got {_describe(got)}; "
                                   f"make a plan for it (or call ptxgemm.matmul, which keeps one per signature)")
-        ptrs = addresses(args)
-        for name, p in zip(ROLES, ptrs):
-            binding.check_real(name, p)
+        ptrs = binding.check_real(ROLES, addresses(args))
         with self._lock:
-            self._write(ptrs)
+            self._slots.bind(ptrs)
         self.a, self.b, self.out = args["a"], args["b"], args["out"]
         return self
 
@@ -409,9 +395,7 @@ class GemmPlan:
         """Bind to the arrays at `ptrs` (ROLES order; the caller has checked that their signatures are the plan's,
         as a plan cache's key does) and launch: the per-call path of matmul and the torch ops."""
         with self._lock:   # binding and enqueueing together: another thread's binding cannot come between
-            if ptrs != self._bound:
-                self._slots.write(ptrs, self._bound)
-                self._bound = ptrs
+            self._slots.bind(ptrs)
             for step in self._steps:
                 step(stream)
         if self.records is not None:
@@ -444,9 +428,8 @@ def encode_bound(specs: dict, ptrs: tuple, slots: patch.AddressSlots) -> dict:
         if place is None:
             maps[name] = tensormap.encode(spec)
             continue
-        role, delta = place
-        maps[name] = tensormap.encode(dataclasses.replace(spec, address=binding.base(ptrs[role]) + delta))
-        slots.add_map(maps[name], role, delta)
+        maps[name] = tensormap.encode(dataclasses.replace(spec, address=binding.rebase(spec.address, ptrs)))
+        slots.add_map(maps[name], *place)
     return maps
 
 
@@ -526,14 +509,10 @@ def matmul(a, b, out=None, *, c=None, alpha=1.0, beta=0.0, bias=None, activation
     sig = signatures(args)
     key = (sig if out is not None else sig[:2] + (("new", out_dtype),) + sig[3:], alpha, beta, activation, config,
            stream_key(stream))
-    entry = _plans.get(key)
-    if entry is None:   # a new signature: every rule checked, the plan made (out allocated when not given)
-        entry = _matmul_plan(args, out_dtype, alpha, beta, activation, config, stream)
-        _cache.add(key, entry)
-    else:
-        _cache.found(entry)
-        if out is None:
-            args["out"] = entry.allocate()
+    # a new signature: every rule checked and the plan made, `out` allocated there when not given
+    entry = _cache.get(key, lambda: _matmul_plan(args, out_dtype, alpha, beta, activation, config, stream))
+    if args["out"] is None:
+        args["out"] = entry.allocate()
     entry.plan.launch_at(addresses(args), stream)
     COUNTERS.call(start)
     return args["out"]
@@ -619,7 +598,7 @@ def run(a, b, c=None, *, alpha=1.0, beta=0.0, bias=None, activation=None, scale_
     args = {name: arrays.DeviceArray.from_numpy(x) if uploaded(name, x) else x for name, x in args.items()}
     out = arrays.DeviceArray.empty(shape, np.dtype(od))
     COUNTERS.plans_made += 1
-    GemmPlan(da, db, out, planned.config, planned=planned, **args).launch()
+    GemmPlan(da, db, out, planned=planned, **args).launch()
     result = out.to_numpy()
     COUNTERS.call(start)
     return result

@@ -19,9 +19,8 @@ import numpy as np
 
 from .errors import ConfigError, CudaError
 from .build.kernels import spills
-from .gemm import (LOAD_L2_PROMOTION, MN_PANEL, encode_bound, fix_up_buffers, get_kernel, own_scratch, stream_key,
-                   without_caller_arrays)
-from . import gemm
+from .gemm import (LOAD_L2_PROMOTION, MN_PANEL, cached_plan, encode_bound, fix_up_buffers, get_kernel, own_scratch,
+                   stream_key, uploaded, without_caller_arrays)
 from .kernel.config import GemmConfig
 from .plan import binding, grouped, grouped_call
 from .plan.cache import COUNTERS, now_ns
@@ -145,9 +144,7 @@ class GroupedPlan:
                         ("scale_b", scale_b), ("bias", bias)):
             real[name] = x if _host_or_number(x) else as_device_array(x, name, stream)
         self.signature = signatures(real)
-        ptrs = addresses(real)
-        for name, p in zip(ROLES, ptrs):
-            binding.check_real(name, p)
+        ptrs = binding.check_real(ROLES, addresses(real))
         # planned on symbolic stand-ins (ptxgemm.plan.binding): every address the plan computes is a role's base plus
         # an offset, rewritten per call by `bind` / `launch_at`
         s = binding.stand_ins(real, ROLES, lambda name, x: not _host_or_number(x))
@@ -167,7 +164,7 @@ class GroupedPlan:
         self.out = real["out"] if real["out"] is not None else plan.out   # a result allocated here when none given
         self.config = cfg = plan.config
         self.records = self._launch = self.workspace = self.flags = self.sk_fixup = None
-        self._slots, self._bound, self._lock = patch.AddressSlots(), None, threading.Lock()
+        self._slots, self._lock = patch.AddressSlots(), threading.Lock()
         if cfg is None:
             return
         if kernel is not None and kernel.config != cfg:
@@ -196,18 +193,13 @@ class GroupedPlan:
         self._slots.collect([self._launch], binding.decode)
         if real["out"] is None:   # the result allocated by plan_launch is the plan's own: bound to it for good
             ptrs = ptrs[:2] + (int(self.out.ptr),) + ptrs[3:]
-        self._write(ptrs)
-
-    def _write(self, ptrs: tuple) -> None:
-        if ptrs != self._bound:
-            self._slots.write(ptrs)
-            self._bound = ptrs
+        self._slots.bind(ptrs)
 
     def launch_at(self, ptrs: tuple, stream=None) -> None:
         """Bind to the arrays at `ptrs` (ROLES order; their signatures are the plan's, as the cache's key says) and
         launch."""
         with self._lock:
-            self._write(ptrs)
+            self._slots.bind(ptrs)
             if self._launch is not None:
                 self._launch(stream)
         self._wait_for_stalls()
@@ -330,19 +322,13 @@ def grouped_matmul(a, b, *, offs=None, masked_m=None, out=None, alpha=1.0, scale
         return GroupedPlan(args["a"], args["b"], **{form: args["counts"]}, out=args["out"], scale_a=args["scale_a"],
                            scale_b=args["scale_b"], bias=args["bias"], **kwargs)
 
-    host = [x for x in (args["counts"], args["scale_a"], args["scale_b"]) if isinstance(x, np.ndarray)
-            and not (x is not args["counts"] and x.size == 1 and x.ndim < 2)]
-    if host:   # host memory whose values the plan holds: planned anew on every call
+    if any(uploaded(name, args[name]) for name in ("counts", "scale_a", "scale_b")):
+        # host memory the plan uploads (counts checked by value, a host vector): planned anew on every call
         COUNTERS.plans_made += 1
         make().launch(stream)
     else:
         key = ("grouped", form, signatures(args), alpha, activation,
                None if out_dtype is None else dtype_name(out_dtype), config, stream_key(stream))
-        plan = gemm._plans.get(key)
-        if plan is None:
-            plan = gemm._cache.add(key, without_caller_arrays(make()))
-        else:
-            gemm._cache.found(plan)
-        plan.launch_at(addresses(args), stream)
+        cached_plan(key, lambda: without_caller_arrays(make())).launch_at(addresses(args), stream)
     COUNTERS.call(start)
     return args["out"]

@@ -28,6 +28,12 @@ def _require_gpu():
         pytest.skip(f"no CUDA device: {reason}")
 
 
+@pytest.fixture
+def counted():
+    """A GPU, an empty library plan cache and zeroed counters: what a test then counts is its own calls' plans."""
+    _require_gpu()
+
+
 def _poisoned(shape, dtype=BF16) -> DeviceArray:
     return DeviceArray.from_numpy(np.full(shape, np.nan, dtype=dtype))
 
@@ -42,15 +48,12 @@ def _placed(host: np.ndarray, pad_bytes: int) -> tuple[DeviceArray, DeviceArray]
 
 @gpu
 @pytest.mark.parametrize("layout", ["row", "b_col", "stepped_a"])
-def test_one_plan_serves_every_address_of_its_signature(layout):
+def test_one_plan_serves_every_address_of_its_signature(layout, counted):
     """matmul at six addresses of one signature: one plan made, five found, each result right. "stepped_a" reads
     every other column of a wider matrix, which TMA cannot: A is staged, so each call's staging copy must read
     that call's A."""
-    _require_gpu()
     rng = np.random.default_rng(46)
     m, n, k = 300, 264, 520
-    ptxgemm.clear_plan_cache()
-    ptxgemm.reset_plan_stats()
     for i in range(6):
         a = random_matrix(rng, m, 2 * k if layout == "stepped_a" else k, "bfloat16")
         b = random_matrix(rng, k, n, "bfloat16")
@@ -72,14 +75,11 @@ def test_one_plan_serves_every_address_of_its_signature(layout):
 
 
 @gpu
-def test_a_new_address_class_gets_a_plan_of_its_own_and_both_stay_right():
+def test_a_new_address_class_gets_a_plan_of_its_own_and_both_stay_right(counted):
     """An A that starts 8 bytes into its buffer (not 16-byte aligned) cannot be read by TMA in place: it is a
     different signature, planned (staged) separately, and the aligned plan is not reused for it."""
-    _require_gpu()
     rng = np.random.default_rng(7)
     m, n, k = 128, 256, 256
-    ptxgemm.clear_plan_cache()
-    ptxgemm.reset_plan_stats()
     for pad in (0, 8, 16, 24):
         a, b = random_matrix(rng, m, k, "bfloat16"), random_matrix(rng, k, n, "bfloat16")
         da, keep = _placed(a, pad)
@@ -90,12 +90,9 @@ def test_a_new_address_class_gets_a_plan_of_its_own_and_both_stay_right():
 
 
 @gpu
-def test_the_epilogue_vectors_and_c_are_rebound_per_call():
-    _require_gpu()
+def test_the_epilogue_vectors_and_c_are_rebound_per_call(counted):
     rng = np.random.default_rng(3)
     m, n, k = 256, 384, 320
-    ptxgemm.clear_plan_cache()
-    ptxgemm.reset_plan_stats()
     for i in range(4):
         a, b = random_matrix(rng, m, k, "bfloat16"), random_matrix(rng, k, n, "bfloat16")
         bias = rng.standard_normal(n).astype(np.float32)
@@ -129,14 +126,11 @@ def test_a_plan_binds_to_other_arrays_of_its_signature_and_refuses_others_by_nam
 
 
 @gpu
-def test_grouped_calls_at_new_addresses_share_one_plan():
-    _require_gpu()
+def test_grouped_calls_at_new_addresses_share_one_plan(counted):
     rng = np.random.default_rng(11)
     g, k, n = 4, 256, 192
     sizes = np.array([40, 0, 100, 60], dtype=np.int32)
     total = int(sizes.sum())
-    ptxgemm.clear_plan_cache()
-    ptxgemm.reset_plan_stats()
     for i in range(3):
         a = random_matrix(rng, total, k, "bfloat16")
         b = np.stack([random_matrix(rng, k, n, "bfloat16") for _ in range(g)])

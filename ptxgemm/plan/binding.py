@@ -20,8 +20,9 @@ import numbers
 import numpy as np
 
 from ..errors import ConfigError
+from ..kernel.hardware import TMA_ALIGN
 
-ADDRESS_CLASS = 16
+ADDRESS_CLASS = TMA_ALIGN   # the strictest alignment a rule reads (runtime/patch rebases with the same constant)
 ROLE_SHIFT = 52
 _HALF = 1 << (ROLE_SHIFT - 1)
 MAX_ROLES = 8
@@ -58,11 +59,20 @@ def base(ptr: int) -> int:
     return ptr - ptr % ADDRESS_CLASS
 
 
-def check_real(name: str, ptr: int) -> int:
-    if not 0 <= ptr <= MAX_REAL_ADDRESS:
-        raise ConfigError(f"{name}: device address 0x{ptr:x} is outside what a plan can bind (0 to 2^{ROLE_SHIFT - 1}"
-                          f" - 1)")
-    return ptr
+def rebase(value: int, ptrs) -> int:
+    """The real address of `value`, an address a plan computed from symbolic arguments, for a call whose arguments
+    are at `ptrs` (by role); a real address stays as it is."""
+    place = decode(value)
+    return value if place is None else base(ptrs[place[0]]) + place[1]
+
+
+def check_real(roles, ptrs) -> tuple:
+    """`ptrs` (the call's addresses, by role), or a ConfigError naming the first one a plan cannot bind."""
+    for name, ptr in zip(roles, ptrs):
+        if not 0 <= ptr <= MAX_REAL_ADDRESS:
+            raise ConfigError(f"{name}: device address 0x{ptr:x} is outside what a plan can bind (0 to "
+                              f"2^{ROLE_SHIFT - 1} - 1)")
+    return ptrs
 
 
 def signature(x) -> tuple | float | str | None:
@@ -74,9 +84,13 @@ def signature(x) -> tuple | float | str | None:
         return ("number", float(x))
     if isinstance(x, np.ndarray):   # host memory (run's per-tensor scales): the plan holds its value
         return ("host", x.shape, x.dtype.str, x.tobytes())
-    shape = tuple(x.shape)
+    return array_signature(tuple(x.shape), tuple(x.strides), np.dtype(x.dtype).name, int(x.ptr))
+
+
+def array_signature(shape: tuple, strides: tuple, dtype_name: str, ptr: int) -> tuple:
+    """`signature` of an array from its fields (matmul's per-call path calls this directly on a DeviceArray's)."""
     # an empty array's strides are never stepped (frameworks and uploads report anything there)
-    return (shape, tuple(x.strides) if 0 not in shape else None, np.dtype(x.dtype).name, address_class(int(x.ptr)))
+    return (shape, strides if 0 not in shape else None, dtype_name, address_class(ptr))
 
 
 class StandIn:

@@ -2,8 +2,8 @@
 
 A slot is a place that holds an argument's address: a pointer argument of a kernel (a ctypes value that
 driver.PreparedLaunch's parameter array points at) or an encoded tensor map (moved with cuTensorMapReplaceAddress).
-Each slot belongs to one of the call's arguments (its `role`) at a fixed `delta` from that argument's base; `write`
-fills every slot from the bases of one call. Which slots there are is the planner's business (ptxgemm.plan.binding
+Each slot belongs to one of the call's arguments (its `role`) at a fixed `delta` from that argument's base; `bind`
+fills every slot from the addresses of one call. Which slots there are is the planner's business (ptxgemm.plan.binding
 decodes them from the symbolic addresses a plan was made on); this module only writes.
 
 The driver copies a launch's parameters when the launch is enqueued (or captured into a CUDA graph), so slots may be
@@ -13,11 +13,8 @@ from __future__ import annotations
 
 import ctypes
 
+from ..kernel.hardware import TMA_ALIGN as ADDRESS_CLASS   # ptxgemm.plan.binding's, from the same constant
 from .tensormap import TensorMap, replace_address
-
-#: the alignment below which an argument's address is part of its plan (ptxgemm.plan.binding.ADDRESS_CLASS; the
-#: runtime cannot import the planning layer, and tests/test_binding.py holds the two equal)
-ADDRESS_CLASS = 16
 
 #: ctypes types that can hold a device address in a launch's arguments (the copy kernel's strides are c_int64 and
 #: its extents small: never addresses)
@@ -25,14 +22,12 @@ _POINTER_TYPES = (ctypes.c_uint64, ctypes.c_void_p)
 
 
 class AddressSlots:
-    """Every address slot of a plan's launches, by role; `write(bases)` points them at one call's arguments."""
+    """Every address slot of a plan's launches, by role; `bind(ptrs)` points them at one call's arguments."""
 
     def __init__(self):
         self.scalars: list[tuple[object, int, int]] = []    # (ctypes value, role, delta)
         self.maps: list[tuple[TensorMap, int, int]] = []    # (encoded map, role, delta)
-
-    def __len__(self) -> int:
-        return len(self.scalars) + len(self.maps)
+        self.bound: tuple | None = None                     # the addresses the slots hold now, by role
 
     def collect(self, launches, decode) -> "AddressSlots":
         """Add every pointer argument of `launches` (driver.PreparedLaunch's) that `decode(value)` places as
@@ -52,13 +47,13 @@ class AddressSlots:
     def add_map(self, tmap: TensorMap, role: int, delta: int) -> None:
         self.maps.append((tmap, role, delta))
 
-    def roles(self) -> set[int]:
-        return {role for _, role, _ in self.scalars} | {role for _, role, _ in self.maps}
-
-    def write(self, ptrs, old=None) -> None:
-        """Point every slot at its argument's base (`ptrs[role]` less its address class) plus its delta; with `old`
-        (the addresses the slots hold now), only the slots of arguments that moved (a model's weights stay put
-        while its activations move)."""
+    def bind(self, ptrs: tuple) -> None:
+        """Point every slot at its argument's base (`ptrs[role]` less its address class) plus its delta, rewriting
+        only the slots of arguments that moved since the last bind (a model's weights stay put while its
+        activations move). The caller serializes binds with the launches that read them."""
+        old = self.bound
+        if ptrs == old:
+            return
         for value, role, delta in self.scalars:
             p = ptrs[role]
             if old is None or p != old[role]:
@@ -67,3 +62,4 @@ class AddressSlots:
             p = ptrs[role]
             if old is None or p != old[role]:
                 replace_address(tmap, p - p % ADDRESS_CLASS + delta)
+        self.bound = ptrs

@@ -166,7 +166,7 @@ def run(a, b, c=None, *, alpha=1.0, beta=0.0, bias=None, activation=None, scale_
     da, db = upload(a), upload(b)
     args = {name: upload(x) if gemm.uploaded(name, x) else x for name, x in args.items()}
     out = HostArray.empty(shape, od)
-    GemmPlan(da, db, out, planned.config, planned=planned, device=device, **args).launch()
+    GemmPlan(da, db, out, planned=planned, device=device, **args).launch()
     return out.numpy().copy()
 
 
@@ -217,8 +217,7 @@ class GemmPlan:
         ptrs = gemm.addresses(args)
 
         def rebased(value: int) -> int:
-            place = binding.decode(value)
-            return value if place is None else binding.base(ptrs[place[0]]) + place[1]
+            return binding.rebase(value, ptrs)
 
         def rebased_copy(copy: operands.Copy) -> operands.Copy:
             return dataclasses.replace(copy, dst_ptr=rebased(copy.dst_ptr), src_ptr=rebased(copy.src_ptr))

@@ -87,48 +87,54 @@ def mm_shape(a: Tensor, b: Tensor) -> tuple[int, ...]:
     return (*batch, a.shape[-2], b.shape[-1])
 
 
-def _dense(a, b, *, c=None, beta=0.0, alpha=1.0, bias=None, activation=None, scale_a=None, scale_b=None,
-           out_dtype=None, config=None, also=None) -> Tensor:
-    """The result of one dense call: found by signature (one dictionary lookup), allocated, bound and launched; on
-    a new signature every rule is checked and the plan made (and kept under `also` too: _linear's key)."""
-    start = now_ns()
-    sig = tensors.signature
-    dev = a.get_device()
-    stream = tensors.raw_stream(dev) if dev >= 0 else 0
-    # the signatures of the arguments given (None for those not: no call for them on the per-call path)
-    key = (sig(a), sig(b), None if c is None else sig(c), None if bias is None else sig(bias),
-           None if scale_a is None else sig(scale_a), None if scale_b is None else sig(scale_b), activation, alpha,
-           beta, out_dtype, config, stream)
+def _call(start: int, key: tuple, stream: int, roles: tuple, result, make, also=None) -> Tensor:
+    """One op call on its plan: found by signature (`key`, one dictionary lookup), the result allocated, the plan
+    bound to the call's addresses and launched. On a new signature, and while the stream is captured, every tensor
+    of `roles` is checked first and `result()` gives the result's (shape, dtype, device); `make(out)` makes the plan,
+    which is kept (under `also` too: _linear's key) unless the stream is captured. `roles`: (name, tensor) in the
+    plan's ROLES order, the result's place (index 2) holding None."""
     entry = _plans.get(key)
     capturing = tensors.capturing()
     if entry is None or capturing:
-        for t, name in ((a, "a"), (b, "b"), (c, "c"), (bias, "bias"), (scale_a, "scale_a"), (scale_b, "scale_b")):
+        for name, t in roles:
             if t is not None:
                 tensors.check_cuda(t, name)
-        shape, dtype, device = mm_shape(a, b), default_out_dtype(a, out_dtype), a.device
+        shape, dtype, device = result()
     else:
         _, shape, dtype, device = _cache.found(entry)
     out = torch.empty(shape, dtype=dtype, device=device)
-    ptrs = (a.data_ptr(), b.data_ptr(), out.data_ptr(), 0 if c is None else c.data_ptr(),
-            0 if bias is None else bias.data_ptr(), 0 if scale_a is None else scale_a.data_ptr(),
-            0 if scale_b is None else scale_b.data_ptr())
-
-    def make():
-        v = tensors.view
-        return GemmPlan(v(a, "a"), v(b, "b"), v(out, "out"), config, c=v(c, "c"), alpha=alpha, beta=beta,
-                        bias=v(bias, "bias"), activation=activation, scale_a=v(scale_a, "scale_a"),
-                        scale_b=v(scale_b, "scale_b"), stream=stream, scratch=tensors.scratch(a.device))
-
+    ptrs = tuple(out.data_ptr() if i == 2 else 0 if t is None else t.data_ptr() for i, (_, t) in enumerate(roles))
     if capturing:
-        _captured_launch(make, ptrs, stream)
+        _captured_launch(lambda: make(out), ptrs, stream)
     else:
         if entry is None:
-            entry = _cache.add(key, (without_caller_arrays(make()), shape, dtype, device))
+            entry = _cache.add(key, (without_caller_arrays(make(out)), shape, dtype, device))
         if also is not None:
             _plans[also] = entry
         entry[0].launch_at(ptrs, stream)
     COUNTERS.call(start)
     return out
+
+
+def _dense(a, b, *, c=None, beta=0.0, alpha=1.0, bias=None, activation=None, scale_a=None, scale_b=None,
+           out_dtype=None, config=None, also=None) -> Tensor:
+    """One dense call (_call), keyed by the signatures of its tensors and its numbers."""
+    start = now_ns()
+    sig = tensors.signature
+    dev = a.get_device()
+    stream = tensors.raw_stream(dev) if dev >= 0 else 0
+    key = (sig(a), sig(b), sig(c), sig(bias), sig(scale_a), sig(scale_b), activation, alpha, beta, out_dtype, config,
+           stream)
+
+    def make(out):
+        v = tensors.view
+        return GemmPlan(v(a, "a"), v(b, "b"), v(out, "out"), config, c=v(c, "c"), alpha=alpha, beta=beta,
+                        bias=v(bias, "bias"), activation=activation, scale_a=v(scale_a, "scale_a"),
+                        scale_b=v(scale_b, "scale_b"), stream=stream, scratch=tensors.scratch(a.device))
+
+    roles = (("a", a), ("b", b), ("out", None), ("c", c), ("bias", bias), ("scale_a", scale_a), ("scale_b", scale_b))
+    return _call(start, key, stream, roles, lambda: (mm_shape(a, b), default_out_dtype(a, out_dtype), a.device),
+                 make, also)
 
 
 def _linear(x2: Tensor, w: Tensor, bias: Tensor | None) -> Tensor:
@@ -310,7 +316,7 @@ def grouped_mm(a: Tensor, b: Tensor, offs: Optional[Tensor] = None, masked_m: Op
 def grouped_mm_impl(a: Tensor, b: Tensor, offs: Tensor | None = None, masked_m: Tensor | None = None,
                     scale_a: Tensor | None = None, scale_b: Tensor | None = None, bias: Tensor | None = None,
                     activation: str | None = None, alpha: float = 1.0, out_dtype: torch.dtype | None = None) -> Tensor:
-    """ptxgemm::grouped_mm's implementation: as _dense, by signature."""
+    """ptxgemm::grouped_mm's implementation: one call (_call), keyed as _dense's."""
     start = now_ns()
     sig = tensors.signature
     dev = a.get_device()
@@ -318,35 +324,18 @@ def grouped_mm_impl(a: Tensor, b: Tensor, offs: Tensor | None = None, masked_m: 
     config = _pinned["grouped_mm"]
     key = ("grouped", sig(a), sig(b), sig(offs), sig(masked_m), sig(scale_a), sig(scale_b), sig(bias), activation,
            alpha, out_dtype, config, stream)
-    entry = _plans.get(key)
-    capturing = tensors.capturing()
-    if entry is None or capturing:
-        for t, name in ((a, "a"), (b, "b"), (offs, "offs"), (masked_m, "masked_m")):
-            if t is not None:
-                tensors.check_cuda(t, name)
-        shape, dtype, device = grouped_shape(a, b, offs, masked_m), default_out_dtype(a, out_dtype), a.device
-    else:
-        _, shape, dtype, device = _cache.found(entry)
-    out = torch.empty(shape, dtype=dtype, device=device)
-    ad = tensors.address
-    ptrs = (a.data_ptr(), b.data_ptr(), out.data_ptr(), ad(masked_m if offs is None else offs), ad(scale_a),
-            ad(scale_b), ad(bias))
 
-    def make():
+    def make(out):
         v = tensors.view
         return GroupedPlan(v(a, "a"), v(b, "b"), offs=v(offs, "offs"), masked_m=v(masked_m, "masked_m"),
                            out=v(out, "out"), alpha=alpha, scale_a=v(scale_a, "scale_a"), scale_b=v(scale_b, "scale_b"),
                            bias=v(bias, "bias"), activation=activation, config=config, stream=stream,
                            scratch=tensors.scratch(a.device))
 
-    if capturing:
-        _captured_launch(make, ptrs, stream)
-    else:
-        if entry is None:
-            entry = _cache.add(key, (without_caller_arrays(make()), shape, dtype, device))
-        entry[0].launch_at(ptrs, stream)
-    COUNTERS.call(start)
-    return out
+    counts = ("masked_m", masked_m) if offs is None else ("offs", offs)
+    roles = (("a", a), ("b", b), ("out", None), counts, ("scale_a", scale_a), ("scale_b", scale_b), ("bias", bias))
+    return _call(start, key, stream, roles,
+                 lambda: (grouped_shape(a, b, offs, masked_m), default_out_dtype(a, out_dtype), a.device), make)
 
 
 @grouped_mm.register_fake

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from ..errors import ConfigError
-from ..plan.binding import ADDRESS_CLASS
+from ..plan.binding import address_class
 from ..runtime.arrays import DeviceArray
 
 #: torch dtype -> the numpy dtype ptxgemm's planning reads (ml_dtypes for bfloat16 and fp8)
@@ -61,24 +61,12 @@ def view(t: torch.Tensor | None, name: str) -> DeviceArray | None:
     return DeviceArray(t.data_ptr(), tuple(t.shape), dt, tuple(s * item for s in t.stride()), owner=False)
 
 
-def key(t: torch.Tensor | None) -> tuple | None:
-    """What a cached plan depends on of one tensor: address, shape, strides and dtype."""
-    if t is None:
-        return None
-    return (t.data_ptr(), tuple(t.shape), t.stride(), t.dtype)
-
-
 def signature(t: torch.Tensor | None) -> tuple | None:
     """What a cached plan depends on of one tensor: shape, strides, dtype, device and address class (its address
     mod 16, or -1 for null: ptxgemm.plan.binding), never the address, so a step's new activations find the plan."""
     if t is None:
         return None
-    p = t.data_ptr()
-    return (t.shape, t.stride(), t.dtype, t.get_device(), p % ADDRESS_CLASS if p else -1)
-
-
-def address(t: torch.Tensor | None) -> int:
-    return 0 if t is None else t.data_ptr()
+    return (t.shape, t.stride(), t.dtype, t.get_device(), address_class(t.data_ptr()))
 
 
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
@@ -90,12 +78,6 @@ def raw_stream(index: int) -> int:
     if _raw_stream is not None:
         return _raw_stream(index)
     return torch.cuda.current_stream(index).cuda_stream
-
-
-def current_stream(device: torch.device) -> int:
-    """torch's current stream on `device` as a raw CUstream handle: every op launches there, so it orders with
-    torch's own kernels and is what a CUDA graph capture records."""
-    return torch.cuda.current_stream(device).cuda_stream
 
 
 _is_capturing = getattr(torch._C, "_cuda_isCurrentStreamCapturing", None)
