@@ -30,6 +30,7 @@ from .kernel.layout import FLAG_BYTES
 from .plan import binding, operands
 from .plan.cache import COUNTERS, PlanCache, now_ns
 from .plan.call import CallPlan, parse_epilogue, plan_call
+from .plan.epilogue import check_values
 from .plan.checks import check_config, check_dtypes, check_out_dtype, dtype_name, result_shape
 from .runtime import arrays, driver, patch, relayout, tensormap
 from .runtime.arrays import as_device_array
@@ -494,7 +495,11 @@ def matmul(a, b, out=None, *, c=None, alpha=1.0, beta=0.0, bias=None, activation
         sig_out = ("new", out_dtype) if out is None else _array_signature(out)
         key = ((_array_signature(a), _array_signature(b), sig_out, None, None, None, None), alpha, beta, activation,
                config, stream_key(stream))
-        entry = _plans.get(key)
+        try:
+            entry = _plans.get(key)
+        except TypeError:   # an array or a list among the key's values: refused by its rule, not by the dict
+            _check_key_values(alpha, beta, activation, config, out_dtype)
+            raise
         if entry is not None:
             _cache.found(entry)
             if out is None:
@@ -510,12 +515,26 @@ def matmul(a, b, out=None, *, c=None, alpha=1.0, beta=0.0, bias=None, activation
     key = (sig if out is not None else sig[:2] + (("new", out_dtype),) + sig[3:], alpha, beta, activation, config,
            stream_key(stream))
     # a new signature: every rule checked and the plan made, `out` allocated there when not given
-    entry = _cache.get(key, lambda: _matmul_plan(args, out_dtype, alpha, beta, activation, config, stream))
+    try:
+        entry = _cache.get(key, lambda: _matmul_plan(args, out_dtype, alpha, beta, activation, config, stream))
+    except TypeError:
+        _check_key_values(alpha, beta, activation, config, out_dtype)
+        raise
     if args["out"] is None:
         args["out"] = entry.allocate()
     entry.plan.launch_at(addresses(args), stream)
     COUNTERS.call(start)
     return args["out"]
+
+
+def _check_key_values(alpha, beta, activation, config, out_dtype) -> None:
+    """The rules of the values a matmul cache key holds as given, for a key that could not be hashed: the
+    ConfigError naming the argument (an array alpha, a list activation) rather than the dictionary's TypeError.
+    Not on the hit path: a key that hashes and is found was made from values that passed these rules."""
+    check_values(alpha=alpha, beta=beta, activation=activation)
+    check_config(config)
+    if out_dtype is not None:
+        check_out_dtype(out_dtype)
 
 
 class _MatmulEntry:
@@ -543,6 +562,10 @@ def _matmul_plan(args: dict, out_dtype, alpha, beta, activation, config, stream)
     in_dtype = check_dtypes(a, b)
     od = None if out_dtype is None else check_out_dtype(out_dtype)
     if args["out"] is None:
+        # the epilogue's rules on the host before the result is allocated (a refused call never reaches the GPU;
+        # a fresh C-order result breaks none of out's)
+        parse_epilogue(a, b, lambda x, name: x, alpha=alpha, beta=beta, activation=activation,
+                       **{name: args[name] for name in EPILOGUE_ARGS})
         args["out"] = arrays.DeviceArray.empty(result_shape(a, b), np.dtype(od or default_out_dtype(in_dtype)),
                                                stream=stream)
     elif od is not None and od != dtype_name(args["out"].dtype):

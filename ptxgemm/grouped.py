@@ -7,7 +7,8 @@
 Rows outside every group (contiguous: past offs[-1]; masked: past masked_m[g]) are never written. A plan depends
 on the shapes, never on the counts' values, so one plan serves every step and a CUDA graph that captured its
 launch replays correctly after the counts change in place. The argument rules are ptxgemm.plan.grouped's, the
-rest of the planning on descriptors ptxgemm.plan.grouped_call's; here the tensor maps and the launch.
+rest of the planning on descriptors ptxgemm.plan.grouped_call's; here the tensor maps and the launch. Every rule is
+checked on the host (check_call) before anything is allocated, uploaded or asked of the GPU.
 """
 from __future__ import annotations
 
@@ -24,8 +25,8 @@ from .gemm import (LOAD_L2_PROMOTION, MN_PANEL, cached_plan, encode_bound, fix_u
 from .kernel.config import GemmConfig
 from .plan import binding, grouped, grouped_call
 from .plan.cache import COUNTERS, now_ns
-from .plan.epilogue import Epilogue
-from .plan.checks import check_config, check_ctas, dtype_name
+from .plan.epilogue import Epilogue, check_values
+from .plan.checks import check_config, check_ctas, check_out_dtype
 from .runtime import arrays, driver, patch
 from .runtime.arrays import as_device_array
 from .runtime.debug import StallRecords
@@ -59,18 +60,45 @@ class GroupedLaunch:
                                                self.c_pitch, debug_ptr, self.group_strides, fix_up)]
 
 
-def plan_launch(a, b, *, offs=None, masked_m=None, out=None, alpha=1.0, scale_a=None, scale_b=None, bias=None,
-                activation=None, out_dtype=None, config: GemmConfig | None = None, convert, upload, allocate,
-                sm_count, spill_check=None, ctas: int | None = None) -> GroupedLaunch:
-    """Every decision of a grouped call, each rule checked (ConfigError names the argument): the form and its
-    shapes (ptxgemm.plan.grouped), the memory each array is read in place from, the epilogue, the config and the
-    tensor maps. The backend supplies `convert(x, name)` (an argument as its array), `upload(numpy int32)`, `allocate
-    (shape, dtype)`, `sm_count()` (asked only when the config is chosen here) and `spill_check(config)`. `ctas`, the
-    caller's cap on the grid: a default pair along M that it cannot hold whole runs on single CTAs instead (as the
-    dense selection does); a given config's clusters must fit it (check_ctas)."""
+@dataclasses.dataclass
+class CheckedCall:
+    """A grouped call whose every argument has passed its rules (check_call), before anything is allocated, uploaded
+    or asked of the GPU: the problem, the epilogue, the arrays as the backend's (host counts still numpy; `out` None
+    when the call gives none) and how the kernel reads A and B."""
+
+    problem: grouped.GroupedProblem
+    epilogue: Epilogue
+    group_strides: dict
+    a: object
+    b: object
+    out: object
+    counts: object
+    rows: int
+    a_major: str
+    b_major: str
+    b_pitch: int = 0
+    b_group: int = 0
+
+    @property
+    def empty(self) -> bool:
+        """Nothing to compute: no rows or no columns."""
+        return self.rows == 0 or self.problem.n == 0
+
+
+def check_call(a, b, *, offs=None, masked_m=None, out=None, alpha=1.0, scale_a=None, scale_b=None, bias=None,
+               activation=None, out_dtype=None, config: GemmConfig | None = None, convert,
+               ctas: int | None = None) -> CheckedCall:
+    """Every rule of a grouped call's arguments, on the host (ConfigError names the argument and the rule): the
+    numbers and the activation, the form and its shapes (ptxgemm.plan.grouped), host counts by value, the epilogue's
+    shapes, the memory each array is read in place from, a given config against the operands. Nothing here
+    allocates, uploads or asks the GPU anything: plan_launch does that after, so a refused call never reaches the
+    GPU. `convert(x, name)`: an argument as the backend's array (read in place, never copied)."""
     check_config(config)
-    # any framework's device arrays, read in place; host counts are checked by value (in parse) and uploaded once,
-    # then read by every launch
+    check_ctas(ctas, 1 if config is None else config.cluster_size)   # a default config's pair is fitted to it later
+    # before any array is read: a tuple scale is refused as such, not as something that is not a device array
+    check_values(alpha=alpha, activation=activation, scale_a=scale_a, scale_b=scale_b)
+    # any framework's device arrays, read in place; host counts are checked by value (in parse) and uploaded once
+    # by plan_launch, then read by every launch
     a, b = convert(a, "a"), convert(b, "b")
     offs, masked_m = (x if x is None or isinstance(x, np.ndarray) else convert(x, nm)
                       for x, nm in ((offs, "offs"), (masked_m, "masked_m")))
@@ -81,12 +109,8 @@ def plan_launch(a, b, *, offs=None, masked_m=None, out=None, alpha=1.0, scale_a=
     counts = masked_m if name == "masked_m" else offs
     if problem.form == "k":
         grouped_call.check_verified("k")
-    if isinstance(counts, np.ndarray):
-        counts = upload(np.ascontiguousarray(counts, dtype=np.int32))
-    if counts.shape[0] > 1 and counts.strides[0] != 4:
+    if not isinstance(counts, np.ndarray) and counts.shape[0] > 1 and counts.strides[0] != 4:
         raise ConfigError(f"{name}: must be contiguous (stride 4 bytes), got strides {counts.strides}")
-    if out is None:
-        out = allocate(problem.out_shape, problem.out_dtype)
     fused, strides = grouped_call.grouped_epilogue(problem, alpha, scale_a, scale_b, bias, activation, convert)
     groups, n, k = problem.groups, problem.n, problem.k
     rows = problem.m * groups if problem.form == "masked" else problem.m   # A and C as 2-D matrices (k: M)
@@ -95,31 +119,55 @@ def plan_launch(a, b, *, offs=None, masked_m=None, out=None, alpha=1.0, scale_a=
         if in_fp8:
             raise ConfigError("a, b: the k-grouped form reads A and B MN-major, which wgmma does not take for "
                               "fp8; use bfloat16 or float16")
-        a_major, b_major = "mn", "mn"
+        call = CheckedCall(problem, fused, strides, a, b, out, counts, rows, "mn", "mn")
     else:
-        a_major = "k"
-        b_major, b_pitch, b_group = grouped_call.b_layout(b, in_fp8)
-    cfg = config if config is not None else grouped_call.default_config(problem, b_major, sm_count(),
+        call = CheckedCall(problem, fused, strides, a, b, out, counts, rows, "k", *grouped_call.b_layout(b, in_fp8))
+    if config is not None and config.group_capacity is not None and config.group_capacity < groups:
+        raise ConfigError(f"config.group_capacity: {config.group_capacity} groups fit its tables, these "
+                          f"operands have {groups}")
+    if not call.empty:
+        if k == 0:
+            raise ConfigError("a, b: K is 0; the grouped GEMM needs K >= 1 (the product would be zeros)")
+        # the row pitches TMA reads A and writes C with (out: when given; a fresh one is C-contiguous)
+        (_k_form_pitches(problem, a, b, out) if problem.form == "k" else _row_form_pitches(problem, a, out, rows))
+    return call
+
+
+def plan_launch(a, b, *, offs=None, masked_m=None, out=None, alpha=1.0, scale_a=None, scale_b=None, bias=None,
+                activation=None, out_dtype=None, config: GemmConfig | None = None, convert, upload, allocate,
+                sm_count, spill_check=None, ctas: int | None = None) -> GroupedLaunch:
+    """Every decision of a grouped call: first every argument's rule (check_call, on the host), then what needs
+    memory or the device: host counts uploaded, `out` allocated when not given, the config and the tensor maps.
+    The backend supplies `convert(x, name)` (an argument as its array), `upload(numpy int32)`, `allocate(shape,
+    dtype)`, `sm_count()` (asked only when the config is chosen here) and `spill_check(config)`. `ctas`, the
+    caller's cap on the grid: a default pair along M that it cannot hold whole runs on single CTAs instead (as the
+    dense selection does); a given config's clusters must fit it (check_ctas)."""
+    call = check_call(a, b, offs=offs, masked_m=masked_m, out=out, alpha=alpha, scale_a=scale_a, scale_b=scale_b,
+                      bias=bias, activation=activation, out_dtype=out_dtype, config=config, convert=convert,
+                      ctas=ctas)
+    problem, fused, counts, out = call.problem, call.epilogue, call.counts, call.out
+    if isinstance(counts, np.ndarray):
+        counts = upload(np.ascontiguousarray(counts, dtype=np.int32))
+    if out is None:
+        out = allocate(problem.out_shape, problem.out_dtype)
+    n = problem.n
+    cfg = config if config is not None else grouped_call.default_config(problem, call.b_major, sm_count(),
                                                            fused.config_fields(False, n), spill_check)
     if config is None and ctas is not None and ctas % cfg.cluster_size:
         cfg = dataclasses.replace(cfg, cluster_m=1)
     check_ctas(ctas, cfg.cluster_size)
-    if config is not None and config.group_capacity is not None and config.group_capacity < problem.groups:
-        raise ConfigError(f"config.group_capacity: {config.group_capacity} groups fit its tables, these "
-                          f"operands have {problem.groups}")
     cfg = dataclasses.replace(cfg, **fused.config_fields(False, n), grouped=problem.form,
                               in_dtype=problem.in_dtype, b_dtype=problem.b_dtype, out_dtype=problem.out_dtype,
-                              a_major=a_major, b_major=b_major,
+                              a_major=call.a_major, b_major=call.b_major,
                               group_capacity=cfg.group_capacity or grouped_call.group_capacity(problem.groups))
     grouped_call.check_stream_k(cfg, problem)
-    launch = GroupedLaunch(problem, cfg, fused, strides, a, b, out, counts, rows)
-    if rows == 0 or n == 0:
+    launch = GroupedLaunch(problem, cfg, fused, call.group_strides, call.a, call.b, out, counts, call.rows)
+    if call.empty:
         launch.config = None
         return launch
-    if k == 0:
-        raise ConfigError("a, b: K is 0; the grouped GEMM needs K >= 1 (the product would be zeros)")
-    launch.specs, launch.c_pitch = (_k_form_specs(cfg, problem, a, b, out) if problem.form == "k" else
-                                    _row_form_specs(cfg, problem, a, b, out, rows, b_major, b_pitch, b_group))
+    launch.specs, launch.c_pitch = (_k_form_specs(cfg, problem, call.a, call.b, out) if problem.form == "k" else
+                                    _row_form_specs(cfg, problem, call.a, call.b, out, call.rows, call.b_major,
+                                                    call.b_pitch, call.b_group))
     return launch
 
 
@@ -139,10 +187,15 @@ class GroupedPlan:
             return driver.require_sm90("running the grouped GEMM")
 
         check_config(config)
+        # the rules of the numbers and the scales' forms before any argument is read as a device array (plan_launch
+        # checks every other rule, all before it allocates, uploads or asks the GPU anything)
+        check_values(alpha=alpha, activation=activation, scale_a=scale_a, scale_b=scale_b)
         real = {"a": as_device_array(a, "a", stream), "b": as_device_array(b, "b", stream)}
+        counts_name = "offs" if offs is not None else "masked_m"   # the counts' role, under the caller's name
         for name, x in (("out", out), ("counts", masked_m if offs is None else offs), ("scale_a", scale_a),
                         ("scale_b", scale_b), ("bias", bias)):
-            real[name] = x if _host_or_number(x) else as_device_array(x, name, stream)
+            real[name] = (x if _host_or_number(x) else
+                          as_device_array(x, counts_name if name == "counts" else name, stream))
         self.signature = signatures(real)
         ptrs = binding.check_real(ROLES, addresses(real))
         # planned on symbolic stand-ins (ptxgemm.plan.binding): every address the plan computes is a role's base plus
@@ -226,15 +279,25 @@ class GroupedPlan:
                 raise
 
 
-def _row_form_specs(cfg: GemmConfig, problem, a, b, out, rows: int, b_major: str, b_pitch: int, b_group: int):
-    """Tensor maps of the contiguous and masked forms: A and C as 2-D matrices of `rows` rows, B one matrix per
-    group (its batch coordinate); and C's row pitch."""
-    n, k, groups = problem.n, problem.k, problem.groups
+def _row_form_pitches(problem, a, out, rows: int) -> tuple[int, int | None]:
+    """A's and C's row pitches in the contiguous and masked forms, A and C read as 2-D matrices of `rows` rows
+    (C's None while `out` is yet to be allocated); ConfigError names the array TMA cannot read or write in place."""
+    n, k = problem.n, problem.k
     a_pitch = grouped_call.rows_view(a, "a", rows, k)
+    if out is None:
+        return a_pitch, None
     c_pitch = grouped_call.rows_view(out, "out", rows, n)
     if c_pitch != n * out.dtype.itemsize:
         raise ConfigError(f"out: must be C-contiguous (rows of {n * out.dtype.itemsize} bytes), got strides "
                           f"{out.strides}")
+    return a_pitch, c_pitch
+
+
+def _row_form_specs(cfg: GemmConfig, problem, a, b, out, rows: int, b_major: str, b_pitch: int, b_group: int):
+    """Tensor maps of the contiguous and masked forms: A and C as 2-D matrices of `rows` rows, B one matrix per
+    group (its batch coordinate); and C's row pitch."""
+    n, k, groups = problem.n, problem.k, problem.groups
+    a_pitch, c_pitch = _row_form_pitches(problem, a, out, rows)
     return {
         "tmap_a": TensorMapSpec(a.ptr, a.dtype, (k, rows, 1), (a_pitch, rows * a_pitch),
                                 (cfg.block_k, cfg.a_rows_per_cta, 1), l2_promotion=LOAD_L2_PROMOTION),
@@ -248,19 +311,29 @@ def _row_form_specs(cfg: GemmConfig, problem, a, b, out, rows: int, b_major: str
     }, c_pitch
 
 
-def _k_form_specs(cfg: GemmConfig, problem, a, b, out):
-    """Tensor maps of the k form: A (M, total_K) with M contiguous, i.e. the (total_K, M) activations seen through
-    a transpose; B (total_K, N) with N contiguous; C (G, M, N) C-contiguous, the group its batch coordinate. K is
-    the outer axis of both operands' boxes (MN-major), so a group's K range starts at any element."""
-    m, n, k, groups = problem.m, problem.n, problem.k, problem.groups
+def _k_form_pitches(problem, a, b, out) -> tuple[int, int]:
+    """A's and B's pitches in the k form, A (M, total_K) with M contiguous and B (total_K, N) with N contiguous, and
+    C (G, M, N) C-contiguous when given; ConfigError names the array TMA cannot read or write in place."""
+    m, n, k = problem.m, problem.n, problem.k
     a_t = a.view((k, m), (a.strides[1], a.strides[0]))   # the (total_K, M) array a is the transpose of
     lda = grouped_call.rows_view(a_t, "a", k, m, "a (M, total_K) with M contiguous (x.T of row-major (total_K, M) "
                                                  "activations) in the k-grouped form")
     ldb = grouped_call.rows_view(b, "b", k, n, "b (total_K, N) with N contiguous (row-major gradients) in the "
                                                "k-grouped form")
+    if out is not None:
+        item = out.dtype.itemsize
+        if tuple(out.strides) != (m * n * item, n * item, item):
+            raise ConfigError(f"out: must be C-contiguous (G, M, N), got strides {out.strides}")
+    return lda, ldb
+
+
+def _k_form_specs(cfg: GemmConfig, problem, a, b, out):
+    """Tensor maps of the k form: A (M, total_K) with M contiguous, i.e. the (total_K, M) activations seen through
+    a transpose; B (total_K, N) with N contiguous; C (G, M, N) C-contiguous, the group its batch coordinate. K is
+    the outer axis of both operands' boxes (MN-major), so a group's K range starts at any element."""
+    m, n, k, groups = problem.m, problem.n, problem.k, problem.groups
+    lda, ldb = _k_form_pitches(problem, a, b, out)
     item = out.dtype.itemsize
-    if tuple(out.strides) != (m * n * item, n * item, item):
-        raise ConfigError(f"out: must be C-contiguous (G, M, N), got strides {out.strides}")
     return {
         "tmap_a": TensorMapSpec(a.ptr, a.dtype, (m, k, 1), (lda, k * lda), (MN_PANEL, cfg.block_k, 1),
                                 l2_promotion=LOAD_L2_PROMOTION),
@@ -300,25 +373,33 @@ def grouped_matmul(a, b, *, offs=None, masked_m=None, out=None, alpha=1.0, scale
     kernel (host numpy ones are checked by value and uploaded). Any group sizes, 0 included. Returns `out`.
     Plans are cached as matmul's are, by signature (shapes, strides, dtypes and address classes of the device
     arrays; the epilogue's numbers), so a call like an earlier one binds that plan and launches; a call with host
-    counts or host vectors plans anew (their values are the plan's)."""
+    counts or host vectors plans anew (their values are the plan's). Every argument is checked on the host
+    (check_call: ConfigError names it and the rule) before anything is allocated or asked of the GPU."""
     start = now_ns()
     check_config(config)
+    # the numbers' rules first: the cache key below holds their values (alpha True would find alpha 1.0's plan, a
+    # NaN or an array no plan at all), and a tuple scale is refused as such rather than as a non-device array
+    check_values(alpha=alpha, activation=activation, scale_a=scale_a, scale_b=scale_b)
+    od = None if out_dtype is None else check_out_dtype(out_dtype)
+    form = "offs" if offs is not None else "masked_m"
     args = {"a": as_device_array(a, "a", stream), "b": as_device_array(b, "b", stream)}
     for name, x in (("counts", masked_m if offs is None else offs), ("scale_a", scale_a), ("scale_b", scale_b),
-                    ("bias", bias)):
-        args[name] = x if _host_or_number(x) else as_device_array(x, name, stream)
+                    ("bias", bias)):   # the counts' role, named as the caller passed it
+        args[name] = x if _host_or_number(x) else as_device_array(x, form if name == "counts" else name, stream)
     if offs is not None and masked_m is not None:
         grouped.parse(args["a"], args["b"], offs=offs, masked_m=masked_m, out_dtype=out_dtype)   # names the rule
-    if out is None:   # allocated here, never by a cached plan: each call's result is its own
-        problem = grouped.parse(args["a"], args["b"], offs=None if offs is None else args["counts"],
-                                masked_m=None if masked_m is None else args["counts"], out_dtype=out_dtype)
-        args["out"] = arrays.DeviceArray.empty(problem.out_shape, problem.out_dtype, stream=stream)
-    else:
-        args["out"] = as_device_array(out, "out", stream)
-    form = "offs" if offs is not None else "masked_m"
+    args["out"] = None if out is None else as_device_array(out, "out", stream)
     kwargs = dict(alpha=alpha, activation=activation, out_dtype=out_dtype, config=config, stream=stream)
 
+    def allocate(problem) -> None:   # the call's result, allocated here, never by a cached plan: each call's own
+        args["out"] = arrays.DeviceArray.empty(problem.out_shape, problem.out_dtype, stream=stream)
+
     def make():
+        if args["out"] is None:   # every rule checked on the host before the result is allocated
+            allocate(check_call(args["a"], args["b"], **{form: args["counts"]}, alpha=alpha, scale_a=args["scale_a"],
+                                scale_b=args["scale_b"], bias=args["bias"], activation=activation,
+                                out_dtype=out_dtype, config=config,
+                                convert=lambda x, nm: as_device_array(x, nm, stream)).problem)
         return GroupedPlan(args["a"], args["b"], **{form: args["counts"]}, out=args["out"], scale_a=args["scale_a"],
                            scale_b=args["scale_b"], bias=args["bias"], **kwargs)
 
@@ -327,8 +408,12 @@ def grouped_matmul(a, b, *, offs=None, masked_m=None, out=None, alpha=1.0, scale
         COUNTERS.plans_made += 1
         make().launch(stream)
     else:
-        key = ("grouped", form, signatures(args), alpha, activation,
-               None if out_dtype is None else dtype_name(out_dtype), config, stream_key(stream))
-        cached_plan(key, lambda: without_caller_arrays(make())).launch_at(addresses(args), stream)
+        # a call that gives no out is keyed by out_dtype (out's signature None): a fresh result's signature follows
+        # from the others' (its shape from the operands', C order, an aligned allocation)
+        key = ("grouped", form, signatures(args), alpha, activation, od, config, stream_key(stream))
+        plan = cached_plan(key, lambda: without_caller_arrays(make()))
+        if args["out"] is None:   # a plan found: its arguments passed every rule when it was made
+            allocate(plan.problem)
+        plan.launch_at(addresses(args), stream)
     COUNTERS.call(start)
     return args["out"]

@@ -1,6 +1,7 @@
 """`python -m ptxgemm bench` without a GPU: --summarize over hand-written run files, and the argument checks that
 come before the GPU. Run as a subprocess from a temporary directory (the installed command must not need the
-checkout)."""
+checkout); the many one-line argument errors in this process (conftest's cli_in_process), from a temporary
+directory too."""
 from __future__ import annotations
 
 import importlib.util
@@ -108,6 +109,28 @@ def test_summarize_rejects_a_file_that_is_not_a_bench_run(tmp_path, runs):
     assert proc.returncode == 2 and "missing.json" in proc.stderr
 
 
+def test_summarize_reads_grouped_runs_per_case_and_peer(tmp_path):
+    """`--set grouped` files (rows of cases and peers, no M): each (case, peer)'s speedup across runs and each
+    peer's geomean; a refused peer's row (no speedup) is left out; apart from the GEMM runs of the same GPU."""
+    def grouped(case, peer, speedup):
+        return {"case": case, "layout": "contiguous", "groups": 4, "N": 4096, "K": 7168, "in_dtype": "bfloat16",
+                "peer": peer, "speedup": speedup, "config": "coop128x256"}
+    files = [run_file(tmp_path, f"g{i}.json", H100, [grouped("c1", "torch._grouped_mm", 1.0 + i / 10),
+                                                     grouped("c2", "torch._grouped_mm", 1.2),
+                                                     {"case": "c2", "refused": {"torch.bmm": "no"}}])
+             for i in range(3)] + [run_file(tmp_path, "gemm.json", H100, [row(4096, 4096, 4096, 0.9)])]
+    out = tmp_path / "s.json"
+    proc = bench("--summarize", *map(str, files), "--summarize-out", str(out), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(out.read_text())
+    assert set(summary) == {H100, f"{H100} [grouped bfloat16]"}
+    g = summary[f"{H100} [grouped bfloat16]"]
+    assert g["set"] == "grouped" and len(g["runs"]) == 3 and [c["case"] for c in g["cases"]] == ["c1", "c2"]
+    assert (g["cases"][0]["speedup"]["min"], g["cases"][0]["speedup"]["median"]) == pytest.approx((1.0, 1.1))
+    assert g["geomeans"]["torch._grouped_mm"]["median"] == pytest.approx(geo(1.1, 1.2))
+    assert "geomean vs torch._grouped_mm" in proc.stdout
+
+
 @pytest.mark.parametrize("args,pattern", [
     (("--summarize-out", "x.json"), "only with --summarize"),
     (("--shapes", "4096x4096"), "--shapes"),
@@ -126,8 +149,8 @@ def test_summarize_rejects_a_file_that_is_not_a_bench_run(tmp_path, runs):
     (("--fastcu", ".", "--in-dtype", "float8_e4m3fn"), "--fastcu: a bf16 peer of the bf16 benchmark only"),
     (("--host", "--fastcu", "."), "--fastcu: not with --host"),
 ])
-def test_bad_arguments_exit_2(args, pattern, tmp_path):
-    proc = bench(*args, cwd=tmp_path)
+def test_bad_arguments_exit_2(args, pattern, tmp_path, cli_in_process):
+    proc = cli_in_process("bench", *args, cwd=tmp_path)
     assert proc.returncode == 2 and pattern in proc.stderr, proc.stderr
     assert proc.stderr.startswith("python -m ptxgemm bench: error: ") and proc.stderr.count("\n") == 1
     assert list(tmp_path.iterdir()) == []
@@ -171,8 +194,8 @@ def test_no_gpu_exits_2(tmp_path):
     (("--host", "--b-major", "k"), "--b-major: not with --host"),
     (("--in-dtype", "float8_e4m3fn", "--shapes", "4096x4096"), "--shapes"),
 ])
-def test_bad_mode_arguments_exit_2(args, pattern, tmp_path):
-    proc = bench(*args, cwd=tmp_path)
+def test_bad_mode_arguments_exit_2(args, pattern, tmp_path, cli_in_process):
+    proc = cli_in_process("bench", *args, cwd=tmp_path)
     assert proc.returncode == 2 and pattern in proc.stderr, proc.stderr
     assert proc.stderr.startswith("python -m ptxgemm bench: error: ") and proc.stderr.count("\n") == 1
     assert list(tmp_path.iterdir()) == []
@@ -547,3 +570,73 @@ def test_a_refused_peer_is_recorded_and_the_run_goes_on(monkeypatch, tmp_path, c
     assert r["peer_error"] == ("float8_e5m2 x float8_e5m2: mat1 rows must be divisible by 16; "
                                "float8_e4m3fn x float8_e5m2: mat1 rows must be divisible by 16")
     assert "peer refused: float8_e5m2 x float8_e5m2" in capsys.readouterr().out
+
+
+# ---- issue 48: every kind of result file the bench writes, from docs/results: summarized, or one line saying why not
+
+RESULTS = REPO_ROOT / "docs" / "results"
+H100_GPU = "NVIDIA H100 80GB HBM3"
+
+#: (kind, two runs of it, the summary's key, what that summary must hold)
+SUMMARIZED = [
+    ("bf16 suite", ["h200/bench/bench_h200_issue11_close_k_run1.json", "h200/bench/bench_h200_issue11_close_k_run2.json"],
+     H200, "geomeans"),
+    ("bf16 --sustained", ["h100/sustained/bench_h100_sustained_r1.json", "h100/sustained/bench_h100_sustained_r2.json"],
+     H100_GPU, "sustained_geomeans"),
+    ("bf16 --fastcu", ["h100/sustained/fastcu/bench_h100_issue26_fastcu_run1.json",
+                       "h100/sustained/fastcu/bench_h100_issue26_fastcu_run2.json"], H100_GPU, "other_geomeans"),
+    ("fp8 --scaling tensor", ["h100/fp8/bench_h100_fp8_tensor_issue24_run2.json",
+                              "h100/fp8/bench_h100_fp8_tensor_issue24_run3.json"],
+     f"{H100_GPU} [float8_e4m3fn, tensor scaling]", "mode"),
+    ("fp8 --scaling row", ["h100/fp8/bench_h100_fp8_row_issue12b_run1.json", "h100/fp8/bench_h100_fp8_row_issue12b_run2.json"],
+     f"{H100_GPU} [float8_e4m3fn, row scaling]", "mode"),
+    ("--set deepgemm (fp8 blockwise)", ["h100/fp8/bench_h100_fp8_block_issue24_final_run1.json",
+                                        "h100/fp8/bench_h100_fp8_block_issue24_final_run2.json"],
+     f"{H100_GPU} [float8_e4m3fn, block scaling]", "other_geomeans"),
+    ("--epilogue (bf16)", ["h100/fp8/bench_h100_bf16_bias-gelu_issue12b_run1.json",
+                           "h100/fp8/bench_h100_bf16_bias-gelu_issue12b_run2.json"],
+     f"{H100_GPU} [bfloat16, epilogue bias-gelu]", "mode"),
+    ("--epilogue (fp8)", ["h100/fp8/bench_h100_fp8_tensor_bias-gelu_issue12b_run1.json",
+                          "h100/fp8/bench_h100_fp8_tensor_bias-gelu_issue12b_run2.json"],
+     f"{H100_GPU} [float8_e4m3fn, tensor scaling, epilogue bias-gelu]", "mode"),
+    ("--set grouped (bf16)", ["h100/grouped/bench_h100_grouped_bf16_clean_r1.json",
+                              "h100/grouped/bench_h100_grouped_bf16_clean_r2.json"],
+     f"{H100_GPU} [grouped bfloat16]", "cases"),
+    ("--set grouped (fp8 blockwise)", ["h100/grouped/bench_h100_grouped_fp8_block_final_r1.json",
+                                       "h100/grouped/bench_h100_grouped_fp8_block_final_r2.json"],
+     f"{H100_GPU} [grouped float8_e4m3fn, block scaling]", "cases"),
+    ("--set training", ["h200/bench/bench_h200_training_issue47_r1.json", "h200/bench/bench_h200_training_issue47_r2.json"],
+     f"{H200} [training]", "median_rows"),
+]
+
+#: (kind, a file of it, words the one-line refusal must hold)
+NOT_SUMMARIZED = [
+    ("--host", "h100/host/host_h100_issue10_final_run1.json", "a `bench --host` result"),
+    ("--host layer", "h200/host/host_h200_issue46_r1.json", "a `bench --host layer` result"),
+    ("--summarize-out", "h100/sustained/bench_h100_sustained_summary.json", "a summary"),
+    ("model", "h100/model/model_h100_llama3-8b-2l_final.json", "a `python -m ptxgemm model` result"),
+    ("fuzz", "h100/fuzz/fuzz_h100_22001.json", "a `python -m ptxgemm fuzz` report"),
+]
+
+
+@pytest.mark.parametrize("kind, files, key, field", SUMMARIZED, ids=[k[0] for k in SUMMARIZED])
+def test_summarize_reads_every_kind_of_run_file_the_bench_writes(kind, files, key, field, tmp_path, capsys):
+    from ptxgemm.cli.main import main
+
+    out = tmp_path / "summary.json"
+    assert main(["bench", "--summarize", *(str(RESULTS / f) for f in files), "--summarize-out", str(out)]) == 0
+    assert f"== {key}: 2 run(s)" in capsys.readouterr().out
+    summary = json.loads(out.read_text())
+    assert list(summary) == [key] and summary[key].get(field), summary[key].keys()
+
+
+@pytest.mark.parametrize("kind, file, words", NOT_SUMMARIZED, ids=[k[0] for k in NOT_SUMMARIZED])
+def test_summarize_says_in_one_line_why_a_kind_has_no_summary(kind, file, words, capsys):
+    from ptxgemm.cli.main import main
+
+    path = str(RESULTS / file)
+    assert main(["bench", "--summarize", path, path]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1, err
+    assert err.startswith(f"python -m ptxgemm bench: error: --summarize: {path}: {words}")
+    assert "this kind of file has no summary: " in err

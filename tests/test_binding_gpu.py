@@ -32,6 +32,8 @@ def _require_gpu():
 def counted():
     """A GPU, an empty library plan cache and zeroed counters: what a test then counts is its own calls' plans."""
     _require_gpu()
+    ptxgemm.clear_plan_cache()
+    ptxgemm.reset_plan_stats()
 
 
 def _poisoned(shape, dtype=BF16) -> DeviceArray:

@@ -65,7 +65,8 @@ def test_the_walk_sees_every_command_and_its_options():
     assert {"--quick", "--rounds", "--shapes", "--set", "--small-m", "--b-major", "--out", "--name", "--config", "--variants",
             "--use-tune-cache",
             "--summarize", "--summarize-out", "--host", "--shape", "--run-shape", "--calls", "--repeats",
-            "--json", "--in-dtype", "--scaling", "--epilogue", "--sustained", "--sustained-gap", "--fastcu"} == seen["bench"]
+            "--json", "--in-dtype", "--scaling", "--epilogue", "--sustained", "--sustained-gap", "--fastcu",
+            "--tokens", "--models"} == seen["bench"]
     assert {"--mode", "--direction", "--rows", "--cols", "--simulate", "--json"} == seen["swizzle-probe"]
     assert {"--op", "--pattern", "--kernel", "--addresses", "--json", "--layout", "--row-bytes", "--pad"} \
         <= seen["bank-conflicts"]
@@ -172,3 +173,60 @@ def test_the_library_never_imports_the_command_line():
             if any(n == "ptxgemm.cli" or n.startswith("ptxgemm.cli.") for n in names):
                 bad.append(f"{path.relative_to(pkg)}: {names[0]}")
     assert not bad, bad
+
+
+# ---- issue 48: a closed pipe and an unusable --out are never a traceback
+
+def _run_into_closed_pipe(*argv) -> subprocess.CompletedProcess:
+    """`python -m ptxgemm ARGV | head -0`, deterministically: stdout is a pipe whose reader closed before the command
+    wrote anything (`| head -1` closes it after a line, which races with how much the command wrote by then)."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        return subprocess.run([sys.executable, "-m", "ptxgemm", *argv], stdout=write, stderr=subprocess.PIPE,
+                              text=True, timeout=120, env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
+    finally:
+        os.close(write)
+
+
+@pytest.mark.parametrize("argv", [
+    ["select", "--m", "4096", "--n", "4096", "--k", "4096"],
+    ["bank-probe", "--list"],
+    ["mutants", "--list"],
+    ["--help"],
+])
+def test_a_closed_pipe_ends_the_command_quietly(argv):
+    from ptxgemm.cli.main import PIPE_CLOSED_STATUS
+
+    proc = _run_into_closed_pipe(*argv)
+    assert "Traceback" not in proc.stderr and "Exception ignored" not in proc.stderr, proc.stderr
+    assert proc.stderr == "" and proc.returncode in (0, PIPE_CLOSED_STATUS)   # argparse's --help ignores the pipe
+    if argv[0] != "--help":
+        assert proc.returncode == PIPE_CLOSED_STATUS
+
+
+def test_a_pipe_closed_after_one_line_leaves_no_traceback():
+    """The issue's `... | head -1`, with a reader that takes one line and closes (whether the command still had
+    lines to write by then depends on timing; either way, no traceback)."""
+    proc = subprocess.Popen([sys.executable, "-m", "ptxgemm", "bank-probe", "--list"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
+    from ptxgemm.cli.main import PIPE_CLOSED_STATUS
+
+    assert proc.stdout.readline()
+    proc.stdout.close()
+    err = proc.stderr.read()
+    assert proc.wait(timeout=120) in (0, PIPE_CLOSED_STATUS) and "Traceback" not in err, err
+
+
+@pytest.mark.parametrize("kind", ["file", "under a file"])
+def test_dump_out_that_cannot_be_a_directory_is_one_line_exit_2(kind, tmp_path):
+    existing = tmp_path / "existing.txt"
+    existing.write_text("not a directory\n")
+    out = existing if kind == "file" else existing / "sub"
+    proc = subprocess.run([sys.executable, "-m", "ptxgemm", "dump", "--out", str(out), "--m", "64", "--n", "64",
+                           "--k", "64"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stdout == "", proc.stderr
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("python -m ptxgemm dump: error: --out: "), \
+        proc.stderr
+    assert "names a directory, created if missing" in proc.stderr
+    assert existing.read_text() == "not a directory\n"

@@ -3,12 +3,14 @@ constraints, and the PTX it emits (assembled without spills or warnings)."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 
 import ml_dtypes
 import numpy as np
 import pytest
 
 import ptxgemm
+from assemble import assemble_ahead
 from ptxgemm.errors import ConfigError
 from ptxgemm.kernel.config import GemmConfig
 from ptxgemm.plan import epilogue
@@ -238,6 +240,23 @@ HEAVY_EPILOGUES = ({"device_scales": True, "bias": "col", "activation": "gelu"},
                    {"col_scale": True, "source_dtype": "float16", "activation": "relu"})
 
 
+def heavy_config(tag, fields, pairs) -> GemmConfig:
+    return GemmConfig.from_tag(tag, in_dtype="float8_e4m3fn", a_major="k", b_major="k", col_pairs=pairs, **fields)
+
+
+@pytest.fixture(scope="module")
+def heavy_assembled_ahead():
+    """Every accepted heavy config, assembled ahead (tests/assemble.py: a cold cubin cache, two ptxas at once)."""
+    configs = []
+    for tag, fields, pairs in itertools.product(HEAVY_TILES, HEAVY_EPILOGUES, (False, True)):
+        try:
+            configs.append(heavy_config(tag, fields, pairs))
+        except ConfigError:
+            pass
+    assemble_ahead(configs)
+
+
+@pytest.mark.usefixtures("heavy_assembled_ahead")
 @pytest.mark.parametrize("pairs", [False, True], ids=["scalar", "pairs"])
 @pytest.mark.parametrize("tag", HEAVY_TILES)
 @pytest.mark.parametrize("fields", HEAVY_EPILOGUES, ids=lambda f: "-".join(f"{k}={v}" for k, v in f.items()))
@@ -247,8 +266,7 @@ def test_every_accepted_epilogue_on_the_register_heavy_tiles_assembles_without_s
     from ptxgemm.build.kernels import compile_gemm
 
     try:
-        cfg = GemmConfig.from_tag(tag, in_dtype="float8_e4m3fn", a_major="k", b_major="k", col_pairs=pairs,
-                                  **fields)
+        cfg = heavy_config(tag, fields, pairs)
     except ConfigError:
         return   # refused up front: the selection never offers it
     if (tag, tuple(sorted(fields)), pairs) in KNOWN_SPILLS:   # strict: a fix makes it pass, and the entry must go

@@ -1,6 +1,6 @@
-"""The differential fuzzer on the CPU: 2000 emulated cases from a fresh seed every run (printed, and named in every
-failure, so a red run can be replayed with `python -m ptxgemm fuzz --emulate --seed S --cases 2000`), and the walk
-over the illegal inputs. The GPU's campaign: tests/test_fuzz_gpu.py and docs/results/h100/fuzz/."""
+"""The differential fuzzer on the CPU: emulated cases from a fresh seed every run (300 by default, 2000 with
+PTXGEMM_FULL_TESTS=1 as CI runs it; the seed printed, and named in every failure, so a red run can be replayed with
+`python -m ptxgemm fuzz --emulate --seed S --cases N`), and the walk over the illegal inputs. The GPU's campaign: tests/test_fuzz_gpu.py and docs/results/h100/fuzz/."""
 from __future__ import annotations
 
 import json
@@ -8,10 +8,12 @@ import os
 
 import pytest
 
+import full_run
 from ptxgemm.cli.main import main
 from ptxgemm.tools import fuzz, fuzz_build
 
-CI_CASES = 2000
+#: a light run still fuzzes from a fresh seed every time; the full 2000 take about 110 s on two cores
+CI_CASES = full_run.pick(300, 2000, "emulated fuzz cases")
 
 
 def _fresh_seed() -> int:

@@ -71,6 +71,8 @@ def test_an_empty_blockwise_problem_on_the_gpu(m, n, k):
     assert got.shape == (m, n) and not np.any(got.astype(np.float32))
 
 
+SOURCE_RACE_TILE = "pp64x128"
+RACE_LAUNCHES = 64   # a race shows in some launches only; 64 launches of this small case take well under a second
 SOURCE_RACE_SPEC = {
     "seed": 791620697, "entry": "plan", "array_kind": "device", "m": 3622, "n": 192, "k": 257,
     "a": {"dtype": "float16", "batch": [4], "vector": False, "layout": "broadcast"},
@@ -102,7 +104,9 @@ def test_without_the_source_fence_the_race_shows():
     case = fuzz_build.build(SOURCE_RACE_SPEC)
     kw = {k: (DeviceArray.from_numpy(v) if isinstance(v, np.ndarray) else v) for k, v in case.kwargs.items()}
     a, b, out = (DeviceArray.from_numpy(x) for x in (case.a, case.b, case.out))
-    config = ptxgemm.GemmPlan(a, b, out, **kw).config
+    # the tile the race was found and shown with (the selection's pick until issue 47, which gives this case
+    # coop128x192; there eight launches on an H200 did not show it): the mutant's case keeps the tile that does
+    config = ptxgemm.GemmPlan(a, b, out, ptxgemm.GemmConfig.from_tag(SOURCE_RACE_TILE), **kw).config
     lines = ptxgemm.render_gemm(config).split("\n")
     fence = [i for i, line in enumerate(lines) if line.strip().startswith("fence.proxy.async") and "reads of S" in line]
     assert len(fence) == 1, fence
@@ -110,11 +114,11 @@ def test_without_the_source_fence_the_race_shows():
     mutant = GemmKernel(config, ptx="\n".join(lines))
     plan = ptxgemm.GemmPlan(a, b, out, config, kernel=mutant, **kw)
     wrong = []
-    for _ in range(8):
+    for _ in range(RACE_LAUNCHES):
         out.poison()
         plan.launch()
         wrong.append(not fuzz_build.verdict(case, out.to_numpy()).ok)
-    assert any(wrong), "the mutant survived eight launches"
+    assert any(wrong), f"the mutant survived {RACE_LAUNCHES} launches"
 
 
 @gpu

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import ptxgemm
+from assemble import assemble_ahead
 from ptxgemm import ConfigError, GemmConfig
 
 CONFIGS = [GemmConfig(), GemmConfig(b_major="k"), GemmConfig(a_major="mn", b_major="k"),
@@ -26,8 +27,13 @@ CONFIGS = [GemmConfig(), GemmConfig(b_major="k"), GemmConfig(a_major="mn", b_maj
            GemmConfig.from_tag("coop128x256sk", b_major="k", debug=True)]
 
 
+@pytest.fixture(scope="module")
+def assembled_ahead():
+    assemble_ahead(CONFIGS, sass=True)   # a cold cubin cache: every ptxas and nvdisasm at once (tests/assemble.py)
+
+
 @pytest.fixture(scope="module", params=CONFIGS, ids=lambda c: c.describe())
-def built(request):
+def built(request, assembled_ahead):
     cfg = request.param
     kernel = ptxgemm.compile_gemm(cfg)
     return cfg, kernel, kernel.sass()

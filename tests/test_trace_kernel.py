@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import ptxgemm
+from assemble import assemble_ahead
 from ptxgemm import GemmConfig
 from ptxgemm.build.kernels import render_gemm
 from ptxgemm.kernel import trace_format
@@ -218,6 +219,12 @@ def test_consumer_hand_over_is_recorded_before_the_arrive():
     assert drained < index(r"bar\.arrive %peer_epi_bar", drained - 40)
 
 
+@pytest.fixture(scope="module")
+def traced_assembled_ahead():
+    assemble_ahead(TRACED + TRACED_PATHS, sass=True)   # a cold cubin cache: all at once (tests/assemble.py)
+
+
+@pytest.mark.usefixtures("traced_assembled_ahead")
 @pytest.mark.parametrize("config", TRACED + TRACED_PATHS, ids=lambda c: c.describe())
 def test_traced_build_is_clean(config):
     kernel = ptxgemm.compile_gemm(config)

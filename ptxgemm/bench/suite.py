@@ -62,6 +62,7 @@ LINE_ALIGN_ELEMENTS = 8      # bf16 elements per 16 bytes
 GROUPS = ("seed_sweep", "square_llm", "small_m", "unaligned")   # geomean groups; "all" is every row
 SAMPLE_ROWS = 64             # rows of the float64 reference, the same rows for every implementation
 SAMPLE_SEED = 12345          # fixed, so every run and every implementation checks the same rows
+METHOD = "L2 flushed before each launch, CUDA events around the launch, interleaved rounds, median"   # the burst one
 
 
 def default_shapes():
@@ -465,7 +466,7 @@ def run_bench(shapes, rounds: int, config=None, variant_configs=(), out="bench_o
               "second_peer": (f"{second.name} from {second.root} (its layouts: A row-major, B K-major, C "
                               f"column-major; fastcu_ratio = its ms / ptxgemm's)" if second else None),
               "b_major": b_major,
-              "method": "L2 flushed before each launch, CUDA events around the launch, interleaved rounds, median",
+              "method": METHOD,
               "sustained_method": (f"one back-to-back window of >= {sustained:g} s per implementation and shape, no "
                                    f"flush, CUDA events around the window, {sustained_gap:g} s idle before each, the "
                                    f"order alternating by shape; SM clock and power: NVML every "

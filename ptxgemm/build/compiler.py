@@ -119,6 +119,7 @@ class CompiledKernel:
     ptxas: str | None  # path of the ptxas used
     ptxas_version: str | None
     cache_hit: bool = False
+    cache_entry: Path | None = None   # its directory in the cubin cache, where sass() keeps the disassembly
 
     def image(self) -> bytes:
         """What cuModuleLoadData takes: the cubin, or NUL-terminated PTX for the driver's JIT."""
@@ -128,7 +129,7 @@ class CompiledKernel:
         if self.cubin is None:
             raise ToolchainError("SASS is unavailable: no ptxas was found, so the PTX is left to the driver's JIT "
                                  "(install nvidia-cuda-nvcc or set PTXGEMM_PTXAS)")
-        return disassemble(self.cubin)
+        return disassemble(self.cubin, self.cache_entry)
 
 
 def _cache_key(ptx: str, version: str, flags: list[str]) -> str:
@@ -165,35 +166,53 @@ def compile_ptx(ptx: str, *, arch: str = DEFAULT_ARCH, extra_flags: tuple[str, .
         log.debug("cache hit %s", entry)
         text = (entry / "ptxas.log").read_text()
         return CompiledKernel(ptx, (entry / "kernel.cubin").read_bytes(), parse_ptxas_report(text), str(ptxas),
-                              version, cache_hit=True)
+                              version, cache_hit=True, cache_entry=entry)
     log.debug("cache miss %s", entry)
     cubin, text = _run_ptxas(str(ptxas), ptx, flags)
-    if use_cache:
-        _store(entry, cubin, text, flags, version)
+    if use_cache and _store(entry, cubin, text, flags, version):
+        return CompiledKernel(ptx, cubin, parse_ptxas_report(text), str(ptxas), version, cache_entry=entry)
     return CompiledKernel(ptx, cubin, parse_ptxas_report(text), str(ptxas), version)
 
 
-def _store(entry: Path, cubin: bytes, text: str, flags: list[str], version: str) -> None:
-    """Write atomically (rename) so two processes compiling the same kernel never see half a file."""
+def _store(entry: Path, cubin: bytes, text: str, flags: list[str], version: str) -> bool:
+    """Write atomically (rename) so two processes compiling the same kernel never see half a file; False where the
+    cache cannot be written."""
     try:
         entry.mkdir(parents=True, exist_ok=True)
         for name, data in (("kernel.cubin", cubin), ("ptxas.log", text.encode()),
                            ("meta.json", json.dumps({"flags": flags, "ptxas": version}).encode())):
-            tmp = entry / f".{name}.{os.getpid()}"
-            tmp.write_bytes(data)
-            os.replace(tmp, entry / name)
+            _write_atomically(entry / name, data)
+        return True
     except OSError as e:  # a read-only home must not break compilation
         log.warning("could not write the cubin cache at %s: %s", entry, e)
+        return False
 
 
-def disassemble(cubin: bytes) -> str:
+def _write_atomically(path: Path, data: bytes) -> None:
+    tmp = path.parent / f".{path.name}.{os.getpid()}"
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def disassemble(cubin: bytes, entry: Path | None = None) -> str:
+    """nvdisasm's SASS of `cubin`. With `entry` (the cubin's directory in the cache) the SASS is kept there, one file
+    per nvdisasm version: nvdisasm takes about half a second, and a dump, the tests and the tools ask for the same
+    kernel's SASS again and again."""
     nvdisasm = find_tool("nvdisasm")
     if nvdisasm is None:
         raise ToolchainError("nvdisasm not found: install nvidia-cuda-nvdisasm or set PTXGEMM_NVDISASM")
+    kept = None if entry is None else entry / f"kernel.{tool_version(str(nvdisasm))}.sass"
+    if kept is not None and kept.is_file():
+        return kept.read_text()
     with tempfile.TemporaryDirectory(prefix="ptxgemm-") as tmp:
         path = Path(tmp) / "kernel.cubin"
         path.write_bytes(cubin)
         proc = subprocess.run([str(nvdisasm), "-c", str(path)], capture_output=True, text=True)
     if proc.returncode != 0:
         raise ToolchainError(f"nvdisasm failed (exit {proc.returncode}): {proc.stderr.strip()}")
+    if kept is not None:
+        try:
+            _write_atomically(kept, proc.stdout.encode())
+        except OSError as e:   # as for the cubin: an unwritable cache only costs the next call the disassembly
+            log.warning("could not keep the SASS in the cubin cache at %s: %s", entry, e)
     return proc.stdout

@@ -8,14 +8,15 @@ import os
 import re
 from pathlib import Path
 
-from ..bench import deepgemm, host_cost, host_layer, modes as bench_modes, suite as bench, summary as bench_summary
+from ..bench import (deepgemm, host_cost, host_layer, modes as bench_modes, suite as bench, summary as bench_summary,
+                     training)
 from ..bench.modes import EPILOGUES, FP8_QUICK_SHAPES, FP8_SHAPES, IN_DTYPES, SCALINGS
 from ..bench.suite import QUICK_SHAPES, SEED_M, SEED_N, SMALL_M_MAX, default_shapes, parse_tag
 from ..errors import ConfigError
 
 DEFAULT_OUT = "bench_out"
 # the GPU-time bench's own options, which mean nothing to --host (dest, flag); compared with their defaults below
-SHAPE_SETS = ("deepgemm", "grouped", "square-llm")
+SHAPE_SETS = ("deepgemm", "grouped", "square-llm", "training")
 #: the shortest sustained window: the clock needs about a second at the power limit to settle
 MIN_SUSTAINED_S = 2.0
 DEFAULT_SUSTAINED_S = 3.0
@@ -23,7 +24,10 @@ GPU_BENCH_OPTIONS = (("quick", "--quick"), ("rounds", "--rounds"), ("shapes", "-
                      ("config", "--config"), ("variants", "--variants"), ("summarize", "--summarize"),
                      ("summarize_out", "--summarize-out"), ("b_major", "--b-major"), ("in_dtype", "--in-dtype"),
                      ("scaling", "--scaling"), ("epilogue", "--epilogue"), ("sustained", "--sustained"),
-                     ("sustained_gap", "--sustained-gap"), ("fastcu", "--fastcu"))
+                     ("sustained_gap", "--sustained-gap"), ("fastcu", "--fastcu"), ("tokens", "--tokens"),
+                     ("models", "--models"))
+# --set training's own options (dest, flag): which of its GEMMs to time
+TRAINING_OPTIONS = (("tokens", "--tokens"), ("models", "--models"))
 # what the benchmark compares; --summarize reads it from each file instead
 MODE_OPTIONS = (("in_dtype", "--in-dtype"), ("scaling", "--scaling"), ("epilogue", "--epilogue"))
 # --host's options, which mean nothing without it; all default to None so that "given" is visible
@@ -42,7 +46,8 @@ DESCRIPTION = ("Time ptxgemm and cuBLAS (torch.matmul, else CuPy) on the same sh
                "or row) or with cuBLAS's blockwise fp8 GEMM through torch (--scaling block; ptxgemm bf16 "
                "on the same values where torch is absent); --epilogue bias-<act> compares the "
                "fused epilogue with the plain GEMM and with the plain GEMM plus a separate torch "
-               "pass; those write bench_<gpu>_<mode>[_<name>].json. --host measures host "
+               "pass; those write bench_<gpu>_<mode>[_<name>].json. --set training times a training "
+               "step's linear-layer GEMMs in autograd's layouts. --host measures host "
                "microseconds per call instead. Needs an sm_90 GPU, except --summarize.")
 
 
@@ -64,7 +69,19 @@ def add_arguments(p) -> None:
                         "ptxgemm/bench/deepgemm.py); grouped, the MoE expert GEMMs of ptxgemm/bench/grouped_shapes.py "
                         "through ptxgemm.grouped_matmul against torch._grouped_mm / torch.bmm / a loop of matmul "
                         "per group (bf16, or --in-dtype float8_e4m3fn against torch._scaled_grouped_mm); "
-                        "square-llm, the 6 square and LLM shapes of the suite (the sustained bar's) (default: none)")
+                        "square-llm, the 6 square and LLM shapes of the suite (the sustained bar's); training, the "
+                        "forward, dX and dW GEMMs of every linear layer of Qwen2-0.5B, Qwen2-1.5B, Llama-3-8B and "
+                        f"Mistral-7B at {' and '.join(map(str, training.TOKENS))} tokens, as autograd lays them out "
+                        "(x·Wᵀ: B a transposed view; dY·W: B N-major; dYᵀ·X: A a transposed view), ptxgemm against "
+                        "torch.matmul on the same torch tensors, with issue 47's checks (geomean >= "
+                        f"{training.GEOMEAN_BAR}, no row below {training.ROW_FLOOR}); --quick: qwen2-1.5b at 4096 "
+                        "tokens; writes bench_<gpu>_training[_<name>].json (default: none)")
+    p.add_argument("--tokens", default=None, metavar="T,...",
+                   help=f"with --set training: the token counts to time, of {','.join(map(str, training.TOKENS))} "
+                        "(default: both)")
+    p.add_argument("--models", default=None, metavar="NAME,...",
+                   help=f"with --set training: the models whose layers to time, of {','.join(training.MODELS)} "
+                        "(default: all four)")
     p.add_argument("--sustained", type=float, nargs="?", const=DEFAULT_SUSTAINED_S, default=None, metavar="SECONDS",
                    help="also time each implementation back to back for SECONDS (>= "
                         f"{MIN_SUSTAINED_S:g}; {DEFAULT_SUSTAINED_S:g} when given bare) per shape, as a training step "
@@ -121,7 +138,9 @@ def add_arguments(p) -> None:
                         "so it measures the untuned heuristic)")
     p.add_argument("--summarize", nargs="+", default=None, metavar="FILE",
                    help="summarize bench JSON files instead of running (no GPU needed): per GPU, per shape and per "
-                        "geomean group, min/median/max of the ratio across the runs (default: run the bench)")
+                        "geomean group, min/median/max of the ratio across the runs; --set training files per GEMM, "
+                        "with issue 47's checks on the per-row medians; --set grouped files per case and peer "
+                        "(default: run the bench)")
     p.add_argument("--summarize-out", default=None, metavar="F.json",
                    help="with --summarize: also write the summary as JSON here (default: print only)")
     host = p.add_argument_group("host cost (--host)")
@@ -177,6 +196,9 @@ def run(args) -> int:
     for dest, flag in HOST_OPTIONS:
         if getattr(args, dest) is not None:
             raise ConfigError(f"{flag}: only with --host")
+    for dest, flag in TRAINING_OPTIONS:
+        if getattr(args, dest) is not None and args.set != "training":
+            raise ConfigError(f"{flag}: only with --set training")
     if args.summarize_out and not args.summarize:
         raise ConfigError("--summarize-out: only with --summarize")
     if args.summarize:
@@ -196,7 +218,7 @@ def run(args) -> int:
         raise ConfigError(f"--name: letters, digits, '.', '_' or '-' only, got {args.name!r}")
     if args.small_m and (args.shapes or args.quick):
         raise ConfigError("--small-m: a suite of its own; not with --shapes or --quick")
-    if args.set and (args.shapes or args.quick or args.small_m):
+    if args.set and (args.shapes or (args.quick and args.set != "training") or args.small_m):
         raise ConfigError(f"--set: the shape set {args.set} is the run's shapes; not with --shapes, --quick or "
                           f"--small-m")
     if args.sustained_gap is not None and args.sustained is None:
@@ -207,18 +229,20 @@ def run(args) -> int:
                               f"a second at the power limit to settle), got {args.sustained:g}")
         if args.sustained_gap is not None and not args.sustained_gap >= 0:
             raise ConfigError(f"--sustained-gap: seconds >= 0, got {args.sustained_gap:g}")
-        if args.set in ("grouped", "deepgemm") or args.in_dtype not in (None, "bfloat16") or args.scaling or \
-                args.epilogue:
-            raise ConfigError("--sustained: the bf16 benchmark against cuBLAS only (no --set grouped/deepgemm, "
-                              "--in-dtype fp8, --scaling or --epilogue)")
-    if args.fastcu and (args.set in ("grouped", "deepgemm") or args.in_dtype not in (None, "bfloat16") or
+        if args.set in ("grouped", "deepgemm", "training") or args.in_dtype not in (None, "bfloat16") or \
+                args.scaling or args.epilogue:
+            raise ConfigError("--sustained: the bf16 benchmark against cuBLAS only (no --set grouped/deepgemm/"
+                              "training, --in-dtype fp8, --scaling or --epilogue)")
+    if args.fastcu and (args.set in ("grouped", "deepgemm", "training") or args.in_dtype not in (None, "bfloat16") or
                         args.scaling or args.epilogue):
-        raise ConfigError("--fastcu: a bf16 peer of the bf16 benchmark only (no --set grouped/deepgemm, --in-dtype "
-                          "fp8, --scaling or --epilogue)")
+        raise ConfigError("--fastcu: a bf16 peer of the bf16 benchmark only (no --set grouped/deepgemm/training, "
+                          "--in-dtype fp8, --scaling or --epilogue)")
     if args.fastcu:
         from ..bench import fastcu as fastcu_peer
 
         fastcu_peer.source_dir(args.fastcu)   # before anything reaches the GPU
+    if args.set == "training":
+        return run_training(args, tune_cache)
     if args.set == "grouped":
         from ..bench import grouped_bench   # imports torch when it runs: only this set needs it
 
@@ -256,6 +280,23 @@ def run(args) -> int:
                                fastcu=args.fastcu)
     return bench_modes.run_mode_bench(shapes, rounds, mode, config, out=args.out, name=args.name,
                                       tune_cache=tune_cache, b_major=args.b_major or "mn", variants=variants)
+
+
+def run_training(args, tune_cache: str) -> int:
+    """`bench --set training`: its options' checks (before torch and the GPU), then ptxgemm/bench/training.py."""
+    bad = [flag for dest, flag in (("in_dtype", "--in-dtype"), ("scaling", "--scaling"), ("epilogue", "--epilogue"),
+                                   ("b_major", "--b-major")) if getattr(args, dest) not in (None, "bfloat16", "none")]
+    if bad:
+        raise ConfigError(f"{bad[0]}: not with --set training (bf16 GEMMs in autograd's own layouts)")
+    if args.quick and (args.tokens or args.models):
+        raise ConfigError("--quick: --set training's quick run is qwen2-1.5b at 4096 tokens; not with --tokens or "
+                          "--models")
+    models, tokens = training.QUICK if args.quick else (training.parse_models(args.models),
+                                                        training.parse_tokens(args.tokens))
+    config = _tags("--config", [args.config])[0] if args.config else None
+    variants = _tags("--variants", filter(None, args.variants.split(",")))
+    return training.run(args.rounds or (7 if args.quick else 25), args.out, args.name, models, tokens,
+                        config=config, variant_configs=variants, tune_cache=tune_cache)
 
 
 def _mode(args):

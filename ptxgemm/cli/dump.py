@@ -66,6 +66,7 @@ def run(args) -> int:
         given = options.given(args, PROBE_OPTIONS)
         if given:
             raise ConfigError(f"{', '.join(given)}: options of --kernel swizzle_probe, not of --kernel {args.kernel}")
+    options.check_output_dir(args.out)   # an unusable --out fails here, before the build (write_dump creates it)
     report = DUMPERS[args.kernel](args)
     print(dump.summary(report, args.out))
     return 0

@@ -12,6 +12,7 @@ the dispatch to one module per command.
     python -m ptxgemm bench [--quick] [--shapes MxNxK,...] [--variants TAG,...] [--out DIR --name RUN]
     python -m ptxgemm bench --in-dtype float8_e4m3fn|float8_e5m2 [--scaling tensor|row|block] [--quick] [...]
     python -m ptxgemm bench --epilogue bias-gelu|bias-relu|bias-silu [--in-dtype D [--scaling tensor|row]] [...]
+    python -m ptxgemm bench --set training [--quick | --tokens 4096,16384 --models NAME,...] [--variants TAG,...]
     python -m ptxgemm bench --summarize FILE... [--summarize-out F.json]
     python -m ptxgemm bench --host [ways|layer] [--shape MxNxK] [--run-shape MxNxK] [--calls N] [--repeats R]
                             [--json PATH]
@@ -31,7 +32,7 @@ toolchain, the cubin cache directory and the GPU, if there is one), `bench --sum
 `swizzle-probe --simulate`, `fuzz --emulate`, `bank-conflicts` and `bank-probe --list`. `tune` runs every candidate
 on the GPU, checks and times them, and stores the winner in the tune cache, where select finds it. Each command's
 --help gives every option's default. Errors are one line on stderr (ptxas failures add ptxas's own log) and exit
-status 2.
+status 2. A reader that closes the pipe early (`... | head -1`) ends the command quietly, with status 141.
 
 Each command is a module of ptxgemm/cli/ (COMMANDS below) with
     DESCRIPTION                 the text of its --help
@@ -46,6 +47,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from types import ModuleType
 from typing import Iterable, Sequence
@@ -54,6 +56,8 @@ from .. import __version__
 from ..errors import PtxgemmError
 
 PROG = "python -m ptxgemm"
+#: the exit status when stdout's reader closed the pipe: a shell's for a process SIGPIPE ended (128 + 13)
+PIPE_CLOSED_STATUS = 141
 
 #: command -> (its module in ptxgemm/cli/, the one line `--help` shows for it), in the order of `--help`; the line
 #: lives here, not in the module, so that listing the commands imports none of them
@@ -116,6 +120,20 @@ def chosen_command(argv: Sequence[str]) -> str | None:
 
 
 def main(argv=None) -> int:
+    """Every command's entry, with the one rule for a reader that went away (`... | head -1`): the command stops
+    quietly, as a C tool killed by SIGPIPE does, instead of printing a BrokenPipeError traceback."""
+    try:
+        try:
+            return dispatch(argv)
+        finally:
+            # the last buffered lines are written here, inside the try, rather than by the interpreter's exit flush,
+            # where a closed pipe could only be reported as "Exception ignored"; --help's SystemExit passes too
+            sys.stdout.flush()
+    except BrokenPipeError:
+        return reader_gone()
+
+
+def dispatch(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     name = chosen_command(argv)
     module = command_module(name) if name else None
@@ -126,6 +144,15 @@ def main(argv=None) -> int:
     except PtxgemmError as e:
         print(f"{PROG} {args.command}: error: {e}", file=sys.stderr)
         return 2
+
+
+def reader_gone() -> int:
+    """stdout's reader closed the pipe: what is still buffered goes to devnull (so the interpreter's final flush
+    cannot raise again) and the status is PIPE_CLOSED_STATUS."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return PIPE_CLOSED_STATUS
 
 
 if __name__ == "__main__":

@@ -5,6 +5,9 @@ tell a choice the user made from a default: `dump` selects the config itself whe
 """
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 from ..errors import ConfigError
 from ..kernel.config import (FP8_DTYPES, GemmConfig, INPUT_DTYPES, MAJORS, OUTPUT_DTYPES, RASTERS, SCHEDULES,
                              default_out_dtype)
@@ -49,6 +52,18 @@ def add_config_arguments(group) -> None:
     group.add_argument("--stream-k", action="store_true", default=None,
                        help="the stream-K tail: the last partial wave's k-tiles shared by every cluster (cooperative "
                             "schedule only) (default off)")
+    add_operand_arguments(group)
+    group.add_argument("--debug", action="store_true",
+                       help="bounded barrier waits that report which barrier stalled (default off)")
+    group.add_argument("--trace", action="store_true",
+                       help="record a per-warpgroup timeline (ptxgemm.tools.trace) (default off; `python -m ptxgemm "
+                            "trace` turns it on itself)")
+
+
+def add_operand_arguments(group) -> None:
+    """--in-dtype, --out-dtype, --a-major and --b-major, every default None: operand_fields fills them in, by the
+    one rule every command shares (fp8 reads both operands K-major)."""
+    d = GemmConfig()
     group.add_argument("--in-dtype", default=None, choices=INPUT_DTYPES,
                        help=f"A and B's dtype: {', '.join(INPUT_DTYPES)} (default {d.in_dtype})")
     group.add_argument("--out-dtype", default=None, choices=OUTPUT_DTYPES,
@@ -59,11 +74,6 @@ def add_config_arguments(group) -> None:
     group.add_argument("--b-major", default=None, choices=MAJORS,
                        help=f"B's contiguous dimension: mn (row-major (K, N)) or k (default {d.b_major}; k for an "
                             f"fp8 --in-dtype, which reads both operands K-major only)")
-    group.add_argument("--debug", action="store_true",
-                       help="bounded barrier waits that report which barrier stalled (default off)")
-    group.add_argument("--trace", action="store_true",
-                       help="record a per-warpgroup timeline (ptxgemm.tools.trace) (default off; `python -m ptxgemm "
-                            "trace` turns it on itself)")
 
 
 def given(args, dests) -> list[str]:
@@ -100,18 +110,35 @@ def config_from_args(args) -> GemmConfig:
 
 
 def add_problem_arguments(p) -> None:
+    """The problem of `select` and `tune`: its size and its operands, whose defaults are dump's (operand_fields)."""
     for dim in SHAPE_OPTIONS:
         p.add_argument(f"--{dim}", type=int, required=True,
                        help=f"problem size {dim.upper()}, >= 1 (required; no default)")
-    p.add_argument("--in-dtype", default="bfloat16", choices=INPUT_DTYPES,
-                   help=f"A and B's dtype: {', '.join(INPUT_DTYPES)} (default bfloat16)")
-    p.add_argument("--out-dtype", default=None, choices=OUTPUT_DTYPES,
-                   help=f"C's dtype: {', '.join(OUTPUT_DTYPES)} (default: the same as --in-dtype)")
-    p.add_argument("--a-major", default="k", choices=MAJORS,
-                   help="A's contiguous dimension: k (row-major (M, K)) or mn (default k)")
-    p.add_argument("--b-major", default="mn", choices=MAJORS,
-                   help="B's contiguous dimension: mn (row-major (K, N)) or k (default mn)")
+    add_operand_arguments(p)
 
 
 def problem_args(args) -> tuple:
-    return (args.m, args.n, args.k, args.in_dtype, args.out_dtype, args.a_major, args.b_major)
+    """(m, n, k, in_dtype, out_dtype, a_major, b_major) as select_config and tune take them, the operands filled in
+    by operand_fields, so that `select` and `tune` read B K-major for fp8 as `dump` does."""
+    f = operand_fields(args)
+    return (args.m, args.n, args.k, f["in_dtype"], f["out_dtype"], f["a_major"], f["b_major"])
+
+
+def check_output_dir(path: str, option: str = "--out") -> Path:
+    """The directory an --out option names, checked before any work and without creating it: it must be a
+    directory, or creatable as one (its nearest existing parent a writable directory). A path that cannot be one (an
+    existing file, a file among its parents, no permission) is a one-line ConfigError naming the option and the rule
+    rather than an OSError's traceback after the build; the command creates the directory when it writes."""
+    out = Path(path)
+    rule = f"{option} names a directory, created if missing"
+    if out.exists():
+        if not out.is_dir():
+            raise ConfigError(f"{option}: {path} is an existing file; {rule} (give a new or a directory path)")
+        where = out
+    else:
+        where = next(p for p in out.absolute().parents if p.exists())
+        if not where.is_dir():
+            raise ConfigError(f"{option}: {path} cannot be created, {where} is a file; {rule}")
+    if not os.access(where, os.W_OK | os.X_OK):
+        raise ConfigError(f"{option}: {path} cannot be written, {where} is not writable; {rule}")
+    return out

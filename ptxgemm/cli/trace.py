@@ -3,7 +3,6 @@ the cost of tracing measured (ptxgemm.tools.tracing)."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 from ..errors import ConfigError
 from ..kernel.config import SCHEDULES, GemmConfig
@@ -81,7 +80,7 @@ def run(args) -> int:
     if reason is not None:
         raise ConfigError(f"trace runs the kernel, so it needs an sm_90 GPU (H100/H200), and there is none here: "
                           f"{reason.rstrip('.')}. `python -m ptxgemm dump` shows the traced build without one (add --trace)")
-    out = Path(args.out)
+    out = options.check_output_dir(args.out)   # an unusable --out: a one-line error before the launch
     out.mkdir(parents=True, exist_ok=True)
     rec = tracing.record(args.m, args.n, args.k, config, ctas=args.ctas, seed=args.seed)
     t = rec.trace

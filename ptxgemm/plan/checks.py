@@ -55,7 +55,8 @@ def check_out_dtype(out_dtype, name: str = "out_dtype") -> str:
 
 def result_shape(a, b) -> tuple[int, ...]:
     """numpy's shape of `a @ b` (ConfigError naming the rule when the shapes do not multiply)."""
-    if len(a.shape) == 2 and len(b.shape) == 2 and a.shape[1] == b.shape[0]:  # the common case, on the hot path
+    if (len(a.shape) == 2 and len(b.shape) == 2 and a.shape[1] == b.shape[0]    # the common case, on the hot path
+            and min(a.shape[0], a.shape[1], b.shape[1]) >= 0):                  # (plan_matmul names a negative one)
         return (a.shape[0], b.shape[1])
     return operands.plan_matmul(a.shape, a.strides, 0, b.shape, b.strides, 0, a.dtype.itemsize, 4).out_shape
 

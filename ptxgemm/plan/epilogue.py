@@ -1,7 +1,8 @@
 """The fused epilogue's arguments: D = act(alpha * (scale_a . A) @ (B . scale_b) + beta * c + bias), then the cast.
 
 `parse` checks every argument against the problem before anything reaches the GPU (a ConfigError names the argument
-and the rule) and classifies the scalings by shape:
+and the rule) and classifies the scalings by shape. alpha, beta and the per-tensor scales held on the host are finite
+numbers (NaN, an infinity, or a value past float32's range would turn every output into NaN or inf):
 
   scale_a / scale_b        per-tensor                  rowwise                    blockwise (fp8)
   a Python or numpy number  folded into alpha (host)    -                          -
@@ -25,6 +26,7 @@ import ctypes
 import dataclasses
 import math
 import numbers
+import reprlib
 
 import numpy as np
 
@@ -142,23 +144,66 @@ def _blocks(x: int) -> int:
     return -(-x // SCALE_BLOCK)
 
 
+#: the magnitude from which a float rounds to float32's infinity (float32's largest value plus half its last step,
+#: a tie that rounds to the even infinity)
+_F32_OVERFLOW = 2.0 ** 128 - 2.0 ** 103
+
+
+def _finite32(x: float) -> bool:
+    """Whether `x` reaches the kernel as a finite number: kernel_params packs alpha and beta as ctypes.c_float, where
+    a NaN stays NaN and a value past float32's range becomes an infinity, either making every output NaN or inf."""
+    return -_F32_OVERFLOW < x < _F32_OVERFLOW   # False for a NaN too
+
+
 def _number(name: str, x) -> float:
-    if isinstance(x, bool) or not isinstance(x, numbers.Real):
-        raise ConfigError(f"{name}: must be a real number, got {type(x).__name__}")
-    return float(x)
+    if type(x) is not float:   # a Python float, the common case, skips the abstract class's slower check
+        if isinstance(x, bool) or not isinstance(x, numbers.Real):
+            raise ConfigError(f"{name}: must be a real number, got {type(x).__name__}")
+        x = float(x)
+    if not _finite32(x):
+        raise ConfigError(f"{name}: must be a finite real number (the kernel takes it as float32), got {x!r}")
+    return x
 
 
 def _host_scalar(name: str, x):
     """`x` as a float when it is a number or a 0-d or (1,) numpy array (host memory), else None. A (1, 1) array
     is also the shape of a one-block table (M = 1 or N <= 128, K <= 128), so it stays an array (run uploads it,
-    see gemm.uploaded)."""
-    if isinstance(x, numbers.Real) and not isinstance(x, bool):
-        return float(x)
-    if isinstance(x, np.ndarray) and x.size == 1 and x.ndim < 2:
+    see gemm.uploaded). A value held here is known, so it must be finite (a device scale's value is not read)."""
+    if type(x) is float or (isinstance(x, numbers.Real) and not isinstance(x, bool)):
+        v = float(x)
+    elif isinstance(x, np.ndarray) and x.size == 1 and x.ndim < 2:
         if x.dtype != np.float32:
             raise ConfigError(f"{name}: a per-tensor scale array must be float32, got {x.dtype}")
-        return float(x.reshape(()))
-    return None
+        v = float(x.reshape(()))
+    else:
+        return None
+    if not math.isfinite(v):
+        raise ConfigError(f"{name}: a per-tensor scale must be a finite real number, got {v!r}")
+    return v
+
+
+def _is_array(x) -> bool:
+    """Whether `x` is an array of some framework: numpy's, a device array (ptxgemm's, the emulator's, a plan's
+    stand-in: shape and dtype) or an exporter of DLPack or the CUDA array interface."""
+    return ((hasattr(x, "shape") and hasattr(x, "dtype")) or hasattr(x, "__dlpack__")
+            or hasattr(x, "__cuda_array_interface__"))
+
+
+def check_values(*, alpha=1.0, beta=0.0, activation=None, scale_a=None, scale_b=None) -> tuple[float, float]:
+    """(alpha, beta) as floats, after the rules that need no problem: alpha and beta finite real numbers, the
+    activation's name, each scale a finite number or an array (a tuple, a list or a string is neither: refused by
+    name here, not taken for an array by a later conversion). `parse` starts with these; the grouped GEMM calls
+    them before it reads any array or builds its cache key (which holds these values)."""
+    alpha, beta = _number("alpha", alpha), _number("beta", beta)
+    # a str: an object that merely compares equal to a name (numpy's 0-d string array) is not taken for one
+    if activation is not None and (not isinstance(activation, str) or activation not in ACTIVATIONS):
+        raise ConfigError(f"activation: must be None or one of {ACTIVATIONS} (gelu: the tanh form), got {activation!r}")
+    if scale_a is not None or scale_b is not None:   # (most calls have neither)
+        for name, x in (("scale_a", scale_a), ("scale_b", scale_b)):
+            if x is not None and _host_scalar(name, x) is None and not _is_array(x):
+                raise ConfigError(f"{name}: must be a number (per tensor) or a float32 array (per tensor, rowwise or "
+                                  f"blockwise), got {type(x).__name__} {reprlib.repr(x)}")
+    return alpha, beta
 
 
 def _unit_along(arr, axis: int, name: str) -> None:
@@ -208,9 +253,7 @@ def parse(*, c=None, alpha=1.0, beta=0.0, bias=None, activation=None, scale_a=No
           k: int, in_dtype: str, batched: bool, convert) -> Epilogue:
     """The epilogue of a problem (the caller's m, n, k) as `Epilogue`; `convert(x, name)` makes a device array of
     an argument (matmul: in place; run: an upload). ConfigError names the first broken rule."""
-    alpha, beta = _number("alpha", alpha), _number("beta", beta)
-    if activation is not None and activation not in ACTIVATIONS:
-        raise ConfigError(f"activation: must be None or one of {ACTIVATIONS} (gelu: the tanh form), got {activation!r}")
+    alpha, beta = check_values(alpha=alpha, beta=beta, activation=activation, scale_a=scale_a, scale_b=scale_b)
     if c is None and beta != 0.0:
         raise ConfigError(f"beta: {beta} scales c, but no c was given")
     if c is not None and beta == 0.0:
@@ -272,6 +315,10 @@ def parse(*, c=None, alpha=1.0, beta=0.0, bias=None, activation=None, scale_a=No
                     row = val
                 else:
                     col = val
+    if not _finite32(alpha):   # each factor finite, their product past float32's range: inf in the kernel
+        folded = ", ".join(name for name, kind in (("scale_a", kinda), ("scale_b", kindb)) if kind == "tensor")
+        raise ConfigError(f"{folded}: alpha times the per-tensor scales is {alpha!r}, past the kernel's float32 "
+                          f"range")
     return Epilogue(alpha=alpha, beta=beta, source=source, bias=vec, bias_axis=axis, activation=activation,
                     row_scale=row, col_scale=col, device_a=device_a, device_b=device_b, block_a=block_a,
                     block_b=block_b)

@@ -16,6 +16,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from .checks import b_dtype_of, check_dtypes, check_out_dtype, dtype_name
+from .operands import check_extents
 from ..kernel import grouped_walk
 from ..kernel.config import default_out_dtype
 
@@ -77,9 +78,13 @@ def _form(a, b, offs, masked_m) -> str:
 
 
 def _counts(name: str, counts, groups: int | None) -> int:
-    """The number of groups the counts vector holds (checked: 1-D int32, one entry per group when b says how many,
-    1..MAX_GROUPS entries)."""
+    """The number of groups the counts vector holds (checked: an array, 1-D int32, one entry per group when b says
+    how many, 1..MAX_GROUPS entries)."""
+    if not (hasattr(counts, "shape") and hasattr(counts, "dtype")):   # a list or a number: not read as an array
+        raise ConfigError(f"{name}: must be a 1-D int32 array (numpy on the host, or a device array), got "
+                          f"{type(counts).__name__}")
     shape = _shape(counts)
+    check_extents(name, shape)
     if len(shape) != 1:
         raise ConfigError(f"{name}: must be a 1-D vector, one entry per group; got shape {shape}")
     if dtype_name(counts.dtype) != "int32":
@@ -118,12 +123,14 @@ def parse(a, b, *, offs=None, masked_m=None, out=None, out_dtype=None) -> Groupe
     every rule checked; ConfigError names the argument and the rule. Host counts (numpy arrays) are also checked by
     value (check_host_counts)."""
     in_dtype = check_dtypes(a, b)
-    form = _form(a, b, offs, masked_m)
     sa, sb = _shape(a), _shape(b)
+    check_extents("a", sa)   # before any size derived from them is blamed on the counts or on out
+    check_extents("b", sb)
+    form = _form(a, b, offs, masked_m)
     if form == "masked":
-        groups = _counts("masked_m", masked_m, sb[0])
-        if sa[0] != sb[0]:
+        if sa[0] != sb[0]:   # before the counts: a masked_m that matches one of them is not the one at fault
             raise ConfigError(f"a, b: one matrix per group in each: a has {sa[0]}, b has {sb[0]}")
+        groups = _counts("masked_m", masked_m, sb[0])
         if sa[2] != sb[1]:
             raise ConfigError(f"a, b: K differs: a (G, M_max, K) has K = {sa[2]}, b (G, K, N) has K = {sb[1]}")
         m, n, k, out_shape = sa[1], sb[2], sa[2], (sa[0], sa[1], sb[2])
@@ -138,6 +145,7 @@ def parse(a, b, *, offs=None, masked_m=None, out=None, out_dtype=None) -> Groupe
             raise ConfigError(f"a, b: total_K differs: a (M, total_K) has {sa[1]}, b (total_K, N) has {sb[0]}")
         m, n, k, out_shape = sa[0], sb[1], sa[1], (groups, sa[0], sb[1])
     if out is not None:
+        check_extents("out", _shape(out))
         od = check_out_dtype(out.dtype, "out")
         if out_dtype is not None and check_out_dtype(out_dtype) != od:
             raise ConfigError(f"out_dtype: {dtype_name(out_dtype)} differs from out's dtype {od}; give one of them")

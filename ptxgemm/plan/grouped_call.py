@@ -218,7 +218,11 @@ def grouped_epilogue(problem: grouped.GroupedProblem, alpha, scale_a, scale_b, b
                 scale_b = sb
         if bias is not None:
             bv = convert(bias, "bias")
-            if tuple(bv.shape) == (g, n) and g > 1:
+            shape = tuple(bv.shape)
+            if shape not in ((n,), (1, n), (g, n)):   # not the dense rule's: a bias per row is not taken here
+                raise ConfigError(f"bias: the grouped GEMM adds a bias per column: (N,) = ({n},) shared, or (G, N) = "
+                                  f"({g}, {n}) one per group; got {shape}")
+            if shape == (g, n) and g > 1:
                 bias, strides["bias"] = _flat(bv, "bias", (g * n,), "a per-group bias (G, N)").view((n,)), n
             else:
                 bias = bv

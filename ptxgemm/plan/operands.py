@@ -280,6 +280,13 @@ def _operand(name: str, view: View, walk, inners: tuple[str, ...]) -> Operand:
     return Operand(name, staging.view(0, view), staging.placement(), staging, view, walk)
 
 
+def check_extents(name: str, shape) -> None:
+    """A device array's header may claim any shape (a view, a foreign exporter): a negative extent is refused here,
+    naming the array, before any size derived from it (M, K, the result's shape) is blamed on another argument."""
+    if any(int(e) < 0 for e in shape):
+        raise ConfigError(f"{name}: every extent must be >= 0, got shape {tuple(int(e) for e in shape)}")
+
+
 def plan_matmul(a_shape, a_strides, a_ptr: int, b_shape, b_strides, b_ptr: int, in_itemsize: int,
                 out_itemsize: int, out_shape=None, out_strides=None, out_ptr: int = 0,
                 transposed_store: bool = False, *, k_major: bool = False, indexed: tuple[bool, bool] = (False, False),
@@ -304,6 +311,7 @@ def plan_matmul(a_shape, a_strides, a_ptr: int, b_shape, b_strides, b_ptr: int, 
         if len(shape) == 0:
             raise ConfigError(f"{name}: matmul takes arrays of at least one dimension, got a 0-d array (numpy: "
                               f"'matmul: Input operand does not have enough dimensions'); use * for scalars")
+        check_extents(name, shape)
     a_vec, b_vec = ("row" if len(a_shape) == 1 else None), ("col" if len(b_shape) == 1 else None)
     k = a_shape[-1]
     kb = b_shape[0] if b_vec else b_shape[-2]

@@ -74,6 +74,15 @@ EPILOGUE_NS_H200 = {
     "coop128x128": 770, "coop128x256": 1600, "coop128x256c2": 1630, "coop256x128": 1680, "coop256x128c2": 1620, "coop256x192": 2750,
     "pp128x128": 1330, "pp128x192": 2020, "pp64x128": 660, "pp64x256": 1290,
     "pp128x16t": 3830, "pp128x32t": 3830, "pp128x64t": 2510, "pp64x16t": 1990}   # (scaled by 1330 / 1730)
+# The cooperative 128x192 tile (issue 47): fitted (tools/fit_select.py, the points above 30 us) to the H200 runs of the
+# training set with 17 variants side by side (docs/results/h200/bench/bench_h200_training_explore_*.json, 45 GEMMs of
+# Qwen2-0.5B, Qwen2-1.5B and Llama-3-8B widths at 4096 tokens; RMS log error 7%). The same fit gave the tables'
+# tiles within 1-8% of their entries above (coop128x256 709, coop256x128 710, coop128x128 370, pp128x128 374). Its
+# 96 tiles fill 1536x1536 where 128x256's 72 leave 60 SMs idle: the Qwen2-1.5B weight gradient dW = dY^T X (1536 x
+# 1536 x 4096) ran 36.8 us against coop128x256's 45.4. The H100 has no measurement: the H200's, scaled by the two
+# GPUs' coop128x256 entries (657 / 685 and 2260 / 1600).
+KTILE_NS_H200["coop128x192"], EPILOGUE_NS_H200["coop128x192"] = 538, 1420
+KTILE_NS["coop128x192"], EPILOGUE_NS["coop128x192"] = 516, 2010
 GPU_TABLES = {"H200": (KTILE_NS_H200, EPILOGUE_NS_H200)}
 
 # The memory model's constants (memory_ns, fixup_ns), per GPU name substring.
@@ -99,7 +108,11 @@ MEMORY = {
 # (CANDIDATE_TILES x CLUSTER_SHAPES), including those the model leaves out because they measured weaker
 # (pp128x192, pp64x256, and 2-CTA clusters of pingpong tiles).
 SELECTABLE = ("coop128x256", "coop128x256c2", "coop256x128", "coop256x128c2", "coop256x192", "pp128x128", "pp64x128",
-              "pp128x16t", "pp128x32t", "pp128x64t", "pp64x128c2")
+              "pp128x16t", "pp128x32t", "pp128x64t", "pp64x128c2", "coop128x192")
+# SELECTABLE tiles added after WAVE_FILL_TILES' rule was measured (issue 47): they win where the model predicts them
+# faster, and last in a tie, but do not raise the fill a WAVE_FILL_TILES tile must beat (at 3000x5000x2048 with B
+# K-major coop128x192 would tie pp128x192's 98% and hand the tie back to coop128x256, measured 3% slower).
+LATE_SELECTABLE = ("coop128x192",)
 TIE_FRACTION = 0.03
 # Within a tie, a long k-loop (K >= MULTICAST_MIN_K) goes to the cooperative 128x256 tile in cluster pairs sharing B
 # (each CTA loads half of B's panel and multicasts it): measured under sustained, power-limited load on the H100 over
@@ -210,6 +223,17 @@ BLOCK_SCALE_TILES = (("cooperative", 256, 128), ("cooperative", 128, 192), ("pin
 # keeps its tiles.
 BLOCK_SCALE_TUNE_TILES = (("cooperative", 128, 112), ("pingpong", 64, 112))
 WAVE_FILL_MARGIN = 0.05
+# Split-K pays a fix-up the memory model prices low where the units are few: a pick that splits K yields to a
+# candidate predicted within SPLIT_TIE_FRACTION of it that makes at least as many units with fewer splits (a narrower
+# tile). Measured on the H200 beside both (bench_h200_training_explore_qwen.json, issue 47), weight gradients of
+# Qwen2's narrow layers: 896x896x4096 pp64x128 17.7 us against pp128x128k2's 19.9 (98 units each); 256x1536x4096
+# pp64x128k2 15.1 against pp128x128k4's 18.0 (96 each); 4096x128x896 pp64x128 10.6 against pp64x128k2's 11.7. The
+# model had put each 6-9% behind.
+SPLIT_TIE_FRACTION = 0.10
+# A short k-loop (at most SHORT_K_TILES k-tiles) is mostly prologue and store: among memory-bound ties the fuller
+# waves go first, before the order of SELECTABLE. Measured on the H200 (the same run): 4096x1536x256 pp128x128
+# (384 tiles in 3 steps, 97% full) 12.9 us against coop128x256's 15.6 (192 in 2, 73%).
+SHORT_K_TILES = 4
 
 # The stream-K tail (GemmConfig.stream_k; ptxgemm/kernel/templates/streamk.ptx.j2). Whole units leave the last wave
 # partly idle (4096x4096x14336 in cluster pairs: 256 units on 66 clusters, 3.88 waves timed as 4). A cooperative
@@ -226,6 +250,16 @@ WAVE_FILL_MARGIN = 0.05
 # where the selection's picks had been at parity; splitting K for a small grid is split-K's job, which has its own
 # candidates.
 SK_MIN_GAIN = 0.005
+# ... but a grid of fewer units than clusters, all of it run as the tail, on a product whose sides are both at least
+# SK_ALL_MIN_SIDE and SK_ALL_MIN_K_TILES k-tiles per unit: the weight gradients of a small model's layers, dW = dY^T X with
+# the tokens as K, whose few output tiles leave most SMs idle. Measured on the H200 beside split-K and the unsplit
+# tiles (bench_h200_training_explore_*.json, issue 47): 1536x1536x4096 coop128x256sk 37.5 us against coop128x256's
+# 45.4; the Qwen2-0.5B lm_head's dX (4096x896x151936, 112 units of 2374 k-tiles) coop256x128sk 1.50 ms against
+# split-K 8's 2.59 (its 896 partial tiles of 128 KiB overflow the L2, which the split-K model does not see). At small
+# M (the H100's 128 and 256 x 14336 x 4096; the H200's 256x1536x4096 and 128x896x4096) the tail lost to split-K
+# pingpong tiles by 12-20%: a side that short is split-K's ground (its partial tiles are few and small).
+SK_ALL_MIN_K_TILES = 32
+SK_ALL_MIN_SIDE = 512
 SK_L2_BYTES_PER_NS = 24.0
 SK_MIN_K_TILES = 16
 SK_DTYPES = ("bfloat16", "float16")   # measured with bf16 (docs/perf-notes.md, issue 26 step 9); fp8's k-tiles are
@@ -245,6 +279,7 @@ SERPENTINE_DTYPES = SK_DTYPES
 CANDIDATE_TILES = (
     ("pingpong", 128, 128), ("pingpong", 128, 192), ("pingpong", 64, 256), ("pingpong", 64, 128),
     ("cooperative", 256, 128), ("cooperative", 128, 256), ("cooperative", 256, 192), ("cooperative", 128, 128),
+    ("cooperative", 128, 192),
     # tiles that are not whole 64-column panels, for shapes whose N they divide better (e.g. N = 4160 = 20 x 208)
     ("pingpong", 128, 160), ("cooperative", 128, 208), ("cooperative", 256, 160),
     # twice the tiles of pp64x128 where M is 64 or less: selectable only for fp8 at M <= FP8_NARROW_MAX_M (below)
@@ -498,8 +533,10 @@ def with_stream_k(config: GemmConfig, m: int, n: int, k: int, sm_count: int, gpu
         return config      # a kernel the tail does not combine with (blockwise, a source tile, grouped, traced)
     m, n, k = _kernel_mnk(config, m, n, k)
     sched = schedule.plan_for(sk, m, n, k, sm_count, batches=batches)
-    if not sched.sk_units or not sched.dp_units or sched.k_tiles < SK_MIN_K_TILES:
-        return config      # no tail; or no full wave (fewer units than clusters: split-K's ground); or a short loop
+    if not sched.sk_units or sched.k_tiles < SK_MIN_K_TILES:
+        return config      # no tail, or a short loop
+    if not sched.dp_units and (sched.k_tiles < SK_ALL_MIN_K_TILES or min(m, n) < SK_ALL_MIN_SIDE):
+        return config      # all tail (fewer units than clusters) on a small or short problem: split-K's ground
     return sk if sk_steps(sk, sched, gpu_name) <= steps_per_cta(sched) * (1 - SK_MIN_GAIN) else config
 
 
@@ -602,13 +639,17 @@ def _ranked(problem: Problem, sm_count: int, gpu_name: str = "", batches: int = 
         if c is None or c.cluster_size > sm_count or not _cluster_fills(c, problem.m):
             continue
         pred = (predict(c, problem.m, problem.n, problem.k, sm_count, gpu_name, batches), c)
+        if pred[0].steps == 1 and c.cooperative and not c.splits > 1:
+            # one step: the stream-K form of a small grid competes with split-K as it would run (with_stream_k)
+            pred = _with_tail(*pred, problem.m, problem.n, problem.k, sm_count, gpu_name, batches)
         (pairs if c.tile_tag in selectable else fillers if c.tile_tag in WAVE_FILL_TILES else others).append(pred)
     if not pairs:
         pairs, fillers = others, []
     if not pairs:
         raise ConfigError(f"in_dtype/out_dtype: no candidate config fits {problem.describe()}")
     fastest = min(p.total_ns for p, _ in pairs)
-    tied_fill = max(p.wave_fill for p, _ in pairs if p.total_ns <= fastest * (1 + TIE_FRACTION))
+    tied_fill = max((p.wave_fill for p, c in pairs if p.total_ns <= fastest * (1 + TIE_FRACTION)
+                     and c.tile_tag not in LATE_SELECTABLE), default=0.0)
     # the long k-loop's first tile, each of the two timed with the stream-K tail where the selection would add it
     long_k = {c.tile_tag: _with_tail(p, c, problem.m, problem.n, problem.k, sm_count, gpu_name, batches)[0].total_ns
               for p, c in pairs if c.tile_tag in (MULTICAST_FIRST, LEAN_FIRST) and problem.k >= MULTICAST_MIN_K
@@ -627,12 +668,29 @@ def _ranked(problem: Problem, sm_count: int, gpu_name: str = "", batches: int = 
         if c.tile_tag == first and c.tile_tag in long_k:
             order = -1
         if p.memory_bound:   # tied on streaming the same bytes: the least padded work, the fewest splits, the fewest
-            # straddled L2 lines
-            return (0, p.padded_area, c.splits, misaligned_factor(c, *_kernel_mnk(c, problem.m, problem.n, problem.k)), order)
-        return (0, 0, order, c.splits, 0)
+            # straddled L2 lines; a short k-loop first the fullest waves (SHORT_K_TILES)
+            fill = -round(p.wave_fill, 2) if p.k_tiles * c.splits <= SHORT_K_TILES and c.in_dtype in SK_DTYPES else 0
+            return (0, p.padded_area, fill, c.splits,
+                    misaligned_factor(c, *_kernel_mnk(c, problem.m, problem.n, problem.k)), order)
+        return (0, 0, order, c.splits, 0, 0)
 
     pairs += fillers
-    return sorted(pairs, key=rank)
+    return _fewer_splits_first(sorted(pairs, key=rank))
+
+
+def _fewer_splits_first(ranked: list) -> list:
+    """`ranked` with its first candidate, where it splits K, behind the first one that makes at least as many units
+    with fewer splits (a narrower tile, stored the same way) and is predicted within SPLIT_TIE_FRACTION of it."""
+    top_pred, top = ranked[0]
+    if top.splits == 1:
+        return ranked
+    units = top_pred.tiles_m * top_pred.tiles_n * top.splits
+    for i, (p, c) in enumerate(ranked[1:], 1):
+        if (c.splits < top.splits and p.tiles_m * p.tiles_n * c.splits >= units
+                and p.total_ns <= top_pred.total_ns * (1 + SPLIT_TIE_FRACTION) and c.tile_tag not in WAVE_FILL_TILES
+                and c.transposed_store == top.transposed_store):
+            return [ranked[i]] + ranked[:i] + ranked[i + 1:]
+    return ranked
 
 
 def _with_tail(pred: Prediction, config: GemmConfig, m: int, n: int, k: int, sm_count: int, gpu_name: str,

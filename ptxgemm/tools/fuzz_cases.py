@@ -33,6 +33,8 @@ What the strategies cover (draw_spec):
   (SERPENTINE_TAGS) in 15% of those cases (40% of the GemmPlan ones), from a stream of its own too. A serpentine tile's GemmPlan case also
   caps the grid (`ctas`, one of SERPENTINE_CTAS): at these sizes a full grid never makes the second pass, the one
   that loads K backward. The WIDE_ACC_TAGS tiles only where the epilogue has no bias, activation or vector scale;
+- the GEMM classes of a training step (TRAINING_CLASSES: narrow N with a K-major B, weight gradients with an M-major
+  A and a long K, short K) in TRAINING_P of the plain 2-D cases, from a stream of their own;
 - entries "run", "matmul" (with a NaN-poisoned out, or none) and "plan" (GemmPlan(...).launch(), out required);
   c aliasing out (matmul and plan: out *is* c, with c's dtype, layout and values);
 - array kinds (the backend's business: "host", "device", "torch", "cupy"); "torch" cases hold no negative strides.
@@ -274,6 +276,15 @@ WALK_TAGS = STREAM_K_TAGS + SERPENTINE_TAGS
 WALK_P, WALK_PLAN_P = 0.15, 0.4   # how often a case takes one of WALK_TAGS: more often for GemmPlan, whose ctas let
 #                                   the serpentine tiles make a second pass
 STREAM_K_STREAM = 0x5C7A   # the stream-K or serpentine config's draw: seed ^ this
+#: The GEMM classes of a training step (issue 47; ptxgemm.bench.training), drawn in TRAINING_P of the 2-D cases from
+#: a stream of their own (seed ^ TRAINING_STREAM), so every other field of a seed is what it was before: their sizes
+#: and operand layouts replace the drawn ones (then halved to max_flops like any case).
+#:   narrow_n: a GQA k/v projection, x @ W^T: M tokens, N 64-384 (a few heads), K a hidden width; B = W^T K-major;
+#:   dw: a weight gradient, dY^T @ x: M and N layer widths, K the tokens; A = dY^T M-major (a transposed view);
+#:   short_k: dX of a narrow layer, dY @ W: K 64-320 (its few outputs), M tokens, N a hidden width.
+TRAINING_CLASSES = ("narrow_n", "dw", "short_k")
+TRAINING_P = 0.15
+TRAINING_STREAM = 0x7A11
 
 
 def _plain_epilogue(spec: dict) -> bool:
@@ -424,10 +435,38 @@ def draw_spec(rng: np.random.Generator, *, max_flops: float, entries=ENTRIES, ar
                                              tuple(t for t in WALK_TAGS if t not in WIDE_ACC_TAGS)))
             if spec["config"] in SERPENTINE_TAGS and spec["entry"] == "plan":
                 spec["ctas"] = int(pick.choice(SERPENTINE_CTAS))
+    _training_class(spec, max_flops)
     bad = problems(spec)
     if bad:   # a bug of this generator
         raise AssertionError(f"draw_spec drew an invalid spec ({'; '.join(bad)}): {json.dumps(spec)}")
     return spec
+
+
+def _training_class(spec: dict, max_flops: float) -> None:
+    """In TRAINING_P of the plain 2-D cases, the sizes and operand layouts of one of TRAINING_CLASSES (in place);
+    a drawn class that the case's other fields make invalid leaves the case as it was."""
+    pick = np.random.default_rng(spec["seed"] ^ TRAINING_STREAM)
+    if (pick.random() >= TRAINING_P or spec["a"]["batch"] or spec["b"]["batch"] or spec["a"]["vector"]
+            or spec["b"]["vector"]):
+        return
+    cls = str(pick.choice(TRAINING_CLASSES))
+    def side(lo, hi):   # mostly whole 64-wide tiles, sometimes not
+        v = int(pick.integers(lo, hi + 1))
+        return v - v % 64 if pick.random() < 0.7 and v >= 64 else v
+    if cls == "narrow_n":
+        sizes, layouts = (side(1024, 4096), side(64, 384), side(512, 2048)), ("C", "transposed")
+    elif cls == "dw":
+        sizes, layouts = (side(256, 2048), side(256, 2048), side(2048, 8192)), ("transposed", "C")
+    else:
+        sizes, layouts = (side(1024, 4096), side(512, 2048), side(64, 320)), ("C", "C")
+    trial = json.loads(json.dumps(spec))
+    trial["m"], trial["n"], trial["k"] = sizes
+    trial["a"]["layout"], trial["b"]["layout"] = layouts
+    trial["training"] = cls
+    _fit(trial, max_flops)
+    if not problems(trial):
+        spec.clear()
+        spec.update(trial)
 
 
 # --- arrays from code ----------------------------------------------------------------------------------------

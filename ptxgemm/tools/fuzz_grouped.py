@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 import traceback
+from typing import Callable
 
 import numpy as np
 
@@ -301,18 +302,23 @@ def _verdict(spec, a, b, counts, poisoned, got, out_dtype, vectors=None) -> tupl
     return "correct", ""
 
 
-def illegal_checks(backend: str = "gpu") -> list[dict]:
-    """Illegal grouped calls (on device arrays, or the emulator's; nothing reaches the kernel): each ConfigError
-    must start with the argument it names."""
-    be = _Backend(backend)
-    entry, alloc = be.entry, be.empty
-
+def bad_calls(alloc) -> list[tuple[str, str, Callable[[], tuple[tuple, dict]]]]:
+    """Illegal calls of grouped_matmul: (label, the argument its ConfigError must name first, a builder of (args,
+    kwargs)), the arrays made by `alloc(shape, numpy dtype)` (the backend's device arrays; tests/test_grouped_checks.py
+    passes arrays at made-up addresses, on a machine without a GPU: each call must be refused before the GPU)."""
     def dev(shape, dtype="bfloat16"):
         return alloc(shape, accuracy.DTYPES.get(dtype, dtype))
 
     from ..plan import grouped_call
 
     i32 = np.int32
+
+    def contiguous(**kwargs):
+        """A contiguous call (total_M 64, K 32, 2 groups, N 64) with `kwargs` (a callable's value made at call time:
+        arrays are allocated only when the case runs)."""
+        return lambda: ((dev((64, 32)), dev((2, 32, 64))),
+                        {"offs": dev((2,), i32), **{k: v() if callable(v) else v for k, v in kwargs.items()}})
+
     k_enabled = "k" not in grouped_call.UNVERIFIED   # until then the k form is refused as such, first
     cases = [
         ("no counts", "offs, masked_m", lambda: ((dev((64, 32)), dev((2, 32, 64))), {})),
@@ -339,9 +345,61 @@ def illegal_checks(backend: str = "gpu") -> list[dict]:
         ("k-grouped fp8", "a, b" if k_enabled else "offs", lambda: ((dev((64, 96), "float8_e4m3fn"), dev((96, 64), "float8_e4m3fn")),
                                           {"offs": dev((2,), i32)})),
         ("too many groups", "offs", lambda: ((dev((64, 32)), dev((1025, 32, 16))), {"offs": dev((1025,), i32)})),
+        # issue 48: every argument refused on the host, naming it, before anything is allocated or launched
+        ("alpha nan", "alpha", contiguous(alpha=float("nan"))),
+        ("alpha inf", "alpha", contiguous(alpha=float("inf"))),
+        ("alpha 1e39 (past float32)", "alpha", contiguous(alpha=1e39)),
+        ("alpha '1' (a string)", "alpha", contiguous(alpha="1")),
+        ("alpha True", "alpha", contiguous(alpha=True)),
+        ("alpha a 1-element array", "alpha", contiguous(alpha=np.ones(1, np.float32))),
+        ("scale_a nan", "scale_a", contiguous(scale_a=float("nan"))),
+        ("scale_b -inf", "scale_b", contiguous(scale_b=float("-inf"))),
+        ("scale_a a 1-element float32 array holding nan", "scale_a",
+         contiguous(scale_a=np.full(1, np.nan, np.float32))),
+        ("per-tensor scales whose product is past float32", "scale_a, scale_b",
+         contiguous(scale_a=1e30, scale_b=1e30)),
+        ("scale_a a tuple", "scale_a", contiguous(scale_a=(3, 3))),
+        ("scale_b a string", "scale_b", contiguous(scale_b="2")),
+        ("scale_a one row short", "scale_a", contiguous(scale_a=lambda: dev((63,), np.float32))),
+        ("scale_b of the wrong dtype", "scale_b", contiguous(scale_b=lambda: dev((2, 64), "bfloat16"))),
+        ("activation 'nope'", "activation", contiguous(activation="nope")),
+        ("activation a list", "activation", contiguous(activation=["relu"])),
+        ("bias one short of N", "bias", contiguous(bias=lambda: dev((63,), np.float32))),
+        ("bias per group for G + 1 groups", "bias", contiguous(bias=lambda: dev((3, 64), np.float32))),
+        ("bias of dtype int32", "bias", contiguous(bias=lambda: dev((64,), i32))),
+        ("bias a tuple", "bias", contiguous(bias=(1.0, 2.0))),
+        ("out_dtype 'float99'", "out_dtype", contiguous(out_dtype="float99")),
+        ("out_dtype int8", "out_dtype", contiguous(out_dtype=np.int8)),
+        ("config a string", "config", contiguous(config="coop128x256")),
+        ("offs a list", "offs", lambda: ((dev((64, 32)), dev((2, 32, 64))), {"offs": [32, 64]})),
+        ("offs a number", "offs", lambda: ((dev((64, 32)), dev((2, 32, 64))), {"offs": 64})),
+        ("host offs int64", "offs", lambda: ((dev((64, 32)), dev((2, 32, 64))),
+                                            {"offs": np.array([32, 64], np.int64)})),
+        ("host offs negative", "offs", lambda: ((dev((64, 32)), dev((2, 32, 64))),
+                                               {"offs": np.array([-1, 64], dtype=i32)})),
+        ("host masked_m negative", "masked_m", lambda: ((dev((2, 16, 32)), dev((2, 32, 64))),
+                                                        {"masked_m": np.array([3, -1], dtype=i32)})),
+        ("a of negative total_M", "a", lambda: ((dev((64, 32)).view((-64, 32)), dev((2, 32, 64))),
+                                                {"offs": np.array([0, 0], dtype=i32)})),
+        ("b of negative N", "b", lambda: ((dev((64, 32)), dev((2, 32, 64)).view((2, 32, -64))),
+                                          {"offs": dev((2,), i32)})),
+        ("a of negative M_max", "a", lambda: ((dev((2, 16, 32)).view((2, -16, 32)), dev((2, 32, 64))),
+                                              {"masked_m": dev((2,), i32)})),
+        ("out of negative N", "out", lambda: ((dev((64, 32)), dev((2, 32, 64))),
+                                              {"offs": dev((2,), i32), "out": dev((64, 64)).view((64, -64))})),
+        ("masked b has one group more than a and masked_m", "a, b",
+         lambda: ((dev((2, 16, 32)), dev((3, 32, 64))), {"masked_m": dev((2,), i32)})),
     ]
+    return cases
+
+
+def illegal_checks(backend: str = "gpu") -> list[dict]:
+    """The illegal grouped calls of bad_calls (on device arrays, or the emulator's; nothing reaches the kernel): each
+    ConfigError must start with the argument it names."""
+    be = _Backend(backend)
+    entry = be.entry
     results = []
-    for label, argument, make in cases:
+    for label, argument, make in bad_calls(be.empty):
         args, kwargs = make()
         try:
             entry(*args, **kwargs)

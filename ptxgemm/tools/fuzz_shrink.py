@@ -185,6 +185,8 @@ def categories(spec: dict) -> set[str]:
         cats.add("vector:a")
     elif spec["b"]["vector"]:
         cats.add("vector:b")
+    if spec.get("training"):
+        cats.add(f"training:{spec['training']}")
     m, n, k = spec["m"], spec["n"], spec["k"]
     if k == 0:
         cats.add("size:K=0")

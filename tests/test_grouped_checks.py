@@ -1,0 +1,173 @@
+"""Issue 48: every argument of ptxgemm.grouped_matmul and GroupedPlan (and of matmul's epilogue) is checked on the
+host before anything is allocated or asked of the GPU. The driver is taken away on every machine (`no_gpu`), and
+the arrays are headers at made-up addresses, so a bad call that slipped past its rule to the GPU would raise
+NoGpuError here, not the ConfigError that names its argument. No GPU needed."""
+from __future__ import annotations
+
+import math
+import sys
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import ptxgemm
+from ptxgemm.errors import ConfigError, NoGpuError
+from ptxgemm.plan import epilogue
+from ptxgemm.runtime import arrays, driver
+from ptxgemm.tools import emulator, fuzz_grouped
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+I32 = np.dtype(np.int32)
+F32 = np.dtype(np.float32)
+
+
+class _NoDriver:
+    """cuda.bindings' driver module as a machine without a GPU has it: every call fails."""
+
+    def __getattr__(self, name):
+        if name.startswith("__"):   # module introspection (pytest, inspect) must still see an ordinary object
+            raise AttributeError(name)
+        raise NoGpuError("CUDA_ERROR_NO_DEVICE", f"calling {name}", "the test took the driver away")
+
+
+@pytest.fixture
+def no_gpu(monkeypatch):
+    """Every use of the CUDA driver raises NoGpuError, on any machine: each module's `cu` and cuda.bindings' own
+    (imported lazily by the tensor maps) replaced, and the cached context, pool and stream dropped so none is used
+    without it."""
+    real = driver.cu
+    if real is not None:
+        gone = _NoDriver()
+        for module in list(sys.modules.values()):
+            if getattr(module, "__name__", "").startswith("ptxgemm") and getattr(module, "cu", None) is real:
+                monkeypatch.setattr(module, "cu", gone)
+        monkeypatch.setattr(sys.modules["cuda.bindings"], "driver", gone)
+    for name in ("_ctx", "_pool", "_LEGACY_STREAM"):
+        monkeypatch.setattr(driver, name, None)
+
+
+_next_address = [1 << 32]
+
+
+def fake(shape, dtype=BF16):
+    """A device array's header at a made-up, 256-byte aligned address: nothing allocated, and nothing may read it."""
+    dtype = np.dtype(dtype)
+    ptr = _next_address[0]
+    _next_address[0] += 256 * -(-max(math.prod(shape), 1) * dtype.itemsize // 256)
+    return arrays.DeviceArray(ptr, shape, dtype, owner=False)
+
+
+def _grouped_plan(*args, **kwargs):
+    return ptxgemm.GroupedPlan(*args, **kwargs)
+
+
+ENTRIES = {"grouped_matmul": (ptxgemm.grouped_matmul, fake), "GroupedPlan": (_grouped_plan, fake),
+           "emulator": (emulator.grouped_matmul, emulator.HostArray.empty)}
+LABELS = [(label, argument) for label, argument, _ in fuzz_grouped.bad_calls(fake)]
+
+
+def test_the_bad_calls_cover_issue_48s_cases():
+    """The fuzzer's walk (and so this file) holds each kind the issue names: non-finite numbers, wrong types, a bad
+    activation, a tuple scale, a bias of the wrong length, negative sizes."""
+    labels = {label for label, _ in LABELS}
+    assert len(labels) == len(LABELS)
+    for needed in ("alpha nan", "alpha inf", "scale_a nan", "alpha '1' (a string)", "activation 'nope'",
+                   "scale_a a tuple", "bias one short of N", "a of negative total_M", "b of negative N"):
+        assert needed in labels, needed
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
+@pytest.mark.parametrize("label, argument", LABELS, ids=[label for label, _ in LABELS])
+def test_a_bad_grouped_call_is_refused_on_the_host_naming_its_argument(no_gpu, entry, label, argument):
+    call, alloc = ENTRIES[entry]
+    make = {lb: mk for lb, _, mk in fuzz_grouped.bad_calls(alloc)}[label]
+    args, kwargs = make()
+    with pytest.raises(ConfigError) as err:
+        call(*args, **kwargs)
+    message = str(err.value)
+    assert message.startswith(f"{argument}:") or message.startswith(f"{argument} "), message
+
+
+@pytest.mark.parametrize("kwargs, argument", [
+    ({"alpha": float("nan")}, "alpha"),
+    ({"scale_a": float("nan")}, "scale_a"),
+    ({"activation": "nope"}, "activation"),
+    ({"scale_a": (3, 3)}, "scale_a"),
+    ({"bias": "bias of 63"}, "bias"),
+    ({"offs": np.array([10, 5], np.int32)}, "offs"),
+])
+@pytest.mark.parametrize("entry", ["grouped_matmul", "GroupedPlan"])
+def test_host_counts_are_not_uploaded_before_every_rule_passed(no_gpu, entry, kwargs, argument):
+    """Host counts are uploaded by the plan (a device copy): only after every other argument has passed."""
+    kwargs = {"offs": np.array([32, 64], np.int32), **kwargs}
+    if kwargs.get("bias") == "bias of 63":
+        kwargs["bias"] = fake((63,), F32)
+    call = ENTRIES[entry][0]
+    with pytest.raises(ConfigError, match=f"^{argument}:"):
+        call(fake((64, 32)), fake((2, 32, 64)), **kwargs)
+
+
+@pytest.mark.parametrize("out", [False, True])
+@pytest.mark.parametrize("entry", ["grouped_matmul", "GroupedPlan"])
+def test_a_good_call_passes_every_rule_and_then_asks_for_the_gpu(no_gpu, entry, out):
+    """The control: a call that breaks no rule reaches the GPU, so the refusals above are the rules', not the
+    harness's (allocating out, uploading host counts, or the SM count for the default config)."""
+    call = ENTRIES[entry][0]
+    kwargs = {"out": fake((64, 64))} if out else {}
+    for counts in (fake((2,), I32), np.array([32, 64], np.int32)):
+        with pytest.raises(NoGpuError):
+            call(fake((64, 32)), fake((2, 32, 64)), offs=counts, alpha=0.5, scale_b=2.0,
+                 bias=fake((2, 64), F32), activation="relu", **kwargs)
+
+
+@pytest.mark.parametrize("kwargs, argument", [
+    ({"alpha": float("nan")}, "alpha"),
+    ({"alpha": np.ones(1)}, "alpha"),                       # not hashable: refused by its rule, not by the cache
+    ({"beta": float("inf"), "c": "c"}, "beta"),
+    ({"activation": "nope"}, "activation"),
+    ({"activation": ["relu"]}, "activation"),
+    ({"scale_a": float("-inf")}, "scale_a"),
+    ({"scale_a": 1e30, "scale_b": 1e30}, "scale_a, scale_b"),
+    ({"bias": "bias of 63"}, "bias"),
+    ({"config": ["coop128x256"]}, "config"),
+    ({"out_dtype": ["float32"]}, "out_dtype"),
+])
+def test_matmul_checks_its_epilogue_before_it_allocates_the_result(no_gpu, kwargs, argument):
+    """The dense entry shares the rules (ptxgemm.plan.epilogue) and checks them before it allocates a result."""
+    kwargs = dict(kwargs)
+    if kwargs.get("c") == "c":
+        kwargs["c"] = fake((64, 64), F32)
+    if kwargs.get("bias") == "bias of 63":
+        kwargs["bias"] = fake((63,), F32)
+    with pytest.raises(ConfigError, match=f"^{argument}:"):
+        ptxgemm.matmul(fake((64, 32)), fake((32, 64)), **kwargs)
+
+
+@pytest.mark.parametrize("a, b, argument", [((-5, 32), (32, 16), "a"), ((5, 32), (32, -16), "b"),
+                                            ((5, -32), (-32, 16), "a")])
+def test_a_negative_extent_names_its_array(no_gpu, a, b, argument):
+    with pytest.raises(ConfigError, match=f"^{argument}: every extent must be >= 0"):
+        ptxgemm.matmul(fake(a), fake(b))
+    with pytest.raises(ConfigError, match=f"^{argument}: every extent must be >= 0"):
+        ptxgemm.matmul(fake(a), fake(b), out=fake((5, 16)))
+
+
+def test_numbers_reach_the_kernel_finite_as_float32():
+    """alpha and beta are packed as float32: NaN, infinities and anything that rounds to one are refused, the
+    largest float32 and what rounds to it are taken; a held per-tensor scale must be finite too."""
+    largest = float(np.finfo(np.float32).max)
+    for ok in (largest, -largest, np.nextafter(2.0 ** 128 - 2.0 ** 103, 0.0), 1e-50, np.float32(0.5), np.int64(3)):
+        assert math.isfinite(float(np.float32(epilogue.check_values(alpha=ok)[0]))), ok
+    for bad in (float("nan"), np.float32("nan"), float("inf"), -float("inf"), 2.0 ** 128 - 2.0 ** 103, 1e39):
+        with pytest.raises(ConfigError, match="^alpha: must be a finite real number"):
+            epilogue.check_values(alpha=bad)
+        with pytest.raises(ConfigError, match="^beta: must be a finite real number"):
+            epilogue.check_values(beta=bad)
+    for bad in (float("nan"), np.inf, np.array([np.nan], np.float32)):
+        with pytest.raises(ConfigError, match="^scale_b: a per-tensor scale must be a finite real number"):
+            epilogue.check_values(scale_b=bad)
+    with pytest.raises(ConfigError, match="^scale_a: must be a number .* got tuple \\(3, 3\\)"):
+        epilogue.check_values(scale_a=(3, 3))
+    with pytest.raises(ConfigError, match="^activation: "):
+        epilogue.check_values(activation=np.array("relu"))   # compares equal to "relu", but is no name
