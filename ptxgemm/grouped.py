@@ -34,33 +34,6 @@ from .runtime.tensormap import TensorMapSpec
 from .select.model import sk_fixup_k_tiles
 
 @dataclasses.dataclass
-class GroupedLaunch:
-    """What a grouped launch is, decided without a GPU (plan_launch): the problem, the config, the epilogue in the
-    kernel's frame, the arrays (the backend's own: device arrays, or the emulator's host ones), the tensor maps as
-    validated specs and C's row pitch. `config` is None when there is nothing to compute (no rows or columns)."""
-
-    problem: grouped.GroupedProblem
-    config: GemmConfig | None
-    epilogue: Epilogue
-    group_strides: dict
-    a: object
-    b: object
-    out: object
-    counts: object
-    rows: int
-    specs: dict | None = None
-    c_pitch: int = 0
-
-    def scalars(self, debug_ptr: int = 0, fix_up: tuple = ()) -> list:
-        """The kernel's arguments after its three tensor maps, in the entry's order (`fix_up`: the stream-K
-        tail's, grouped_call.kernel_arguments)."""
-        p = self.problem
-        return [*self.epilogue.kernel_args(False, p.k),
-                *grouped_call.kernel_arguments(self.config, self.rows, p.n, p.k, p, self.counts.ptr, self.out.ptr,
-                                               self.c_pitch, debug_ptr, self.group_strides, fix_up)]
-
-
-@dataclasses.dataclass
 class CheckedCall:
     """A grouped call whose every argument has passed its rules (check_call), before anything is allocated, uploaded
     or asked of the GPU: the problem, the epilogue, the arrays as the backend's (host counts still numpy; `out` None
@@ -83,6 +56,25 @@ class CheckedCall:
     def empty(self) -> bool:
         """Nothing to compute: no rows or no columns."""
         return self.rows == 0 or self.problem.n == 0
+
+
+@dataclasses.dataclass
+class GroupedLaunch(CheckedCall):
+    """What a grouped launch is, decided without a GPU (plan_launch): the checked call (its `out` and `counts` now
+    the device's), the config, the tensor maps as validated specs and C's row pitch. `config` is None when there is
+    nothing to compute (no rows or columns)."""
+
+    config: GemmConfig | None = None
+    specs: dict | None = None
+    c_pitch: int = 0
+
+    def scalars(self, debug_ptr: int = 0, fix_up: tuple = ()) -> list:
+        """The kernel's arguments after its three tensor maps, in the entry's order (`fix_up`: the stream-K
+        tail's, grouped_call.kernel_arguments)."""
+        p = self.problem
+        return [*self.epilogue.kernel_args(False, p.k),
+                *grouped_call.kernel_arguments(self.config, self.rows, p.n, p.k, p, self.counts.ptr, self.out.ptr,
+                                               self.c_pitch, debug_ptr, self.group_strides, fix_up)]
 
 
 def check_call(a, b, *, offs=None, masked_m=None, out=None, alpha=1.0, scale_a=None, scale_b=None, bias=None,
@@ -161,7 +153,7 @@ def plan_launch(a, b, *, offs=None, masked_m=None, out=None, alpha=1.0, scale_a=
                               a_major=call.a_major, b_major=call.b_major,
                               group_capacity=cfg.group_capacity or grouped_call.group_capacity(problem.groups))
     grouped_call.check_stream_k(cfg, problem)
-    launch = GroupedLaunch(problem, cfg, fused, call.group_strides, call.a, call.b, out, counts, call.rows)
+    launch = GroupedLaunch(**{**vars(call), "out": out, "counts": counts}, config=cfg)
     if call.empty:
         launch.config = None
         return launch

@@ -146,6 +146,18 @@ def cli_in_process(capsys, monkeypatch):
 
 
 @pytest.fixture
+def bench_refuses(cli_in_process):
+    """`bench_refuses(args, pattern, cwd)`: `python -m ptxgemm bench ARGS` (cli_in_process) is refused the way every
+    bad option is: exit 2, one line on stderr in argparse's form holding `pattern`, nothing written to `cwd`."""
+    def check(args, pattern, cwd):
+        proc = cli_in_process("bench", *args, cwd=cwd)
+        assert proc.returncode == 2 and pattern in proc.stderr, proc.stderr
+        assert proc.stderr.startswith("python -m ptxgemm bench: error: ") and proc.stderr.count("\n") == 1
+        assert list(cwd.iterdir()) == []
+    return check
+
+
+@pytest.fixture
 def device_report():
     """`device_report("ptxas 13.5.37 cubin loaded")` adds a line to the terminal summary."""
     return _report_lines.append

@@ -149,11 +149,8 @@ def test_summarize_reads_grouped_runs_per_case_and_peer(tmp_path):
     (("--fastcu", ".", "--in-dtype", "float8_e4m3fn"), "--fastcu: a bf16 peer of the bf16 benchmark only"),
     (("--host", "--fastcu", "."), "--fastcu: not with --host"),
 ])
-def test_bad_arguments_exit_2(args, pattern, tmp_path, cli_in_process):
-    proc = cli_in_process("bench", *args, cwd=tmp_path)
-    assert proc.returncode == 2 and pattern in proc.stderr, proc.stderr
-    assert proc.stderr.startswith("python -m ptxgemm bench: error: ") and proc.stderr.count("\n") == 1
-    assert list(tmp_path.iterdir()) == []
+def test_bad_arguments_exit_2(args, pattern, tmp_path, bench_refuses):
+    bench_refuses(args, pattern, tmp_path)
 
 
 @pytest.mark.parametrize("variant", ["store-hint", "stream-k", "sort"])
@@ -194,11 +191,8 @@ def test_no_gpu_exits_2(tmp_path):
     (("--host", "--b-major", "k"), "--b-major: not with --host"),
     (("--in-dtype", "float8_e4m3fn", "--shapes", "4096x4096"), "--shapes"),
 ])
-def test_bad_mode_arguments_exit_2(args, pattern, tmp_path, cli_in_process):
-    proc = cli_in_process("bench", *args, cwd=tmp_path)
-    assert proc.returncode == 2 and pattern in proc.stderr, proc.stderr
-    assert proc.stderr.startswith("python -m ptxgemm bench: error: ") and proc.stderr.count("\n") == 1
-    assert list(tmp_path.iterdir()) == []
+def test_bad_mode_arguments_exit_2(args, pattern, tmp_path, bench_refuses):
+    bench_refuses(args, pattern, tmp_path)
 
 
 def test_summarize_refuses_mode_options(runs, tmp_path):

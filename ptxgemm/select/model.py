@@ -234,6 +234,7 @@ SPLIT_TIE_FRACTION = 0.10
 # waves go first, before the order of SELECTABLE. Measured on the H200 (the same run): 4096x1536x256 pp128x128
 # (384 tiles in 3 steps, 97% full) 12.9 us against coop128x256's 15.6 (192 in 2, 73%).
 SHORT_K_TILES = 4
+SHORT_K_DTYPES = ("bfloat16", "float16")   # measured with bf16; fp8's ties keep their own rules (FP8_*)
 
 # The stream-K tail (GemmConfig.stream_k; ptxgemm/kernel/templates/streamk.ptx.j2). Whole units leave the last wave
 # partly idle (4096x4096x14336 in cluster pairs: 256 units on 66 clusters, 3.88 waves timed as 4). A cooperative
@@ -639,7 +640,7 @@ def _ranked(problem: Problem, sm_count: int, gpu_name: str = "", batches: int = 
         if c is None or c.cluster_size > sm_count or not _cluster_fills(c, problem.m):
             continue
         pred = (predict(c, problem.m, problem.n, problem.k, sm_count, gpu_name, batches), c)
-        if pred[0].steps == 1 and c.cooperative and not c.splits > 1:
+        if pred[0].steps == 1 and c.cooperative and c.splits == 1:
             # one step: the stream-K form of a small grid competes with split-K as it would run (with_stream_k)
             pred = _with_tail(*pred, problem.m, problem.n, problem.k, sm_count, gpu_name, batches)
         (pairs if c.tile_tag in selectable else fillers if c.tile_tag in WAVE_FILL_TILES else others).append(pred)
@@ -669,7 +670,8 @@ def _ranked(problem: Problem, sm_count: int, gpu_name: str = "", batches: int = 
             order = -1
         if p.memory_bound:   # tied on streaming the same bytes: the least padded work, the fewest splits, the fewest
             # straddled L2 lines; a short k-loop first the fullest waves (SHORT_K_TILES)
-            fill = -round(p.wave_fill, 2) if p.k_tiles * c.splits <= SHORT_K_TILES and c.in_dtype in SK_DTYPES else 0
+            short = p.k_tiles * c.splits <= SHORT_K_TILES and c.in_dtype in SHORT_K_DTYPES
+            fill = -round(p.wave_fill, 2) if short else 0
             return (0, p.padded_area, fill, c.splits,
                     misaligned_factor(c, *_kernel_mnk(c, problem.m, problem.n, problem.k)), order)
         return (0, 0, order, c.splits, 0, 0)
