@@ -4,6 +4,7 @@
     a = np.random.randn(4096, 4096).astype(ml_dtypes.bfloat16)
     b = np.random.randn(4096, 4096).astype(ml_dtypes.bfloat16)
     c = ptxgemm.run(a, b)                      # numpy's a @ b, on the GPU (any shapes, batches, strides)
+    y = ptxgemm.grouped_run(x, w, offs=offs)   # one GEMM per group of rows of x (w: one (K, N) per group)
 
 Importing ptxgemm needs no GPU and never imports torch.
 """
@@ -11,7 +12,7 @@ from .bench.tune import tune
 from .build.kernels import compile_gemm, render_gemm
 from .errors import ConfigError, CudaError, NoGpuError, PtxgemmError, ToolchainError
 from .gemm import GemmPlan, clear_plan_cache, matmul, run
-from .grouped import GroupedPlan, grouped_matmul
+from .grouped import GroupedPlan, grouped_matmul, grouped_run
 from .kernel.config import GemmConfig
 from .plan.cache import plan_stats, reset_plan_stats
 from .runtime.arrays import DeviceArray
@@ -27,7 +28,7 @@ def to_device(array) -> DeviceArray:
     return DeviceArray.from_numpy(array)
 
 
-__all__ = ["run", "matmul", "GemmPlan", "grouped_matmul", "GroupedPlan", "Graph", "clear_plan_cache", "plan_stats",
+__all__ = ["run", "matmul", "GemmPlan", "grouped_run", "grouped_matmul", "GroupedPlan", "Graph", "clear_plan_cache", "plan_stats",
            "reset_plan_stats", "GemmConfig",
            "DeviceArray", "to_device", "device_available",
            "select_config", "tune", "compile_gemm", "render_gemm", "PtxgemmError", "ConfigError", "CudaError", "NoGpuError", "ToolchainError"]

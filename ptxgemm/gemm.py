@@ -146,6 +146,12 @@ def _copy_launches(copies) -> list:
     return out
 
 
+def copy_launches(copies) -> list:
+    """operands.Copy's as prepared relayout launches (a source address 0 means zeros): the staging steps of a plan
+    (GemmPlan's, and GroupedPlan's around the grouped kernel)."""
+    return _copy_launches(copies)
+
+
 def stream_key(stream):
     """A ptxgemm Stream, None or a raw handle is its own key; other stream objects are keyed by their handle (torch
     makes a new object for the same stream on every current_stream())."""
@@ -213,7 +219,7 @@ def signatures(args: dict) -> tuple:
 
 def _array_signature(x) -> tuple:
     """binding.signature of a DeviceArray, on matmul's per-call path (its fields are already tuples and a dtype)."""
-    return binding.array_signature(x.shape, x.strides, x.dtype.name, x.ptr)
+    return binding.array_signature(x.shape, x.strides, binding.dtype_name(x.dtype), x.ptr)
 
 
 def addresses(args: dict) -> tuple:
@@ -331,7 +337,8 @@ class GemmPlan:
             args += self._trace_arguments()
         self._launch = driver.PreparedLaunch(self.kernel.function, (self.grid,), (cfg.threads,), args,
                                              smem_bytes=cfg.smem_bytes,
-                                             cluster=(cfg.cluster_size, 1, 1) if cfg.cluster_size > 1 else None)
+                                             cluster=(cfg.cluster_size, 1, 1) if cfg.cluster_size > 1 else None,
+                                             programmatic=driver.PROGRAMMATIC_LAUNCH)   # the kernel waits for it
 
     def _split_arguments(self, cfg: GemmConfig, sched, stream) -> list:
         """Split-K's splits, and its fix-up buffers: a partial tile per split but the last, per output tile and

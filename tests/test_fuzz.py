@@ -69,6 +69,16 @@ def test_the_cli_writes_the_report(tmp_path, capsys):
     assert "seed 5" in capsys.readouterr().out
 
 
+def test_the_cli_writes_the_grouped_report_with_its_counts_at_the_top(tmp_path, capsys):
+    """--grouped N with --out: the grouped cases' own file, fuzz_<gpu>_<seed>_grouped.json, as issue 48's results
+    are committed ({"gpu", "seed", "cases", "correct", "wrong", "refused", "crashed"} at the top)."""
+    assert main(["fuzz", "--emulate", "--cases", "2", "--grouped", "12", "--seed", "6", "--out", str(tmp_path)]) == 0
+    report = json.loads((tmp_path / "fuzz_emulated_6_grouped.json").read_text())
+    assert {"gpu", "seed", "cases", "correct", "wrong", "refused", "crashed"} <= set(report)
+    assert (report["seed"], report["cases"], report["correct"], report["refused"]) == (6, 12, 12, 0)
+    assert json.loads((tmp_path / "fuzz_emulated_6.json").read_text())["grouped"]["cases"] == 12
+
+
 @pytest.mark.parametrize("argv,rule", [(["--cases", "0"], "--cases: must be >= 1"),
                                        (["--max-flops", "-1"], "--max-flops: must be > 0")])
 def test_the_cli_names_a_bad_option(argv, rule, capsys):

@@ -14,6 +14,7 @@ import pytest
 import ptxgemm
 from ptxgemm.errors import ConfigError, NoGpuError
 from ptxgemm.plan import epilogue
+from ptxgemm.plan import grouped as grouped_rules
 from ptxgemm.runtime import arrays, driver
 from ptxgemm.tools import emulator, fuzz_grouped
 
@@ -171,3 +172,74 @@ def test_numbers_reach_the_kernel_finite_as_float32():
         epilogue.check_values(scale_a=(3, 3))
     with pytest.raises(ConfigError, match="^activation: "):
         epilogue.check_values(activation=np.array("relu"))   # compares equal to "relu", but is no name
+
+
+# --- grouped_run: numpy's door to the grouped GEMM (issue 48) ---------------------------------------------------
+
+RUN_ENTRIES = {"grouped_run": ptxgemm.grouped_run, "emulator": emulator.grouped_run}
+RUN_LABELS = [(label, argument) for label, argument, _ in fuzz_grouped.bad_run_calls()]
+
+
+@pytest.mark.parametrize("entry", RUN_ENTRIES)
+@pytest.mark.parametrize("label, argument", RUN_LABELS, ids=[label for label, _ in RUN_LABELS])
+def test_a_bad_grouped_run_call_is_refused_before_anything_is_uploaded(no_gpu, entry, label, argument):
+    args, kwargs = {lb: mk for lb, _, mk in fuzz_grouped.bad_run_calls()}[label]()
+    with pytest.raises(ConfigError) as err:
+        RUN_ENTRIES[entry](*args, **kwargs)
+    message = str(err.value)
+    assert message.startswith(f"{argument}:") or message.startswith(f"{argument} "), message
+
+
+def test_grouped_runs_walk_covers_its_own_rules():
+    """Device arrays where numpy ones belong (a, the counts, a vector), a dtype that would need a conversion, and
+    the grouped rules it shares with grouped_matmul."""
+    labels = {label for label, _ in RUN_LABELS}
+    for needed in ("a device array a", "device offs", "a device scale_b", "a float32 a (never converted)",
+                   "offs int64 (never converted)", "a float64 bias (never converted)", "offs past total_M"):
+        assert needed in labels, needed
+
+
+@pytest.mark.parametrize("form", ["contiguous", "masked", "k"])
+def test_a_good_grouped_run_passes_every_rule_and_then_asks_for_the_gpu(no_gpu, form):
+    """The control: any layout (here a transposed a, an fp8 b N-major, sizes off the 16-byte grid) passes every
+    rule and reaches the GPU."""
+    fp8 = np.dtype(ml_dtypes.float8_e4m3fn)
+    if form == "contiguous":
+        a, b, kw = np.ones((30, 60), fp8), np.ones((2, 30, 45), fp8), {"offs": np.array([10, 60], np.int32)}
+        a = a.T
+        kw.update(scale_a=np.ones(60, np.float32), scale_b=np.ones((2, 45), np.float32), bias=np.ones(45, np.float32))
+    elif form == "masked":
+        a, b, kw = np.ones((2, 7, 13), BF16), np.ones((2, 13, 9), BF16), {"masked_m": np.array([3, 7], np.int32)}
+    else:
+        a, b, kw = np.ones((21, 50), BF16), np.ones((50, 9), BF16), {"offs": np.array([20, 50], np.int32)}
+    with pytest.raises(NoGpuError):
+        ptxgemm.grouped_run(a, b, alpha=0.5, activation="relu", **kw)
+
+
+@pytest.mark.parametrize("entry", ["grouped_matmul", "GroupedPlan"])
+@pytest.mark.parametrize("name", ["a", "b", "out", "scale_b", "bias"])
+def test_numpy_arrays_given_to_the_device_entries_are_pointed_at_grouped_run(no_gpu, entry, name):
+    args = {"a": fake((64, 32)), "b": fake((2, 32, 64)), "offs": fake((2,), I32)}
+    args[name] = np.zeros({"a": (64, 32), "b": (2, 32, 64), "out": (64, 64), "scale_b": (2, 64),
+                           "bias": (64,)}[name], F32 if name in ("scale_b", "bias") else BF16)
+    a, b = args.pop("a"), args.pop("b")
+    with pytest.raises(ConfigError, match=f"^{name}: a numpy array lives in host memory; use ptxgemm.grouped_run"):
+        ENTRIES[entry][0](a, b, **args)
+
+
+def test_grouped_run_is_numpys_grouped_matmul_with_zeros_outside_the_groups():
+    """Emulated end to end (the library's checks and plan, the uploads, the kernel's result): each group's rows
+    within the bound of the float64 reference, every row outside the groups exactly zero; the result a new C-order
+    numpy array of out_dtype."""
+    rng = np.random.default_rng(9)
+    g, k, n = 3, 70, 45   # rows of 140 and 90 bytes: a, b and out staged
+    b = rng.standard_normal((g, k, n)).astype(BF16)
+    for form, a, counts in (("contiguous", rng.standard_normal((50, k)).astype(BF16), np.array([5, 5, 41], np.int32)),
+                            ("masked", rng.standard_normal((g, 16, k)).astype(BF16), np.array([16, 0, 3], np.int32))):
+        name = "offs" if form == "contiguous" else "masked_m"
+        got = emulator.grouped_run(a, b, **{name: counts}, out_dtype=np.float32)
+        ref = grouped_rules.reference(grouped_rules.parse(a, b, **{name: counts}), a, b, counts)
+        assert got.dtype == np.float32 and got.flags.c_contiguous and got.shape == ref.shape
+        inside = ~np.isnan(ref)
+        np.testing.assert_allclose(got[inside], ref[inside], rtol=1e-5, atol=1e-4)
+        assert (got[~inside] == 0).all() and (~inside).any()

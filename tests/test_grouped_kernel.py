@@ -314,13 +314,18 @@ def test_the_k_form_maps_and_arguments():
     out = _Fake((g, m, n), bf16)
     problem = rules.GroupedProblem("k", g, m, n, total, "bfloat16", None, "bfloat16", (g, m, n))
     cfg = _cfg("coop128x256", "k", a_major="mn", b_major="mn", group_capacity=16)
-    specs, c_pitch = api._k_form_specs(cfg, problem, a, b, out)
+    from ptxgemm.plan import grouped_layout
+
+    lay = grouped_layout.plan("k", a, b, out)
+    assert lay.staged == () and (lay.a_major, lay.b_major) == ("mn", "mn")
+    specs, c_pitch = api._specs(cfg, problem, lay, (a.dtype, b.dtype, out.dtype))
     assert specs["tmap_a"].dims == (m, total, 1) and specs["tmap_a"].strides[0] == 2 * m
     assert specs["tmap_b"].dims == (n, total, 1) and specs["tmap_c"].dims == (n, m, g) and c_pitch == 2 * n
-    with pytest.raises(ConfigError, match="^a: the grouped GEMM reads a .* k-grouped form"):
-        api._k_form_specs(cfg, problem, _Fake((m, total), bf16), b, out)      # K-contiguous a
-    with pytest.raises(ConfigError, match="^b: the grouped GEMM reads b .* k-grouped form"):
-        api._k_form_specs(cfg, problem, a, _Fake((n, total), bf16).view((total, n), (2, 2 * total)), out)
+    # a K-contiguous a and an N-strided b are no longer refused: each is staged M-major (N-major), the copy
+    # transposing it (tests/test_grouped_layout.py has every layout class)
+    lay = grouped_layout.plan("k", _Fake((m, total), bf16), _Fake((n, total), bf16).view((total, n), (2, 2 * total)),
+                              out)
+    assert lay.staged == ("a", "b") and (lay.a.place.inner, lay.b.place.inner) == ("cols", "cols")
     args = kernel_arguments(cfg, m, n, total, problem, 0x1000, 0x2000, c_pitch)
     names = [nm for _, nm in entry_params(render_gemm(cfg))][3:]
     by_name = dict(zip(names, [v.value for v in args]))
@@ -404,7 +409,9 @@ def test_the_emulated_grouped_fuzzer_finds_nothing(monkeypatch):
     """CI's net under the grouped plans: random grouped calls through ptxgemm.grouped.plan_launch on the plan
     emulator (the kernel's parameters read by name from its PTX, A, B and C through the tensor maps' specs, every
     byte inside its allocation), each group's rows within the bound and every other row untouched; the grouped API's
-    illegal inputs named; then the same with the k form (which the GPU has not run yet) taken."""
+    illegal inputs named (grouped_run's too); then the same with every part of the kernel taken. Issue 48's draws
+    are among them: sizes off the 16-byte grid, every layout (staged or in place), fp8 B N-major, grouped_run on
+    numpy arrays: 0 wrong, 0 refused."""
     import os
 
     from ptxgemm.tools.fuzz_grouped import fuzz_grouped
@@ -446,14 +453,14 @@ def test_a_grouped_call_is_keyed_by_signature_not_address():
     vector) is not keyable, so such a call plans anew."""
     import numpy as np
 
-    from ptxgemm.grouped import _host_or_number, signatures
+    from ptxgemm.grouped import host_or_number, signatures
 
     dev, moved, odd = _Fake((4, 256), np.float32), _Fake((4, 256), np.float32), _Fake((4, 256), np.float32)
     moved.ptr, odd.ptr = dev.ptr + (1 << 20), dev.ptr + 8
     sig = signatures({"a": dev, "scale_a": 2.0})
     assert sig == signatures({"a": moved, "scale_a": 2.0})
     assert sig != signatures({"a": odd, "scale_a": 2.0}) and sig != signatures({"a": dev, "scale_a": 3.0})
-    assert _host_or_number(np.ones(4, np.float32)) and _host_or_number(0.5) and not _host_or_number(dev)
+    assert host_or_number(np.ones(4, np.float32)) and host_or_number(0.5) and not host_or_number(dev)
 
 
 #: registers every probe entry declares: what the scheduler's macros read and write outside their own scopes

@@ -16,7 +16,8 @@ from ptxgemm.tools import mutant_catalog
 
 KINDS_EVERY_CONFIG = {"mbarrier.init", "mbarrier.try_wait", "mbarrier.arrive.expect_tx", "mbarrier.arrive", "bar.sync",
                       "bar.arrive", "fence.proxy.async", "fence.mbarrier_init", "wgmma.fence", "wgmma.commit_group",
-                      "wgmma.wait_group", "cp.async.bulk.commit_group", "cp.async.bulk.wait_group", "setmaxnreg"}
+                      "wgmma.wait_group", "cp.async.bulk.commit_group", "cp.async.bulk.wait_group", "setmaxnreg",
+                      "griddepcontrol.wait"}
 
 
 @pytest.fixture(scope="module", params=[GemmConfig(), GemmConfig(cluster_m=2)], ids=["default", "cluster"])

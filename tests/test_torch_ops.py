@@ -82,7 +82,7 @@ def test_forward_and_backward_trace_to_ptxgemm_ops_only():
         return torch.autograd.grad(y, (x, w, b), g)
 
     gm = make_fx(step, tracing_mode="fake")(x, w, b, g)
-    assert _ops_in(gm).count("ptxgemm.mm.default") == 4, gm.graph
+    assert _ops_in(gm) == ["ptxgemm.dense_launch.default"] * 4, gm.graph   # launch ops only: no autograd kernel
     assert not [n for n in gm.graph.nodes if "aten.mm" in str(n.target) or "aten.bmm" in str(n.target)]
     dx, dw, db = (n.meta["val"] for n in list(gm.graph.nodes)[-1].args[0])
     assert dx.shape == x.shape and dw.shape == w.shape and db.shape == b.shape
@@ -112,7 +112,7 @@ def test_grouped_backward_is_two_grouped_launches():
         return torch.autograd.grad(y, (a, w), torch.ones_like(y))
 
     gm = make_fx(step, tracing_mode="fake")(a, w, offs)
-    assert _ops_in(gm).count("ptxgemm.grouped_mm.default") == 3
+    assert _ops_in(gm) == ["ptxgemm.grouped_launch.default"] * 3
     da, dw = (n.meta["val"] for n in list(gm.graph.nodes)[-1].args[0])
     assert da.shape == a.shape and dw.shape == w.shape and dw.stride() == w.stride()
 
@@ -149,6 +149,34 @@ def test_compile_fullgraph_traces_the_ops_without_a_graph_break():
         compiled(*args)
     assert len(graphs) == 1
     assert sorted(_ops_in(graphs[0])) == ["ptxgemm.grouped_mm.default", "ptxgemm.mm.default"]
+
+
+def test_a_compiled_training_step_holds_launch_ops_only():
+    """What a compiled step runs (AOTAutograd's forward and backward graphs): the launch ops, which have no
+    autograd kernel in Python, so each call crosses the dispatcher once; the public ops' autograd kernels ran at
+    trace time only."""
+    from functorch.compile import make_boxed_func
+    from torch._functorch.aot_autograd import aot_function
+
+    graphs = []
+
+    def record(gm, example_inputs):
+        graphs.append(gm)
+        return make_boxed_func(gm)
+
+    def layer(x, w, b, we, offs):
+        h = pt.mm(x, w.t(), bias=b, activation="silu")
+        return pt.grouped_mm(h, we.transpose(-1, -2), offs=offs)
+
+    meta = dict(dtype=BF16, device="meta", requires_grad=True)   # run on the fakes: no GPU here
+    args = (torch.empty(64, 32, **meta), torch.empty(48, 32, **meta), torch.empty(48, **meta),
+            torch.empty(4, 16, 48, **meta), torch.empty(4, dtype=torch.int32, device="meta"))
+    aot_function(layer, fw_compiler=record, bw_compiler=record)(*args).sum().backward()
+    assert len(graphs) == 2
+    assert _ops_in(graphs[0]) == ["ptxgemm.dense_launch.default", "ptxgemm.grouped_launch.default"], graphs[0].code
+    # the backward: the pre-activation recomputed, dX and dW (dense), dA and dB (grouped)
+    assert sorted(_ops_in(graphs[1])) == ["ptxgemm.dense_launch.default"] * 3 + \
+        ["ptxgemm.grouped_launch.default"] * 2, graphs[1].code
 
 
 def test_ops_refuse_host_tensors_by_name():
@@ -249,20 +277,24 @@ def test_replace_linear_fp8_quantizes_once_and_filters():
     assert tuple(model[0].weight_scale.shape) == (2, 1) and model[0].weight_scale.is_contiguous()
 
 
-def test_the_layers_skip_the_dispatcher_only_in_plain_eager_inference():
-    """Linear calls the implementation directly (no custom-op dispatch, ~15-20 us less per call) only with plain
-    tensors, no dispatch mode, no torch.compile and no gradient to record; tracing and training take the op."""
+def test_the_layers_skip_the_dispatcher_only_in_plain_eager_inference(monkeypatch):
+    """Linear calls the implementation directly (no dispatch, ~15-20 us less per call) only with plain CUDA
+    tensors, no dispatch mode, no torch.compile and no gradient to record; tracing and training take the op. (No
+    GPU here: the host tensors stand for CUDA ones, except where the device is what is checked.)"""
     from ptxgemm.torch import ops
 
     w = torch.nn.Parameter(torch.randn(48, 32, dtype=BF16))
     x = torch.randn(64, 32, dtype=BF16)
+    with torch.no_grad():
+        assert not ops.eager_ok(x, w, None)                   # a host tensor: the op, which names the rule
+    monkeypatch.setattr(ops, "on_cuda", lambda t: True)
     with torch.no_grad():
         assert ops.eager_ok(x, w, None)
     assert not ops.eager_ok(x, w, None)                       # w requires grad and grad mode is on
     assert ops.eager_ok(x, w.detach(), None)
     with torch.no_grad():   # a dispatch mode is active while tracing: the op is recorded
         gm = make_fx(lambda x, w: ops.linear_mm(x, w, None), tracing_mode="fake")(x, w.detach())
-    assert _ops_in(gm) == ["ptxgemm.mm.default"]
+    assert _ops_in(gm) == ["ptxgemm.dense_launch.default"]
     lin = pt.Linear.from_linear(torch.nn.Linear(32, 48, dtype=BF16))
     compiled, graphs = compile_graphs(lin)
     with torch.no_grad(), pytest.raises(NotRun):

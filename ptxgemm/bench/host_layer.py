@@ -523,7 +523,8 @@ def _measure_binding(tensormap, a, b, s, fresh, device_x, calls: int, repeats: i
             BIND_LAUNCH: Way(launch, same_items(s), calls),
             BIND_LAUNCH_AT: Way(lambda p: launch_at(p, s), ptrs, calls)}
     samples = time_ways(ways, repeats, sync)
-    ctypes_found = bool(tensormap._ctypes_replace())
+    from ..runtime import libcuda
+    ctypes_found = bool(libcuda.function("cuTensorMapReplaceAddress"))
     notes = {BIND_ENCODE: f"cuTensorMapEncodeTiled through cuda.bindings, the spec of a GemmPlan's tmap_a "
                           f"(dims {spec.dims}, box {spec.box}) at a new address; the map is never launched",
              BIND_REPLACE_CTYPES: None if ctypes_found else "libcuda's cuTensorMapReplaceAddress was not found through "

@@ -29,9 +29,11 @@ def add_arguments(p) -> None:
                         f"{MAX_FLOPS['emulate']:g} emulated)")
     p.add_argument("--no-shrink", action="store_true", help="report failures as drawn (default: shrink them)")
     p.add_argument("--grouped", type=int, default=0, metavar="N",
-                   help="also N random grouped_matmul cases (contiguous and masked forms, G up to 256, empty and "
-                        "unaligned groups, rows outside the groups checked untouched) and the grouped API's illegal "
-                        "inputs; with --emulate, on the plan emulator (default 0)")
+                   help="also N random grouped_matmul cases (contiguous, masked and k-grouped forms, G up to 256, "
+                        "empty and unaligned groups, sizes whose rows are not 16-byte multiples, every layout of a, "
+                        "b and out, a share through grouped_run on numpy arrays; rows outside the groups checked "
+                        "untouched) and the grouped API's illegal inputs; with --emulate, on the plan emulator; "
+                        "with --out, their report also in fuzz_<gpu>_<seed>_grouped.json (default 0)")
 
 
 def run(args) -> int:
@@ -63,10 +65,15 @@ def run(args) -> int:
         failed_grouped = bool(g["wrong"] or g["refused"] or g["crashed"] or g["bad_inputs"]["misnamed"])
     if args.out:
         os.makedirs(args.out, exist_ok=True)
-        path = os.path.join(args.out, f"fuzz_{gpu_slug(report['gpu']) if not args.emulate else 'emulated'}_{seed}.json")
-        with open(path, "w") as f:
-            json.dump(report, f, indent=1, default=str)
-        print(f"wrote {path}")
+        stem = f"fuzz_{gpu_slug(report['gpu']) if not args.emulate else 'emulated'}_{seed}"
+        written = [(f"{stem}.json", report)]
+        if args.grouped:   # the grouped cases' own report, their counts at the top (issue 48's result files)
+            written.append((f"{stem}_grouped.json", {"gpu": report["gpu"], "seed": seed, **report["grouped"]}))
+        for name, content in written:
+            path = os.path.join(args.out, name)
+            with open(path, "w") as f:
+                json.dump(content, f, indent=1, default=str)
+            print(f"wrote {path}")
     failed = (report["wrong"] or report["refused"] or report["crashed"] or report["bad_inputs"]["misnamed"]
               or failed_grouped)
     return 1 if failed else 0

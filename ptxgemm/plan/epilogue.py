@@ -165,18 +165,25 @@ def _number(name: str, x) -> float:
     return x
 
 
+def is_host_scalar(x) -> bool:
+    """Whether `x` is a per-tensor scale held on the host: a real number, or a 0-d or (1,) numpy array (the forms
+    _host_scalar reads; a (1, 1) array may be a one-block table, so it is an array)."""
+    return ((isinstance(x, numbers.Real) and not isinstance(x, bool))
+            or (isinstance(x, np.ndarray) and x.size == 1 and x.ndim < 2))
+
+
 def _host_scalar(name: str, x):
     """`x` as a float when it is a number or a 0-d or (1,) numpy array (host memory), else None. A (1, 1) array
     is also the shape of a one-block table (M = 1 or N <= 128, K <= 128), so it stays an array (run uploads it,
     see gemm.uploaded). A value held here is known, so it must be finite (a device scale's value is not read)."""
-    if type(x) is float or (isinstance(x, numbers.Real) and not isinstance(x, bool)):
+    if not is_host_scalar(x):
+        return None
+    if not isinstance(x, np.ndarray):
         v = float(x)
-    elif isinstance(x, np.ndarray) and x.size == 1 and x.ndim < 2:
+    else:
         if x.dtype != np.float32:
             raise ConfigError(f"{name}: a per-tensor scale array must be float32, got {x.dtype}")
         v = float(x.reshape(()))
-    else:
-        return None
     if not math.isfinite(v):
         raise ConfigError(f"{name}: a per-tensor scale must be a finite real number, got {v!r}")
     return v

@@ -1,7 +1,7 @@
-"""The rest of a grouped call's planning on descriptors alone (ptxgemm.plan.grouped has the argument rules): which
-parts of the grouped GEMM have run on a GPU, the default tile, the memory each operand is read in place from, the
-epilogue's grouped shapes mapped onto the dense epilogue's, and the kernel's scalar arguments. ptxgemm.grouped
-builds the tensor maps and the launch from these."""
+"""The rest of a grouped call's planning on descriptors alone (ptxgemm.plan.grouped has the argument rules,
+ptxgemm.plan.grouped_layout what is read in place and what is staged): which parts of the grouped GEMM have run on
+a GPU, the default tile, the epilogue's grouped shapes mapped onto the dense epilogue's, and the kernel's scalar
+arguments. ptxgemm.grouped builds the tensor maps and the launch from these."""
 from __future__ import annotations
 
 import ctypes
@@ -72,49 +72,6 @@ def check_stream_k(cfg: GemmConfig, problem: grouped.GroupedProblem) -> None:
     if units * k_tiles >= 2 ** 32:
         raise ConfigError(f"config.stream_k: up to {units} units of {k_tiles} k-tiles overflow the kernel's 32-bit "
                           f"k-tile numbers; leave the stream-K tail off for this problem")
-
-
-def rows_view(x, name: str, rows: int, cols: int, layout: str | None = None) -> int:
-    """The row pitch in bytes of `x` read as a (rows, cols) matrix with unit column stride (a 2-D array, or a 3-D
-    one whose leading axes fold into rows); ConfigError names `x` where it cannot be read so in place (`layout`:
-    what the caller reads it as, for that message)."""
-    item = x.dtype.itemsize
-    shape, strides = tuple(x.shape), tuple(x.strides)
-    if cols > 1 and strides[-1] != item:
-        raise ConfigError(f"{name}: " + (f"the grouped GEMM reads {layout}" if layout else
-                                         f"its last axis must be contiguous (stride {item} bytes)")
-                          + f"; got strides {strides}")
-    pitch = strides[-2] if len(shape) >= 2 and shape[-2] > 1 else cols * item
-    if len(shape) == 3 and shape[0] > 1 and shape[1] > 0 and strides[0] != shape[1] * pitch:
-        raise ConfigError(f"{name}: its groups' matrices must follow each other (stride of axis 0 = rows x row "
-                          f"pitch = {shape[1] * pitch} bytes), got strides {strides}")
-    if pitch % 16 or x.ptr % 16:
-        raise ConfigError(f"{name}: rows must start on 16-byte boundaries (TMA): row pitch {pitch} bytes, address "
-                          f"0x{x.ptr:x}; a row of a {item}-byte dtype must hold a multiple of {16 // item} elements")
-    return pitch
-
-
-def b_layout(b, in_fp8: bool) -> tuple[str, int, int]:
-    """B (G, K, N) as the kernel reads it: ("mn", K-row pitch, group stride) when N is contiguous, ("k", N-row
-    pitch, group stride) when K is (a transposed view of a (G, N, K) array); fp8 must be K-major."""
-    g, k, n = b.shape
-    item = b.dtype.itemsize
-    sg, sk, sn = b.strides
-    if (sn == item or n == 1) and not (in_fp8 and n > 1):
-        major, pitch = "mn", (sk if k > 1 else n * item)
-    elif sk == item or k == 1:
-        major, pitch = "k", (sn if n > 1 else k * item)
-    else:
-        raise ConfigError(f"b: one of its last two axes must be contiguous (N: b is (G, K, N) row-major; K: b is a "
-                          f"transposed (G, N, K) array), got strides {b.strides}"
-                          + ("; fp8 B must be K-major (wgmma reads 8-bit types only so)" if in_fp8 else ""))
-    rows = k if major == "mn" else n
-    if g > 1 and sg < rows * pitch:
-        raise ConfigError(f"b: its groups' matrices overlap (stride of axis 0 = {sg} bytes < {rows * pitch})")
-    if pitch % 16 or sg % 16 or b.ptr % 16:
-        raise ConfigError(f"b: rows and groups must start on 16-byte boundaries (TMA): row pitch {pitch}, group "
-                          f"stride {sg}, address 0x{b.ptr:x}")
-    return major, pitch, max(sg, rows * pitch)
 
 
 def default_config(problem: grouped.GroupedProblem, b_major: str, sm_count: int = 132, fused: dict | None = None,
@@ -193,8 +150,8 @@ def grouped_epilogue(problem: grouped.GroupedProblem, alpha, scale_a, scale_b, b
     kb, nb = -(-k // SCALE_BLOCK), -(-n // SCALE_BLOCK)
     strides = {}
 
-    def is_array(x):
-        return x is not None and not (isinstance(x, (int, float)) or (isinstance(x, np.ndarray) and x.size == 1))
+    def is_array(x):   # not a per-tensor scale held on the host (the epilogue's rule: a (1, 1, 1) table is a table)
+        return x is not None and not epilogue.is_host_scalar(x)
 
     if problem.form != "k":
         if is_array(scale_a):

@@ -121,6 +121,12 @@ def _lines(view: View, inner: str) -> tuple[int, int]:
     return round_up(ie * view.itemsize, TMA_ALIGN), oe
 
 
+def dense_staging(view: View, inner: str) -> Staging:
+    """The dense buffer holding every matrix of `view` with `inner` ("cols" or "rows") contiguous, its lines padded
+    to 16 bytes and its matrices one after the other (the grouped GEMM stages through these too)."""
+    return Staging(inner, *_lines(view, inner), view.count)
+
+
 def staging_for(view: View, count: int, prefer: str) -> Staging:
     """The buffer a View is staged into: its own contiguous axis inner when it has one, else `prefer`."""
     sb, sr, sc = view.strides
@@ -275,8 +281,7 @@ def _operand(name: str, view: View, walk, inners: tuple[str, ...]) -> Operand:
         return Operand(name, view, place)
     # a buffer in the source's own major order when the kernel can use that order (the copy then moves whole
     # lines); the output has one order only: the kernel stores rows
-    staging = staging_for(view, view.count, inners[0]) if len(inners) > 1 else \
-        Staging(inners[0], *_lines(view, inners[0]), view.count)
+    staging = staging_for(view, view.count, inners[0]) if len(inners) > 1 else dense_staging(view, inners[0])
     return Operand(name, staging.view(0, view), staging.placement(), staging, view, walk)
 
 
@@ -285,6 +290,28 @@ def check_extents(name: str, shape) -> None:
     naming the array, before any size derived from it (M, K, the result's shape) is blamed on another argument."""
     if any(int(e) < 0 for e in shape):
         raise ConfigError(f"{name}: every extent must be >= 0, got shape {tuple(int(e) for e in shape)}")
+
+
+def check_distinct(name: str, shape, strides, itemsize: int | None = None) -> None:
+    """An output must hold each of its elements once: a zero stride along an axis of extent > 1 is refused, naming
+    the array (the kernel, or the copy out of a staging buffer, would write several results to one element). With
+    `itemsize`, any overlap too, by the copy kernel's rule for a destination (ptxgemm.runtime.relayout, which a
+    staged output is): ordered by stride (negative ones walked forwards), each axis' stride at least the span of the
+    axes below it."""
+    shape, strides = tuple(int(e) for e in shape), tuple(int(s) for s in strides)
+    for e, s in zip(shape, strides):
+        if s == 0 and e > 1:
+            raise ConfigError(f"{name}: shape {shape} with byte strides {strides} has a zero stride: it would "
+                              f"write several results to one element; pass an output that holds each element once")
+    if itemsize is None or 0 in shape:
+        return
+    span = itemsize
+    for e, s in sorted(((e, abs(s)) for e, s in zip(shape, strides) if e > 1), key=lambda d: d[1]):
+        if s < span:
+            raise ConfigError(f"{name}: shape {shape} with byte strides {strides} ({itemsize}-byte elements) "
+                              f"overlaps itself: ordered by stride, each axis' stride must be at least the span of "
+                              f"the axes below it; pass an output that holds each element once")
+        span = s * (e - 1) + span
 
 
 def plan_matmul(a_shape, a_strides, a_ptr: int, b_shape, b_strides, b_ptr: int, in_itemsize: int,
@@ -335,10 +362,7 @@ def plan_matmul(a_shape, a_strides, a_ptr: int, b_shape, b_strides, b_ptr: int, 
     if batches == 0 or m == 0 or n == 0:
         return MatmulPlan(result, batch_shape, m, n, k, batches)
     out_strides = tuple(int(s) for s in out_strides)
-    for e, s in zip(result, out_strides):
-        if s == 0 and e > 1:
-            raise ConfigError(f"out: shape {result} with byte strides {out_strides} has a zero stride: it would "
-                              f"write several results to one element; pass an output that holds each element once")
+    check_distinct("out", result, out_strides)
     # the output as (batch..., M, N): a dropped vector axis has extent 1 (its stride is never used)
     o = list(out_strides)
     if a_vec:
@@ -434,6 +458,12 @@ def _copies(view: View, walk, dense: View | None, into_view: bool = True) -> lis
         copies.append(Copy(*pair, shape, view.itemsize).normalized())
         first += count
     return copies
+
+
+def staging_copies(source: View, dense: View, into_source: bool) -> list[Copy]:
+    """The copies between the caller's `source` (its own batch stride) and its staged copy `dense`: out of the
+    source (staging an input) or, `into_source`, back into it (an output's copy-out)."""
+    return _copies(source, None, dense, into_view=into_source)
 
 
 def bind(plan: MatmulPlan, buffers: dict[str, int]) -> tuple[MatmulPlan, list[Copy], list[Copy]]:

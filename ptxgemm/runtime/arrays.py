@@ -7,13 +7,13 @@ from the host through the strided copy kernel (ptxgemm.runtime.relayout).
 """
 from __future__ import annotations
 
+import ctypes
 import math
 
 import numpy as np
 
 from ..errors import ConfigError
-from . import interop, relayout
-from . import driver
+from . import driver, interop, libcuda, relayout
 from .driver import check, cu, cu_stream, memory_pool, synchronize
 
 
@@ -125,8 +125,15 @@ class DeviceArray:
     def allocate(cls, shape: tuple, dtype: np.dtype, strides: tuple, nbytes: int, stream, handle) -> "DeviceArray":
         """`empty` for a caller that has checked and derived everything once (a plan cache's entry: shape, dtype,
         C-order strides, nbytes > 0, the stream and its CUstream handle): the allocation alone, on the hot path."""
-        err, ptr = cu.cuMemAllocFromPoolAsync(nbytes, driver._pool or memory_pool(), handle)
-        if err != cu.CUresult.CUDA_SUCCESS:
+        alloc = libcuda.function("cuMemAllocFromPoolAsync")
+        if alloc is not None:   # one foreign call (ptxgemm.runtime.libcuda), against the bindings' wrapper
+            value = ctypes.c_uint64()
+            err = alloc(ctypes.byref(value), nbytes, int(driver._pool or memory_pool()), int(handle))
+            err, ptr = cu.CUresult(err) if err else None, value.value
+        else:
+            err, ptr = cu.cuMemAllocFromPoolAsync(nbytes, driver._pool or memory_pool(), handle)
+            err = None if err == cu.CUresult.CUDA_SUCCESS else err
+        if err is not None:
             check((err,), f"allocating {nbytes} bytes for a {shape} {dtype} array (cuMemAllocFromPoolAsync)")
         out = cls.__new__(cls)
         out.ptr, out.shape, out.dtype, out.strides, out.nbytes = int(ptr), shape, dtype, strides, nbytes
@@ -271,7 +278,13 @@ class DeviceArray:
         if self._owner and self.ptr:
             ptr, self.ptr = self.ptr, 0
             handle = self._stream_handle if self._stream_handle is not None else cu_stream(None)
-            check(cu.cuMemFreeAsync(ptr, handle), "freeing a device buffer (cuMemFreeAsync)")
+            free = libcuda.function("cuMemFreeAsync")   # a dropped result's free is on the per-call path
+            if free is None:
+                check(cu.cuMemFreeAsync(ptr, handle), "freeing a device buffer (cuMemFreeAsync)")
+            else:
+                err = free(ptr, int(handle))
+                if err:
+                    check((cu.CUresult(err),), "freeing a device buffer (cuMemFreeAsync)")
 
     def __del__(self):
         try:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import os
 import threading
 
 from ..errors import ConfigError, CudaError, NoGpuError
@@ -392,7 +393,10 @@ class PreparedLaunch:
     work being the cost.
     """
 
-    def __init__(self, fn: Function, grid, block, args, smem_bytes: int = 0, cluster=None):
+    def __init__(self, fn: Function, grid, block, args, smem_bytes: int = 0, cluster=None, programmatic: bool = False):
+        """`programmatic`: launch with programmatic stream serialization (PDL), so the kernel may start before the
+        previous kernel on the stream has finished; only for a kernel that waits for it (griddepcontrol.wait,
+        kernel/templates/grid_dependency.ptx.j2) before it touches global memory."""
         context()
         self.fn = fn
         self.grid = (tuple(grid) + (1, 1, 1))[:3]
@@ -412,6 +416,12 @@ class PreparedLaunch:
             attr.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
             attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = c
             attrs.append(attr)
+        if programmatic:
+            attr = cu.CUlaunchAttribute()
+            attr.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+            attr.value.programmaticStreamSerializationAllowed = 1
+            attrs.append(attr)
+        self.programmatic = bool(programmatic)
         cfg.attrs = attrs
         cfg.numAttrs = len(attrs)  # cuda.bindings does not derive it from the list
         self._cfg = cfg
@@ -428,6 +438,12 @@ class PreparedLaunch:
             check((err,), self._what)
 
     _last_stream = object()  # no stream yet: the first call sets hStream
+
+
+#: whether the GEMM kernels are launched as programmatic dependents of the previous kernel on their stream (PDL,
+#: kernel/templates/grid_dependency.ptx.j2): their prologue overlaps that kernel's tail. PTXGEMM_PDL=0 turns it
+#: off; a plan reads it when it is made (so a process can time both ways: set it, clear the plan caches)
+PROGRAMMATIC_LAUNCH = os.environ.get("PTXGEMM_PDL", "1") != "0"
 
 
 def launch(fn: Function, grid, block, args, smem_bytes: int = 0, cluster=None, stream=None):

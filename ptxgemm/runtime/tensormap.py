@@ -7,12 +7,12 @@ contiguous by definition).
 """
 from __future__ import annotations
 
-import ctypes
 import dataclasses
 
 import numpy as np
 
 from ..errors import ConfigError
+from . import libcuda
 from .driver import check, context
 
 SWIZZLE_SPAN = {"none": None, "32B": 32, "64B": 64, "128B": 128}
@@ -179,23 +179,6 @@ def encode_tiled(buffer, dims, strides, box, *, dtype=None, swizzle="128B", l2_p
 # Moving an encoded map to new memory (a plan bound to a call's arrays): cuTensorMapReplaceAddress
 # --------------------------------------------------------------------------------------------------------------
 
-_libcuda_replace = None
-
-
-def _ctypes_replace():
-    """libcuda's cuTensorMapReplaceAddress as a ctypes function, or False where it cannot be found (the bindings'
-    route is then taken)."""
-    global _libcuda_replace
-    if _libcuda_replace is None:
-        try:
-            fn = ctypes.CDLL("libcuda.so.1").cuTensorMapReplaceAddress
-            fn.argtypes, fn.restype = [ctypes.c_void_p, ctypes.c_void_p], ctypes.c_int
-            _libcuda_replace = fn
-        except (OSError, AttributeError):
-            _libcuda_replace = False
-    return _libcuda_replace
-
-
 def replace_address(tmap: TensorMap, address: int, route: str = "ctypes") -> None:
     """Point an encoded map at `address` (everything else -- dims, strides, box, swizzle -- kept), in place. `route`:
     "ctypes" calls libcuda's cuTensorMapReplaceAddress directly (one foreign call, no argument objects; 0.6-1.2 us
@@ -203,7 +186,7 @@ def replace_address(tmap: TensorMap, address: int, route: str = "ctypes") -> Non
     times both, and encoding anew). The address must keep the alignment the map was encoded with (a plan's key
     holds every address's class, so a bound plan's always does). Kernel parameters are copied at launch, so
     rewriting a map after its launch was enqueued (or captured into a CUDA graph) changes only later launches."""
-    fn = _ctypes_replace() if route == "ctypes" else False
+    fn = libcuda.function("cuTensorMapReplaceAddress") if route == "ctypes" else None
     if fn:
         err = fn(tmap.host_ptr, address)
         if err:

@@ -19,8 +19,10 @@ what the GPU does is emulated, each as its own definition says:
 What it does not model: the PTX (tiles, pipelines, barriers, fp32 rounding order), TMA's swizzles, streams. The GPU
 fuzzer covers those; this one lets CI find planning bugs without a GPU (python -m ptxgemm fuzz --emulate).
 
-`run`, `matmul` and `GemmPlan` here take the library's arguments; for `matmul` and `GemmPlan` numpy arrays play the
-device arrays, read and written in place at their own (host) addresses, misaligned ones included.
+`run`, `matmul`, `GemmPlan`, `grouped_matmul` and `grouped_run` here take the library's arguments; for `matmul`,
+`GemmPlan` and `grouped_matmul` numpy arrays play the device arrays, read and written in place at their own (host)
+addresses, misaligned ones included (a grouped call's numpy counts and per-tensor scales stay on the host, as the
+library holds them).
 """
 from __future__ import annotations
 
@@ -39,6 +41,7 @@ from ..kernel.config import SCALE_BLOCK, default_out_dtype
 from ..plan import binding, operands
 from ..plan.call import parse_epilogue
 from ..plan.checks import check_config, check_dtypes, check_out_dtype, result_shape
+from ..plan.epilogue import check_values, is_host_scalar
 from ..runtime.arrays import byte_span, c_strides
 from ..select.model import DEFAULT_DEVICE
 
@@ -80,10 +83,13 @@ class HostArray:
         return HostArray(self.ptr + offset, shape, strides, dtype, self.keep, self.region)
 
     def numpy(self) -> np.ndarray:
-        """A numpy view of the memory (no copy)."""
+        """A numpy view of the memory (no copy), which keeps the memory alive (`HostArray.empty(...).numpy()` of a
+        temporary stays valid)."""
         if math.prod(self.shape) == 0:
             return np.empty(self.shape, self.dtype)
-        return _at(self.ptr, self.shape, self.strides, self.dtype)
+        view = _at(self.ptr, self.shape, self.strides, self.dtype)
+        view.base.keep = self.keep   # the ctypes buffer the view reads: holding the allocation
+        return view
 
 
 def _owner(x: np.ndarray) -> np.ndarray:
@@ -355,21 +361,83 @@ def kernel(lay: operands.MatmulPlan, cfg, maps: dict, params: list[tuple[str, ob
 
 def grouped_matmul(a, b, *, offs=None, masked_m=None, out=None, alpha=1.0, scale_a=None, scale_b=None, bias=None,
                    activation=None, out_dtype=None, config=None, device=DEFAULT_DEVICE):
-    """ptxgemm.grouped_matmul, emulated: the same checks and plan (ptxgemm.grouped.plan_launch, with numpy arrays
-    as the device arrays), then the grouped kernel's result (grouped_kernel). Host numpy counts are checked and
-    uploaded as the library does; pass a HostArray to have them read as device counts (clamped, never checked)."""
+    """ptxgemm.grouped_matmul, emulated as GroupedPlan runs it: the same checks and plan (ptxgemm.grouped.plan_launch
+    on stand-ins at symbolic addresses, with numpy arrays as the device arrays), bound to the arrays' host addresses
+    by rebasing every address the plan computed (tensor maps, staging copies, the kernel's pointer arguments); then
+    the copies in, the grouped kernel's result (grouped_kernel) and the copies out. Host numpy counts are checked
+    and uploaded as the library does; pass a HostArray to have them read as device counts (clamped, never
+    checked). Staging buffers are fresh allocations, filled with a pattern of their own (_staging_buffer)."""
     from .. import grouped as grouped_api
 
-    plan = grouped_api.plan_launch(a, b, offs=offs, masked_m=masked_m, out=out, alpha=alpha, scale_a=scale_a,
-                                   scale_b=scale_b, bias=bias, activation=activation, out_dtype=out_dtype,
-                                   config=config, convert=_as_host, upload=upload, allocate=HostArray.empty,
-                                   sm_count=lambda: device.sm_count, spill_check=_no_spills)
-    if plan.config is not None:
-        e = plan.epilogue
-        vectors = [x for x in (e.row_scale, e.col_scale, e.bias, e.block_a, e.block_b, e.device_a, e.device_b)
-                   if x is not None]
-        grouped_kernel(plan, Memory([plan.a, plan.b, plan.out, plan.counts, *vectors]))
-    return plan.out
+    check_config(config)
+    check_values(alpha=alpha, activation=activation, scale_a=scale_a, scale_b=scale_b)
+    counts_name = "offs" if offs is not None else "masked_m"
+    real = {"a": _as_host(a, "a"), "b": _as_host(b, "b")}
+    for name, x in (("out", out), ("counts", masked_m if offs is None else offs), ("scale_a", scale_a),
+                    ("scale_b", scale_b), ("bias", bias)):
+        # numpy arrays play the device arrays, but for what the library holds on the host: counts (checked by
+        # value, uploaded) and per-tensor scales
+        held = (name == "counts" or name.startswith("scale") and is_host_scalar(x) if isinstance(x, np.ndarray)
+                else grouped_api.host_or_number(x))
+        real[name] = x if held else _as_host(x, counts_name if name == "counts" else name)
+    s = binding.stand_ins(real, grouped_api.ROLES, lambda name, x: isinstance(x, HostArray))
+    plan = grouped_api.plan_launch(s["a"], s["b"], offs=None if offs is None else s["counts"],
+                                   masked_m=None if masked_m is None else s["counts"], out=s["out"], alpha=alpha,
+                                   scale_a=s["scale_a"], scale_b=s["scale_b"], bias=s["bias"], activation=activation,
+                                   out_dtype=out_dtype, config=config,
+                                   convert=lambda x, nm: x if isinstance(x, binding.StandIn) else _as_host(x, nm),
+                                   upload=upload, allocate=HostArray.empty, sm_count=lambda: device.sm_count,
+                                   spill_check=_no_spills,
+                                   scratch=_staging_buffer)
+    result = real["out"] if real["out"] is not None else plan.out   # a fresh result: the plan's own allocation
+    if plan.config is None:
+        return result
+    ptrs = grouped_api.addresses({**real, "out": result})
+
+    def rebased(value: int) -> int:
+        return binding.rebase(value, ptrs)
+
+    def rebased_copy(copy: operands.Copy) -> operands.Copy:
+        return dataclasses.replace(copy, dst_ptr=rebased(copy.dst_ptr), src_ptr=rebased(copy.src_ptr))
+
+    specs = {name: dataclasses.replace(spec, address=rebased(spec.address)) for name, spec in plan.specs.items()}
+    params = _grouped_params(plan, rebased)
+    # the launch's allocations: the caller's arrays, and the plan's own (uploaded counts, staging buffers, a result)
+    memory = Memory([x for x in (*real.values(), plan.counts, *plan.buffers.values(), result)
+                     if isinstance(x, HostArray)])
+    for copy in plan.copies_in:
+        relayout(rebased_copy(copy), memory)
+    grouped_kernel(plan.config, params, specs, memory)
+    for copy in plan.copies_out:
+        relayout(rebased_copy(copy), memory)
+    return result
+
+
+def _staging_buffer(nbytes: int) -> HostArray:
+    """A grouped plan's staging buffer: a fresh allocation filled with 0xA5 bytes, apart from an output's poison
+    (0xFF), so that bytes copied out of it that nothing wrote show as changed."""
+    buf = HostArray.empty((nbytes,), np.uint8)
+    buf.numpy()[...] = 0xA5
+    return buf
+
+
+def grouped_run(a, b, *, offs=None, masked_m=None, alpha=1.0, scale_a=None, scale_b=None, bias=None,
+                activation=None, out_dtype=None, config=None, device=DEFAULT_DEVICE) -> np.ndarray:
+    """ptxgemm.grouped_run, emulated: the same checks (grouped.check_run, before any upload), the uploads, a result
+    zeroed first (rows outside every group are zeros), the emulated grouped call, the result as a new array."""
+    from .. import grouped as grouped_api
+
+    problem = grouped_api.check_run(a, b, offs=offs, masked_m=masked_m, alpha=alpha, scale_a=scale_a,
+                                    scale_b=scale_b, bias=bias, activation=activation, out_dtype=out_dtype,
+                                    config=config).problem
+    vectors = {name: upload(x) if gemm.uploaded(name, x) else x
+               for name, x in (("scale_a", scale_a), ("scale_b", scale_b), ("bias", bias))}
+    out = HostArray.empty(problem.out_shape, problem.out_dtype)
+    if out.ptr:
+        out.numpy().view(np.uint8)[...] = 0
+    grouped_matmul(upload(a), upload(b), **{problem.counts_name: masked_m if offs is None else offs}, out=out,
+                   alpha=alpha, activation=activation, config=config, device=device, **vectors)
+    return out.numpy().copy()
 
 
 @functools.lru_cache(maxsize=64)
@@ -382,27 +450,27 @@ def _scalar_names(config) -> tuple[str, ...]:
     return tuple(nm for _, nm in entry_params(render_gemm(config)))[3:]
 
 
-def _grouped_params(plan) -> dict:
+def _grouped_params(plan, rebased) -> dict:
     """The kernel's scalar arguments by the names its PTX entry declares (the template, rendered), so that a value
-    packed in the wrong slot is read as the kernel would read it."""
+    packed in the wrong slot is read as the kernel would read it; each address (a c_uint64) bound by `rebased`."""
     from ..select.model import sk_fixup_k_tiles
 
     names = _scalar_names(plan.config)
     # the stream-K tail's fix-up memory is the device's own (the emulated result does not read it): null addresses
     values = plan.scalars(fix_up=(sk_fixup_k_tiles(plan.config), 0, 0) if plan.config.stream_k else ())
     assert len(names) == len(values), (names, values)
-    return {nm: v.value for nm, v in zip(names, values)}
+    return {nm: rebased(v.value) if isinstance(v, ctypes.c_uint64) else v.value for nm, v in zip(names, values)}
 
 
-def grouped_kernel(plan, memory: Memory) -> None:
+def grouped_kernel(cfg, p: dict, specs: dict, memory: Memory) -> None:
     """The grouped kernel's result, as its config and parameters define it: the counts read from the address the
     kernel is given and clamped as its scan clamps them (ptxgemm.kernel.grouped_walk.ranges), each group's rows of A
     (contiguous, masked) or K range (k form) times its B through the tensor maps, the epilogue (alpha, the rowwise
     scales with each group's column vectors at its group stride, the blockwise tables with each group's B table after
-    the previous one's, the activation), the cast, and C written only on the groups' rows."""
+    the previous one's, the activation), the cast, and C written only on the groups' rows (in the contiguous and
+    masked forms with the bytes up to the end of each row's last 16-byte chunk, as the row store writes them)."""
     from ..kernel import grouped_walk
 
-    cfg, p, specs = plan.config, _grouped_params(plan), plan.specs
     form, groups, n = cfg.grouped, p["param_groups"], p["param_n"]
     if cfg.has_source:
         raise NotImplementedError("the grouped GEMM takes no source matrix")
@@ -475,3 +543,10 @@ def grouped_kernel(plan, memory: Memory) -> None:
             v = v + column_vector("bias", g, cfg.bias_dtype)[None, :]
         v = activation64(cfg.activation, v)
         c[rows] = v.astype(np.float32).astype(out_type).view(sc.dtype)
+        tail = -(n * ic) % 16
+        if form != "k" and tail and e > s:
+            # a tile that runs past its group's end is stored in 16-byte chunks of whole rows (grouped_store.ptx.j2),
+            # the last chunk of a row reaching past N: which rows go so depends on the tile, so every row of the
+            # group's writes its chunk's tail here (bytes no result lies in: 0x5A, not the poison)
+            memory.at(p["param_c_ptr"] + s * p["param_ldc"] + n * ic, (e - s, tail), (p["param_ldc"], 1), np.uint8,
+                      "C's last chunk of a row")[...] = 0x5A

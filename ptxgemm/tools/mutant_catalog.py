@@ -130,6 +130,8 @@ SYNC_KINDS = (
     SyncKind("red.release", "red.release", (DELETE, ("relaxed", _relaxed))),
     SyncKind("ld.acquire", "ld.acquire", (("skipped", _load_passes), ("relaxed", _relaxed))),
     SyncKind("st.relaxed", "st.relaxed", (DELETE,)),
+    # programmatic dependent launch (grid_dependency.ptx.j2): the wait for the previous kernel on the stream
+    SyncKind("griddepcontrol.wait", "griddepcontrol.wait", (DELETE,)),
 )
 
 
@@ -252,6 +254,10 @@ _UNSEEN_SK = "not observed on the H100 (docs/results/h100/mutants/mutants_stream
 
 
 SURVIVOR_REASONS = (
+    ("griddepcontrol.wait", ("deleted",), "griddepcontrol.wait",
+     "not observable in these workloads: each launch follows the tester's synchronize and poisoning, so no grid "
+     "this one depends on is still running; tests/test_pdl_gpu.py kills it, launching the mutant right behind a "
+     "running GEMM whose output it reads"),
     # the stream-K tail's fix-up (streamk.ptx.j2): first, so that split-K's entries, whose instructions read the same,
     # do not explain these
     ("bar.sync", ("deleted",), "then the publish",

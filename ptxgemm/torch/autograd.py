@@ -1,5 +1,7 @@
-"""The gradients of `ptxgemm::mm` and `ptxgemm::grouped_mm`, registered with torch.library.register_autograd, each
-computed by ptxgemm's own ops:
+"""The autograd kernels of the public ops (ptxgemm.torch.ops): `ptxgemm::mm` and `ptxgemm::grouped_mm` record
+their gradient (an autograd.Function whose forward is the launch op) or, with no gradient to record, call the
+launch op directly; `ptxgemm::scaled_mm` refuses a gradient by name. The gradients are computed by ptxgemm's own
+launch ops, so a traced backward holds launch ops only:
 
     C = act(alpha * A @ B + beta * c + bias)       dP = dC * act'(P)  (P recomputed: one more GEMM, in float32)
     dA = alpha * dP @ B^T                          dB = alpha * A^T @ dP  (for a transposed view B = W^T: dB^T =
@@ -59,10 +61,47 @@ def _check_differentiable(a: torch.Tensor, what: str) -> None:
 # mm
 # ------------------------------------------------------------------------------------------------------------------
 
-def _mm_setup(ctx, inputs, output):
-    a, b, bias, activation, alpha, c, beta, out_dtype = inputs
-    ctx.save_for_backward(a, b, bias, c)
-    ctx.activation, ctx.alpha, ctx.beta = activation, alpha, beta
+def _needs_grad(*tensors_) -> bool:
+    """Whether a call records a gradient: grad mode on and a tensor argument that requires one."""
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors_)
+
+
+def _dense_product(*args, **kwargs) -> torch.Tensor:
+    """A gradient formula's GEMM: the launch op, or the public op where the backward itself is being
+    differentiated (create_graph=True), so that a second derivative exists."""
+    return (ops.mm if torch.is_grad_enabled() else ops.DENSE_LAUNCH)(*args, **kwargs)
+
+
+def _grouped_product(*args, **kwargs) -> torch.Tensor:
+    return (ops.grouped_mm if torch.is_grad_enabled() else ops.GROUPED_LAUNCH)(*args, **kwargs)
+
+
+class _MmFunction(torch.autograd.Function):
+    """ptxgemm::mm with its gradient: the forward is the launch op."""
+
+    @staticmethod
+    def forward(ctx, a, b, bias, activation, alpha, c, beta, out_dtype):
+        ctx.save_for_backward(a, b, bias, c)
+        ctx.activation, ctx.alpha, ctx.beta = activation, alpha, beta
+        return ops.DENSE_LAUNCH(a, b, bias, activation, alpha, c, beta, out_dtype)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _mm_backward(ctx, grad)
+
+
+def _mm_autograd(a, b, bias=None, activation=None, alpha=1.0, c=None, beta=0.0, out_dtype=None):
+    if _needs_grad(a, b, bias, c):
+        return _MmFunction.apply(a, b, bias, activation, alpha, c, beta, out_dtype)
+    return ops.DENSE_LAUNCH(a, b, bias, activation, alpha, c, beta, out_dtype)
+
+
+def _scaled_mm_autograd(a, b, scale_a, scale_b, bias=None, activation=None, alpha=1.0, out_dtype=None):
+    ops._check_fp8(a, b)
+    if _needs_grad(a, b, scale_a, scale_b, bias):
+        raise ConfigError("a, b: ptxgemm::scaled_mm is inference only (fp8 scales are not differentiated): run it "
+                          "under torch.no_grad() or detach its inputs")
+    return ops.DENSE_LAUNCH(a, b, bias, activation, alpha, None, 0.0, out_dtype, scale_a, scale_b)
 
 
 def _weight_grad(a: torch.Tensor, g: torch.Tensor, b: torch.Tensor, alpha: float) -> torch.Tensor:
@@ -72,9 +111,9 @@ def _weight_grad(a: torch.Tensor, g: torch.Tensor, b: torch.Tensor, alpha: float
         k, n = b.shape
         a2, g2 = a.reshape(-1, k), g.reshape(-1, n)   # a shared B: the batch folds into the rows
         if b.stride(0) == 1 and n > 1:
-            return ops.mm(g2.mT, a2, alpha=alpha, out_dtype=b.dtype).mT
-        return ops.mm(a2.mT, g2, alpha=alpha, out_dtype=b.dtype)
-    return reduce_to(ops.mm(a.mT, g, alpha=alpha, out_dtype=b.dtype), b.shape)
+            return _dense_product(g2.mT, a2, alpha=alpha, out_dtype=b.dtype).mT
+        return _dense_product(a2.mT, g2, alpha=alpha, out_dtype=b.dtype)
+    return reduce_to(_dense_product(a.mT, g, alpha=alpha, out_dtype=b.dtype), b.shape)
 
 
 def _bias_grad(g32: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
@@ -90,13 +129,13 @@ def _mm_backward(ctx, grad):
     _check_differentiable(a, "ptxgemm::mm")
     g32 = grad
     if ctx.activation is not None:   # the pre-activation, recomputed rather than kept (one GEMM, no memory)
-        pre = ops.mm(a, b, bias=bias, alpha=ctx.alpha, c=c, beta=ctx.beta, out_dtype=torch.float32)
+        pre = _dense_product(a, b, bias=bias, alpha=ctx.alpha, c=c, beta=ctx.beta, out_dtype=torch.float32)
         g32 = grad.float() * activation_derivative(ctx.activation, pre)
     g = g32.to(a.dtype)
     need = ctx.needs_input_grad
     grad_a = grad_b = grad_bias = grad_c = None
     if need[0]:
-        grad_a = reduce_to(ops.mm(g, b.mT, alpha=ctx.alpha, out_dtype=a.dtype), a.shape)
+        grad_a = reduce_to(_dense_product(g, b.mT, alpha=ctx.alpha, out_dtype=a.dtype), a.shape)
     if need[1]:
         grad_b = _weight_grad(a, g, b, ctx.alpha)
     if bias is not None and need[2]:
@@ -106,19 +145,36 @@ def _mm_backward(ctx, grad):
     return grad_a, grad_b, grad_bias, None, None, grad_c, None, None
 
 
-torch.library.register_autograd("ptxgemm::mm", _mm_backward, setup_context=_mm_setup)
+ops.LIBRARY.impl("mm", _mm_autograd, "Autograd")
+ops.LIBRARY.impl("scaled_mm", _scaled_mm_autograd, "Autograd")
 
 
 # ------------------------------------------------------------------------------------------------------------------
 # grouped_mm (contiguous form)
 # ------------------------------------------------------------------------------------------------------------------
 
-def _grouped_setup(ctx, inputs, output):
-    a, b, offs, masked_m, scale_a, scale_b, bias, activation, alpha, out_dtype = inputs
-    ctx.form = ops.grouped_form(a, b, offs, masked_m)
-    ctx.save_for_backward(a, b, offs, bias)
-    ctx.activation, ctx.alpha = activation, alpha
-    ctx.scaled = scale_a is not None or scale_b is not None
+class _GroupedFunction(torch.autograd.Function):
+    """ptxgemm::grouped_mm with its gradient: the forward is the launch op."""
+
+    @staticmethod
+    def forward(ctx, a, b, offs, masked_m, scale_a, scale_b, bias, activation, alpha, out_dtype):
+        ctx.form = ops.grouped_form(a, b, offs, masked_m)
+        ctx.save_for_backward(a, b, offs, bias)
+        ctx.activation, ctx.alpha = activation, alpha
+        ctx.scaled = scale_a is not None or scale_b is not None
+        return ops.GROUPED_LAUNCH(a, b, offs, masked_m, scale_a, scale_b, bias, activation, alpha, out_dtype)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _grouped_backward(ctx, grad)
+
+
+def _grouped_autograd(a, b, offs=None, masked_m=None, scale_a=None, scale_b=None, bias=None, activation=None,
+                      alpha=1.0, out_dtype=None):
+    args = (a, b, offs, masked_m, scale_a, scale_b, bias, activation, alpha, out_dtype)
+    if _needs_grad(a, b, scale_a, scale_b, bias):
+        return _GroupedFunction.apply(*args)
+    return ops.GROUPED_LAUNCH(*args)
 
 
 def group_of_rows(offs: torch.Tensor, rows: int) -> torch.Tensor:
@@ -148,22 +204,22 @@ def _grouped_backward(ctx, grad):
     _check_differentiable(a, "ptxgemm::grouped_mm")
     g32 = grad
     if ctx.activation is not None:
-        pre = ops.grouped_mm(a, b, offs=offs, bias=bias, alpha=ctx.alpha, out_dtype=torch.float32)
+        pre = _grouped_product(a, b, offs=offs, bias=bias, alpha=ctx.alpha, out_dtype=torch.float32)
         g32 = grad.float() * activation_derivative(ctx.activation, pre)
     g = g32.to(a.dtype).contiguous()
     need = ctx.needs_input_grad
     grad_a = grad_b = grad_bias = None
     if need[0]:   # rows past offs[-1] are not written, as in the forward
-        grad_a = ops.grouped_mm(g, b.transpose(-1, -2), offs=offs, alpha=ctx.alpha, out_dtype=a.dtype)
+        grad_a = _grouped_product(g, b.transpose(-1, -2), offs=offs, alpha=ctx.alpha, out_dtype=a.dtype)
     if need[1]:   # the k-grouped form: each group's rows are its K
         a_rows = a.contiguous()
         if b.stride(-2) == 1:   # b is (G, N, K) weights seen transposed: their gradient in their own layout
-            grad_b = ops.grouped_mm(g.t(), a_rows, offs=offs, alpha=ctx.alpha, out_dtype=b.dtype).transpose(-1, -2)
+            grad_b = _grouped_product(g.t(), a_rows, offs=offs, alpha=ctx.alpha, out_dtype=b.dtype).transpose(-1, -2)
         else:
-            grad_b = ops.grouped_mm(a_rows.t(), g, offs=offs, alpha=ctx.alpha, out_dtype=b.dtype)
+            grad_b = _grouped_product(a_rows.t(), g, offs=offs, alpha=ctx.alpha, out_dtype=b.dtype)
     if bias is not None and need[6]:
         grad_bias = _grouped_bias_grad(g32.float(), offs, bias)
     return grad_a, grad_b, None, None, None, None, grad_bias, None, None, None
 
 
-torch.library.register_autograd("ptxgemm::grouped_mm", _grouped_backward, setup_context=_grouped_setup)
+ops.LIBRARY.impl("grouped_mm", _grouped_autograd, "Autograd")

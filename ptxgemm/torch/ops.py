@@ -88,17 +88,17 @@ def mm_shape(a: Tensor, b: Tensor) -> tuple[int, ...]:
 
 
 def _call(start: int, key: tuple, stream: int, roles: tuple, result, make, also=None) -> Tensor:
-    """One op call on its plan: found by signature (`key`, one dictionary lookup), the result allocated, the plan
-    bound to the call's addresses and launched. On a new signature, and while the stream is captured, every tensor
-    of `roles` is checked first and `result()` gives the result's (shape, dtype, device); `make(out)` makes the plan,
-    which is kept (under `also` too: _linear's key) unless the stream is captured. `roles`: (name, tensor) in the
-    plan's ROLES order, the result's place (index 2) holding None."""
+    """An op call the fast paths (_dense, _linear, grouped_mm_impl) could not finish: a new signature, or a stream
+    being captured. Every tensor of `roles` is checked first and `result()` gives the result's (shape, dtype,
+    device); `make(out)` makes the plan, which is kept (under `also` too: _linear's key) unless the stream is
+    captured. `roles`: (name, tensor) in the plan's ROLES order, the result's place (index 2) holding None."""
     entry = _plans.get(key)
-    capturing = tensors.capturing()
-    if entry is None or capturing:
+    if entry is None:   # a new signature: host tensors refused by name before CUDA is asked anything
         for name, t in roles:
             if t is not None:
                 tensors.check_cuda(t, name)
+    capturing = tensors.capturing()
+    if entry is None or capturing:
         shape, dtype, device = result()
     else:
         _, shape, dtype, device = _cache.found(entry)
@@ -116,15 +116,32 @@ def _call(start: int, key: tuple, stream: int, roles: tuple, result, make, also=
     return out
 
 
+def _result(entry) -> Tensor:
+    """The fast paths' result for a plan found (`entry`: plan, result shape, dtype, device), the hit counted."""
+    _cache.found(entry)
+    return torch.empty(entry[1], dtype=entry[2], device=entry[3])
+
+
 def _dense(a, b, *, c=None, beta=0.0, alpha=1.0, bias=None, activation=None, scale_a=None, scale_b=None,
            out_dtype=None, config=None, also=None) -> Tensor:
-    """One dense call (_call), keyed by the signatures of its tensors and its numbers."""
+    """One dense call: its plan found by the signatures of its tensors and its numbers (one dictionary lookup),
+    bound and launched; anything else (_call) checked and planned first."""
     start = now_ns()
     sig = tensors.signature
     dev = a.get_device()
     stream = tensors.raw_stream(dev) if dev >= 0 else 0
-    key = (sig(a), sig(b), sig(c), sig(bias), sig(scale_a), sig(scale_b), activation, alpha, beta, out_dtype, config,
-           stream)
+    # sig(None) is None: spelled out for the optional tensors, which are mostly absent (a call less each)
+    key = (sig(a), sig(b), c if c is None else sig(c), bias if bias is None else sig(bias),
+           scale_a if scale_a is None else sig(scale_a), scale_b if scale_b is None else sig(scale_b), activation,
+           alpha, beta, out_dtype, config, stream)
+    entry = _plans.get(key)
+    if entry is not None and also is None and not tensors.capturing():
+        out = _result(entry)
+        entry[0].launch_at((a.data_ptr(), b.data_ptr(), out.data_ptr(), 0 if c is None else c.data_ptr(),
+                            0 if bias is None else bias.data_ptr(), 0 if scale_a is None else scale_a.data_ptr(),
+                            0 if scale_b is None else scale_b.data_ptr()), stream)
+        COUNTERS.call(start)
+        return out
 
     def make(out):
         v = tensors.view
@@ -145,12 +162,11 @@ def _linear(x2: Tensor, w: Tensor, bias: Tensor | None) -> Tensor:
     dev = x2.get_device()
     stream = tensors.raw_stream(dev) if dev >= 0 else 0
     config = _pinned["mm"]
-    key = ("linear", sig(x2), sig(w), None if bias is None else sig(bias), config, stream)
+    key = ("linear", sig(x2), sig(w), bias if bias is None else sig(bias), config, stream)
     entry = _plans.get(key)
     if entry is None or tensors.capturing():   # checked, planned or captured as the op's call is
         return _dense(x2, w.t(), bias=bias, config=config, also=None if entry is not None else key)
-    _, shape, dtype, device = _cache.found(entry)
-    out = torch.empty(shape, dtype=dtype, device=device)
+    out = _result(entry)
     entry[0].launch_at((x2.data_ptr(), w.data_ptr(), out.data_ptr(), 0, 0 if bias is None else bias.data_ptr(), 0,
                         0), stream)
     COUNTERS.call(start)
@@ -168,27 +184,34 @@ def mm_impl(a: Tensor, b: Tensor, bias: Tensor | None = None, activation: str | 
                   config=_pinned["mm"])
 
 
-@torch.library.custom_op("ptxgemm::mm", mutates_args=())
 def mm(a: Tensor, b: Tensor, bias: Optional[Tensor] = None, activation: Optional[str] = None, alpha: float = 1.0,
        c: Optional[Tensor] = None, beta: float = 0.0, out_dtype: Optional[torch.dtype] = None) -> Tensor:
     """act(alpha * a @ b + beta * c + bias), numpy's matmul semantics (batch axes broadcast), on torch's current
-    stream. bias: (N,) per column or (M, 1) per row; activation: "relu", "gelu" (tanh form), "silu"."""
-    return mm_impl(a, b, bias, activation, alpha, c, beta, out_dtype)
+    stream: torch.ops.ptxgemm.mm. bias: (N,) per column or (M, 1) per row; activation: "relu", "gelu" (tanh form),
+    "silu"."""
+    if eager_ok(a, b, bias, c):   # nothing traces and no gradient is recorded: the implementation directly
+        return mm_impl(a, b, bias, activation, alpha, c, beta, out_dtype)
+    return _MM(a, b, bias, activation, alpha, c, beta, out_dtype)
 
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
 
 
+def on_cuda(t: Tensor) -> bool:
+    return t.is_cuda
+
+
 def plain_eager(*args) -> bool:
-    """Plain tensors (no fake, functional or other subclass: nothing is tracing), no mode intercepting dispatch,
-    not under torch.compile: an eager call that may take a shorter path than the custom-op dispatcher."""
-    if torch.compiler.is_compiling() or _get_current_dispatch_mode() is not None:
+    """CUDA tensors (the first argument's device: a meta or host call takes the op, to its fake or its rule), plain
+    (no fake, functional or other subclass: nothing is tracing), no mode intercepting dispatch, not under
+    torch.compile: an eager call that may take a shorter path than the dispatcher."""
+    if torch.compiler.is_compiling() or _get_current_dispatch_mode() is not None or not on_cuda(args[0]):
         return False
     return all(t is None or type(t) in _PLAIN for t in args)
 
 
 def eager_ok(*args) -> bool:
-    """Whether a call may skip the custom-op dispatcher (about 15-20 us of Python per call) and run the
+    """Whether a call may skip the dispatcher and the op's autograd kernel (ptxgemm.torch.autograd) and run the
     implementation directly: plain_eager, and no gradient to record. Anything else takes the op, which does all of
     that properly."""
     if not plain_eager(*args):
@@ -221,33 +244,33 @@ class _LinearFunction(torch.autograd.Function):
 
 
 def linear_mm(x2: Tensor, w: Tensor, bias: Tensor | None) -> Tensor:
-    """x2 @ w^T + bias for the drop-in layers: the implementation directly where eager_ok (inference), through
-    _LinearFunction in plain eager training, else (traced) the op."""
-    if eager_ok(x2, w, bias):
+    """x2 @ w^T + bias for the drop-in layers: the implementation directly in plain eager inference, through
+    _LinearFunction in plain eager training, else (traced, meta or host tensors) the op. plain_eager and eager_ok's
+    tests, spelled out: this is every eager layer call's path."""
+    if (not torch.compiler.is_compiling() and _get_current_dispatch_mode() is None and on_cuda(x2)
+            and type(x2) in _PLAIN and type(w) in _PLAIN and (bias is None or type(bias) in _PLAIN)):
+        if torch.is_grad_enabled() and (x2.requires_grad or w.requires_grad
+                                        or (bias is not None and bias.requires_grad)):
+            return _LinearFunction.apply(x2, w, bias)
         return _linear(x2, w, bias)
-    if plain_eager(x2, w, bias):
-        return _LinearFunction.apply(x2, w, bias)
     return mm(x2, w.t(), bias=bias)
-
-
-@mm.register_fake
-def _mm_fake(a, b, bias=None, activation=None, alpha=1.0, c=None, beta=0.0, out_dtype=None):
-    return a.new_empty(mm_shape(a, b), dtype=default_out_dtype(a, out_dtype))
 
 
 # ------------------------------------------------------------------------------------------------------------------
 # ptxgemm::scaled_mm — fp8 with per-tensor, rowwise or blockwise (DeepSeek-V3) scales
 # ------------------------------------------------------------------------------------------------------------------
 
-@torch.library.custom_op("ptxgemm::scaled_mm", mutates_args=())
 def scaled_mm(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor, bias: Optional[Tensor] = None,
               activation: Optional[str] = None, alpha: float = 1.0,
               out_dtype: Optional[torch.dtype] = None) -> Tensor:
     """act(alpha * (scale_a . a) @ (b . scale_b) + bias) for fp8 a (M, K) and b (K, N) (b K-major: the .t() of a
-    row-major (N, K) weight). The scales' shapes say the scaling (ptxgemm.plan.epilogue): one element each (per
-    tensor), (M, 1) and (1, N) (rowwise), or (M, ceil(K/128)) and (ceil(K/128), ceil(N/128)) (blockwise: 1x128 per
-    token, 128x128 per weight block, C-contiguous). float32 scales; out_dtype defaults to bfloat16."""
-    return scaled_mm_impl(a, b, scale_a, scale_b, bias, activation, alpha, out_dtype)
+    row-major (N, K) weight): torch.ops.ptxgemm.scaled_mm. The scales' shapes say the scaling
+    (ptxgemm.plan.epilogue): one element each (per tensor), (M, 1) and (1, N) (rowwise), or (M, ceil(K/128)) and
+    (ceil(K/128), ceil(N/128)) (blockwise: 1x128 per token, 128x128 per weight block, C-contiguous). float32
+    scales; out_dtype defaults to bfloat16. Inference: no gradient."""
+    if eager_ok(a, b, scale_a, scale_b, bias):
+        return scaled_mm_impl(a, b, scale_a, scale_b, bias, activation, alpha, out_dtype)
+    return _SCALED_MM(a, b, scale_a, scale_b, bias, activation, alpha, out_dtype)
 
 
 def scaled_mm_impl(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor, bias: Tensor | None = None,
@@ -262,12 +285,6 @@ def _check_fp8(a: Tensor, b: Tensor) -> None:
     if a.dtype not in tensors.FP8_DTYPES or b.dtype not in tensors.FP8_DTYPES:
         raise ConfigError(f"a, b: scaled_mm multiplies fp8 (float8_e4m3fn, float8_e5m2), got {a.dtype} and "
                           f"{b.dtype}; use ptxgemm::mm for bfloat16/float16")
-
-
-@scaled_mm.register_fake
-def _scaled_mm_fake(a, b, scale_a, scale_b, bias=None, activation=None, alpha=1.0, out_dtype=None):
-    _check_fp8(a, b)
-    return a.new_empty(mm_shape(a, b), dtype=default_out_dtype(a, out_dtype))
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -300,17 +317,18 @@ def grouped_shape(a: Tensor, b: Tensor, offs: Tensor | None, masked_m: Tensor | 
     return (offs.shape[0], a.shape[0], b.shape[-1])
 
 
-@torch.library.custom_op("ptxgemm::grouped_mm", mutates_args=())
 def grouped_mm(a: Tensor, b: Tensor, offs: Optional[Tensor] = None, masked_m: Optional[Tensor] = None,
                scale_a: Optional[Tensor] = None, scale_b: Optional[Tensor] = None, bias: Optional[Tensor] = None,
                activation: Optional[str] = None, alpha: float = 1.0,
                out_dtype: Optional[torch.dtype] = None) -> Tensor:
-    """One launch over G groups (ptxgemm.grouped_matmul): contiguous a (total_M, K) @ b (G, K, N) with offs ->
-    (total_M, N); masked a (G, M_max, K) @ b (G, K, N) with masked_m -> (G, M_max, N); k-grouped a (M, total_K) @
-    b (total_K, N) with offs over K -> (G, M, N). offs / masked_m: int32 CUDA tensors, read by the kernel (no host
-    synchronization). Rows outside every group (past offs[-1], past masked_m[g]) are not written: their values
-    are whatever torch's allocator left there, as with torch._grouped_mm."""
-    return grouped_mm_impl(a, b, offs, masked_m, scale_a, scale_b, bias, activation, alpha, out_dtype)
+    """One launch over G groups (ptxgemm.grouped_matmul), torch.ops.ptxgemm.grouped_mm: contiguous a (total_M, K)
+    @ b (G, K, N) with offs -> (total_M, N); masked a (G, M_max, K) @ b (G, K, N) with masked_m -> (G, M_max, N);
+    k-grouped a (M, total_K) @ b (total_K, N) with offs over K -> (G, M, N). offs / masked_m: int32 CUDA tensors,
+    read by the kernel (no host synchronization). Rows outside every group (past offs[-1], past masked_m[g]) are
+    not written: their values are whatever torch's allocator left there, as with torch._grouped_mm."""
+    if eager_ok(a, b, offs, masked_m, scale_a, scale_b, bias):
+        return grouped_mm_impl(a, b, offs, masked_m, scale_a, scale_b, bias, activation, alpha, out_dtype)
+    return _GROUPED_MM(a, b, offs, masked_m, scale_a, scale_b, bias, activation, alpha, out_dtype)
 
 
 def grouped_mm_impl(a: Tensor, b: Tensor, offs: Tensor | None = None, masked_m: Tensor | None = None,
@@ -338,10 +356,72 @@ def grouped_mm_impl(a: Tensor, b: Tensor, offs: Tensor | None = None, masked_m: 
                  lambda: (grouped_shape(a, b, offs, masked_m), default_out_dtype(a, out_dtype), a.device), make)
 
 
-@grouped_mm.register_fake
+# ------------------------------------------------------------------------------------------------------------------
+# The ops' registration
+# ------------------------------------------------------------------------------------------------------------------
+# Two layers of ops. The public three (mm, scaled_mm, grouped_mm) are what users and traced models call; their
+# autograd kernels (ptxgemm.torch.autograd) record a gradient or, when there is none to record, go straight to one
+# of the two launch ops (dense_launch, grouped_launch), which carry no autograd kernel of their own. So what
+# AOTAutograd traces -- a compiled model's forward and backward graphs -- holds only launch ops, and each call in
+# a compiled step crosses the dispatcher once in C++ into its implementation. Why not torch.library.custom_op: its
+# per-call Python (an autograd kernel in Python on every call, gradient or not, and a wrapper around the
+# implementation) cost 12.5 us per call against 6.0 us for an op registered here (torch 2.14, CPU, a no-op body;
+# docs/perf-notes.md, issue 46), the op's own implementation being the rest.
+
+LIBRARY = torch.library.Library("ptxgemm", "DEF")
+
+_DENSE_ARGS = ("Tensor a, Tensor b, Tensor? bias=None, str? activation=None, float alpha=1.0, Tensor? c=None, "
+               "float beta=0.0, ScalarType? out_dtype=None")
+_GROUPED_ARGS = ("Tensor a, Tensor b, Tensor? offs=None, Tensor? masked_m=None, Tensor? scale_a=None, "
+                 "Tensor? scale_b=None, Tensor? bias=None, str? activation=None, float alpha=1.0, "
+                 "ScalarType? out_dtype=None")
+SCHEMAS = {
+    "mm": f"({_DENSE_ARGS}) -> Tensor",
+    "scaled_mm": "(Tensor a, Tensor b, Tensor scale_a, Tensor scale_b, Tensor? bias=None, str? activation=None, "
+                 "float alpha=1.0, ScalarType? out_dtype=None) -> Tensor",
+    "grouped_mm": f"({_GROUPED_ARGS}) -> Tensor",
+    # the launch ops: mm's arguments and the two scales (scaled_mm is the same launch), grouped_mm's as they are
+    "dense_launch": f"({_DENSE_ARGS}, Tensor? scale_a=None, Tensor? scale_b=None) -> Tensor",
+    "grouped_launch": f"({_GROUPED_ARGS}) -> Tensor",
+}
+
+
+def dense_launch_impl(a, b, bias=None, activation=None, alpha=1.0, c=None, beta=0.0, out_dtype=None, scale_a=None,
+                      scale_b=None):
+    return _dense(a, b, c=c, beta=beta, alpha=alpha, bias=bias, activation=activation, scale_a=scale_a,
+                  scale_b=scale_b, out_dtype=out_dtype, config=_pinned["mm"])
+
+
+def _mm_fake(a, b, bias=None, activation=None, alpha=1.0, c=None, beta=0.0, out_dtype=None, scale_a=None,
+             scale_b=None):
+    return a.new_empty(mm_shape(a, b), dtype=default_out_dtype(a, out_dtype))
+
+
+def _scaled_mm_fake(a, b, scale_a, scale_b, bias=None, activation=None, alpha=1.0, out_dtype=None):
+    _check_fp8(a, b)
+    return a.new_empty(mm_shape(a, b), dtype=default_out_dtype(a, out_dtype))
+
+
 def _grouped_mm_fake(a, b, offs=None, masked_m=None, scale_a=None, scale_b=None, bias=None, activation=None,
                      alpha=1.0, out_dtype=None):
     return a.new_empty(grouped_shape(a, b, offs, masked_m), dtype=default_out_dtype(a, out_dtype))
+
+
+# every op's implementation for every backend (CompositeExplicitAutograd): a host tensor reaches its rule (the
+# ConfigError naming it) rather than the dispatcher's "no kernel for CPU"; the fakes give shapes to tracing
+for _name, _impl, _fake in (("mm", mm_impl, _mm_fake), ("scaled_mm", scaled_mm_impl, _scaled_mm_fake),
+                            ("grouped_mm", grouped_mm_impl, _grouped_mm_fake),
+                            ("dense_launch", dense_launch_impl, _mm_fake),
+                            ("grouped_launch", grouped_mm_impl, _grouped_mm_fake)):
+    LIBRARY.define(_name + SCHEMAS[_name], tags=(torch.Tag.pt2_compliant_tag,))   # as custom_op tags its ops
+    LIBRARY.impl(_name, _impl, "CompositeExplicitAutograd")
+    torch.library.register_fake(f"ptxgemm::{_name}", _fake, lib=LIBRARY)
+
+_MM = torch.ops.ptxgemm.mm.default
+_SCALED_MM = torch.ops.ptxgemm.scaled_mm.default
+_GROUPED_MM = torch.ops.ptxgemm.grouped_mm.default
+DENSE_LAUNCH = torch.ops.ptxgemm.dense_launch.default
+GROUPED_LAUNCH = torch.ops.ptxgemm.grouped_launch.default
 
 
 class use_config:
