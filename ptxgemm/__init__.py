@@ -8,8 +8,6 @@
 
 Importing ptxgemm needs no GPU and never imports torch.
 """
-from .bench.tune import tune
-from .build.kernels import compile_gemm, render_gemm
 from .errors import ConfigError, CudaError, NoGpuError, PtxgemmError, ToolchainError
 from .gemm import GemmPlan, clear_plan_cache, matmul, run
 from .grouped import GroupedPlan, grouped_matmul, grouped_run
@@ -18,7 +16,9 @@ from .plan.cache import plan_stats, reset_plan_stats
 from .runtime.arrays import DeviceArray
 from .runtime.driver import device_available
 from .runtime.graph import Graph
-from .select.model import select_config
+from .select.cost_model import select_config
+from .toolchain.kernels import compile_gemm, render_gemm
+from .tuning import tune
 
 __version__ = "0.1.0"
 

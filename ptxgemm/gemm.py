@@ -21,8 +21,6 @@ import threading
 import ml_dtypes  # noqa: F401 - registers numpy's 'bfloat16' dtype name
 import numpy as np
 
-from .build import compiler
-from .build.kernels import compile_gemm
 from .errors import ConfigError, CudaError
 from .kernel import schedule, trace_format
 from .kernel.config import GemmConfig, default_out_dtype
@@ -36,6 +34,8 @@ from .runtime import arrays, driver, patch, relayout, tensormap
 from .runtime.arrays import as_device_array
 from .runtime.debug import StallRecords
 from .runtime.tensormap import TensorMapSpec
+from .toolchain import compiler
+from .toolchain.kernels import compile_gemm
 
 # L2 promotion of the operand loads. 128B measured as fast as 256B or faster everywhere on the H100 and up to 10%
 # faster where lines are not 128-byte multiples (3000x5000x2048 with B row-major, 1000^3): a 256-byte promotion of a

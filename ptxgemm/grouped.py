@@ -24,7 +24,6 @@ import threading
 import numpy as np
 
 from .errors import ConfigError, CudaError
-from .build.kernels import spills
 from .gemm import (LOAD_L2_PROMOTION, MN_PANEL, cached_plan, copy_launches, encode_bound, fix_up_buffers, get_kernel,
                    own_scratch, stream_key, uploaded, without_caller_arrays)
 from .kernel.config import GemmConfig
@@ -36,7 +35,8 @@ from .runtime import arrays, driver, patch
 from .runtime.arrays import as_device_array
 from .runtime.debug import StallRecords
 from .runtime.tensormap import TensorMapSpec
-from .select.model import sk_fixup_k_tiles
+from .select.cost_model import sk_fixup_k_tiles
+from .toolchain.kernels import spills
 
 @dataclasses.dataclass
 class CheckedCall:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from concurrent.futures import ThreadPoolExecutor
 
-from ptxgemm.build.kernels import compile_gemm
+from ptxgemm.toolchain.kernels import compile_gemm
 
 
 def assemble_ahead(configs, sass: bool = False) -> None:

@@ -457,7 +457,7 @@ def shared_opcodes_by_kernel(sass: str) -> dict[str, set[str]]:
 
 
 def test_probe_assembles_to_exactly_one_shared_instruction_per_kernel():
-    from ptxgemm.build import compiler
+    from ptxgemm.toolchain import compiler
     from ptxgemm.errors import ToolchainError
 
     kernel = compiler.compile_ptx(probe.probe_ptx())

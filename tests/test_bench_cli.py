@@ -573,19 +573,20 @@ H100_GPU = "NVIDIA H100 80GB HBM3"
 
 #: (kind, two runs of it, the summary's key, what that summary must hold)
 SUMMARIZED = [
-    ("bf16 suite", ["h200/bench/bench_h200_issue11_close_k_run1.json", "h200/bench/bench_h200_issue11_close_k_run2.json"],
+    ("bf16 suite", ["h200/bench/bench_h200_issue9_final_run1.json", "h200/bench/bench_h200_issue9_final_run2.json"],
      H200, "geomeans"),
-    ("bf16 --sustained", ["h100/sustained/bench_h100_sustained_r1.json", "h100/sustained/bench_h100_sustained_r2.json"],
+    ("bf16 --sustained", ["h100/sustained/lean/bench_h100_lean_sel_r1.json",
+                          "h100/sustained/lean/bench_h100_lean_sel_r2.json"],
      H100_GPU, "sustained_geomeans"),
     ("bf16 --fastcu", ["h100/sustained/fastcu/bench_h100_issue26_fastcu_run1.json",
                        "h100/sustained/fastcu/bench_h100_issue26_fastcu_run2.json"], H100_GPU, "other_geomeans"),
-    ("fp8 --scaling tensor", ["h100/fp8/bench_h100_fp8_tensor_issue24_run2.json",
-                              "h100/fp8/bench_h100_fp8_tensor_issue24_run3.json"],
+    ("fp8 --scaling tensor", ["h100/fp8/bench_h100_fp8_tensor_issue24_rowpair_run1.json",
+                              "h100/fp8/bench_h100_fp8_tensor_issue24_rowpair_run2.json"],
      f"{H100_GPU} [float8_e4m3fn, tensor scaling]", "mode"),
     ("fp8 --scaling row", ["h100/fp8/bench_h100_fp8_row_issue12b_run1.json", "h100/fp8/bench_h100_fp8_row_issue12b_run2.json"],
      f"{H100_GPU} [float8_e4m3fn, row scaling]", "mode"),
-    ("--set deepgemm (fp8 blockwise)", ["h100/fp8/bench_h100_fp8_block_issue24_final_run1.json",
-                                        "h100/fp8/bench_h100_fp8_block_issue24_final_run2.json"],
+    ("--set deepgemm (fp8 blockwise)", ["h100/fp8/bench_h100_fp8_block_issue24_swapsel_run1.json",
+                                        "h100/fp8/bench_h100_fp8_block_issue24_swapsel_run2.json"],
      f"{H100_GPU} [float8_e4m3fn, block scaling]", "other_geomeans"),
     ("--epilogue (bf16)", ["h100/fp8/bench_h100_bf16_bias-gelu_issue12b_run1.json",
                            "h100/fp8/bench_h100_bf16_bias-gelu_issue12b_run2.json"],
@@ -593,11 +594,11 @@ SUMMARIZED = [
     ("--epilogue (fp8)", ["h100/fp8/bench_h100_fp8_tensor_bias-gelu_issue12b_run1.json",
                           "h100/fp8/bench_h100_fp8_tensor_bias-gelu_issue12b_run2.json"],
      f"{H100_GPU} [float8_e4m3fn, tensor scaling, epilogue bias-gelu]", "mode"),
-    ("--set grouped (bf16)", ["h100/grouped/bench_h100_grouped_bf16_clean_r1.json",
-                              "h100/grouped/bench_h100_grouped_bf16_clean_r2.json"],
+    ("--set grouped (bf16)", ["h100/grouped/k_order/bench_h100_grouped_bf16_sort_final_r4.json",
+                              "h100/grouped/k_order/bench_h100_grouped_bf16_sort_final_r5.json"],
      f"{H100_GPU} [grouped bfloat16]", "cases"),
-    ("--set grouped (fp8 blockwise)", ["h100/grouped/bench_h100_grouped_fp8_block_final_r1.json",
-                                       "h100/grouped/bench_h100_grouped_fp8_block_final_r2.json"],
+    ("--set grouped (fp8 blockwise)", ["h100/grouped/bench_h100_grouped_fp8_block_issue24_swapsel_r1.json",
+                                       "h100/grouped/bench_h100_grouped_fp8_block_issue24_swapsel_r2.json"],
      f"{H100_GPU} [grouped float8_e4m3fn, block scaling]", "cases"),
     ("--set training", ["h200/bench/bench_h200_training_issue47_r1.json", "h200/bench/bench_h200_training_issue47_r2.json"],
      f"{H200} [training]", "median_rows"),
@@ -606,10 +607,10 @@ SUMMARIZED = [
 #: (kind, a file of it, words the one-line refusal must hold)
 NOT_SUMMARIZED = [
     ("--host", "h100/host/host_h100_issue10_final_run1.json", "a `bench --host` result"),
-    ("--host layer", "h200/host/host_h200_issue46_r1.json", "a `bench --host layer` result"),
-    ("--summarize-out", "h100/sustained/bench_h100_sustained_summary.json", "a summary"),
-    ("model", "h100/model/model_h100_llama3-8b-2l_final.json", "a `python -m ptxgemm model` result"),
-    ("fuzz", "h100/fuzz/fuzz_h100_22001.json", "a `python -m ptxgemm fuzz` report"),
+    ("--host layer", "h200/host/host_h200_issue46_r11_1.json", "a `bench --host layer` result"),
+    ("--summarize-out", "h100/bench/bench_h100_issue9_final_summary.json", "a summary"),
+    ("model", "h100/model/model_h100_llama3-8b-2l_lean_r1.json", "a `python -m ptxgemm model` result"),
+    ("fuzz", "h100/fuzz/fuzz_h100_22005.json", "a `python -m ptxgemm fuzz` report"),
 ]
 
 

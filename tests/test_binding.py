@@ -15,7 +15,7 @@ from ptxgemm.plan import binding, operands
 from ptxgemm.plan.binding import StandIn
 from ptxgemm.plan.cache import COUNTERS, PlanCache, plan_stats, reset_plan_stats
 from ptxgemm.plan.call import parse_epilogue, plan_call
-from ptxgemm.select.model import DEFAULT_DEVICE
+from ptxgemm.select.cost_model import DEFAULT_DEVICE
 
 BF16 = np.dtype("bfloat16")
 

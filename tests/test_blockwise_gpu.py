@@ -179,7 +179,7 @@ def test_blockwise_case(tag, shape, why):
 
 @gpu
 def test_the_selection_runs_a_decode_sized_problem_swapped():
-    """No config: at M = 24 with a short k-loop the selection puts pp64x32t (select.model.BLOCK_SCALE_SWAP_TILE)
+    """No config: at M = 24 with a short k-loop the selection puts pp64x32t (select.cost_model.BLOCK_SCALE_SWAP_TILE)
     ahead of an unsplit first pick, the planner swaps the problem, and the result is within the bound. Where this
     GPU's table prefers a split (the H200's: pp64x64 split-K 4), the swap tile yields to it, as the rule says."""
     a, b, args, out = _problem(np.random.default_rng(2432), 24, 1032, 640)

@@ -13,15 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from ptxgemm.build import compiler, toolchain
 from ptxgemm.errors import ToolchainError
 from ptxgemm.kernel import schedule
 from ptxgemm.kernel.config import GemmConfig
-from ptxgemm.select import model as select
+from ptxgemm.select import cost_model as select
+from ptxgemm.toolchain import compiler, locate
 from ptxgemm.tools import probes
 
-PTXAS = toolchain.find_tool("ptxas")
-NVDISASM = toolchain.find_tool("nvdisasm")
+PTXAS = locate.find_tool("ptxas")
+NVDISASM = locate.find_tool("nvdisasm")
 needs_ptxas = pytest.mark.skipif(PTXAS is None, reason="ptxas not found (pip install nvidia-cuda-nvcc)")
 needs_nvdisasm = pytest.mark.skipif(NVDISASM is None, reason="nvdisasm not found (pip install nvidia-cuda-nvdisasm)")
 
@@ -251,7 +251,7 @@ def test_missing_ptxas_falls_back_to_driver_jit(monkeypatch, probe_ptx, caplog):
 @needs_ptxas
 def test_ptxas_override_env(monkeypatch):
     monkeypatch.setenv("PTXGEMM_PTXAS", str(PTXAS))
-    assert toolchain.find_tool("ptxas") == PTXAS
+    assert locate.find_tool("ptxas") == PTXAS
 
 
 def test_ptxas_override_to_nothing_is_a_clear_error(monkeypatch, tmp_path, probe_ptx):
@@ -269,7 +269,7 @@ def test_nvdisasm_missing_is_a_clear_error(monkeypatch):
 
 @needs_ptxas
 def test_tool_version_format():
-    assert re.fullmatch(r"\d+\.\d+\.\d+", toolchain.tool_version(str(PTXAS)))
+    assert re.fullmatch(r"\d+\.\d+\.\d+", locate.tool_version(str(PTXAS)))
     assert os.access(PTXAS, os.X_OK)
 
 
@@ -303,7 +303,7 @@ def test_dump_swizzle_probe(tmp_path):
     assert set(report) == {"kernel", "arch", "measured", "params"}
     assert report["kernel"] == "swizzle_probe" and report["arch"] == "sm_90a"
     measured = report["measured"]
-    assert measured["ptxas_version"] == toolchain.tool_version(str(PTXAS))
+    assert measured["ptxas_version"] == locate.tool_version(str(PTXAS))
     assert set(measured["functions"]) == {"swizzle_probe_store", "swizzle_probe_load"}
     assert measured["registers"] == max(f["registers"] for f in measured["functions"].values()) > 0
     assert measured["spills"] == {"store_bytes": 0, "load_bytes": 0}

@@ -15,10 +15,10 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from ptxgemm.build import compiler, toolchain
 from ptxgemm.kernel import codegen
 from ptxgemm.kernel.swizzle import format_grid, tile_grid
 from ptxgemm.runtime import arrays
+from ptxgemm.toolchain import compiler, locate
 from ptxgemm.tools import probes
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -76,7 +76,7 @@ def test_stall_kernel_renders_a_bounded_wait():
     assert "mbarrier.arrive.shared::cta.b64 _, [%bar];" in stall_ptx(arrive=True)
 
 
-@pytest.mark.skipif(toolchain.find_tool("ptxas") is None or toolchain.find_tool("nvdisasm") is None,
+@pytest.mark.skipif(locate.find_tool("ptxas") is None or locate.find_tool("nvdisasm") is None,
                     reason="ptxas/nvdisasm not found")
 def test_stall_kernel_assembles_with_a_trap():
     k = compiler.compile_ptx(stall_ptx(arrive=False), use_cache=False)
@@ -269,7 +269,7 @@ STALL_SCRIPT = textwrap.dedent("""
     import ctypes, json, sys, time
     sys.path.insert(0, {root!r})
     sys.path.insert(0, {tests!r})
-    from ptxgemm.build import compiler
+    from ptxgemm.toolchain import compiler
     from ptxgemm.runtime import driver
     from ptxgemm.runtime.debug import BarrierStall, StallRecords
     from ptxgemm.errors import CudaError

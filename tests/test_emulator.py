@@ -16,11 +16,11 @@ import pytest
 
 import ptxgemm
 from ptxgemm.accuracy import DTYPES, activation64
-from ptxgemm.build.kernels import render_gemm
 from ptxgemm.errors import ConfigError
 from ptxgemm.kernel.config import GemmConfig
 from ptxgemm.plan import epilogue
 from ptxgemm.plan.call import plan_call
+from ptxgemm.toolchain.kernels import render_gemm
 from ptxgemm.tools import emulator
 
 E4M3, E5M2, BF16 = ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2, ml_dtypes.bfloat16
@@ -53,7 +53,7 @@ def test_a_swapped_mixed_fp8_problem_gives_the_kernel_each_operand_its_own_dtype
     a, b = _mixed_swapped_case(rng)
     out = emulator.HostArray.empty((777, 1), "bfloat16")
     planned = plan_call(emulator.HostArray.of(a), emulator.HostArray.of(b), out, None, epilogue.PLAIN,
-                             device=ptxgemm.select.model.DEFAULT_DEVICE, spill_check=lambda cfg: False)
+                             device=ptxgemm.select.cost_model.DEFAULT_DEVICE, spill_check=lambda cfg: False)
     assert planned.layout.swapped
     assert (planned.config.in_dtype, planned.config.b_type) == ("float8_e5m2", "float8_e4m3fn")
 

@@ -122,7 +122,7 @@ def test_config_rejects_what_the_kernel_cannot_carry(fields, rule):
 def test_a_float32_source_leaves_a_big_tile_too_few_stages_and_selection_avoids_it():
     with pytest.raises(ConfigError, match="fewer than 2 stages"):
         GemmConfig.from_tag("coop128x256", source_dtype="float32")
-    from ptxgemm.select.model import select_config
+    from ptxgemm.select.cost_model import select_config
 
     cfg = select_config(8192, 8192, 8192, "bfloat16", "bfloat16", "k", "mn",
                         epilogue=(("source_dtype", "float32"),))
@@ -131,7 +131,7 @@ def test_a_float32_source_leaves_a_big_tile_too_few_stages_and_selection_avoids_
 
 def test_blockwise_selection_picks_a_tile_with_room_for_its_product_sets():
     from ptxgemm.kernel.config import BLOCK_SCALE_ACC_BUDGET
-    from ptxgemm.select.model import select_config
+    from ptxgemm.select.cost_model import select_config
 
     for m in (64, 128, 4096):
         cfg = select_config(m, 4096, 4096, "float8_e4m3fn", "bfloat16", "k", "k", epilogue=(("block_scale", True),))
@@ -143,7 +143,7 @@ def test_blockwise_selection_picks_a_tile_with_room_for_its_product_sets():
 def test_blockwise_small_m_one_set_tile_only_unsplit_and_where_its_waves_are_full():
     """pp64x192 (one product set) is offered at M <= 128 only, unsplit and alone: picked where its units fill the
     grid as the 64x128's do (128x24576x1536, measured 1.2x faster), left where its waves are emptier."""
-    from ptxgemm.select import model
+    from ptxgemm.select import cost_model as model
 
     block = (("block_scale", True),)
     problem = lambda m, n, k: model.Problem(m, n, k, "float8_e4m3fn", "bfloat16", "k", "k")
@@ -179,7 +179,7 @@ def test_blockwise_rules_name_the_tile_that_breaks_them():
 
 
 def test_the_plain_gemm_ptx_has_no_epilogue_code():
-    from ptxgemm.build.kernels import render_gemm
+    from ptxgemm.toolchain.kernels import render_gemm
 
     ptx = render_gemm(GemmConfig())
     assert "param_alpha" not in ptx and "tmap_source" not in ptx and "%ep_" not in ptx
@@ -208,7 +208,7 @@ def test_the_plain_gemm_ptx_has_no_epilogue_code():
     ("pp128x64t", {"block_scale": True}),
 ])
 def test_fused_kernels_assemble_without_spills(tag, fields):
-    from ptxgemm.build.kernels import compile_gemm
+    from ptxgemm.toolchain.kernels import compile_gemm
 
     in_dtype = "float8_e4m3fn" if fields.get("block_scale") else "bfloat16"
     cfg = GemmConfig.from_tag(tag, in_dtype=in_dtype, a_major="k", b_major="k", **fields)
@@ -224,7 +224,7 @@ def test_the_column_loads_are_independent_so_they_overlap(pairs):
     registers and are in flight together."""
     import re
 
-    from ptxgemm.build.kernels import compile_gemm
+    from ptxgemm.toolchain.kernels import compile_gemm
 
     cfg = GemmConfig.from_tag("coop128x256", in_dtype="bfloat16", a_major="k", b_major="k", bias="col",
                               activation="gelu", col_pairs=pairs)
@@ -263,7 +263,7 @@ def heavy_assembled_ahead():
 def test_every_accepted_epilogue_on_the_register_heavy_tiles_assembles_without_spills(tag, fields, pairs, request):
     """GemmConfig.fused_registers is an estimate; ptxas decides. Whatever the config accepts must not spill, with
     the column vectors read one value or two at a time."""
-    from ptxgemm.build.kernels import compile_gemm
+    from ptxgemm.toolchain.kernels import compile_gemm
 
     try:
         cfg = heavy_config(tag, fields, pairs)
@@ -296,8 +296,8 @@ def test_the_selection_walks_past_a_fused_config_that_spills():
     """fp8 8192^3 with alpha, a bf16 source, a column bias and GELU: the cost model's first choice, coop128x256,
     spills (KNOWN_SPILLS); the plan's config is the next preferred one that does not."""
     from ptxgemm.plan.call import _resolve_config
-    from ptxgemm.build.kernels import spills
-    from ptxgemm.select.model import select_config
+    from ptxgemm.toolchain.kernels import spills
+    from ptxgemm.select.cost_model import select_config
 
     fields = {"alpha": True, "source_dtype": "bfloat16", "bias": "col", "activation": "gelu", "col_pairs": True}
     shape = (8192, 8192, 8192)
@@ -313,7 +313,7 @@ def test_blockwise_swap_ab_is_selected_at_decode_sized_m_where_the_unswapped_pic
     """pp64x32t (the problem swapped, B's scales on its rows) goes first at M <= 32 where the unswapped pick runs
     a short, unsplit k-loop and the output takes the transposed store in place; where that pick splits K, at
     M = 64, or with output rows that are not whole 16-byte lines, the unswapped ranking stands."""
-    from ptxgemm.select import model
+    from ptxgemm.select import cost_model as model
 
     block = (("block_scale", True),)
     pick = lambda m, n, k, out="bfloat16": model.select_config(m, n, k, "float8_e4m3fn", out, "k", "k",

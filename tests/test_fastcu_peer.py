@@ -8,8 +8,8 @@ import stat
 import pytest
 
 from ptxgemm.bench import fastcu
-from ptxgemm.build import toolchain
 from ptxgemm.errors import ConfigError, ToolchainError
+from ptxgemm.toolchain import locate
 
 
 def test_kernel_12_runs_only_its_tile_multiples():
@@ -48,7 +48,7 @@ def test_the_wrapper_is_built_once_with_the_checkout_on_the_include_path(tmp_pat
     # writes the -o target and records its arguments, one line per build
     nvcc = _fake_nvcc(tmp_path, f'echo "$@" >> {log}\n'
                                 'while [ $# -gt 0 ]; do if [ "$1" = "-o" ]; then touch "$2"; fi; shift; done\n')
-    monkeypatch.setenv(toolchain.ENV_VARS["nvcc"], str(nvcc))
+    monkeypatch.setenv(locate.ENV_VARS["nvcc"], str(nvcc))
     monkeypatch.setenv("PTXGEMM_CACHE_DIR", str(tmp_path / "cache"))
     root = fastcu.source_dir(str(_checkout(tmp_path)))
     lib = fastcu.build(root)
@@ -64,7 +64,7 @@ def test_the_wrapper_is_built_once_with_the_checkout_on_the_include_path(tmp_pat
 
 def test_a_failed_build_says_what_nvcc_said(tmp_path, monkeypatch):
     nvcc = _fake_nvcc(tmp_path, 'echo "matmul_12.cuh(3): error: something" >&2\nexit 1\n')
-    monkeypatch.setenv(toolchain.ENV_VARS["nvcc"], str(nvcc))
+    monkeypatch.setenv(locate.ENV_VARS["nvcc"], str(nvcc))
     monkeypatch.setenv("PTXGEMM_CACHE_DIR", str(tmp_path / "cache"))
     with pytest.raises(ToolchainError, match="building kernel 12 failed(.|\n)*error: something"):
         fastcu.build(_checkout(tmp_path))
@@ -74,6 +74,6 @@ def test_an_nvcc_override_that_is_not_a_program_is_named(tmp_path, monkeypatch):
     plain = tmp_path / "not-nvcc"
     plain.write_text("")
     os.chmod(plain, 0o644)
-    monkeypatch.setenv(toolchain.ENV_VARS["nvcc"], str(plain))
+    monkeypatch.setenv(locate.ENV_VARS["nvcc"], str(plain))
     with pytest.raises(ToolchainError, match="PTXGEMM_NVCC=.* is not an executable file"):
-        toolchain.find_tool("nvcc")
+        locate.find_tool("nvcc")

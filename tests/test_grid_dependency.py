@@ -8,10 +8,10 @@ import re
 
 import pytest
 
-from ptxgemm.build import compiler
-from ptxgemm.build.kernels import render_gemm
 from ptxgemm.cli.mutants import MUTANT_PRESETS
 from ptxgemm.kernel.config import GemmConfig
+from ptxgemm.toolchain import compiler
+from ptxgemm.toolchain.kernels import render_gemm
 
 #: the instructions that read or write global memory (TMA's bulk copies, the fix-ups' flags and partials, the
 #: epilogue's vector loads and stores, the grouped walk's counts)

@@ -8,7 +8,7 @@ import dataclasses
 
 import pytest
 
-from ptxgemm.build.kernels import compile_gemm, render_gemm
+from ptxgemm.toolchain.kernels import compile_gemm, render_gemm
 from ptxgemm.errors import ConfigError
 from ptxgemm.kernel.codegen import entry_params
 from ptxgemm.plan.grouped_call import kernel_arguments
@@ -47,7 +47,7 @@ def test_fp8_and_fp16_grouped_kernels_assemble():
 def test_a_fused_default_that_spills_yields_to_the_next_tile():
     """fp8 with alpha and SiLU spills on coop128x256 (as the dense cooperative kernel does, by 4 bytes); the
     default config then takes the next tile that does not."""
-    from ptxgemm.build.kernels import spills
+    from ptxgemm.toolchain.kernels import spills
     from ptxgemm.plan.grouped_call import default_config
 
     p = rules.GroupedProblem("contiguous", 8, 32768, 4096, 7168, "float8_e4m3fn", None, "bfloat16", (32768, 4096))
@@ -191,7 +191,7 @@ def test_the_default_carries_the_stream_k_tail_where_the_dense_rule_weighs_it():
     short k-loops, groups of one unit row on average (memory-bound), or where no counts can fill a wave. Its
     arguments come exactly with it, and a launch whose k-tile numbers could overflow 32 bits is refused by name."""
     from ptxgemm.plan import grouped_call
-    from ptxgemm.select.model import SK_MIN_K_TILES
+    from ptxgemm.select.cost_model import SK_MIN_K_TILES
 
     def pick(form, groups, m, n, k, dtype="bfloat16"):
         shape = {"masked": (groups, m, n), "k": (groups, m, n)}.get(form, (m, n))
@@ -222,7 +222,7 @@ def test_the_default_carries_the_stream_k_tail_where_the_dense_rule_weighs_it():
 def test_the_store_hint_marks_cs_stores_only_where_it_is_on():
     """group_store_hint: C's TMA stores carry .L2::cache_hint with the evict-first policy, on by default for the k
     form only; every other store and load is untouched; a dense config refuses the field."""
-    from ptxgemm.build.kernels import render_gemm
+    from ptxgemm.toolchain.kernels import render_gemm
 
     def stores(cfg):
         ptx = render_gemm(cfg)

@@ -10,11 +10,11 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 PAGE = REPO / "docs" / "layout.md"
-ORDER = ("kernel", "build", "runtime", "plan", "select", "bench", "tools", "cli")
-TOP = ("__init__.py", "__main__.py", "errors.py", "accuracy.py", "gemm.py", "grouped.py")
+ORDER = ("kernel", "toolchain", "runtime", "plan", "select", "bench", "tools", "cli")
+TOP = ("__init__.py", "__main__.py", "errors.py", "accuracy.py", "gemm.py", "grouped.py", "tuning.py")
 HEADER = """# Repository layout
 
-What each folder and module holds, in the order a call travels: config → PTX (kernel/) → cubin (build/) →
+What each folder and module holds, in the order a call travels: config → PTX (kernel/) → cubin (toolchain/) →
 launch (runtime/, gemm.py), with planning (plan/) and selection (select/) before the launch, and the
 measuring (bench/), inspecting (tools/) and command line (cli/) around it. Each line is the first sentence of
 the module's own docstring; docs/architecture.md says how the layers depend on each other.
@@ -22,7 +22,7 @@ the module's own docstring; docs/architecture.md says how the layers depend on e
 """
 FOOTER = """tests/                    pytest; GPU tests carry the marker `gpu` and skip, saying why, without one
 tools/                    developer scripts (fits of the cost model, profiling); not part of the package
-docs/                     the pages linked from the README; docs/results/ holds every measured run
+docs/                     the pages linked from the README; docs/results/ holds the runs they cite
 .ci/run                   what CI runs: the README's test command"""
 
 

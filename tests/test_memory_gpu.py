@@ -10,9 +10,9 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from ptxgemm.build import compiler
 from ptxgemm.kernel import codegen
 from ptxgemm.runtime import arrays
+from ptxgemm.toolchain import compiler
 from ptxgemm.tools import probes
 
 gpu = pytest.mark.gpu

@@ -1,6 +1,7 @@
-"""`python -m ptxgemm model` without a GPU (ptxgemm/bench/model.py, issue 27): its options and their checks, the rows
-and the report file, the relative error, that importing it loads no torch, and, where torch and transformers are
-installed, the whole harness on the CPU with tiny models and the identity in place of the ptxgemm swap."""
+"""`python -m ptxgemm model` without a GPU (ptxgemm/bench/transformer_models.py, issue 27): its options and their
+checks, the rows and the report file, the relative error, that importing it loads no torch, and, where torch and
+transformers are installed, the whole harness on the CPU with tiny models and the identity in place of the ptxgemm
+swap."""
 from __future__ import annotations
 
 import dataclasses
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from ptxgemm.bench import model as mb
+from ptxgemm.bench import transformer_models as mb
 from ptxgemm.cli import model as cli_model
 from ptxgemm.cli.main import build_parser, main
 from ptxgemm.errors import ConfigError
@@ -45,7 +46,7 @@ def args_of(*argv):
 # --- no torch needed ------------------------------------------------------------------------------------------------
 
 def test_importing_the_benchmark_and_its_command_loads_no_torch():
-    code = ("import sys, ptxgemm, ptxgemm.bench.model, ptxgemm.cli.model; "
+    code = ("import sys, ptxgemm, ptxgemm.bench.transformer_models, ptxgemm.cli.model; "
             "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO_ROOT, timeout=60)
     assert out.returncode == 0, out.stderr

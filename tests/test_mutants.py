@@ -8,10 +8,10 @@ import sys
 
 import pytest
 
-from ptxgemm.build import compiler
 from ptxgemm.kernel import codegen
 from ptxgemm.kernel.config import GemmConfig
 from ptxgemm.kernel.params import template_params
+from ptxgemm.toolchain import compiler
 from ptxgemm.tools import mutant_catalog
 
 KINDS_EVERY_CONFIG = {"mbarrier.init", "mbarrier.try_wait", "mbarrier.arrive.expect_tx", "mbarrier.arrive", "bar.sync",

@@ -26,11 +26,11 @@ from pathlib import Path
 import pytest
 
 import full_run
-from ptxgemm.build import kernels
-from ptxgemm.build.kernels import render_gemm
 from ptxgemm.errors import ConfigError
 from ptxgemm.kernel.config import GemmConfig, INPUT_DTYPES, OUTPUT_DTYPES
-from ptxgemm.select import model as select
+from ptxgemm.select import cost_model as select
+from ptxgemm.toolchain import kernels
+from ptxgemm.toolchain.kernels import render_gemm
 
 DATA = Path(__file__).parent / "data" / "ptx_hashes.json.gz"
 DEFAULTS = {f.name: f.default for f in dataclasses.fields(GemmConfig)}

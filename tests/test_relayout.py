@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 from ptx_sim import Kernel, Memory, SimError
 
-from ptxgemm.build import compiler, toolchain
 from ptxgemm.errors import ConfigError
 from ptxgemm.runtime import relayout
 from ptxgemm.runtime.arrays import DeviceArray
+from ptxgemm.toolchain import compiler, locate
 
 ADDRESS = 0x7F00_0000_0000          # made-up device addresses: nothing here touches a GPU
-HAVE_PTXAS = toolchain.find_tool("ptxas") is not None
+HAVE_PTXAS = locate.find_tool("ptxas") is not None
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""ptxgemm.select.model on the CPU: the candidates, the cost model, argument checks, and the tune cache's precedence.
+"""ptxgemm.select.cost_model on the CPU: the candidates, the cost model, argument checks, and the tune cache's
+precedence.
 
 Every test injects its device (an object with .name and .sm_count), so nothing here depends on the machine's GPU.
 """
@@ -15,7 +16,7 @@ import pytest
 import full_run
 from ptxgemm import GemmConfig, select_config
 from ptxgemm.errors import ConfigError
-from ptxgemm.select import model as S, tune_cache
+from ptxgemm.select import cost_model as S, tune_cache
 from ptxgemm.select.problem import Problem
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -399,8 +400,8 @@ def test_stale_or_broken_cache_falls_back_to_the_model(cache_dir):
 
 
 def test_importing_select_and_tune_imports_no_torch():
-    code = ("import sys, ptxgemm, ptxgemm.select.model, ptxgemm.bench.tune, ptxgemm.select.tune_cache; "
-            "ptxgemm.select_config(4096, 4096, 4096, device=ptxgemm.select.model.DEFAULT_DEVICE); "
+    code = ("import sys, ptxgemm, ptxgemm.select.cost_model, ptxgemm.tuning, ptxgemm.select.tune_cache; "
+            "ptxgemm.select_config(4096, 4096, 4096, device=ptxgemm.select.cost_model.DEFAULT_DEVICE); "
             "bad = [m for m in ('torch', 'cupy') if m in sys.modules]; assert not bad, bad; "
             "assert callable(ptxgemm.tune)")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO_ROOT)
@@ -472,7 +473,7 @@ def test_fp8_at_two_tile_rows_gives_a_memory_bound_tie_to_the_64_row_pingpong():
 def test_fp8_at_one_tile_row_prefers_the_64_column_pingpong_and_bf16_does_not():
     """At M <= 64 fp8 the 64x64 pingpong is selectable and first within a tie (measured ahead of pp64x128 on five of
     DeepGEMM's six M = 64 shapes); bf16 and M = 128 keep the tiles they had."""
-    from ptxgemm.select import model
+    from ptxgemm.select import cost_model as model
 
     assert model.select_config(64, 7168, 2048, "float8_e4m3fn", "bfloat16", "k", "k").tile_tag == "pp64x64"
     assert model.select_config(64, 2112, 7168, "float8_e5m2", "bfloat16", "k", "k").tile_tag == "pp64x64"

@@ -67,7 +67,7 @@ def test_cases_cover_layouts_dtypes_and_schedules():
 
 
 def test_the_selection_turns_its_large_picks():
-    from ptxgemm.select.model import select_config
+    from ptxgemm.select.cost_model import select_config
 
     for shape in ((8192, 8192, 2048 - 8), (5000, 5000, 5000), (4096, 4096, 4096)):
         assert select_config(*shape).k_serpentine, shape

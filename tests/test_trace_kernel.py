@@ -13,9 +13,9 @@ import pytest
 import ptxgemm
 from assemble import assemble_ahead
 from ptxgemm import GemmConfig
-from ptxgemm.build.kernels import render_gemm
 from ptxgemm.kernel import trace_format
 from ptxgemm.kernel.params import template_params
+from ptxgemm.toolchain.kernels import render_gemm
 from ptxgemm.tools import trace_decode
 
 UNTRACED = [GemmConfig(), GemmConfig(block_n=192, out_dtype="float32"),
@@ -355,7 +355,7 @@ def test_trace_compare_is_checked_before_the_gpu(tmp_path, args, what):
 
 def test_compare_picks_each_schedule_from_the_selection():
     """--compare's configs: the selection's preferred config of each schedule (split-K where it splits)."""
-    from ptxgemm.select.model import DEFAULT_DEVICE
+    from ptxgemm.select.cost_model import DEFAULT_DEVICE
     from ptxgemm.tools.tracing import schedule_picks
 
     operands = {"in_dtype": "bfloat16", "out_dtype": "bfloat16", "a_major": "k", "b_major": "mn"}

@@ -16,9 +16,9 @@ import pytest
 import ptxgemm
 from ptxgemm import GemmConfig, select_config
 from ptxgemm.accuracy import DTYPES
-from ptxgemm.bench import tune as tuning
+from ptxgemm import tuning
 from ptxgemm.errors import ConfigError, CudaError, PtxgemmError
-from ptxgemm.select import model as S, tune_cache
+from ptxgemm.select import cost_model as S, tune_cache
 from ptxgemm.select.problem import Problem
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import ptxgemm
-from ptxgemm.select import model as S, tune_cache
+from ptxgemm.select import cost_model as S, tune_cache
 
 pytestmark = pytest.mark.gpu
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -49,4 +49,4 @@ def test_cli_tune(cache_dir, tmp_path):
     assert "winner: " in proc.stdout and "TFLOP/s" in proc.stdout
     data = json.loads(out.read_text())
     assert data["winner"] in ("pp128x128", "pp64x256c2") and len(data["candidates"]) == 2
-    assert ptxgemm.bench.tune.lookup(512, 768, 320).tag == data["winner"]
+    assert ptxgemm.tuning.lookup(512, 768, 320).tag == data["winner"]

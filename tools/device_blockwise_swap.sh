@@ -8,10 +8,10 @@
 # variants  the swap-AB tiles beside the selection's pick and the unswapped small tiles at decode-sized M (16, 32)
 #           and M = 64, on N and K of DeepGEMM's shapes, by every method the bench has (its JSON: which tile the
 #           selection should offer there, if any);
-# wide112   block N 112 (select.model.BLOCK_SCALE_TUNE_TILES: 64 tiles over N = 7168, 128 units with 2 splits)
+# wide112   block N 112 (select.cost_model.BLOCK_SCALE_TUNE_TILES: 64 tiles over N = 7168, 128 units with 2 splits)
 #           beside the selection on DeepGEMM's six N = 7168 shapes, by kernel durations among the other methods;
 # deepgemm  DeepGEMM's 18 dense shapes, blockwise, as the closing figures use (one run; the swap-AB tiles are picked
-#           only at M <= 32, select.model.BLOCK_SCALE_SWAP_MAX_M, so this checks that nothing moved there).
+#           only at M <= 32, select.cost_model.BLOCK_SCALE_SWAP_MAX_M, so this checks that nothing moved there).
 # Issue 24's closing runs used these steps (docs/perf-notes.md, issue 24 steps 6-8).
 # Logs and JSON land in $OUT. `all` runs tests, mutants and variants (about 8 minutes); deepgemm goes in a call of
 # its own, or with the GPU suite.

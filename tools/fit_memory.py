@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""Refit ptxgemm.select.model's memory model (MEMORY[gpu]) and the transposed tiles' KTILE_NS / EPILOGUE_NS from bench runs
-with --variants; no GPU needed.
+"""Refit ptxgemm.select.cost_model's memory model (MEMORY[gpu]) and the transposed tiles' KTILE_NS / EPILOGUE_NS
+from bench runs with --variants; no GPU needed.
 
 Every (shape, variant) time of the runs is a sample; the fit minimizes the mean squared log error of
-ptxgemm.select.model.predict over them (scipy's Powell method, starting from the current tables). It prints the constants
-to paste into ptxgemm/select/model.py and the RMS log error.
+ptxgemm.select.cost_model.predict over them (scipy's Powell method, starting from the current tables). It prints the
+constants to paste into ptxgemm/select/cost_model.py and the RMS log error.
 
     python tools/fit_memory.py docs/results/h100/select/bench_h100_issue11_explore.json [--json OUT]
 """
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ptxgemm.select import model as S
+from ptxgemm.select import cost_model as S
 from ptxgemm.kernel.config import GemmConfig
 
 MEMORY_KEYS = ("dram_bytes_per_ns", "sm_bytes_per_ns", "l2_sm_bytes_per_ns", "latency_ns", "overlap_p")

@@ -1,14 +1,14 @@
 #!/usr/bin/env python3
-"""Refit ptxgemm.select.model's cost tables (KTILE_NS, EPILOGUE_NS) from measured runs; no GPU needed.
+"""Refit ptxgemm.select.cost_model's cost tables (KTILE_NS, EPILOGUE_NS) from measured runs; no GPU needed.
 
 Input: bench JSON files (python -m ptxgemm bench, with --variants: every row times the selected config and each variant side
 by side) or the tune cache (python -m ptxgemm tune stores every candidate's time). For each config tag it fits the
-model of ptxgemm.select.model.predict to that tag's times over all shapes: a grid over the epilogue cost and, for each,
-the k-tile cost that minimizes the squared relative error; the pair with the least RMS log error wins.
+model of ptxgemm.select.cost_model.predict to that tag's times over all shapes: a grid over the epilogue cost and, for
+each, the k-tile cost that minimizes the squared relative error; the pair with the least RMS log error wins.
 
     python tools/fit_select.py docs/results/h100/select/bench_h100_issue9_fit.json [--sm-count 132] [--json OUT]
 
-It prints the tables as Python dict literals to paste into ptxgemm/select/model.py, and per tag the RMS log error.
+It prints the tables as Python dict literals to paste into ptxgemm/select/cost_model.py, and per tag the RMS log error.
 """
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ def fit(tag: str, points, sm_count: int) -> tuple[float, float, float]:
     """(k-tile ns, epilogue ns, RMS log error) of `tag` over `points`."""
     from ptxgemm import GemmConfig
     from ptxgemm.kernel import schedule
-    from ptxgemm.select import model as select
+    from ptxgemm.select import cost_model as select
 
     cfg = GemmConfig.from_tag(tag)
     steps, k_tiles, ns = [], [], []

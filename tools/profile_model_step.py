@@ -25,7 +25,7 @@ GEMM_OPS = ("ptxgemm::mm", "aten::mm", "aten::addmm", "aten::bmm", "aten::baddbm
 
 def build(torch, arch: str):
     """{"stock": step, "ptxgemm": step}: compiled training steps of the two models, warmed up."""
-    from ptxgemm.bench import model as M
+    from ptxgemm.bench import transformer_models as M
 
     dev = torch.device("cuda")
     stock = M.build_stock(torch, arch, 2, M.DIMS[arch], dev)

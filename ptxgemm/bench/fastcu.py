@@ -23,9 +23,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..build import compiler, toolchain
 from ..errors import ConfigError, ToolchainError
 from ..runtime import arrays
+from ..toolchain import compiler, locate
 
 NAME = "fast.cu kernel 12"
 DRIVER_LIBRARY = "libcuda.so.1"
@@ -97,12 +97,12 @@ def supported(m: int, n: int, k: int) -> str | None:
 
 def build(root: Path) -> Path:
     """The wrapper's shared library, compiled once per (wrapper, header, nvcc version) into ptxgemm's cache."""
-    nvcc = toolchain.find_tool("nvcc")
+    nvcc = locate.find_tool("nvcc")
     if nvcc is None:
         raise ToolchainError("fast.cu: nvcc not found (PTXGEMM_NVCC, CUDA_HOME, CUDA_PATH, /usr/local/cuda or "
                              "PATH): building its kernel needs the CUDA toolkit")
     header = (root / HEADER).read_bytes()
-    key = hashlib.sha256(WRAPPER.encode() + header + toolchain.tool_version(str(nvcc)).encode()).hexdigest()[:20]
+    key = hashlib.sha256(WRAPPER.encode() + header + locate.tool_version(str(nvcc)).encode()).hexdigest()[:20]
     out_dir = compiler.cache_dir() / "fastcu"
     lib = out_dir / f"fastcu_k12_{key}.so"
     if lib.is_file():

@@ -40,7 +40,7 @@ from .. import gemm
 from ..errors import ConfigError
 from ..kernel.config import GemmConfig
 from ..runtime import arrays, driver, timing
-from ..select import model as select
+from ..select import cost_model as select
 
 # --- shapes ------------------------------------------------------------------------------------------------------
 K_SWEEP = (64, 128, 256, 512, 1024, 2048)

@@ -20,9 +20,9 @@ import time
 from pathlib import Path
 
 from ..errors import ConfigError
-from .model import DIMS
 from .suite import (METHOD, SAMPLE_ROWS, SAMPLE_SEED, geomean, gpu_slug, read_clocks, rel_err, require_device,
                     sample_rows)
+from .transformer_models import DIMS
 
 
 def _widths(d: dict) -> tuple[int, int, int, int, int]:

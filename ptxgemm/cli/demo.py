@@ -12,10 +12,10 @@ import ml_dtypes
 import numpy as np
 
 from .. import gemm
-from ..build.kernels import compile_gemm
 from ..kernel.config import GemmConfig
 from ..runtime import arrays, driver, timing
-from ..select.model import choose
+from ..select.cost_model import choose
+from ..toolchain.kernels import compile_gemm
 
 SASS_MARKERS = ("HGMMA", "UTMALDG", "UTMASTG", "STSM", "SYNCS", "USETMAXREG")
 CHECK_ROWS = 256  # rows of the float64 reference (the whole matrix would take the CPU seconds)

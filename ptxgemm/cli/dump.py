@@ -4,13 +4,13 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from ..build import compiler
-from ..build.kernels import compile_gemm
 from ..errors import ConfigError
 from ..kernel import schedule
 from ..plan.grouped_call import GROUPED_TILES
 from ..kernel.config import GROUPED_FORMS, GemmConfig
-from ..select import model as select
+from ..select import cost_model as select
+from ..toolchain import compiler
+from ..toolchain.kernels import compile_gemm
 from ..tools import dump, probes
 from ..tools.dump import k_loop_report, write_dump, write_ptx
 from . import options
@@ -107,7 +107,7 @@ def check_shape(args) -> tuple[int, int, int]:
 
 def gemm_config(args, m: int, n: int, k: int, device) -> tuple[GemmConfig, str]:
     """(config, where it came from). --config TAG names one; tile options describe one (GemmConfig's defaults for
-    the rest); with neither, ptxgemm.select.model picks it for this shape, as GemmPlan would. The operand options
+    the rest); with neither, ptxgemm.select.cost_model picks it for this shape, as GemmPlan would. The operand options
     (dtypes, majors) and --debug/--trace apply in every case."""
     tiles = options.given(args, options.TILE_OPTIONS)
     operands, build = options.operand_fields(args), options.build_fields(args)

@@ -4,23 +4,23 @@ from __future__ import annotations
 import json
 import os
 
-from ..build import compiler, toolchain
 from ..errors import PtxgemmError
 from ..kernel import codegen
 from ..runtime import driver
+from ..toolchain import compiler, locate
 
 
 def collect_info() -> dict:
     info: dict = {"tools": {}}
     for tool in ("ptxas", "nvdisasm"):
         try:
-            path = toolchain.find_tool(tool)
+            path = locate.find_tool(tool)
         except PtxgemmError as e:
             info["tools"][tool] = {"path": None, "version": None, "error": str(e)}
             continue
         info["tools"][tool] = {"path": str(path) if path else None,
-                               "version": toolchain.tool_version(str(path)) if path else None,
-                               "override": toolchain.ENV_VARS[tool] if os.environ.get(toolchain.ENV_VARS[tool]) else None}
+                               "version": locate.tool_version(str(path)) if path else None,
+                               "override": locate.ENV_VARS[tool] if os.environ.get(locate.ENV_VARS[tool]) else None}
     info["cache_dir"] = str(compiler.cache_dir())
     info["cache_dir_from"] = "PTXGEMM_CACHE_DIR" if os.environ.get("PTXGEMM_CACHE_DIR") else "default"
     info["templates"] = str(codegen.template_dir())

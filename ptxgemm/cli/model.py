@@ -1,5 +1,5 @@
 """`python -m ptxgemm model`'s options and their checks; the benchmark (transformers' Llama and Mixtral, stock
-against ptxgemm's GEMMs, issue 27) is ptxgemm/bench/model.py.
+against ptxgemm's GEMMs, issue 27) is ptxgemm/bench/transformer_models.py.
 
 Issue 46 added Qwen2's small widths (--arch qwen2-0.5b, qwen2-1.5b, all) and the preset sweep (--sweep), whose
 entries set their own sizes: a size option given with it is refused, --arch picks entries."""
@@ -8,8 +8,8 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from ..bench import model as bench_model
-from ..bench.model import ARCHS, BOTH, DIMS, MAX_LAYERS, MODES, PHASES, QUICK, SWEEP, SWEEP_PHASES, Sizes
+from ..bench import transformer_models as bench_model
+from ..bench.transformer_models import ARCHS, BOTH, DIMS, MAX_LAYERS, MODES, PHASES, QUICK, SWEEP, SWEEP_PHASES, Sizes
 from ..errors import ConfigError
 from .options import flag
 
@@ -125,7 +125,8 @@ def sweep_from(args) -> list:
     for field in SIZE_OPTIONS:
         if field != "repeats" and getattr(args, field) is not None:
             raise ConfigError(f"{flag(field)}: --sweep sets each entry's sizes itself (SWEEP in "
-                              f"ptxgemm/bench/model.py); give {flag(field)} without --sweep, or --sweep without it")
+                              f"ptxgemm/bench/transformer_models.py); give {flag(field)} without --sweep, or --sweep "
+                              f"without it")
     entries = bench_model.sweep_entries(quick=args.quick, repeats=args.repeats, archs=archs_of(args))
     for e in entries:
         bench_model.check_sizes(e.sizes, DIMS[e.arch]["max_position_embeddings"])

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 
 from ..errors import ConfigError
-from ..select import model as select
+from ..select import cost_model as select
 from .options import add_problem_arguments, problem_args
 
 

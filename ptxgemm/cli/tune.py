@@ -5,11 +5,11 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from ..bench import tune as tuning
+from .. import tuning
 from ..errors import ConfigError
 from ..kernel.tile import TAG_SCHEDULE
 from ..runtime import driver
-from ..select import model as select
+from ..select import cost_model as select
 from ..select.problem import Problem
 from .options import add_problem_arguments, problem_args
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..build.kernels import spills
 from ..kernel.config import FP8_DTYPES, GemmConfig
 from ..select import tune_cache
-from ..select.model import preferences, resolve_device
+from ..select.cost_model import preferences, resolve_device
+from ..toolchain.kernels import spills
 from . import epilogue, operands
 from .checks import b_dtype_of, check_config, check_ctas, check_dtypes, check_out_dtype, dtype_name
 

@@ -12,7 +12,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..kernel.config import SCALE_BLOCK, GemmConfig
-from ..select.model import MULTICAST_DTYPES, MULTICAST_MIN_K, SK_DTYPES, SK_MIN_K_TILES
+from ..select.cost_model import MULTICAST_DTYPES, MULTICAST_MIN_K, SK_DTYPES, SK_MIN_K_TILES
 from . import epilogue, grouped
 
 # The grouped kernel's tiles (cooperative, single CTAs, whole output panels) and how fast each runs a full tile,
@@ -20,7 +20,7 @@ from . import epilogue, grouped
 # units soonest over all SMs (whole waves of units, each as long as its tile's area over its efficiency).
 GROUPED_TILES = {"coop128x256": 1.0, "coop256x128": 0.97, "coop128x192": 0.95, "coop128x128": 0.85}
 # Pairs along M (cluster_m 2: each CTA loads half of the group's B panel and multicasts it) for groups as tall as
-# dense problems that take the pair (select.model's MULTICAST_* rule: 16-bit inputs, a k-loop of at least
+# dense problems that take the pair (select.cost_model's MULTICAST_* rule: 16-bit inputs, a k-loop of at least
 # MULTICAST_MIN_K): the mean group (M_max when masked; the output's M in the k form) at least PAIR_MIN_ROWS rows.
 # Measured beside the single CTA in the same rounds (H100, bf16, burst; grouped/bench_h100_grouped_bf16_pair_r1.json):
 # DeepGEMM's contiguous groups of 4096 and 8192 rows 0.2-2.9% faster, Mixtral's (4096 rows, K 4096) within 0.6%;
@@ -80,7 +80,7 @@ def default_config(problem: grouped.GroupedProblem, b_major: str, sm_count: int 
     rows when masked), the tile whose waves of units over `sm_count` SMs cost least (GROUPED_TILES), on pairs along
     M where the mean group is tall and its k-loop long (PAIR_MIN_ROWS). With a fused
     epilogue (`fused`: Epilogue.config_fields), a tile that ptxas spills or that the epilogue does not take yields
-    to the next one, as the dense selection's picks do (`spill_check`: build.kernels.spills)."""
+    to the next one, as the dense selection's picks do (`spill_check`: toolchain.kernels.spills)."""
     rows = problem.m if problem.form in ("masked", "k") else problem.m / problem.groups
     k_loop = problem.k / problem.groups if problem.form == "k" else problem.k    # the mean unit's K
     pair = (problem.in_dtype in MULTICAST_DTYPES and k_loop >= MULTICAST_MIN_K and rows >= PAIR_MIN_ROWS)

@@ -6,7 +6,7 @@ into any non-overlapping destination (a dense buffer, a padded one, another view
 `fill_zero` writes zeros through a strided destination.
 
 The kernel (templates/relayout.ptx.j2) copies bits, never converts: one cubin per element size (1, 2, 4 or 8 bytes),
-compiled through ptxgemm.build.compiler (cached on disk) and loaded once per process. Before launching, `copy` drops
+compiled through ptxgemm.toolchain.compiler (cached on disk) and loaded once per process. Before launching, `copy` drops
 dimensions of extent 1, orders the rest by the destination's strides (so the walk follows the destination's memory
 and writes coalesce for any dense destination), merges dimensions that step evenly in both layouts (a contiguous
 copy becomes one long row) and moves unit-stride runs as wider elements where alignment allows (`widen`).
@@ -19,7 +19,7 @@ import ctypes
 import math
 import threading
 
-from ..build import compiler
+from ..toolchain import compiler
 from ..errors import ConfigError
 from ..kernel import codegen
 from . import driver

@@ -1,8 +1,8 @@
 """A GEMM problem as config selection and tuning see it: sizes, dtypes and operand layouts, validated once.
 
-Selection (ptxgemm.select.model), the tune cache (ptxgemm.select.tune_cache) and tuning (ptxgemm.bench.tune) all take the same
-seven arguments; checking them here means each bad one raises the same ConfigError, naming the argument and the
-rule, wherever it comes in.
+Selection (ptxgemm.select.cost_model), the tune cache (ptxgemm.select.tune_cache) and tuning (ptxgemm.tuning) all
+take the same seven arguments; checking them here means each bad one raises the same ConfigError, naming the
+argument and the rule, wherever it comes in.
 """
 from __future__ import annotations
 

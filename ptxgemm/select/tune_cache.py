@@ -1,9 +1,10 @@
 """The tune cache: the measured winner of `ptxgemm.tune` per GPU and problem, in one JSON file.
 
-Location: <PTXGEMM_CACHE_DIR or ~/.cache/ptxgemm>/tune.json, beside the cubin cache (ptxgemm.build.compiler.cache_dir).
+Location: <PTXGEMM_CACHE_DIR or ~/.cache/ptxgemm>/tune.json, beside the cubin cache
+(ptxgemm.toolchain.compiler.cache_dir).
 An entry is keyed by GPU name, SM count, driver version, (m, n, k), dtypes and operand majors: a winner measured on
 another GPU, another driver or another layout says nothing about this one. Each entry keeps every candidate's
-time too, so the cost model's tables (ptxgemm.select.model) can be refitted from the cache.
+time too, so the cost model's tables (ptxgemm.select.cost_model) can be refitted from the cache.
 
 PTXGEMM_TUNE_CACHE=off (or 0) turns the cache off: select_config does not look entries up and tune does not store
 them (`python -m ptxgemm bench` sets it, so a benchmark measures the library's own heuristic unless asked otherwise).
@@ -17,9 +18,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..build import compiler
 from ..errors import ConfigError
 from ..kernel.config import GemmConfig
+from ..toolchain import compiler
 
 log = logging.getLogger("ptxgemm.tune")
 

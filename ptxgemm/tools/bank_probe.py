@@ -33,7 +33,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from ..build import compiler
+from ..toolchain import compiler
 from ..kernel import codegen
 from ..runtime import arrays, driver
 from . import banks

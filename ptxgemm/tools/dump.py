@@ -18,9 +18,9 @@ import json
 import re
 from pathlib import Path
 
-from ..build import compiler
-from ..build.compiler import CompiledKernel
 from ..errors import ToolchainError
+from ..toolchain import compiler
+from ..toolchain.compiler import CompiledKernel
 
 
 

@@ -43,7 +43,7 @@ from ..plan.call import parse_epilogue
 from ..plan.checks import check_config, check_dtypes, check_out_dtype, result_shape
 from ..plan.epilogue import check_values, is_host_scalar
 from ..runtime.arrays import byte_span, c_strides
-from ..select.model import DEFAULT_DEVICE
+from ..select.cost_model import DEFAULT_DEVICE
 
 ALLOC_ALIGN = 256   # cuMemAlloc's alignment, which a fresh DeviceArray has
 
@@ -444,7 +444,7 @@ def grouped_run(a, b, *, offs=None, masked_m=None, alpha=1.0, scale_a=None, scal
 def _scalar_names(config) -> tuple[str, ...]:
     """The names of a kernel's scalar parameters after its three tensor maps, as its PTX entry declares them
     (rendered once per config: the fuzzer's cases share a few configs)."""
-    from ..build.kernels import render_gemm
+    from ..toolchain.kernels import render_gemm
     from ..kernel.codegen import entry_params
 
     return tuple(nm for _, nm in entry_params(render_gemm(config)))[3:]
@@ -453,7 +453,7 @@ def _scalar_names(config) -> tuple[str, ...]:
 def _grouped_params(plan, rebased) -> dict:
     """The kernel's scalar arguments by the names its PTX entry declares (the template, rendered), so that a value
     packed in the wrong slot is read as the kernel would read it; each address (a c_uint64) bound by `rebased`."""
-    from ..select.model import sk_fixup_k_tiles
+    from ..select.cost_model import sk_fixup_k_tiles
 
     names = _scalar_names(plan.config)
     # the stream-K tail's fix-up memory is the device's own (the emulated result does not read it): null addresses

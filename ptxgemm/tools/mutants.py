@@ -23,11 +23,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..build import compiler
 from ..errors import ToolchainError
 from ..kernel.config import GemmConfig
 from ..kernel.schedule import plan_for
 from ..runtime import driver
+from ..toolchain import compiler
 from .mutant_catalog import Mutant, apply, explain, mutant_config
 from .mutant_worker import Worker, context_lost, prepare_workloads, workloads_for
 

@@ -9,13 +9,13 @@ import ctypes
 
 import numpy as np
 
-from ..build import compiler
 from ..errors import ConfigError, CudaError
 from ..kernel import codegen
 from ..kernel.stall_format import DEFAULT_TIMEOUT_NS, STALL_CODES
 from ..kernel.swizzle import MODES, SPAN_BYTES
 from ..runtime import arrays, driver, tensormap
 from ..runtime.debug import StallRecords
+from ..toolchain import compiler
 
 PTX_VERSION = "8.0"
 PROBE_THREADS = 128

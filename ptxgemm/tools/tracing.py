@@ -137,10 +137,10 @@ def config_variant(base: GemmConfig, spec: str) -> GemmConfig:
 
 def schedule_picks(m: int, n: int, k: int, operands: dict, schedules, device=None) -> list[GemmConfig]:
     """Per schedule in `schedules`, the config the selection prefers among that schedule's for this problem
-    (ptxgemm.select.model.preferences: the tune cache's winner, then the cost model's ranking; split-K included),
+    (ptxgemm.select.cost_model.preferences: the tune cache's winner, then the cost model's ranking; split-K included),
     with `operands`' dtypes and majors: the two schedules at their best on one problem, for side-by-side traces.
     Swap-AB picks (c_major 'm') are passed over: a trace runs the problem as given."""
-    from ..select import model
+    from ..select import cost_model as model
 
     picks = []
     for schedule in schedules:

@@ -51,12 +51,6 @@ def reduce_to(x: torch.Tensor, shape) -> torch.Tensor:
     return x.sum(stretched, keepdim=True) if stretched else x
 
 
-def _check_differentiable(a: torch.Tensor, what: str) -> None:
-    if a.dtype not in tensors.GRAD_DTYPES:
-        raise ConfigError(f"a: {what} takes gradients for bfloat16 and float16 inputs; {a.dtype} is inference only "
-                          f"(fp8 scales are not differentiated): run it under torch.no_grad()")
-
-
 # ------------------------------------------------------------------------------------------------------------------
 # mm
 # ------------------------------------------------------------------------------------------------------------------
@@ -116,17 +110,9 @@ def _weight_grad(a: torch.Tensor, g: torch.Tensor, b: torch.Tensor, alpha: float
     return reduce_to(_dense_product(a.mT, g, alpha=alpha, out_dtype=b.dtype), b.shape)
 
 
-def _bias_grad(g32: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
-    n = g32.shape[-1]
-    if tuple(bias.shape) in ((n,), (1, n)):          # one value per column (a (1, N) bias with N = M = 1 too)
-        return g32.reshape(-1, n).sum(0).reshape(bias.shape).to(bias.dtype)
-    m = g32.shape[-2]                                # (M, 1): one value per row
-    return g32.reshape(-1, m, n).sum((0, 2)).reshape(bias.shape).to(bias.dtype)
-
-
 def _mm_backward(ctx, grad):
     a, b, bias, c = ctx.saved_tensors
-    _check_differentiable(a, "ptxgemm::mm")
+    tensors.check_differentiable(a, "ptxgemm::mm")
     g32 = grad
     if ctx.activation is not None:   # the pre-activation, recomputed rather than kept (one GEMM, no memory)
         pre = _dense_product(a, b, bias=bias, alpha=ctx.alpha, c=c, beta=ctx.beta, out_dtype=torch.float32)
@@ -139,7 +125,7 @@ def _mm_backward(ctx, grad):
     if need[1]:
         grad_b = _weight_grad(a, g, b, ctx.alpha)
     if bias is not None and need[2]:
-        grad_bias = _bias_grad(g32, bias)
+        grad_bias = tensors.bias_grad(g32, bias)
     if c is not None and need[5]:
         grad_c = reduce_to(g32 * ctx.beta, c.shape).to(c.dtype)
     return grad_a, grad_b, grad_bias, None, None, grad_c, None, None
@@ -201,7 +187,7 @@ def _grouped_backward(ctx, grad):
                           f"run it under torch.no_grad()")
     if ctx.scaled:
         raise ConfigError("scale_a, scale_b: a scaled grouped_mm is inference only; run it under torch.no_grad()")
-    _check_differentiable(a, "ptxgemm::grouped_mm")
+    tensors.check_differentiable(a, "ptxgemm::grouped_mm")
     g32 = grad
     if ctx.activation is not None:
         pre = _grouped_product(a, b, offs=offs, bias=bias, alpha=ctx.alpha, out_dtype=torch.float32)

@@ -232,14 +232,12 @@ class _LinearFunction(torch.autograd.Function):
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad):
-        from .autograd import _bias_grad, _check_differentiable   # autograd imports this module: at call time
-
         x2, w, bias = ctx.saved_tensors
-        _check_differentiable(x2, "ptxgemm.torch.Linear")
+        tensors.check_differentiable(x2, "ptxgemm.torch.Linear")
         need = ctx.needs_input_grad
         grad_x = _dense(grad, w, config=_pinned["mm"]) if need[0] else None           # dX = dY @ W
         grad_w = _dense(grad.t(), x2, config=_pinned["mm"]) if need[1] else None      # dW = dY^T @ X, W's layout
-        grad_b = _bias_grad(grad, bias) if bias is not None and need[2] else None
+        grad_b = tensors.bias_grad(grad, bias) if bias is not None and need[2] else None
         return grad_x, grad_w, grad_b
 
 

@@ -4,7 +4,11 @@ current stream as the launch stream, and torch's caching allocator as the source
 Why not DLPack here: the protocol costs a capsule and a deleter per argument per call, and the custom ops already
 hold the tensors for as long as the launch is enqueued on torch's stream (torch's allocator is stream-ordered, so a
 tensor freed after the op returns is reused only by later work on that stream, as for torch's own kernels). A view
-therefore keeps no reference to its tensor, and a cached plan none to the caller's memory."""
+therefore keeps no reference to its tensor, and a cached plan none to the caller's memory.
+
+The gradients' dtype rule (check_differentiable) and the bias's gradient (bias_grad) are here as well: the ops'
+autograd kernels (ptxgemm.torch.autograd) and the drop-in layers' eager training (ptxgemm.torch.ops) both use them,
+and autograd imports ops, so neither can hold them for the other."""
 from __future__ import annotations
 
 import ml_dtypes
@@ -28,6 +32,24 @@ NUMPY_DTYPES = {
 #: the 16-bit dtypes whose products have gradients here (fp8 is inference: its scales are not differentiated)
 GRAD_DTYPES = (torch.bfloat16, torch.float16)
 FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
+
+
+def check_differentiable(a: torch.Tensor, what: str) -> None:
+    """ConfigError unless `a`'s dtype has gradients here (GRAD_DTYPES): the ops' gradients (ptxgemm.torch.autograd)
+    and the drop-in layers' eager training (ptxgemm.torch.ops) both ask."""
+    if a.dtype not in GRAD_DTYPES:
+        raise ConfigError(f"a: {what} takes gradients for bfloat16 and float16 inputs; {a.dtype} is inference only "
+                          f"(fp8 scales are not differentiated): run it under torch.no_grad()")
+
+
+def bias_grad(g32: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """The bias's gradient: the output's gradient summed over what the bias spans, in the bias's shape and dtype (one
+    value per column, (N,) or (1, N); or one per row, (M, 1))."""
+    n = g32.shape[-1]
+    if tuple(bias.shape) in ((n,), (1, n)):          # one value per column (a (1, N) bias with N = M = 1 too)
+        return g32.reshape(-1, n).sum(0).reshape(bias.shape).to(bias.dtype)
+    m = g32.shape[-2]                                # (M, 1): one value per row
+    return g32.reshape(-1, m, n).sum((0, 2)).reshape(bias.shape).to(bias.dtype)
 
 
 def check_cuda(t: torch.Tensor, name: str) -> None:
