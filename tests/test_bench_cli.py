@@ -635,3 +635,29 @@ def test_summarize_says_in_one_line_why_a_kind_has_no_summary(kind, file, words,
     assert out == "" and err.count("\n") == 1, err
     assert err.startswith(f"python -m ptxgemm bench: error: --summarize: {path}: {words}")
     assert "this kind of file has no summary: " in err
+
+
+@pytest.mark.parametrize("args,pattern", [
+    (["--pdl", "--quick"], "--quick: not with --pdl"),
+    (["--pdl", "--set", "training"], "--set: not with --pdl"),
+    (["--pdl", "--calls", "5"], "--calls: not with --pdl"),
+    (["--pdl", "--host"], "--host: not with --pdl"),
+    (["--pdl", "--out", "x"], "--out: not with --pdl (use --json PATH)"),
+    (["--pdl", "--rounds", "0"], "--rounds: >= 1"),
+    (["--pdl", "--shapes", "64x64"], "--shapes"),
+])
+def test_the_pdl_ab_takes_shapes_rounds_and_json_only(args, pattern, tmp_path, bench_refuses):
+    """bench --pdl (programmatic launch on and off, ptxgemm/bench/launch_ab.py): every other option refused by
+    name before the GPU."""
+    bench_refuses(args, pattern, tmp_path)
+
+
+def test_the_pdl_report_names_both_ways_and_the_speedup():
+    from ptxgemm.bench import launch_ab
+
+    row = {"shape": [4096, 896, 896], "config": "coop256x128", "burst_us": {"pdl": 17.0, "no_pdl": 17.5},
+           "back_to_back_us": {"pdl": 15.0, "no_pdl": 16.0}, "burst_speedup": 17.5 / 17.0,
+           "back_to_back_speedup": 16.0 / 15.0}
+    text = launch_ab.format_report({"gpu": "NVIDIA H200", "rounds": 15, "rows": [row]})
+    assert "4096x896x896" in text and "coop256x128" in text and "1.029" in text and "1.067" in text
+    assert [w for w, _ in launch_ab.WAYS] == ["pdl", "no_pdl"]

@@ -8,8 +8,8 @@ import os
 import re
 from pathlib import Path
 
-from ..bench import (deepgemm, host_cost, host_layer, modes as bench_modes, suite as bench, summary as bench_summary,
-                     training)
+from ..bench import (deepgemm, host_cost, host_layer, launch_ab, modes as bench_modes, suite as bench,
+                     summary as bench_summary, training)
 from ..bench.modes import EPILOGUES, FP8_QUICK_SHAPES, FP8_SHAPES, IN_DTYPES, SCALINGS
 from ..bench.suite import QUICK_SHAPES, SEED_M, SEED_N, SMALL_M_MAX, default_shapes, parse_tag
 from ..errors import ConfigError
@@ -48,7 +48,8 @@ DESCRIPTION = ("Time ptxgemm and cuBLAS (torch.matmul, else CuPy) on the same sh
                "fused epilogue with the plain GEMM and with the plain GEMM plus a separate torch "
                "pass; those write bench_<gpu>_<mode>[_<name>].json. --set training times a training "
                "step's linear-layer GEMMs in autograd's layouts. --host measures host "
-               "microseconds per call instead. Needs an sm_90 GPU, except --summarize.")
+               "microseconds per call instead, --pdl programmatic dependent launch on and off. Needs an sm_90 GPU, "
+               "except --summarize.")
 
 
 def add_arguments(p) -> None:
@@ -175,8 +176,15 @@ def add_arguments(p) -> None:
     host.add_argument("--repeats", type=int, default=None,
                       help=f"with --host: timed loops per row, >= 1 (default {host_cost.DEFAULT_REPEATS})")
     host.add_argument("--json", default=None, metavar="PATH",
-                      help="with --host: also write the rows and checks as JSON here (default: none, print only; "
-                           f"the committed --host {HOST_LAYER} runs: docs/results/<gpu>/host/host_<gpu>_<name>.json)")
+                      help="with --host or --pdl: also write the rows (and --host's checks) as JSON here (default: "
+                           f"none, print only; the committed --host {HOST_LAYER} runs: "
+                           "docs/results/<gpu>/host/host_<gpu>_<name>.json)")
+    p.add_argument("--pdl", action="store_true",
+                   help="time programmatic dependent launch on and off instead (default off: the GPU-time bench; "
+                        "ptxgemm/bench/launch_ab.py): two plans "
+                        "of each problem, with and without the launch attribute, interleaved, burst and back to back; "
+                        f"takes --shapes (default {len(launch_ab.SHAPES)} training GEMMs), --rounds (default "
+                        f"{launch_ab.DEFAULT_ROUNDS}) and --json (default none)")
 
 
 def _tags(option: str, specs) -> list:
@@ -191,6 +199,8 @@ def run(args) -> int:
     # process so that it measures the untuned heuristic unless told otherwise.
     os.environ["PTXGEMM_TUNE_CACHE"] = tune_cache = "on" if args.use_tune_cache else "off"
 
+    if args.pdl:
+        return run_pdl(args)
     if args.host:
         return run_host(args)
     for dest, flag in HOST_OPTIONS:
@@ -312,6 +322,28 @@ def _mode(args):
         raise ConfigError(f"--b-major: {args.b_major} with --in-dtype {mode.in_dtype}: fp8 operands are K-major only "
                           f"(B column-major, as torch._scaled_mm takes it); leave --b-major out")
     return mode
+
+
+def run_pdl(args) -> int:
+    """`bench --pdl`: the options' checks (all before the GPU), launch_ab.measure, the report and --json."""
+    taken = ("shapes", "rounds", "json")
+    for dest, flag in GPU_BENCH_OPTIONS + HOST_OPTIONS:
+        if dest not in taken and getattr(args, dest) not in (None, False, ""):
+            raise ConfigError(f"{flag}: not with --pdl (--pdl takes --shapes, --rounds, --json)")
+    if args.host:
+        raise ConfigError("--host: not with --pdl (each is a benchmark of its own)")
+    if args.out != DEFAULT_OUT:
+        raise ConfigError("--out: not with --pdl (use --json PATH)")
+    shapes = bench.parse_shapes(args.shapes) if args.shapes else launch_ab.SHAPES
+    rounds = launch_ab.DEFAULT_ROUNDS if args.rounds is None else args.rounds
+    if rounds < 1:
+        raise ConfigError(f"--rounds: >= 1, got {rounds}")
+    result = launch_ab.measure(shapes, rounds)
+    print(launch_ab.format_report(result))
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=1))
+        print(f"wrote {args.json}")
+    return 0
 
 
 def run_host(args) -> int:
