@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 26, deliverable 4 on the GPU (about 4 minutes on an H100 for all three steps, within one call of the device
 # tool; a step name runs that step alone):
-#   bash tools/device_trace.sh [all|tests|square|splitk]
+#   bash scripts/device_trace.sh [all|tests|square|splitk]
 # tests   the trace GPU tests (tests/test_trace_gpu.py): pingpong as before; the cooperative schedule and split-K in
 #         both schedules traced, each result checked against float64 and each role's events against the schedule;
 # square  pingpong and cooperative side by side on 8192^3 bf16, each the selection's pick of its schedule

@@ -2,10 +2,10 @@
 # Issue 26, "where the joules go" (docs/design/sustained-issue26.md, next device run 1): ncu's counters for
 # ptxgemm's pick (coop128x256c2, the pair sharing B) and the single CTA (coop128x256) beside cuBLAS, on 8192^3 and
 # 4096x4096x14336, bf16, B row-major, one GPU. About 3 minutes on an H100, in one call of the device tool:
-#   bash tools/device_energy.sh
+#   bash scripts/device_energy.sh
 # What it tests (the design note's prediction): cuBLAS's kernel moves fewer L2->SM sectors per FLOP than
 # coop128x256 and about as many as the pair, and the rest of the gap is the epilogue's shared-memory wavefronts and
-# the k-loop's instruction count. tools/profile_gemm.py launches ptxgemm 3 times, then torch.matmul 3 times; ncu
+# the k-loop's instruction count. scripts/profile_gemm.py launches ptxgemm 3 times, then torch.matmul 3 times; ncu
 # skips the first two (ptxgemm's warm-ups) and profiles the next four (ptxgemm's third, then cuBLAS's three).
 # Output: $OUT/ncu_<shape>_<config>.csv (ncu's raw page, one row per profiled kernel) and $OUT/energy.log.
 export PYTHONUNBUFFERED=1 PYTHONPATH=.
@@ -23,7 +23,7 @@ for shape in 8192x8192x8192 4096x4096x14336; do
   for cfg in coop128x256c2 coop128x256; do
     f=$OUT/ncu_${shape}_${cfg}.csv
     timeout 150 "$NCU" --kernel-name regex:'gemm_cooperative|nvjet|sm90|cutlass' --launch-skip 2 --launch-count 4 \
-      --metrics "$METRICS" --csv --page raw python3 tools/profile_gemm.py --shape "$shape" --config "$cfg" \
+      --metrics "$METRICS" --csv --page raw python3 scripts/profile_gemm.py --shape "$shape" --config "$cfg" \
       > "$f" 2> "$OUT/ncu_${shape}_${cfg}.err"
     echo "$shape $cfg rc $? ($(grep -c '^"' "$f") csv lines)" | tee -a "$L"
   done

@@ -1,7 +1,7 @@
 """Experiment: batched GEMMs with a k-loop of one or two k-tiles (the k form's light units) by dense schedule and
 tile: which runs the most output per second. Burst, L2 flushed, median of 5. A and B MN-major as in the k form.
 
-    python3 tools/batched_tiny_k.py OUT.json   (H100: docs/results/h100/grouped/k_order/tiny_k_batched_h100.json)
+    python3 scripts/batched_tiny_k.py OUT.json   (H100: docs/results/h100/grouped/k_order/tiny_k_batched_h100.json)
 """
 import json
 import sys

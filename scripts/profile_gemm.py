@@ -2,14 +2,14 @@
 """Launch ptxgemm configs (and cuBLAS) on a few shapes, in a fixed order, for a profiler to capture.
 
     ncu --kernel-name regex:'gemm_pingpong|sm90|nvjet|cutlass' --launch-skip 2 --launch-count 2 \\
-        --metrics <...> python tools/profile_gemm.py --shape 8192x8192x8192
+        --metrics <...> python scripts/profile_gemm.py --shape 8192x8192x8192
 
 Per shape (`--shape`, a comma-separated list), each config of `--config` (tags, or `sel`: the selection's pick, and
 `selz`: the same with the serpentine k-loop) runs `--launches` times (the first ones warm up), then torch.matmul
 as often unless `--no-cublas`. Each ptxgemm launch prints `launch <i> <shape> <tag>`, so a profile of many kernels
 can be read in order, e.g. issue 26 step 12's DRAM reads with and without the serpentine k-loop:
 
-    ncu --kernel-name regex:gemm_ --metrics dram__bytes_read.sum --csv --page raw python tools/profile_gemm.py \\
+    ncu --kernel-name regex:gemm_ --metrics dram__bytes_read.sum --csv --page raw python scripts/profile_gemm.py \\
         --shape 8192x8192x8192,4096x4096x14336 --config sel,selz --launches 1 --no-cublas
 
 Inputs are random bf16, B row-major.

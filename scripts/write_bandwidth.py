@@ -1,7 +1,7 @@
 """The GPU's DRAM write ceiling beside the grouped k form's outputs (issue 25 step 11): torch's fill_ of 7.5 and 15 GB
 of bf16 (writes only) and a 2 GB copy (read + write), CUDA events, median of 10 after 2 warm-ups.
 
-    python3 tools/write_bandwidth.py out/write_bw.json"""
+    python3 scripts/write_bandwidth.py out/write_bw.json"""
 import json
 import sys
 

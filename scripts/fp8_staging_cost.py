@@ -3,7 +3,7 @@ B is staged K-major by one transposing relayout copy before the GEMM (ptxgemm.pl
 side with ptxgemm.runtime.timing's method (L2 flushed before each launch, CUDA events, interleaved rounds, median): the
 plan with B K-major (in place), the plan with B row-major (copy + GEMM), and the copy alone.
 
-    PYTHONPATH=. python tools/fp8_staging_cost.py --shapes 8192x8192x8192,4096x14336x4096 --json out.json
+    PYTHONPATH=. python scripts/fp8_staging_cost.py --shapes 8192x8192x8192,4096x14336x4096 --json out.json
 """
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ by side) or the tune cache (python -m ptxgemm tune stores every candidate's time
 model of ptxgemm.select.cost_model.predict to that tag's times over all shapes: a grid over the epilogue cost and, for
 each, the k-tile cost that minimizes the squared relative error; the pair with the least RMS log error wins.
 
-    python tools/fit_select.py docs/results/h100/select/bench_h100_issue9_fit.json [--sm-count 132] [--json OUT]
+    python scripts/fit_select.py docs/results/h100/select/bench_h100_issue9_fit.json [--sm-count 132] [--json OUT]
 
 It prints the tables as Python dict literals to paste into ptxgemm/select/cost_model.py, and per tag the RMS log error.
 """

@@ -1,7 +1,7 @@
 """Why B row-major (MN-major) at N = 5000 is slower than K-major: time one shape with B in several layouts, ptxgemm
 and cuBLAS side by side (ptxgemm.runtime.timing's method), to separate the layout from the line alignment.
 
-    PYTHONPATH=. python tools/probe_b_layout.py --shape 3000x5000x2048 --json out.json [--variants coop128x256,...]
+    PYTHONPATH=. python scripts/probe_b_layout.py --shape 3000x5000x2048 --json out.json [--variants coop128x256,...]
 
 Layouts of B (K x N), each the same values:
   mn         numpy's C order: lines of N elements, N * 2 bytes apart (10000 B at N = 5000: 16 B past a 128 B line)

@@ -3,9 +3,9 @@
 and 47's probes; needs a GPU, torch and transformers). Two layers at 4 x 1024 tokens, torch.compile, SGD, as
 `python -m ptxgemm model` runs them.
 
-    python tools/profile_model_step.py kernels qwen2-1.5b OUT.json   # CUDA time by kernel name (torch.profiler)
-    python tools/profile_model_step.py gemms qwen2-1.5b OUT.json     # each GEMM op's shapes and its kernels' time
-    python tools/profile_model_step.py host qwen2-1.5b               # host time per ptxgemm call, stage by stage
+    python scripts/profile_model_step.py kernels qwen2-1.5b OUT.json   # CUDA time by kernel name (torch.profiler)
+    python scripts/profile_model_step.py gemms qwen2-1.5b OUT.json     # each GEMM op's shapes and its kernels' time
+    python scripts/profile_model_step.py host qwen2-1.5b               # host time per ptxgemm call, stage by stage
 
 `gemms` matches every GEMM op (ptxgemm::mm, aten::mm/addmm/...) to the kernels it launched, so a step's GEMM time
 reads shape by shape (ptxgemm's kernels are all named gemm_cooperative or gemm_pingpong). `host` wraps the torch

@@ -3,7 +3,7 @@ pp64x128k2 (112) and pp64x192k2 (76), and per-tensor with the selection's tile; 
 
     ncu --kernel-name regex:gemm_ --launch-count 8 --clock-control none --section SpeedOfLight \
         --section MemoryWorkloadAnalysis --section WarpStateStats --csv --page details \
-        python3 tools/ncu_small_m_fp8.py
+        python3 scripts/ncu_small_m_fp8.py
 
 Docs/perf-notes.md, issue 24, step 4 reads its DRAM throughputs."""
 import ml_dtypes

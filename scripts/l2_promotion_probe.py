@@ -1,7 +1,7 @@
 """Device probe (torch needed): L2 promotion 128B vs 256B for fp8 operand loads (blockwise on DeepGEMM's 18 shapes, and per-tensor at
 M in {64,128} beside torch._scaled_mm). Same process, same configs, plans built with each promotion.
 
-    PYTHONPATH=. python3 tools/l2_promotion_probe.py ROUNDS block,tensor OUT.json
+    PYTHONPATH=. python3 scripts/l2_promotion_probe.py ROUNDS block,tensor OUT.json
 
 Found no gain from 256B (docs/perf-notes.md, issue 24, step 4); kept for the next GPU and for the order bias it
 showed: the kernel method timed the same kernel 7-9% faster when it ran first."""

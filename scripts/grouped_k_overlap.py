@@ -1,7 +1,7 @@
 """Experiment: DeepSeek-V3 weight gradients split by K into heavy and light groups, run as two grouped launches
 concurrently on disjoint CTA budgets, against the one combined launch. Burst: L2 flushed, events around.
 
-    python3 tools/grouped_k_overlap.py OUT.json   (H100: docs/results/h100/grouped/k_order/overlap_h100.json)
+    python3 scripts/grouped_k_overlap.py OUT.json   (H100: docs/results/h100/grouped/k_order/overlap_h100.json)
 """
 import json
 import math

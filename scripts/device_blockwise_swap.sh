@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 24's swap-AB for blockwise scales on the GPU, in two calls of the device tool:
-#   bash tools/device_blockwise_swap.sh [all|tests|mutants|variants|wide112|deepgemm]
+#   bash scripts/device_blockwise_swap.sh [all|tests|mutants|variants|wide112|deepgemm]
 # tests     the blockwise and fp8 GPU tests: the four swap-AB cases (pp64x32t, pp128x16t, pp128x32t, pp64x64tk2 on
 #           C-order outs, so GemmConfig.block_scale_swapped) beside every unswapped tile's cases;
 # mutants   the blockwise-swapped preset (pp64x32t, the problem swapped): every synchronization instruction of the

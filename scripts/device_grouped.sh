@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # The grouped GEMM's device checks, one step per call so each fits the device tool's 600 s limit:
-#   bash tools/device_grouped.sh tests     # the grouped GPU tests, then the fuzzer (100 dense + 300 grouped cases)
-#   bash tools/device_grouped.sh mutants   # the grouped presets (contiguous, its pairs along M, masked, k form, the
+#   bash scripts/device_grouped.sh tests     # the grouped GPU tests, then the fuzzer (100 dense + 300 grouped cases)
+#   bash scripts/device_grouped.sh mutants   # the grouped presets (contiguous, its pairs along M, masked, k form, the
 #                                          # stream-K tail's fix-up): 0 unexplained
-#   bash tools/device_grouped.sh ncu       # the k form's DRAM and L2 bytes with C's store hint off and on, and the
-#                                          # pair; the GPU's DRAM write ceiling (tools/write_bandwidth.py)
-#   bash tools/device_grouped.sh bench     # bench --set grouped: bf16, fp8 rowwise, fp8 blockwise (RUN names them;
+#   bash scripts/device_grouped.sh ncu       # the k form's DRAM and L2 bytes with C's store hint off and on, and the
+#                                          # pair; the GPU's DRAM write ceiling (scripts/write_bandwidth.py)
+#   bash scripts/device_grouped.sh bench     # bench --set grouped: bf16, fp8 rowwise, fp8 blockwise (RUN names them;
 #                                          # SETS picks some of "bf16 row block"; VARIANTS is passed as --variants,
 #                                          # e.g. VARIANTS=hint times the L2 hint toggled beside the default,
 #                                          # VARIANTS=stream-k the stream-K tail)
@@ -44,10 +44,10 @@ case "$1" in
 dram__throughput.avg.pct_of_peak_sustained_elapsed,lts__throughput.avg.pct_of_peak_sustained_elapsed,\
 lts__t_sector_hit_rate.pct,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active
     timeout 200 /usr/local/cuda/bin/ncu --kernel-name regex:gemm_grouped --launch-count 6 --metrics "$M" --csv \
-      --page raw python3 tools/profile_grouped.py --case deepseek-v3-wgrad-gate-up --impl coop128x256:nostore \
+      --page raw python3 scripts/profile_grouped.py --case deepseek-v3-wgrad-gate-up --impl coop128x256:nostore \
       --impl coop128x256 --impl coop128x256c2 > "$W/ncu_wgrad_gate_up.csv" 2> "$W/ncu.err"
     echo "ncu rc $?" | tee -a "$L"
-    timeout 60 python3 tools/write_bandwidth.py "$W/write_bw.json" >> "$L" 2>&1 ;;
+    timeout 60 python3 scripts/write_bandwidth.py "$W/write_bw.json" >> "$L" 2>&1 ;;
   *)
     echo "usage: $0 tests|mutants|bench|ncu" >&2; exit 2 ;;
 esac

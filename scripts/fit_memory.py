@@ -6,7 +6,7 @@ Every (shape, variant) time of the runs is a sample; the fit minimizes the mean 
 ptxgemm.select.cost_model.predict over them (scipy's Powell method, starting from the current tables). It prints the
 constants to paste into ptxgemm/select/cost_model.py and the RMS log error.
 
-    python tools/fit_memory.py docs/results/h100/select/bench_h100_issue11_explore.json [--json OUT]
+    python scripts/fit_memory.py docs/results/h100/select/bench_h100_issue11_explore.json [--json OUT]
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Experiment: the k form's group order. The same DeepSeek-V3 weight gradients with the groups (their K ranges of x
 and dy) permuted on the host, so the kernel's walk meets them in another order. Burst, L2 flushed, median of 5.
 
-    python3 tools/grouped_k_order.py OUT.json   (H100: docs/results/h100/grouped/k_order/host_order_h100_r{1,2}.json)
+    python3 scripts/grouped_k_order.py OUT.json   (H100: docs/results/h100/grouped/k_order/host_order_h100_r{1,2}.json)
 """
 import json
 import math

@@ -1,10 +1,10 @@
 """Launch one grouped problem's kernels twice each, in order, for ncu: a grouped benchmark case
-(tools/device_grouped.sh ncu), or a dense-sized problem as one group (issue 26's DRAM question: does the output
+(scripts/device_grouped.sh ncu), or a dense-sized problem as one group (issue 26's DRAM question: does the output
 stream evict the operands of a dense GEMM?).
 
-    python3 tools/profile_grouped.py --case deepseek-v3-wgrad-gate-up --impl coop128x256:nostore --impl coop128x256
+    python3 scripts/profile_grouped.py --case deepseek-v3-wgrad-gate-up --impl coop128x256:nostore --impl coop128x256
     ncu --kernel-name regex:gemm_grouped --launch-count 4 --metrics dram__bytes_read.sum,... \\
-        python3 tools/profile_grouped.py --dense 16384x14336x4096 \\
+        python3 scripts/profile_grouped.py --dense 16384x14336x4096 \\
         --impl coop128x256c2:nostore --impl coop128x256c2:store
 
 --impl is a grouped tile tag (the plan's config from it), with ':nostore' or ':store' for the same config with C's L2
