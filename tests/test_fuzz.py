@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 
+import numpy as np
 import pytest
 
 import full_run
@@ -100,3 +101,35 @@ def test_outcomes_compare_failures_by_kind_and_message():
     b = fuzz.Outcome("refused", "ConfigError: out: shape must be (5, 6), got (6, 5)")
     c = fuzz.Outcome("refused", "ConfigError: c: dtype must be one of ...")
     assert a.same_failure(b) and not a.same_failure(c) and not a.same_failure(fuzz.Outcome("crashed", a.detail))
+
+
+def test_the_gpu_judge_sees_a_byte_written_between_outs_rows():
+    """GpuBackend.touched (no GPU here: its span stands in for the device's): an out with gaps between its rows
+    (a pitched slice) is judged on the bytes of the gaps too, as the emulator judges host memory; a write into a
+    gap is wrong, a write into out's own elements is not."""
+    from ptxgemm.tools import fuzz as fz
+
+    whole = np.zeros((4, 24), np.uint16)                 # rows of 48 bytes, out their first 18 elements (36 bytes)
+    out = whole[:, :18]
+    mine = fz.element_bytes(whole.nbytes, 0, out.shape, out.strides, out.itemsize)
+    assert mine.sum() == out.nbytes and not mine[36:48].any() and mine[48:84].all()
+
+    class Span:   # DeviceArray.to_numpy of the span
+        def __init__(self):
+            self.bytes = whole.view(np.uint8).reshape(-1).copy()
+
+        def to_numpy(self):
+            return self.bytes
+
+    class Case:
+        pass
+
+    case = Case()
+    case.out = out
+    judge = fz.GpuBackend.__new__(fz.GpuBackend)
+    span = Span()
+    judge.out_span = (span, 0, span.bytes.copy())
+    span.bytes[0:36] = 7                                 # out's own first row
+    assert judge.touched(case) == ""
+    span.bytes[36] = 1                                   # the first byte past N in row 0
+    assert judge.touched(case) == fz.OUTSIDE_OUT

@@ -3,8 +3,8 @@
 `python -m ptxgemm fuzz --cases N --seed S [--out DIR] [--emulate]` draws N cases (ptxgemm.tools.fuzz_cases: every
 argument, layout, dtype and epilogue), runs each through the library, and sorts the outcomes:
 
-- correct: every element within ptxgemm.accuracy's bound (and, emulated, no byte written outside `out`'s elements
-  and the inputs untouched);
+- correct: every element within ptxgemm.accuracy's bound, and no byte written outside `out`'s elements (emulated:
+  in out's memory, and the inputs untouched; on the GPU: in the span an out with gaps was uploaded in);
 - wrong: a result over its bound (NaN included: outputs start poisoned);
 - refused: a ConfigError on an input numpy and the documented API accept, which is a bug like a wrong result;
 - crashed: any other exception.
@@ -98,7 +98,7 @@ class GpuBackend:
 
     def _device(self, x, kind: str):
         """A device array of `kind` with x's values, shape and strides (a span upload, as to_device makes)."""
-        arr = DeviceArray.from_numpy(x)
+        arr = self.uploaded = DeviceArray.from_numpy(x)   # torch's and CuPy's arrays below are views of it
         if kind == "torch" and min(x.strides, default=0) >= 0:   # torch has no negative strides
             import torch
             return torch.from_dlpack(arr) if arr.size else torch.empty(x.shape, dtype=_torch_dtype(x.dtype),
@@ -109,10 +109,22 @@ class GpuBackend:
             return cupy.asarray(arr) if arr.size else cupy.empty(x.shape, x.dtype)
         return arr
 
+    out_span = None   # (the device span out was uploaded in, out's offset in it, its bytes before the call)
+
+    def touched(self, case) -> str:
+        """A byte of out's upload span outside out's elements that the call wrote, if any (after `call`)."""
+        if self.out_span is None:
+            return ""
+        base, start, before = self.out_span
+        after = base.to_numpy().view(np.uint8).reshape(-1)
+        mine = element_bytes(after.size, start, case.out.shape, case.out.strides, case.out.itemsize)
+        return OUTSIDE_OUT if not np.array_equal(before[~mine], after[~mine]) else ""
+
     def call(self, case) -> np.ndarray:
         import ptxgemm
 
         kw = dict(case.kwargs)
+        self.out_span = None
         if case.entry == "run":
             return ptxgemm.run(case.a, case.b, **kw)
         kind = case.array_kind
@@ -122,6 +134,14 @@ class GpuBackend:
                 kw[name] = self._device(x, kind)
         a, b = self._device(case.a, kind), self._device(case.b, kind)
         out = None if case.out is None else self._device(case.out, kind)
+        if out is not None and case.out.size and not (case.out.flags.c_contiguous or case.out.flags.f_contiguous):
+            # out's elements with gaps between them (a slice, a pitched layout): the span uploaded around them, as
+            # it held before the call, so that the judge can see a byte of a gap written (the emulator's check,
+            # on the device)
+            view = self.uploaded
+            if view.base is not None:   # from_numpy's span buffer, which out views
+                self.out_span = (view.base, view.ptr - view.base.ptr,
+                                 view.base.to_numpy().view(np.uint8).reshape(-1).copy())
         if case.c_is_out:
             kw["c"] = out
         if case.entry == "matmul":
@@ -160,10 +180,9 @@ def evaluate(spec: dict, backend) -> Outcome:
     verdict = fuzz_build.verdict(case, got)
     if not verdict.ok:
         return Outcome("wrong", str(verdict))
-    if backend.name == "emulate":
-        touched = _touched(case, before)
-        if touched:
-            return Outcome("wrong", touched)
+    touched = _touched(case, before) if backend.name == "emulate" else backend.touched(case)
+    if touched:
+        return Outcome("wrong", touched)
     return Outcome("correct")
 
 
@@ -196,16 +215,26 @@ def _touched(case, snap: dict) -> str:
                 return f"{name}: an input was written"
             continue
         raw_before, raw_after = before.reshape(-1).view(np.uint8), after.reshape(-1).view(np.uint8)
-        mine = np.zeros(raw_after.shape, bool)
-        if x.size:
-            start = x.__array_interface__["data"][0] - after.__array_interface__["data"][0]
-            offsets = start + sum(np.arange(e).reshape((-1,) + (1,) * (x.ndim - 1 - i)) * st
-                                  for i, (e, st) in enumerate(zip(x.shape, x.strides)))
-            for byte in range(x.itemsize):
-                mine[np.ravel(offsets) + byte] = True
+        start = x.__array_interface__["data"][0] - after.__array_interface__["data"][0]
+        mine = element_bytes(raw_after.size, start, x.shape, x.strides, x.itemsize)
         if not np.array_equal(raw_before[~mine], raw_after[~mine]):
-            return "out: bytes outside out's elements were written"
+            return OUTSIDE_OUT
     return ""
+
+
+OUTSIDE_OUT = "out: bytes outside out's elements were written"
+
+
+def element_bytes(nbytes: int, start: int, shape, strides, itemsize: int) -> np.ndarray:
+    """A mask over `nbytes` bytes of memory: True where an element of the array (`shape`, byte `strides`) whose
+    element 0 is `start` bytes in lies."""
+    mine = np.zeros(nbytes, bool)
+    if 0 not in tuple(shape):
+        offsets = start + sum(np.arange(e).reshape((-1,) + (1,) * (len(shape) - 1 - i)) * st
+                              for i, (e, st) in enumerate(zip(shape, strides)))
+        for byte in range(itemsize):
+            mine[np.ravel(offsets) + byte] = True
+    return mine
 
 
 # --- the campaign --------------------------------------------------------------------------------------------
