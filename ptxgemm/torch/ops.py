@@ -1,5 +1,7 @@
-"""The torch custom ops `ptxgemm::mm`, `ptxgemm::scaled_mm` and `ptxgemm::grouped_mm`, each with a fake (meta)
-implementation, so `torch.compile(fullgraph=True)` traces them as single nodes and CUDA graphs capture them.
+"""The torch ops `ptxgemm::mm`, `ptxgemm::scaled_mm` and `ptxgemm::grouped_mm` (defined with torch.library.Library,
+each with a fake (meta) implementation, so `torch.compile(fullgraph=True)` traces them as single nodes and CUDA graphs
+capture them), and the two launch ops their autograd kernels call (ptxgemm.torch.autograd; the registration at the
+end of this module says why two layers).
 
 Each op allocates its result with torch (on the inputs' device, through torch's caching allocator), plans the call
 once per signature (shapes, strides, dtypes, devices and address classes of the tensors, the epilogue's numbers,
@@ -221,7 +223,7 @@ def eager_ok(*args) -> bool:
 
 class _LinearFunction(torch.autograd.Function):
     """y = x2 @ w^T + bias with its gradients, for the drop-in layers' eager training: the same ptxgemm GEMMs and
-    formulas as ptxgemm::mm's registered backward (ptxgemm.torch.autograd), without the custom-op dispatcher's
+    formulas as ptxgemm::mm's registered backward (ptxgemm.torch.autograd), without the dispatcher's
     Python on the forward and on each gradient GEMM. Traced code (torch.compile, make_fx) takes the op instead."""
 
     @staticmethod
