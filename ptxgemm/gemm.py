@@ -134,9 +134,9 @@ def _tile_order(rows: int, cols: int):
         return _tile_orders[(rows, cols)]
 
 
-def _copy_launches(copies) -> list:
-    """operands.Copy's as prepared relayout launches (a source address 0 means zeros)."""
-
+def copy_launches(copies) -> list:
+    """operands.Copy's as prepared relayout launches (a source address 0 means zeros): the staging steps of a plan
+    (GemmPlan's, and GroupedPlan's around the grouped kernel)."""
     out = []
     for c in copies:
         launch = (relayout.prepare_fill(c.dst_ptr, c.dst_strides, c.shape, c.itemsize) if c.src_ptr == 0 else
@@ -144,12 +144,6 @@ def _copy_launches(copies) -> list:
         if launch is not None:
             out.append(launch)
     return out
-
-
-def copy_launches(copies) -> list:
-    """operands.Copy's as prepared relayout launches (a source address 0 means zeros): the staging steps of a plan
-    (GemmPlan's, and GroupedPlan's around the grouped kernel)."""
-    return _copy_launches(copies)
 
 
 def stream_key(stream):
@@ -219,7 +213,7 @@ def signatures(args: dict) -> tuple:
 
 def _array_signature(x) -> tuple:
     """binding.signature of a DeviceArray, on matmul's per-call path (its fields are already tuples and a dtype)."""
-    return binding.array_signature(x.shape, x.strides, binding.dtype_name(x.dtype), x.ptr)
+    return binding.array_signature(x.shape, x.strides, dtype_name(x.dtype), x.ptr)
 
 
 def addresses(args: dict) -> tuple:
@@ -279,7 +273,7 @@ class GemmPlan:
         self.epilogue, cfg = planned.epilogue, planned.config
         ptrs = binding.check_real(ROLES, addresses(args))
         if cfg is None:  # nothing to multiply: an empty result, or zeros (K = 0)
-            self._steps = _copy_launches(lay.fill)
+            self._steps = copy_launches(lay.fill)
         else:
             self.config = cfg
             self._scratch = scratch or own_scratch(stream)
@@ -293,7 +287,7 @@ class GemmPlan:
                     self.buffers[op.name] = self._scratch(op.staging.nbytes)
             bound, copies_in, copies_out = operands.bind(lay, {k: v.ptr for k, v in self.buffers.items()})
             self._encode(bound, cfg, info, ctas, stream, ptrs)
-            self._steps = _copy_launches(copies_in) + [self._launch] + _copy_launches(copies_out)
+            self._steps = copy_launches(copies_in) + [self._launch] + copy_launches(copies_out)
         self._slots.collect(self._steps, binding.decode)
         self._slots.bind(ptrs)
         self.a, self.b, self.out = a, b, out
@@ -598,12 +592,19 @@ class _HostStandIn:
     ptr: int = _ANY_ALIGNED
 
 
+def upload_site(x: np.ndarray) -> tuple:
+    """(shape, byte strides, dtype, address) of the device array DeviceArray.from_numpy will make of `x`, for a
+    plan made before the upload: numpy's strides (or the order's own, arrays.upload_strides) and element 0 where
+    arrays.upload_offset puts it in an aligned allocation (0 for an empty array: no allocation)."""
+    offset = arrays.upload_offset(x)
+    return x.shape, arrays.upload_strides(x), x.dtype, 0 if offset is None else _ANY_ALIGNED + offset
+
+
 def _stand_in(x, name: str) -> _HostStandIn:
     if not isinstance(x, np.ndarray):
         raise ConfigError(f"{name}: run takes numpy arrays (or numbers for alpha, beta and per-tensor scales), got "
                           f"{type(x).__name__}; use ptxgemm.matmul for device arrays")
-    offset = arrays.upload_offset(x)
-    return _HostStandIn(x.shape, arrays.upload_strides(x), x.dtype, 0 if offset is None else _ANY_ALIGNED + offset)
+    return _HostStandIn(*upload_site(x))
 
 
 def run(a, b, c=None, *, alpha=1.0, beta=0.0, bias=None, activation=None, scale_a=None, scale_b=None,

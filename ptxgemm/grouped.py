@@ -25,7 +25,7 @@ import numpy as np
 
 from .errors import ConfigError, CudaError
 from .gemm import (LOAD_L2_PROMOTION, MN_PANEL, cached_plan, copy_launches, encode_bound, fix_up_buffers, get_kernel,
-                   own_scratch, stream_key, uploaded, without_caller_arrays)
+                   own_scratch, stream_key, upload_site, uploaded, without_caller_arrays)
 from .kernel.config import GemmConfig
 from .plan import binding, grouped, grouped_call, grouped_layout
 from .plan.cache import COUNTERS, now_ns
@@ -419,11 +419,6 @@ def grouped_matmul(a, b, *, offs=None, masked_m=None, out=None, alpha=1.0, scale
     return args["out"]
 
 
-#: where grouped_run's stand-ins lie before the upload (a fresh allocation is 256-byte aligned; only the address's
-#: class modulo 16 matters to a plan, ptxgemm.plan.binding)
-_UPLOAD_BASE = 1 << 32
-
-
 def _host_stand_in(x, name: str):
     """A numpy argument of grouped_run as the device array its upload will be (DeviceArray.from_numpy: the span of
     its elements, numpy's strides kept, element 0 where arrays.upload_offset puts it); a stand-in already made (the
@@ -433,8 +428,7 @@ def _host_stand_in(x, name: str):
     if not isinstance(x, np.ndarray):
         raise ConfigError(f"{name}: grouped_run takes numpy arrays (and numbers for alpha and per-tensor scales), got "
                           f"{type(x).__name__}; use ptxgemm.grouped_matmul for device arrays")
-    offset = arrays.upload_offset(x)
-    return binding.StandIn(x.shape, arrays.upload_strides(x), x.dtype, 0 if offset is None else _UPLOAD_BASE + offset)
+    return binding.StandIn(*upload_site(x))
 
 
 def check_run(a, b, *, offs=None, masked_m=None, alpha=1.0, scale_a=None, scale_b=None, bias=None, activation=None,

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import ConfigError
 from ..runtime import arrays, driver, timing
 
 #: a training step's GEMMs of 15-200 us (issue 47's set: its lowest rows and a few wide ones), and one long GEMM
@@ -42,9 +41,7 @@ def plans(shape: tuple[int, int, int]) -> dict:
 def measure(shapes=SHAPES, rounds: int = DEFAULT_ROUNDS) -> dict:
     """Both ways on each shape, both methods: {"gpu", "method", "rounds", "rows": [{"shape", "config",
     "burst_us": {way: us}, "back_to_back_us": {way: us}, "burst_speedup", "back_to_back_speedup"}]} (speedup: the
-    time without PDL over the time with it)."""
-    if rounds < 1:
-        raise ConfigError(f"--rounds: >= 1, got {rounds}")
+    time without PDL over the time with it). `rounds` >= 1: the CLI's rule (cli/bench.run_pdl)."""
     driver.require_sm90("timing programmatic dependent launch")
     rows = []
     for shape in shapes:

@@ -101,20 +101,22 @@ def _field_types() -> tuple[tuple[str, str, bool], ...]:
                   f.type.endswith("| None")) for f in dataclasses.fields(GemmConfig))
 
 
-def _dtype_name(d) -> str:
+_DTYPE_NAMES: dict = {}
+
+
+def dtype_name(d) -> str | None:
+    """numpy's name of a dtype or anything numpy reads as one ('bfloat16' and the fp8 types too: ml_dtypes registers
+    them), None for None; remembered per spelling: numpy builds a name anew on every read (0.75 us), and a matmul
+    call's plan key reads two, the cost model a few hundred per selection."""
     if d is None:
         return None
     try:
-        hash(d)
+        name = _DTYPE_NAMES.get(d)
     except TypeError:   # unhashable: ask numpy each time
         return _numpy_dtype_name(d)
-    return _cached_dtype_name(d)
-
-
-@functools.lru_cache(maxsize=256)
-def _cached_dtype_name(d) -> str:
-    """np.dtype(d).name once per spelling: the cost model builds a few hundred configs per selection."""
-    return _numpy_dtype_name(d)
+    if name is None:
+        name = _DTYPE_NAMES[d] = _numpy_dtype_name(d)
+    return name
 
 
 def _numpy_dtype_name(d) -> str:
@@ -187,7 +189,7 @@ class GemmConfig(KernelLayout):
     def __post_init__(self):
         self._check_types()
         for name in _DTYPE_FIELDS:
-            object.__setattr__(self, name, _dtype_name(getattr(self, name)))
+            object.__setattr__(self, name, dtype_name(getattr(self, name)))
         b_dtype = self.b_dtype
         object.__setattr__(self, "b_dtype", None if b_dtype == self.in_dtype else b_dtype)   # one spelling of "same"
         # one spelling of "no column vector to pair" (the plain GEMM's PTX stays byte-identical)
@@ -264,7 +266,7 @@ class GemmConfig(KernelLayout):
                 continue
             if kind == "dtype":
                 try:
-                    _dtype_name(value)
+                    dtype_name(value)
                     continue
                 except TypeError:
                     ok = False

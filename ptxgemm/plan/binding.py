@@ -20,6 +20,7 @@ import numbers
 import numpy as np
 
 from ..errors import ConfigError
+from ..kernel.config import dtype_name
 from ..kernel.hardware import TMA_ALIGN
 
 ADDRESS_CLASS = TMA_ALIGN   # the strictest alignment a rule reads (runtime/patch rebases with the same constant)
@@ -85,18 +86,6 @@ def signature(x) -> tuple | float | str | None:
     if isinstance(x, np.ndarray):   # host memory (run's per-tensor scales): the plan holds its value
         return ("host", x.shape, x.dtype.str, x.tobytes())
     return array_signature(tuple(x.shape), tuple(x.strides), dtype_name(x.dtype), int(x.ptr))
-
-
-_DTYPE_NAMES: dict = {}
-
-
-def dtype_name(dtype) -> str:
-    """np.dtype(dtype).name, remembered per dtype: numpy builds the name anew on every read (0.75 us on the CPU
-    tests' machine, twice on every matmul call's path)."""
-    name = _DTYPE_NAMES.get(dtype)
-    if name is None:
-        name = _DTYPE_NAMES[dtype] = np.dtype(dtype).name
-    return name
 
 
 def array_signature(shape: tuple, strides: tuple, dtype_name: str, ptr: int) -> tuple:

@@ -2,16 +2,9 @@
 reaches the GPU. Shapes and strides are ptxgemm.plan.operands' rules; a config's own consistency is GemmConfig's."""
 from __future__ import annotations
 
-import numpy as np
-
 from ..errors import ConfigError
-from ..kernel.config import FP8_DTYPES, GemmConfig, INPUT_DTYPES, OUTPUT_DTYPES
+from ..kernel.config import FP8_DTYPES, GemmConfig, INPUT_DTYPES, OUTPUT_DTYPES, dtype_name
 from . import operands
-
-
-def dtype_name(dtype) -> str:
-    """numpy's name of a dtype ('bfloat16' too: ml_dtypes registers it)."""
-    return np.dtype(dtype).name
 
 
 def check_dtype(name: str, dtype) -> str:

@@ -98,19 +98,14 @@ def view_of(x, form: str, role: str) -> View:
 
 def _operand(name: str, view: View, inners: tuple[str, ...], stacked: bool = False,
              whole_chunks: bool = False) -> Operand:
-    """In place when TMA can use `view` along one of `inners` (preferred first), its matrices stacked at one line
-    pitch (`stacked`: read as one 2-D matrix) and its lines whole 16-byte chunks (`whole_chunks`: C of the row
-    forms); else staged (operands.staging_for: the source's own major order where `inners` allows it)."""
-    place = operands.placement(view, inners)
-    if place is not None and stacked and view.count > 1 and place.batch != place.lead * view.rows:
-        place = None
-    if place is not None and whole_chunks and (view.cols * view.itemsize) % TMA_ALIGN:
-        place = None
-    if place is not None:
-        return Operand(name, view, place)
-    staging = (operands.staging_for(view, view.count, inners[0]) if len(inners) > 1 else
-               operands.dense_staging(view, inners[0]))
-    return Operand(name, staging.view(0, view), staging.placement(), staging, view)
+    """operands.operand with the grouped kernel's rules on a placement: its matrices stacked at one line pitch
+    (`stacked`: read as one 2-D matrix) and its lines whole 16-byte chunks (`whole_chunks`: C); else staged (in the
+    source's own major order where `inners` allows it)."""
+    def usable(place) -> bool:
+        if stacked and view.count > 1 and place.batch != place.lead * view.rows:
+            return False
+        return not (whole_chunks and (view.cols * view.itemsize) % TMA_ALIGN)
+    return operands.operand(name, view, None, inners, usable)
 
 
 def plan(form: str, a, b, out=None, *, b_fp8: bool = False) -> GroupedLayout:

@@ -121,12 +121,6 @@ def _lines(view: View, inner: str) -> tuple[int, int]:
     return round_up(ie * view.itemsize, TMA_ALIGN), oe
 
 
-def dense_staging(view: View, inner: str) -> Staging:
-    """The dense buffer holding every matrix of `view` with `inner` ("cols" or "rows") contiguous, its lines padded
-    to 16 bytes and its matrices one after the other (the grouped GEMM stages through these too)."""
-    return Staging(inner, *_lines(view, inner), view.count)
-
-
 def staging_for(view: View, count: int, prefer: str) -> Staging:
     """The buffer a View is staged into: its own contiguous axis inner when it has one, else `prefer`."""
     sb, sr, sc = view.strides
@@ -274,14 +268,17 @@ def _view(ptr, itemsize, batch_shape, bstrides, rows, cols, sr, sc):
     return View(ptr, math.prod(batch_shape), rows, cols, (0, sr, sc), itemsize), _batch_walk(batch_shape, bstrides)
 
 
-def _operand(name: str, view: View, walk, inners: tuple[str, ...]) -> Operand:
-    """In place when TMA can use the View along one of `inners` (preferred first), else staged."""
+def operand(name: str, view: View, walk, inners: tuple[str, ...], usable=None) -> Operand:
+    """In place when TMA can use the View along one of `inners` (preferred first) and the kernel can use that
+    placement (`usable(place)`, default: any: the grouped kernel's rules add to TMA's, ptxgemm.plan.grouped_layout),
+    else staged."""
     place = placement(view, inners) if walk is None else None
-    if place is not None:
+    if place is not None and (usable is None or usable(place)):
         return Operand(name, view, place)
     # a buffer in the source's own major order when the kernel can use that order (the copy then moves whole
     # lines); the output has one order only: the kernel stores rows
-    staging = staging_for(view, view.count, inners[0]) if len(inners) > 1 else dense_staging(view, inners[0])
+    staging = staging_for(view, view.count, inners[0]) if len(inners) > 1 else \
+        Staging(inners[0], *_lines(view, inners[0]), view.count)
     return Operand(name, staging.view(0, view), staging.placement(), staging, view, walk)
 
 
@@ -412,10 +409,10 @@ def plan_matmul(a_shape, a_strides, a_ptr: int, b_shape, b_strides, b_ptr: int, 
         swapped = True
 
     # K-major first for A: numpy's C order; N-major first for B. fp8 (k_major): K-major only, else staged K-major
-    a = _operand("a", a_view, a_walk, ("cols",) if k_major else ("cols", "rows"))
-    b = _operand("b", b_view, b_walk, ("rows",) if k_major else ("cols", "rows"))
-    c = _operand("c", c_view, c_walk, (c_inner,))         # the kernel writes rows (columns: transposed_store)
-    s = _operand("s", s_view, s_walk, ("cols",)) if s_view is not None else None   # read as rows of the tile
+    a = operand("a", a_view, a_walk, ("cols",) if k_major else ("cols", "rows"))
+    b = operand("b", b_view, b_walk, ("rows",) if k_major else ("cols", "rows"))
+    c = operand("c", c_view, c_walk, (c_inner,))         # the kernel writes rows (columns: transposed_store)
+    s = operand("s", s_view, s_walk, ("cols",)) if s_view is not None else None   # read as rows of the tile
     plan = MatmulPlan(result, batch_shape, m, n, k, batches, a, b, c, s, swapped=swapped, zero_k=zero_k)
     return plan if indexed[1 if swapped else 0] else _fold(plan)
 

@@ -55,11 +55,6 @@ def reduce_to(x: torch.Tensor, shape) -> torch.Tensor:
 # mm
 # ------------------------------------------------------------------------------------------------------------------
 
-def _needs_grad(*tensors_) -> bool:
-    """Whether a call records a gradient: grad mode on and a tensor argument that requires one."""
-    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors_)
-
-
 def _dense_product(*args, **kwargs) -> torch.Tensor:
     """A gradient formula's GEMM: the launch op, or the public op where the backward itself is being
     differentiated (create_graph=True), so that a second derivative exists."""
@@ -85,14 +80,14 @@ class _MmFunction(torch.autograd.Function):
 
 
 def _mm_autograd(a, b, bias=None, activation=None, alpha=1.0, c=None, beta=0.0, out_dtype=None):
-    if _needs_grad(a, b, bias, c):
+    if tensors.needs_grad(a, b, bias, c):
         return _MmFunction.apply(a, b, bias, activation, alpha, c, beta, out_dtype)
     return ops.DENSE_LAUNCH(a, b, bias, activation, alpha, c, beta, out_dtype)
 
 
 def _scaled_mm_autograd(a, b, scale_a, scale_b, bias=None, activation=None, alpha=1.0, out_dtype=None):
     ops._check_fp8(a, b)
-    if _needs_grad(a, b, scale_a, scale_b, bias):
+    if tensors.needs_grad(a, b, scale_a, scale_b, bias):
         raise ConfigError("a, b: ptxgemm::scaled_mm is inference only (fp8 scales are not differentiated): run it "
                           "under torch.no_grad() or detach its inputs")
     return ops.DENSE_LAUNCH(a, b, bias, activation, alpha, None, 0.0, out_dtype, scale_a, scale_b)
@@ -158,7 +153,7 @@ class _GroupedFunction(torch.autograd.Function):
 def _grouped_autograd(a, b, offs=None, masked_m=None, scale_a=None, scale_b=None, bias=None, activation=None,
                       alpha=1.0, out_dtype=None):
     args = (a, b, offs, masked_m, scale_a, scale_b, bias, activation, alpha, out_dtype)
-    if _needs_grad(a, b, scale_a, scale_b, bias):
+    if tensors.needs_grad(a, b, scale_a, scale_b, bias):
         return _GroupedFunction.apply(*args)
     return ops.GROUPED_LAUNCH(*args)
 

@@ -180,10 +180,12 @@ def _linear(x2: Tensor, w: Tensor, bias: Tensor | None) -> Tensor:
 # ------------------------------------------------------------------------------------------------------------------
 
 def mm_impl(a: Tensor, b: Tensor, bias: Tensor | None = None, activation: str | None = None, alpha: float = 1.0,
-            c: Tensor | None = None, beta: float = 0.0, out_dtype: torch.dtype | None = None) -> Tensor:
-    """ptxgemm::mm's implementation: the result allocated, the plan found (or made) and launched."""
-    return _dense(a, b, c=c, beta=beta, alpha=alpha, bias=bias, activation=activation, out_dtype=out_dtype,
-                  config=_pinned["mm"])
+            c: Tensor | None = None, beta: float = 0.0, out_dtype: torch.dtype | None = None,
+            scale_a: Tensor | None = None, scale_b: Tensor | None = None) -> Tensor:
+    """ptxgemm::mm's implementation, and the dense launch op's (which scaled_mm reaches with its two scales): the
+    result allocated, the plan found (or made) and launched."""
+    return _dense(a, b, c=c, beta=beta, alpha=alpha, bias=bias, activation=activation, scale_a=scale_a,
+                  scale_b=scale_b, out_dtype=out_dtype, config=_pinned["mm"])
 
 
 def mm(a: Tensor, b: Tensor, bias: Optional[Tensor] = None, activation: Optional[str] = None, alpha: float = 1.0,
@@ -203,22 +205,23 @@ def on_cuda(t: Tensor) -> bool:
     return t.is_cuda
 
 
-def plain_eager(*args) -> bool:
-    """CUDA tensors (the first argument's device: a meta or host call takes the op, to its fake or its rule), plain
-    (no fake, functional or other subclass: nothing is tracing), no mode intercepting dispatch, not under
-    torch.compile: an eager call that may take a shorter path than the dispatcher."""
+def eager_path(*args) -> str | None:
+    """How an eager call may go around the dispatcher: "plain" (run the implementation directly: nothing to
+    record), "grad" (a gradient to record: the drop-in layers' _LinearFunction), or None (take the op, which does
+    all of it properly: torch.compile or a dispatch mode is tracing, the first argument is a meta or host tensor --
+    the op's fake or its rule --, or an argument is a subclass: fake, functional, ...)."""
     if torch.compiler.is_compiling() or _get_current_dispatch_mode() is not None or not on_cuda(args[0]):
-        return False
-    return all(t is None or type(t) in _PLAIN for t in args)
+        return None
+    for t in args:
+        if t is not None and type(t) not in _PLAIN:
+            return None
+    return "grad" if tensors.needs_grad(*args) else "plain"
 
 
 def eager_ok(*args) -> bool:
     """Whether a call may skip the dispatcher and the op's autograd kernel (ptxgemm.torch.autograd) and run the
-    implementation directly: plain_eager, and no gradient to record. Anything else takes the op, which does all of
-    that properly."""
-    if not plain_eager(*args):
-        return False
-    return not torch.is_grad_enabled() or not any(t is not None and t.requires_grad for t in args)
+    implementation directly (eager_path "plain")."""
+    return eager_path(*args) == "plain"
 
 
 class _LinearFunction(torch.autograd.Function):
@@ -245,14 +248,12 @@ class _LinearFunction(torch.autograd.Function):
 
 def linear_mm(x2: Tensor, w: Tensor, bias: Tensor | None) -> Tensor:
     """x2 @ w^T + bias for the drop-in layers: the implementation directly in plain eager inference, through
-    _LinearFunction in plain eager training, else (traced, meta or host tensors) the op. plain_eager and eager_ok's
-    tests, spelled out: this is every eager layer call's path."""
-    if (not torch.compiler.is_compiling() and _get_current_dispatch_mode() is None and on_cuda(x2)
-            and type(x2) in _PLAIN and type(w) in _PLAIN and (bias is None or type(bias) in _PLAIN)):
-        if torch.is_grad_enabled() and (x2.requires_grad or w.requires_grad
-                                        or (bias is not None and bias.requires_grad)):
-            return _LinearFunction.apply(x2, w, bias)
+    _LinearFunction in plain eager training, else (traced, meta or host tensors) the op (eager_path)."""
+    path = eager_path(x2, w, bias)
+    if path == "plain":
         return _linear(x2, w, bias)
+    if path == "grad":
+        return _LinearFunction.apply(x2, w, bias)
     return mm(x2, w.t(), bias=bias)
 
 
@@ -386,12 +387,6 @@ SCHEMAS = {
 }
 
 
-def dense_launch_impl(a, b, bias=None, activation=None, alpha=1.0, c=None, beta=0.0, out_dtype=None, scale_a=None,
-                      scale_b=None):
-    return _dense(a, b, c=c, beta=beta, alpha=alpha, bias=bias, activation=activation, scale_a=scale_a,
-                  scale_b=scale_b, out_dtype=out_dtype, config=_pinned["mm"])
-
-
 def _mm_fake(a, b, bias=None, activation=None, alpha=1.0, c=None, beta=0.0, out_dtype=None, scale_a=None,
              scale_b=None):
     return a.new_empty(mm_shape(a, b), dtype=default_out_dtype(a, out_dtype))
@@ -411,7 +406,7 @@ def _grouped_mm_fake(a, b, offs=None, masked_m=None, scale_a=None, scale_b=None,
 # ConfigError naming it) rather than the dispatcher's "no kernel for CPU"; the fakes give shapes to tracing
 for _name, _impl, _fake in (("mm", mm_impl, _mm_fake), ("scaled_mm", scaled_mm_impl, _scaled_mm_fake),
                             ("grouped_mm", grouped_mm_impl, _grouped_mm_fake),
-                            ("dense_launch", dense_launch_impl, _mm_fake),
+                            ("dense_launch", mm_impl, _mm_fake),
                             ("grouped_launch", grouped_mm_impl, _grouped_mm_fake)):
     LIBRARY.define(_name + SCHEMAS[_name], tags=(torch.Tag.pt2_compliant_tag,))   # as custom_op tags its ops
     LIBRARY.impl(_name, _impl, "CompositeExplicitAutograd")

@@ -6,9 +6,9 @@ hold the tensors for as long as the launch is enqueued on torch's stream (torch'
 tensor freed after the op returns is reused only by later work on that stream, as for torch's own kernels). A view
 therefore keeps no reference to its tensor, and a cached plan none to the caller's memory.
 
-The gradients' dtype rule (check_differentiable) and the bias's gradient (bias_grad) are here as well: the ops'
-autograd kernels (ptxgemm.torch.autograd) and the drop-in layers' eager training (ptxgemm.torch.ops) both use them,
-and autograd imports ops, so neither can hold them for the other."""
+Whether a call records a gradient (needs_grad), the gradients' dtype rule (check_differentiable) and the bias's
+gradient (bias_grad) are here as well: the ops' autograd kernels (ptxgemm.torch.autograd) and the drop-in layers'
+eager paths (ptxgemm.torch.ops) both use them, and autograd imports ops, so neither can hold them for the other."""
 from __future__ import annotations
 
 import ml_dtypes
@@ -32,6 +32,16 @@ NUMPY_DTYPES = {
 #: the 16-bit dtypes whose products have gradients here (fp8 is inference: its scales are not differentiated)
 GRAD_DTYPES = (torch.bfloat16, torch.float16)
 FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
+
+
+def needs_grad(*tensors) -> bool:
+    """Whether a call records a gradient: grad mode on and a tensor argument (None: absent) that requires one."""
+    if not torch.is_grad_enabled():
+        return False
+    for t in tensors:   # a loop, not any() over a generator: this is on every eager call's path
+        if t is not None and t.requires_grad:
+            return True
+    return False
 
 
 def check_differentiable(a: torch.Tensor, what: str) -> None:
