@@ -40,18 +40,18 @@ def _close(got, want, rel=2 ** -7):
 
 # --- the reported wrong result: mixed fp8 on a swapped problem ---------------------------------------------------
 
-def _mixed_swapped_case(rng):
-    """a e4m3 (777 x 511, F-order) @ b e5m2 (511 x 1, rows reversed): the output is one column, computed as
-    C^T = B^T A^T, so the kernel's A is the caller's b."""
-    a = np.asfortranarray(_normal(rng, (777, 511), E4M3))
+def _mixed_swapped_case(rng, rows: int = 777):
+    """a e4m3 (rows x 511, F-order) @ b e5m2 (511 x 1, rows reversed): the output is one column, computed as
+    C^T = B^T A^T when its one line is whole 16-byte chunks, so the kernel's A is the caller's b."""
+    a = np.asfortranarray(_normal(rng, (rows, 511), E4M3))
     b = _normal(rng, (511, 1), E5M2)[::-1]
     return a, b
 
 
 def test_a_swapped_mixed_fp8_problem_gives_the_kernel_each_operand_its_own_dtype():
     rng = np.random.default_rng(22)
-    a, b = _mixed_swapped_case(rng)
-    out = emulator.HostArray.empty((777, 1), "bfloat16")
+    a, b = _mixed_swapped_case(rng, rows=776)   # 776 bf16: one line of whole chunks, so in place, swapped
+    out = emulator.HostArray.empty((776, 1), "bfloat16")
     planned = plan_call(emulator.HostArray.of(a), emulator.HostArray.of(b), out, None, epilogue.PLAIN,
                              device=ptxgemm.select.cost_model.DEFAULT_DEVICE, spill_check=lambda cfg: False)
     assert planned.layout.swapped

@@ -134,6 +134,33 @@ def test_unaligned_k_stages_a_with_padded_lines():
     assert plan.a.place.inner == "cols"
 
 
+def _aligned_view(base: np.ndarray, index) -> np.ndarray:
+    """base[index] with the view's element 0 on a 256-byte boundary (a device allocation's, as a span upload has)."""
+    raw = np.zeros(base.nbytes + 512, np.uint8)
+    start = (-raw.ctypes.data) % 256
+    view_offset = base[index].__array_interface__["data"][0] - base.__array_interface__["data"][0]
+    moved = raw[start - view_offset % 256 + 256:][:base.nbytes].view(base.dtype).reshape(base.shape)
+    return moved[index]
+
+
+@pytest.mark.parametrize("cols, staged", [(109, True), (104, False)])
+def test_an_out_whose_lines_end_inside_a_chunk_is_staged(cols, staged):
+    # TMA's store writes a line's last 16-byte chunk whole (measured on the H200): in place, a pitched out of 109
+    # bf16 columns (218 bytes in 224-byte lines) would have its neighbours' bytes written; 104 columns (208) end
+    # on a chunk
+    out = _aligned_view(np.zeros((64, 112), ml_dtypes.bfloat16), (slice(None), slice(1, 1 + cols)))
+    assert out.ctypes.data % 16 == 0 and out.strides[0] == 224
+    plan = _plan(_c((64, 32)), _c((32, cols)), out)
+    assert plan.c.staged == staged and not plan.swapped
+
+
+def test_a_single_line_out_ending_inside_a_chunk_is_staged():
+    # one row of 100 bf16 (200 bytes): in place, the store's last chunk would run 8 bytes past the array
+    out = _aligned_view(np.zeros((1, 112), ml_dtypes.bfloat16), (slice(None), slice(0, 100)))
+    plan = _plan(_c((1, 32)), _c((32, 100)), out)
+    assert plan.c.staged
+
+
 def test_fortran_out_is_computed_transposed_in_place():
     a, b = _c((64, 32)), _c((32, 48))
     out = np.asfortranarray(_c((64, 48)))

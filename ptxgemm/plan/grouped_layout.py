@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..kernel.hardware import TMA_ALIGN
 from . import operands
 from .operands import Operand, View
 
@@ -104,7 +103,7 @@ def _operand(name: str, view: View, inners: tuple[str, ...], stacked: bool = Fal
     def usable(place) -> bool:
         if stacked and view.count > 1 and place.batch != place.lead * view.rows:
             return False
-        return not (whole_chunks and (view.cols * view.itemsize) % TMA_ALIGN)
+        return not whole_chunks or operands.stores_whole_chunks(view, place)
     return operands.operand(name, view, None, inners, usable)
 
 
@@ -119,9 +118,8 @@ def plan(form: str, a, b, out=None, *, b_fp8: bool = False) -> GroupedLayout:
     if out is not None:
         if 0 not in tuple(out.shape):   # an empty array's strides are never stepped
             operands.check_distinct("out", out.shape, out.strides, out.dtype.itemsize)
-        # whole chunks in every form: the row forms' row store writes them, and an in-place C of the k form whose
-        # rows were not whole chunks had bytes past N written on the H200 (6 of 1050 fuzz cases, all of that class;
-        # issue 48, docs/perf-notes.md): staged, the buffer's line padding takes them
+        # whole chunks in every form (operands.stores_whole_chunks): the row forms' row store writes them, and
+        # the k form's TMA store does too
         lc = _operand("c", view_of(out, form, "c"), ("cols",), stacked=rows_form, whole_chunks=True)
     return GroupedLayout(form, la, lb, lc)
 

@@ -90,6 +90,22 @@ def placement(view: View, inners: tuple[str, ...]) -> Placement | None:
     return None
 
 
+def stores_whole_chunks(view: View, place: Placement) -> bool:
+    """Whether an output written in place through `place` ends every line on a 16-byte chunk. TMA's store writes a
+    line's last chunk whole: on the H200 the bytes past a line's end up to the next 16-byte boundary were written
+    (the grouped k form's C, issue 48, and the dense fuzzer's pitched outs, issue 46: docs/perf-notes.md). Inside a
+    pitched array those bytes are someone else's elements, past the last line they are past the array, so an output
+    whose lines are not whole chunks is staged: the staging buffer's line padding takes them."""
+    extent = view.cols if place.inner == "cols" else view.rows
+    return (extent * view.itemsize) % TMA_ALIGN == 0
+
+
+def output_placement(view: View, inner: str) -> Placement | None:
+    """`placement` for a View the kernel writes: TMA's rules and whole chunks (`stores_whole_chunks`)."""
+    place = placement(view, (inner,))
+    return place if place is not None and stores_whole_chunks(view, place) else None
+
+
 @dataclasses.dataclass(frozen=True)
 class Staging:
     """A dense buffer for a View TMA cannot use in place: `count` x `outer` lines of `lead` bytes, `inner` the
@@ -399,8 +415,8 @@ def plan_matmul(a_shape, a_strides, a_ptr: int, b_shape, b_strides, b_ptr: int, 
     # output becomes one row; with the transposed store, a row-major output is swap-AB)
     c_inner = "rows" if transposed_store else "cols"
     swapped = False
-    if (swap and c_walk is None and placement(c_view, (c_inner,)) is None
-            and placement(c_view.transposed(), (c_inner,))):
+    if (swap and c_walk is None and output_placement(c_view, c_inner) is None
+            and output_placement(c_view.transposed(), c_inner)):
         a_view, b_view, c_view = b_view.transposed(), a_view.transposed(), c_view.transposed()
         a_walk, b_walk = b_walk, a_walk
         if s_view is not None:
@@ -411,7 +427,8 @@ def plan_matmul(a_shape, a_strides, a_ptr: int, b_shape, b_strides, b_ptr: int, 
     # K-major first for A: numpy's C order; N-major first for B. fp8 (k_major): K-major only, else staged K-major
     a = operand("a", a_view, a_walk, ("cols",) if k_major else ("cols", "rows"))
     b = operand("b", b_view, b_walk, ("rows",) if k_major else ("cols", "rows"))
-    c = operand("c", c_view, c_walk, (c_inner,))         # the kernel writes rows (columns: transposed_store)
+    # the kernel writes rows (columns: transposed_store), each ending on a whole chunk
+    c = operand("c", c_view, c_walk, (c_inner,), lambda place: stores_whole_chunks(c_view, place))
     s = operand("s", s_view, s_walk, ("cols",)) if s_view is not None else None   # read as rows of the tile
     plan = MatmulPlan(result, batch_shape, m, n, k, batches, a, b, c, s, swapped=swapped, zero_k=zero_k)
     return plan if indexed[1 if swapped else 0] else _fold(plan)

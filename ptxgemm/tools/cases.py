@@ -66,6 +66,8 @@ def _dim(rng, big: bool) -> int:
     if r < 0.2:
         return int(rng.integers(1, 9))
     hi = 700 if big else 260
+    if r < 0.35:   # a multiple of 8: whole 16-byte lines of 16-bit elements, the sizes models use
+        return 8 * int(rng.integers(1, hi // 8))
     return int(rng.integers(1, hi))
 
 

@@ -14,7 +14,8 @@ what the GPU does is emulated, each as its own definition says:
   product in float64 (per 128-wide k-block scaled and summed under blockwise scales), then the epilogue in the
   kernel's frame with every value read from the parameter its config says it reads (by name, so a parameter packed
   in the wrong slot, or a row vector taken for a column one, shows), then the cast to `config.out_dtype`, stored
-  through C's map. A parameter the config does not read is an error.
+  through C's map. A parameter the config does not read is an error. The store writes each line's last 16-byte
+  chunk whole, as TMA's store did on the H200 (`chunk_tails`: junk past a line's end up to the next chunk).
 
 What it does not model: the PTX (tiles, pipelines, barriers, fp32 rounding order), TMA's swizzles, streams. The GPU
 fuzzer covers those; this one lets CI find planning bugs without a GPU (python -m ptxgemm fuzz --emulate).
@@ -355,6 +356,25 @@ def kernel(lay: operands.MatmulPlan, cfg, maps: dict, params: list[tuple[str, ob
         v = activation64(cfg.activation, v)
         _map_matrix(memory, "C", maps["tmap_c"], z, m, n, out_t, lay.c.place.inner)[...] = \
             v.astype(np.float32).astype(out_t)
+        chunk_tails(memory, "C", maps["tmap_c"], z, np.dtype(out_t).itemsize)
+
+
+#: what the emulated store leaves in the bytes past a line's end that its last chunk covers
+CHUNK_TAIL_BYTE = 0x5A
+
+
+def chunk_tails(memory: Memory, name: str, spec, problem: int, itemsize: int) -> None:
+    """TMA's store as measured on the H200: a line whose bytes end inside a 16-byte chunk gets that chunk written
+    whole (ptxgemm.plan.operands.stores_whole_chunks). Writes CHUNK_TAIL_BYTE there, through Memory's bounds: past
+    an allocation it raises, inside someone else's elements the fuzzer's check of out's span sees it."""
+    line = spec.dims[0] * itemsize
+    tail = -line % 16
+    if not tail:
+        return
+    lead, batch = spec.strides
+    z = problem if spec.dims[2] > 1 else 0
+    memory.at(spec.address + z * batch + line, (spec.dims[1], tail), (lead, 1), np.uint8,
+              f"{name}'s chunk tails")[...] = CHUNK_TAIL_BYTE
 
 
 # --- the grouped GEMM ------------------------------------------------------------------------------------------
