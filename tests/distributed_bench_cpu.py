@@ -3,8 +3,8 @@ torchrun job by tests/test_distributed.py: transformers' Llama and Mixtral at to
 the reference kernels tests/distributed_checks.py registers for the ops' CPU key, torch.compile's aot_eager backend;
 rank 0 writes the rows where the CLI would (bench.distributed.write_row) and errors.json.
 
-    python -m torch.distributed.run --standalone --nproc-per-node 2 tests/distributed_bench_cpu.py --config llama-tp \
-        --out DIR"""
+    python -m torch.distributed.run --standalone --nproc-per-node 2 tests/distributed_bench_cpu.py \
+        --config llama-tp,llama-fsdp,mixtral-fsdp --out DIR"""
 from __future__ import annotations
 
 import argparse
@@ -41,11 +41,16 @@ def main(argv=None) -> int:
     def counters():   # the reference kernels' calls stand for ptxgemm's plan_stats()
         return {"plans_made": 0, "plan_hits": 0, "calls": count(), "host_us": 0.0}
 
-    arch, parallel = bench_dist.CONFIGS[args.config]
     sizes = bench_dist.Sizes(layers=2, batch=2, seq=32, accuracy_batch=2, accuracy_seq=32, iters=1, repeats=2)
-    rows, errors = bench_dist.run_config(torch, dist, mesh, arch, parallel, sizes, modes=tuple(args.modes.split(",")),
-                                         device="cpu", dims=TINY[arch], backend="aot_eager", counters=counters,
-                                         log=lambda s: print(s, flush=True))
+    rows, errors = [], []
+    for config in args.config.split(","):
+        arch, parallel = bench_dist.CONFIGS[config]
+        got, failed = bench_dist.run_config(torch, dist, mesh, arch, parallel, sizes,
+                                            modes=tuple(args.modes.split(",")), device="cpu", dims=TINY[arch],
+                                            backend="aot_eager", counters=counters,
+                                            log=lambda s: print(s, flush=True))
+        rows += got
+        errors += [{"config": config, **e} for e in failed]
     if dist.get_rank() == 0:
         for row in rows:
             print(f"wrote {bench_dist.write_row(row, args.out, 'cpu')}", flush=True)

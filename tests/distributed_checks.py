@@ -25,8 +25,6 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import math
-import os
 import sys
 import time
 import traceback
@@ -338,7 +336,8 @@ def check_tp_activation(ctx):
     ys = pt.mm(xs, ws.t(), bias=bs, activation="gelu")
     ys.backward(dy)
     parts = [(tuple(y.placements) == (Shard(1),), f"output {tuple(y.placements)}"), close(ctx, "y", y, ys),
-             close(ctx, "dx", xd.grad, xs.grad), close(ctx, "dw", wd.grad, ws.grad), close(ctx, "db", bd.grad, bs.grad)]
+             close(ctx, "dx", xd.grad, xs.grad), close(ctx, "dw", wd.grad, ws.grad),
+             close(ctx, "db", bd.grad, bs.grad)]
     return (*verdict(parts), calls, 4)   # forward, the pre-activation, dX, dW
 
 
@@ -514,8 +513,8 @@ def check_fsdp_step_compiled(ctx):
 
 
 CHECKS = {"tp_linear": check_tp_linear, "tp_linear_compiled": check_tp_linear_compiled,
-          "tp_inference": check_tp_inference, "tp_activation": check_tp_activation, "tp_grouped": check_tp_grouped, "fsdp_step": check_fsdp_step,
-          "fsdp_step_compiled": check_fsdp_step_compiled}
+          "tp_inference": check_tp_inference, "tp_activation": check_tp_activation, "tp_grouped": check_tp_grouped,
+          "fsdp_step": check_fsdp_step, "fsdp_step_compiled": check_fsdp_step_compiled}
 
 
 if __name__ == "__main__":

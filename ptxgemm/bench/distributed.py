@@ -323,8 +323,8 @@ def run_config(torch, dist, mesh, arch: str, parallel: str, sizes: Sizes, *, mod
     # the ptxgemm peer, first whole on this GPU too: its own distance from the stock model there is the bound the
     # single-GPU model meets, which the parallelized peer is held to (distributed_bound)
     models = {stock_name: stock, OURS: copy.deepcopy(stock)}
-    header["variants"] = {stock_name: tm.STOCK_TEXT[stock_name],
-                          OURS: {"what": "a copy of the stock model with ptxgemm's GEMMs", **prepare(models[OURS], arch)}}
+    ours_text = {"what": "a copy of the stock model with ptxgemm's GEMMs", **prepare(models[OURS], arch)}
+    header["variants"] = {stock_name: tm.STOCK_TEXT[stock_name], OURS: ours_text}
     single = tm.compare(tm.forward_backward(models[OURS], ids), ref)
     tm.free(torch)
     for m in models.values():

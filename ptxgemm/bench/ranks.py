@@ -14,6 +14,7 @@ connects GPUs hidden from each other this way (CUDA IPC; since CUDA 10.1 it need
 Importing this module imports no torch (the CLI builds its command line without it); `init` imports it."""
 from __future__ import annotations
 
+import datetime
 import os
 import subprocess
 import sys
@@ -24,6 +25,9 @@ from ..errors import ConfigError
 SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 #: the variables torchrun sets in each rank
 RANK_VARS = ("LOCAL_RANK", "RANK", "WORLD_SIZE")
+#: how long a collective may wait for the other ranks: a rank that failed alone ends the job in minutes, not in
+#: NCCL's default ten (the longest wait between collectives here is one torch.compile, which every rank runs at once)
+COLLECTIVE_TIMEOUT_S = 300
 
 
 def force_safe_env(env=None) -> dict:
@@ -45,8 +49,9 @@ def rank_env() -> tuple[int, int, int]:
 
 
 def pin_device() -> str:
-    """CUDA_VISIBLE_DEVICES narrowed to this rank's GPU (the LOCAL_RANK-th of those visible, or of all); call it
-    before CUDA is initialised. Returns the device's id as CUDA_VISIBLE_DEVICES now names it."""
+    """CUDA_VISIBLE_DEVICES narrowed to this rank's GPU (the LOCAL_RANK-th of those visible, or of all), and
+    LOCAL_RANK set to 0; call it before CUDA is initialised. Returns the device's id as CUDA_VISIBLE_DEVICES now
+    names it."""
     local = int(os.environ["LOCAL_RANK"])
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     ids = [v.strip() for v in visible.split(",") if v.strip()] if visible is not None else None
@@ -57,8 +62,12 @@ def pin_device() -> str:
     elif local < len(ids):
         mine = ids[local]
     else:
-        raise ConfigError(f"CUDA_VISIBLE_DEVICES: {visible!r} names {len(ids)} GPU(s), too few for local rank {local}")
+        raise ConfigError(f"CUDA_VISIBLE_DEVICES: {visible!r} names {len(ids)} GPU(s), too few for local rank "
+                          f"{local}")
     os.environ["CUDA_VISIBLE_DEVICES"] = mine
+    # and LOCAL_RANK 0, the one GPU this rank now sees: DeviceMesh (and other launchers' readers) set the device by
+    # LOCAL_RANK where CUDA is not yet initialised, which would name a GPU this process cannot see
+    os.environ["LOCAL_RANK"] = "0"
     return mine
 
 
@@ -87,11 +96,13 @@ def init(device: str = "cuda"):
     from torch.distributed.device_mesh import init_device_mesh
 
     _, rank, world = rank_env()
+    timeout = datetime.timedelta(seconds=COLLECTIVE_TIMEOUT_S)
     if device == "cuda":
         if not torch.cuda.is_available():
             raise ConfigError("device: cuda, but torch sees no CUDA device in this rank")
         torch.cuda.set_device(0)
-        dist.init_process_group("nccl", rank=rank, world_size=world, device_id=torch.device("cuda", 0))
+        dist.init_process_group("nccl", rank=rank, world_size=world, device_id=torch.device("cuda", 0),
+                                timeout=timeout)
     else:
-        dist.init_process_group("gloo", rank=rank, world_size=world)
+        dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timeout)
     return torch, dist, init_device_mesh(device, (world,))

@@ -8,12 +8,13 @@ ptxgemm distributed ...`), it is a rank itself and runs the benchmark."""
 from __future__ import annotations
 
 import dataclasses
+import re
 
 from ..bench import distributed as bench_dist
 from ..bench import ranks
 from ..bench.distributed import CONFIGS, MODES, QUICK, Sizes
 from ..bench.transformer_models import parse_list
-from .model import check_name
+from ..errors import ConfigError
 from .options import flag
 
 DEFAULT = Sizes()
@@ -55,6 +56,11 @@ def add_arguments(p) -> None:
                    help="directory for the JSON files (default docs/results/<gpu>/distributed)")
     p.add_argument("--name", default=None,
                    help="run name appended to the file names, letters, digits, '.', '_' or '-' (default: none)")
+
+
+def check_name(args) -> None:
+    if args.name is not None and not re.fullmatch(r"[\w.-]+", args.name):
+        raise ConfigError(f"--name: letters, digits, '.', '_' or '-' only, got {args.name!r}")
 
 
 def sizes_from(args) -> Sizes:

@@ -53,6 +53,7 @@ import sys
 import torch
 
 from ..errors import ConfigError
+from ..kernel.config import SCALE_BLOCK
 
 #: [True] until `register` has run; the ops' autograd kernels and eager_path read it (a list: bound once, read fast)
 PENDING = [True]
@@ -64,7 +65,6 @@ OPS = (("mm", "dense"), ("scaled_mm", "dense"), ("dense_launch", "dense"), ("gro
 #: non-tensor arguments from this position on are in the sharding cache's key (activation is position 3 of mm and
 #: dense_launch, 5 of scaled_mm, 7 of the grouped ops; 2 covers all)
 STATIC_ARGNUM = 2
-SCALE_BLOCK = 128   # ptxgemm's blockwise scale block (kernel.config.SCALE_BLOCK), in K and N
 
 
 def register_if_loaded() -> None:
@@ -259,12 +259,7 @@ def _strategy(family: str):
         order = [n for n, _ in zip(names, op_schema.args_schema)] + list(op_schema.kwargs_schema)
         placements = []
         for out, inputs in rules_of(shapes, values, mesh.size()):
-            placements.append([out] + [inputs.get(n, Replicate()) if n in shapes and _is_strategy(given[n])
-                                       else None for n in order])
+            placements.append([out] + [inputs.get(n, Replicate()) if n in shapes else None for n in order])
         return expand_to_full_mesh_op_strategy(mesh, op_schema, placements, input_index=1)
     return strategy
 
-
-def _is_strategy(v) -> bool:
-    from torch.distributed.tensor._op_schema import OpStrategy
-    return isinstance(v, OpStrategy)
