@@ -73,6 +73,20 @@ def test_the_launcher_runs_torchrun_standalone():
                        "distributed"]
 
 
+def test_a_job_past_its_time_is_stopped_with_sigterm_first(tmp_path):
+    """torchrun passes SIGTERM to its ranks; the job here writes a file when it gets one."""
+    import time
+
+    flag = tmp_path / "stopped"
+    code = ("import signal, sys, time, pathlib\n"
+            f"signal.signal(signal.SIGTERM, lambda *a: (pathlib.Path({str(flag)!r}).write_text('1'), sys.exit(3)))\n"
+            "time.sleep(60)\n")
+    start = time.perf_counter()
+    with pytest.raises(subprocess.TimeoutExpired):
+        ranks.run_job([sys.executable, "-c", code], env=dict(os.environ), timeout=2)
+    assert flag.read_text() == "1" and time.perf_counter() - start < 20
+
+
 def test_the_ranks_get_every_option_spelled_out():
     from ptxgemm.cli import distributed as cli_dist
 
@@ -302,7 +316,7 @@ def test_the_rules_wait_for_torch_distributed_tensor_then_register_on_first_sigh
 
 def torchrun(script: str, *argv, timeout: float = 400) -> subprocess.CompletedProcess:
     cmd = ranks.torchrun_command(2, [str(TESTS / script), *argv])
-    return subprocess.run(cmd, capture_output=True, text=True, cwd=REPO_ROOT, env=child_env(), timeout=timeout)
+    return ranks.run_job(cmd, env=child_env(), cwd=REPO_ROOT, timeout=timeout)
 
 
 @pytest.fixture(scope="module")

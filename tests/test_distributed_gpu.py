@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -40,10 +39,10 @@ def checks(tmp_path_factory):
     if count < 2:
         pytest.skip(f"fewer than two CUDA GPUs: torch sees {count}; the distributed checks run one rank per GPU")
     out = tmp_path_factory.mktemp("checks") / "checks.json"
-    env = ranks.force_safe_env(dict(os.environ))
+    env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), *filter(None, [env.get("PYTHONPATH")])])
     cmd = ranks.torchrun_command(2, [str(TESTS / "distributed_checks.py"), "--device", "cuda", "--out", str(out)])
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO_ROOT, env=env, timeout=TIMEOUT_S)
+    proc = ranks.run_job(cmd, env=env, cwd=REPO_ROOT, timeout=TIMEOUT_S)   # NVLink multicast off: SAFE_ENV
     assert proc.returncode == 0 and out.exists(), proc.stdout[-6000:] + proc.stderr[-6000:]
     return json.loads(out.read_text())
 

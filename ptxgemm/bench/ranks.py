@@ -78,11 +78,35 @@ def torchrun_command(nproc: int, argv) -> list[str]:
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", *argv]
 
 
+#: seconds torchrun has to stop its ranks after SIGTERM before it is killed
+STOP_GRACE_S = 30
+
+
+def run_job(cmd, *, env: dict, cwd=None, timeout: float | None = None,
+            capture: bool = True) -> subprocess.CompletedProcess:
+    """subprocess.run for a torchrun job (SAFE_ENV forced into `env`), except on a timeout: torchrun gets SIGTERM,
+    which it passes to its ranks before it exits (the SIGKILL of subprocess.run's own timeout would leave the ranks
+    running, holding their GPUs), and SIGKILL only STOP_GRACE_S later; then TimeoutExpired as subprocess.run raises
+    it. The job stays in the caller's process group, so a `timeout` around the caller reaches the ranks too."""
+    pipe = subprocess.PIPE if capture else None
+    with subprocess.Popen(cmd, env=force_safe_env(env), cwd=cwd, stdout=pipe, stderr=pipe, text=True) as proc:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.terminate()
+            try:
+                out, err = proc.communicate(timeout=STOP_GRACE_S)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                out, err = proc.communicate()
+            raise subprocess.TimeoutExpired(cmd, timeout, out, err) from None
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
 def launch(nproc: int, argv, *, timeout: float | None = None) -> int:
     """Run ARGV on `nproc` ranks through torchrun, SAFE_ENV forced in their environment; the exit status (torchrun
     ends every rank when one fails)."""
-    env = force_safe_env(dict(os.environ))
-    return subprocess.run(torchrun_command(nproc, argv), env=env, timeout=timeout).returncode
+    return run_job(torchrun_command(nproc, argv), env=dict(os.environ), timeout=timeout, capture=False).returncode
 
 
 def init(device: str = "cuda"):
