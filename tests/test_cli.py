@@ -12,7 +12,7 @@ import ptxgemm
 from ptxgemm.cli.main import build_parser, main
 
 COMMANDS = ("demo", "info", "dump", "select", "tune", "bench", "trace", "mutants", "fuzz", "swizzle-probe",
-            "bank-conflicts", "bank-probe", "model")
+            "bank-conflicts", "bank-probe", "model", "distributed")
 
 
 def subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:

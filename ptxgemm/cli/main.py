@@ -25,6 +25,8 @@ the dispatch to one module per command.
     python -m ptxgemm model [--arch llama|mixtral|qwen2-0.5b|qwen2-1.5b|both|all] [--sweep] [--layers N]
                             [--modes eager,compiled] [--phases prefill,train,decode] [--repeats R]
                             [--reference fp32|first|none] [--out DIR] [--name RUN] [--quick]
+    python -m ptxgemm distributed [--config llama-tp,llama-fsdp,mixtral-fsdp] [--gpus 2] [--modes eager,compiled]
+                                  [--layers N] [--batch B --seq S] [--repeats R] [--out DIR] [--name RUN] [--quick]
 
 No GPU needed: `dump` (renders the PTX, assembles it with ptxas, writes PTX, cubin, SASS and report.json, and says
 what M, N and K decide), `select` (the config select_config picks and the cost model's table), `info` (the
@@ -79,6 +81,8 @@ COMMANDS = {
     "bank-probe": ("bank_probe", "check the bank-conflict model against ncu's counters (--list: no GPU)"),
     "model": ("model", "run transformers' Llama and Mixtral stock and with ptxgemm's GEMMs: accuracy and tokens/s "
                        "(issue 27; needs torch, transformers and a GPU)"),
+    "distributed": ("distributed", "train Llama (tensor parallel, FSDP2) and Mixtral (FSDP2) on 2 GPUs, stock and "
+                                   "with ptxgemm's GEMMs: accuracy against one GPU and tokens/s (issue 50)"),
 }
 
 

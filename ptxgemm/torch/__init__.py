@@ -17,7 +17,12 @@ from .linear import Fp8Linear, Linear, replace_linear
 from .moe import experts_forward, use_in_transformers
 from .ops import clear_plan_cache, grouped_mm, mm, plan_stats, scaled_mm, use_config
 from .quant import dequantize_activations, dequantize_weight, quantize_activations, quantize_weight
+from . import sharding
+from .sharding import register as register_dtensor_rules
+
+sharding.register_if_loaded()   # DTensor's rules for the ops now if torch.distributed.tensor is loaded, else later
 
 __all__ = ["mm", "scaled_mm", "grouped_mm", "Linear", "Fp8Linear", "replace_linear", "use_in_transformers",
            "experts_forward", "quantize_weight", "quantize_activations", "dequantize_weight",
-           "dequantize_activations", "clear_plan_cache", "plan_stats", "use_config", "activation_derivative"]
+           "dequantize_activations", "clear_plan_cache", "plan_stats", "use_config", "activation_derivative",
+           "register_dtensor_rules"]

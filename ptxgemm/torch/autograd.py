@@ -22,7 +22,11 @@ import math
 import torch
 
 from ..errors import ConfigError
-from . import ops, tensors
+from . import ops, sharding, tensors
+
+#: whether the DTensor sharding rules still wait for torch.distributed.tensor (ptxgemm.torch.sharding): each
+#: autograd kernel asks first, as a DTensor reaches the launch ops through it
+_RULES_PENDING = sharding.PENDING
 
 _GELU_C = math.sqrt(2.0 / math.pi)   # the tanh form's constants, as the kernel's epilogue computes gelu
 _GELU_CUBIC = 0.044715
@@ -80,12 +84,16 @@ class _MmFunction(torch.autograd.Function):
 
 
 def _mm_autograd(a, b, bias=None, activation=None, alpha=1.0, c=None, beta=0.0, out_dtype=None):
+    if _RULES_PENDING[0]:
+        sharding.register_if_loaded()
     if tensors.needs_grad(a, b, bias, c):
         return _MmFunction.apply(a, b, bias, activation, alpha, c, beta, out_dtype)
     return ops.DENSE_LAUNCH(a, b, bias, activation, alpha, c, beta, out_dtype)
 
 
 def _scaled_mm_autograd(a, b, scale_a, scale_b, bias=None, activation=None, alpha=1.0, out_dtype=None):
+    if _RULES_PENDING[0]:
+        sharding.register_if_loaded()
     ops._check_fp8(a, b)
     if tensors.needs_grad(a, b, scale_a, scale_b, bias):
         raise ConfigError("a, b: ptxgemm::scaled_mm is inference only (fp8 scales are not differentiated): run it "
@@ -152,6 +160,8 @@ class _GroupedFunction(torch.autograd.Function):
 
 def _grouped_autograd(a, b, offs=None, masked_m=None, scale_a=None, scale_b=None, bias=None, activation=None,
                       alpha=1.0, out_dtype=None):
+    if _RULES_PENDING[0]:
+        sharding.register_if_loaded()
     args = (a, b, offs, masked_m, scale_a, scale_b, bias, activation, alpha, out_dtype)
     if tensors.needs_grad(a, b, scale_a, scale_b, bias):
         return _GroupedFunction.apply(*args)

@@ -24,7 +24,7 @@ from ..gemm import GemmPlan, without_caller_arrays
 from ..grouped import GroupedPlan
 from ..kernel.config import GemmConfig
 from ..plan.cache import COUNTERS, PlanCache, now_ns
-from . import tensors
+from . import sharding, tensors
 
 Tensor = torch.Tensor
 
@@ -199,6 +199,7 @@ def mm(a: Tensor, b: Tensor, bias: Optional[Tensor] = None, activation: Optional
 
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
+_RULES_PENDING = sharding.PENDING
 
 
 def on_cuda(t: Tensor) -> bool:
@@ -210,12 +211,22 @@ def eager_path(*args) -> str | None:
     record), "grad" (a gradient to record: the drop-in layers' _LinearFunction), or None (take the op, which does
     all of it properly: torch.compile or a dispatch mode is tracing, the first argument is a meta or host tensor --
     the op's fake or its rule --, or an argument is a subclass: fake, functional, ...)."""
-    if torch.compiler.is_compiling() or _get_current_dispatch_mode() is not None or not on_cuda(args[0]):
+    if torch.compiler.is_compiling() or _get_current_dispatch_mode() is not None:
         return None
+    if not on_cuda(args[0]):
+        return _dispatcher()
     for t in args:
         if t is not None and type(t) not in _PLAIN:
-            return None
+            return _dispatcher()
     return "grad" if tensors.needs_grad(*args) else "plain"
+
+
+def _dispatcher() -> None:
+    """eager_path's None for a subclass or a tensor off the GPU (a DTensor, perhaps, of either kind): DTensor's
+    sharding rules registered first if they still wait (ptxgemm.torch.sharding), as the op may be about to meet
+    one."""
+    if _RULES_PENDING[0]:
+        sharding.register_if_loaded()
 
 
 def eager_ok(*args) -> bool:
@@ -254,7 +265,9 @@ def linear_mm(x2: Tensor, w: Tensor, bias: Tensor | None) -> Tensor:
         return _linear(x2, w, bias)
     if path == "grad":
         return _LinearFunction.apply(x2, w, bias)
-    return mm(x2, w.t(), bias=bias)
+    # .mT, not .t(): the same view, but a DTensor weight's .t() under torch.inference_mode raises in torch ("Cannot
+    # set version_counter for inference tensor", 2.11 to 2.14), .mT does not
+    return mm(x2, w.mT, bias=bias)
 
 
 # ------------------------------------------------------------------------------------------------------------------
