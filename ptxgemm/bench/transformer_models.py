@@ -384,7 +384,11 @@ def draw_stats(draw: dict) -> dict:
         def med(key):
             values = [w[key] for w in windows if w.get(key) is not None]
             return statistics.median(values) if values else None
-        out[peer] = {"sm_mhz": med("sm_mhz"), "watts": med("watts"), "joules_per_token": med("joules_per_token")}
+        # why the board held its clock where it did, in any repeat (power.CLOCK_REASONS): two peers at one power
+        # but different clocks (a compiled training step, issue 46) are told apart by these
+        limits = sorted({r for w in windows for r in w.get("clock_limits") or ()})
+        out[peer] = {"sm_mhz": med("sm_mhz"), "watts": med("watts"), "joules_per_token": med("joules_per_token"),
+                     "clock_limits": limits}
     return out
 
 
@@ -832,7 +836,8 @@ class Clock:
             end.synchronize()
         _, window = self.sampler.measure(run)
         self.last = (None if window.sm_mhz is None else
-                     {"sm_mhz": window.sm_mhz, "watts": window.watts, "joules": window.joules})
+                     {"sm_mhz": window.sm_mhz, "watts": window.watts, "joules": window.joules,
+                      "clock_limits": window.clock_limits})
         return start.elapsed_time(end) / 1e3
 
     def first_call(self, step) -> float:
