@@ -115,11 +115,17 @@ def test_the_gpu_judge_sees_a_byte_written_between_outs_rows():
     assert mine.sum() == out.nbytes and not mine[36:48].any() and mine[48:84].all()
 
     class Span:   # DeviceArray.to_numpy of the span
+        ptr = 0x1000
+
         def __init__(self):
             self.bytes = whole.view(np.uint8).reshape(-1).copy()
 
         def to_numpy(self):
             return self.bytes
+
+    class View:   # out's device view into the span, at its start
+        def __init__(self, base):
+            self.base, self.ptr = base, base.ptr
 
     class Case:
         pass
@@ -128,7 +134,8 @@ def test_the_gpu_judge_sees_a_byte_written_between_outs_rows():
     case.out = out
     judge = fz.GpuBackend.__new__(fz.GpuBackend)
     span = Span()
-    judge.out_span = (span, 0, span.bytes.copy())
+    view = View(span)
+    judge.out_span = (view, fz.span_bytes(view))
     span.bytes[0:36] = 7                                 # out's own first row
     assert judge.touched(case) == ""
     span.bytes[36] = 1                                   # the first byte past N in row 0

@@ -131,16 +131,14 @@ class GpuBackend:
             return cupy.asarray(arr) if arr.size else cupy.empty(x.shape, x.dtype)
         return arr
 
-    out_span = None   # (the device span out was uploaded in, out's offset in it, its bytes before the call)
+    out_span = None   # (out's device view into the span it was uploaded in, the span's bytes before the call)
 
     def touched(self, case) -> str:
         """A byte of out's upload span outside out's elements that the call wrote, if any (after `call`)."""
         if self.out_span is None:
             return ""
-        base, start, before = self.out_span
-        after = base.to_numpy().view(np.uint8).reshape(-1)
-        mine = element_bytes(after.size, start, case.out.shape, case.out.strides, case.out.itemsize)
-        return OUTSIDE_OUT if not np.array_equal(before[~mine], after[~mine]) else ""
+        view, before = self.out_span
+        return OUTSIDE_OUT if written_outside(view, case.out, before) else ""
 
     def call(self, case) -> np.ndarray:
         import ptxgemm
@@ -160,10 +158,10 @@ class GpuBackend:
             # out's elements with gaps between them (a slice, a pitched layout): the span uploaded around them, as
             # it held before the call, so that the judge can see a byte of a gap written (the emulator's check,
             # on the device)
-            view = self.uploaded
-            if view.base is not None:   # from_numpy's span buffer, which out views
-                self.out_span = (view.base, view.ptr - view.base.ptr,
-                                 view.base.to_numpy().view(np.uint8).reshape(-1).copy())
+            view = self.uploaded   # from_numpy's view of its span buffer
+            before = span_bytes(view)
+            if before is not None:
+                self.out_span = (view, before)
         if case.c_is_out:
             kw["c"] = out
         if case.entry == "matmul":
@@ -245,6 +243,23 @@ def _touched(case, snap: dict) -> str:
 
 
 OUTSIDE_OUT = "out: bytes outside out's elements were written"
+
+
+def span_bytes(d_out):
+    """The bytes of the span a DeviceArray with gaps was uploaded in (a copy; None for an array that is its own
+    allocation): what `written_outside` compares with after the call."""
+    base = getattr(d_out, "base", None)
+    return None if base is None else base.to_numpy().view(np.uint8).reshape(-1).copy()
+
+
+def written_outside(d_out, out: np.ndarray, before) -> int:
+    """How many bytes of d_out's span outside the elements of `out` (the host array it was uploaded from: its shape
+    and strides) differ from `before` (span_bytes before the call); 0 when there is no span."""
+    if before is None:
+        return 0
+    after = d_out.base.to_numpy().view(np.uint8).reshape(-1)
+    mine = element_bytes(after.size, d_out.ptr - d_out.base.ptr, out.shape, out.strides, out.itemsize)
+    return int(np.count_nonzero(before[~mine] != after[~mine]))
 
 
 def element_bytes(nbytes: int, start: int, shape, strides, itemsize: int) -> np.ndarray:

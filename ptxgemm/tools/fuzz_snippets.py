@@ -96,8 +96,12 @@ def snippet(spec: dict, entry_call: str | None = None) -> str:
     else:
         if not host:
             call.append("dev = ptxgemm.to_device  # uploads a numpy array, strides kept")
+        spanned = spec["out"] is not None and not host
         if spec["out"] is not None:
             call.append(f"d_out = {dev('out')}")
+        if spanned:   # an out with gaps is a view into its upload's span: only out's own bytes there may change
+            imports += "from ptxgemm.tools.fuzz import span_bytes, written_outside\n"
+            call.append("span = span_bytes(d_out)  # out's upload span before the call (None: no gaps)")
         positional = [dev("a"), dev("b")] + (["d_out"] if spec["out"] is not None else [])
         if entry == "matmul":
             got = _call(func, positional, keywords, "" if host else ".to_numpy()")
@@ -105,6 +109,8 @@ def snippet(spec: dict, entry_call: str | None = None) -> str:
         else:
             call.append(_call(func, positional, keywords, ".launch()"))
             call.append("got = np.asarray(d_out)" if host else "got = d_out.to_numpy()")
+        if spanned:
+            call.append("print(\"bytes outside out's elements written:\", written_outside(d_out, out, span))")
     # the float64 reference
     ref = ["", "# float64 reference"]
     a_part = "a.astype(np.float64)" + ("[None, :]" if spec["a"]["vector"] else "")
