@@ -1,7 +1,6 @@
 """PTX → cubin with the pip wheel's ptxas: assembling, SASS, the -v report, the cubin cache, and life without ptxas."""
 from __future__ import annotations
 
-import dataclasses
 import importlib.util
 import json
 import logging
@@ -378,7 +377,7 @@ def test_dump_gemm(tmp_path):
     chosen, source = select.choose(256, 256, 128, device=select.DEFAULT_DEVICE)
     assert source == "cost model"
     assert report["config"]["tag"] == chosen.tag and report["config"]["source"] == "selected: cost model"
-    assert report["config"]["fields"] == dataclasses.asdict(chosen)
+    assert report["config"]["fields"] == chosen.fields()
     plan = schedule.plan_for(chosen, 256, 256, 128, 132)
     assert report["schedule"] == {**plan.describe(), "sm_count": 132, "device": "no GPU here: 132 SMs assumed"}
     first, second = proc.stdout.splitlines()[:2]

@@ -157,6 +157,48 @@ def test_config_rejects(kwargs, rule):
         GemmConfig(**kwargs)
 
 
+def test_a_config_is_five_parts_read_and_made_by_its_flat_fields():
+    """Issue 51: GemmConfig holds five parts (docs/design/config-parts-issue51.md) and is still spoken of field by
+    field: made, read, replaced, compared, hashed, pickled and written out flat."""
+    import copy
+    import dataclasses
+    import pickle
+
+    from ptxgemm.kernel.config import FIELD_PARTS
+    from ptxgemm.kernel.config_parts import Fusion, Instrumentation
+    from ptxgemm.kernel.tile import Tile
+
+    assert [f.name for f in dataclasses.fields(GemmConfig)] == ["tile", "operands", "fusion", "grouping",
+                                                                "instrumentation"]
+    cfg = GemmConfig(schedule="cooperative", block_m=256, bias="col", activation="gelu", in_dtype=np.float16)
+    assert (cfg.block_m, cfg.bias, cfg.in_dtype, cfg.tile.block_m, cfg.fusion.bias) == (256, "col", "float16", 256,
+                                                                                         "col")
+    assert GemmConfig.block_m == 128 and GemmConfig.raster == "m"   # the class reads each field's default
+    assert cfg.tag == "coop256x128" and cfg.tile == Tile.from_tag("coop256x128")
+    # a flat field overrides its part: dataclasses.replace passes the parts and the change
+    debug = dataclasses.replace(cfg, debug=True)
+    assert debug.debug and debug.instrumentation == Instrumentation(debug=True) and debug.tile is cfg.tile
+    assert cfg.replace(debug=True) == debug != cfg and hash(dataclasses.replace(debug, debug=False)) == hash(cfg)
+    assert GemmConfig(tile=cfg.tile, fusion=Fusion(bias="col"), activation="gelu", in_dtype="float16") == cfg
+    assert GemmConfig(**cfg.fields()) == cfg and list(cfg.fields()) == list(FIELD_PARTS) and len(FIELD_PARTS) == 36
+    assert {GemmConfig(block_n=192): 1}[GemmConfig(block_n=np.int64(192))] == 1   # value-based keys
+    assert pickle.loads(pickle.dumps(cfg)) == cfg and copy.deepcopy(cfg) == cfg and eval(repr(cfg)) == cfg
+    assert repr(GemmConfig(block_n=192)) == "GemmConfig(block_n=192)"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.block_m = 128
+    with pytest.raises(TypeError, match="block_k"):
+        GemmConfig(block_k=64)
+    with pytest.raises(ConfigError, match="tile: must be a Tile"):
+        GemmConfig(tile={"block_m": 64})
+    with pytest.raises(ConfigError, match="debug_timeout_ns"):
+        GemmConfig(debug_timeout_ns=0)
+    # each part checks its own rules where it is made
+    with pytest.raises(ConfigError, match="block_m"):
+        Tile(schedule="cooperative", block_m=64)
+    with pytest.raises(ConfigError, match="activation"):
+        Fusion(activation="tanh")
+
+
 def _bf16(shape, order="C"):
     return np.ones(shape, dtype=ml_dtypes.bfloat16, order=order)
 

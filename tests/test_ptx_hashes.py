@@ -15,7 +15,6 @@ other config still proves itself unchanged. A change that only adds candidates r
 """
 from __future__ import annotations
 
-import dataclasses
 import gzip
 import hashlib
 import itertools
@@ -33,7 +32,7 @@ from ptxgemm.toolchain import kernels
 from ptxgemm.toolchain.kernels import render_gemm
 
 DATA = Path(__file__).parent / "data" / "ptx_hashes.json.gz"
-DEFAULTS = {f.name: f.default for f in dataclasses.fields(GemmConfig)}
+DEFAULTS = GemmConfig().fields()
 
 #: epilogues the selection attaches (GemmConfig's epilogue fields), tried on the candidates of the common layouts
 EPILOGUES = (
@@ -59,7 +58,7 @@ def digest(config) -> str:
 
 
 def fields_of(config: GemmConfig) -> dict:
-    return {k: v for k, v in dataclasses.asdict(config).items() if v != DEFAULTS[k]}
+    return {k: v for k, v in config.fields().items() if v != DEFAULTS[k]}
 
 
 def config_from(fields: dict):

@@ -2,7 +2,6 @@
 GPU kills each mutant (ptxgemm.tools.mutants). --list needs no GPU."""
 from __future__ import annotations
 
-import dataclasses
 import json
 import sys
 
@@ -129,7 +128,7 @@ def run(args) -> int:
                                            progress=lambda s: print(s, file=sys.stderr, flush=True))
         print(mutants.format_table(config, found), flush=True)
         unexplained += sum(m.reason.startswith("unexplained") for m in found)
-        result["configs"].append({"config": dataclasses.asdict(config), "description": config.describe(),
+        result["configs"].append({"config": config.fields(), "description": config.describe(),
                                   "mutated_build": "debug (bounded waits, "
                                                    f"{mutant_catalog.DEBUG_TIMEOUT_NS // 1_000_000} ms)",
                                   **extra, "mutants": [m.record() for m in found]})

@@ -1,7 +1,8 @@
 """Every number a GEMM kernel derives from its config: tile and stage sizes, the shared-memory map, the epilogue's
 staging panels, split-K's workspace, the register split and the wgmma descriptor constants, plus the named
 barrier ids. They are properties of `KernelLayout`, which GemmConfig inherits, so each is read from the config it
-follows from (cfg.smem_a, cfg.stage_bytes, ...) and defined here alone; kernel/params.py hands them to the
+follows from (cfg.smem_a, cfg.stage_bytes, ...) and defined here alone (those of the tile alone in `TileLayout`,
+which kernel/tile.py's Tile inherits too, so that its rules read the same numbers); kernel/params.py hands them to the
 templates, the host reads the same properties, and the PTX and the launch can never disagree.
 """
 from __future__ import annotations
@@ -27,23 +28,9 @@ def itemsize(name: str) -> int:
     return np.dtype(name).itemsize
 
 
-class KernelLayout:
-    """The derived numbers of a GemmConfig (mixed into it: `self` is the config, its fields validated)."""
-
-    @property
-    def block_k(self) -> int:
-        """K per pipeline stage: one 128-byte swizzle row of K (64 elements of a 16-bit type, 128 of fp8), the
-        only depth a stage can have with the 128-byte swizzle every operand uses."""
-        return SWIZZLE_BYTES // self.in_itemsize
-
-    # --- sizes -----------------------------------------------------------------------------------------
-    @property
-    def in_itemsize(self) -> int:
-        return itemsize(self.in_dtype)
-
-    @property
-    def out_itemsize(self) -> int:
-        return itemsize(self.out_dtype)
+class TileLayout:
+    """The numbers the tile choice alone decides (mixed into kernel/tile.py's Tile, whose rules read them, and
+    through KernelLayout into GemmConfig: `self` has the tile's fields)."""
 
     @property
     def cooperative(self) -> bool:
@@ -64,6 +51,53 @@ class KernelLayout:
         return self.consumer_m // WGMMA_M
 
     @property
+    def acc_registers(self) -> int:
+        """fp32 accumulator registers per consumer thread: consumer_m*block_n / 128."""
+        return self.consumer_m * self.block_n // WARPGROUP_THREADS
+
+    @property
+    def acc_per_half(self) -> int:
+        return self.block_n // 2
+
+    @property
+    def cluster_size(self) -> int:
+        """CTAs per cluster: cluster_m x cluster_n (one of them is 1)."""
+        return self.cluster_m * self.cluster_n
+
+    @property
+    def unit_rows(self) -> int:
+        """Rows of one scheduler unit: a tile's, or a cluster pair's two tiles' along M (the grouped walk counts a
+        group's units in these)."""
+        return self.block_m * self.cluster_m
+
+    @property
+    def transposed_store(self) -> bool:
+        return self.c_major == "m"
+
+    @property
+    def split_k(self) -> bool:
+        return self.splits > 1
+
+
+class KernelLayout(TileLayout):
+    """The derived numbers of a GemmConfig (mixed into it: `self` is the config, its fields validated)."""
+
+    @property
+    def block_k(self) -> int:
+        """K per pipeline stage: one 128-byte swizzle row of K (64 elements of a 16-bit type, 128 of fp8), the
+        only depth a stage can have with the 128-byte swizzle every operand uses."""
+        return SWIZZLE_BYTES // self.in_itemsize
+
+    # --- sizes -----------------------------------------------------------------------------------------
+    @property
+    def in_itemsize(self) -> int:
+        return itemsize(self.in_dtype)
+
+    @property
+    def out_itemsize(self) -> int:
+        return itemsize(self.out_dtype)
+
+    @property
     def k_steps(self) -> int:
         """wgmma instructions along K per stage (WGMMA_K_BYTES each)."""
         return self.block_k * self.in_itemsize // WGMMA_K_BYTES
@@ -72,15 +106,6 @@ class KernelLayout:
     def mma_k(self) -> int:
         """K of one wgmma instruction: 16 for 16-bit inputs, 32 for fp8."""
         return WGMMA_K_BYTES // self.in_itemsize
-
-    @property
-    def acc_registers(self) -> int:
-        """fp32 accumulator registers per consumer thread: consumer_m*block_n / 128."""
-        return self.consumer_m * self.block_n // WARPGROUP_THREADS
-
-    @property
-    def acc_per_half(self) -> int:
-        return self.block_n // 2
 
     @property
     def a_stage_bytes(self) -> int:
@@ -108,17 +133,6 @@ class KernelLayout:
         return self.block_m // self.cluster_n
 
     @property
-    def cluster_size(self) -> int:
-        """CTAs per cluster: cluster_m x cluster_n (one of them is 1)."""
-        return self.cluster_m * self.cluster_n
-
-    @property
-    def unit_rows(self) -> int:
-        """Rows of one scheduler unit: a tile's, or a cluster pair's two tiles' along M (the grouped walk counts a
-        group's units in these)."""
-        return self.block_m * self.cluster_m
-
-    @property
     def empty_arrivals(self) -> int:
         """Arrivals that release a stage: lane 0 of every consumer warp that read it (one consumer's 4 in pingpong,
         both consumers' 8 in cooperative), in every CTA whose smem the stage's multicast writes (with a cluster,
@@ -142,10 +156,6 @@ class KernelLayout:
     def epi_panel_cols(self) -> int:
         """Output columns per 128-byte swizzle panel of the C staging buffer (64 for 16-bit, 32 for fp32)."""
         return SWIZZLE_BYTES // self.out_itemsize
-
-    @property
-    def transposed_store(self) -> bool:
-        return self.c_major == "m"
 
     @property
     def epi_panels(self) -> int:
@@ -267,10 +277,12 @@ class KernelLayout:
     @property
     def num_stages(self) -> int:
         """Pipeline depth: `stages` if given, else as many stages as shared memory holds."""
-        return self.stages if self.stages is not None else self._max_stages()
+        return self.stages if self.stages is not None else self.max_stages
 
-    def _max_stages(self) -> int:
-        # the cooperative epilogue makes do with one panel slot per consumer; stages come first
+    @property
+    def max_stages(self) -> int:
+        """The most stages shared memory holds (up to MAX_STAGES) beside the least epilogue buffer: the cooperative
+        epilogue makes do with one panel slot per consumer, so stages come first."""
         least_epilogue = (CONSUMERS * self.epi_panel_bytes if self.cooperative
                           else self.epi_panels * self.epi_panel_bytes)
         room = (SMEM_PER_BLOCK_OPTIN - least_epilogue - self.source_bytes - self.barrier_bytes
@@ -278,10 +290,6 @@ class KernelLayout:
         return min(MAX_STAGES, room // self.stage_bytes)
 
     # --- split-K -----------------------------------------------------------------------------------------
-    @property
-    def split_k(self) -> bool:
-        return self.splits > 1
-
     @property
     def partial_bytes(self) -> int:
         """One consumer's fp32 partial tile in the workspace: its accumulators, stored as [quad][thread] float4s so

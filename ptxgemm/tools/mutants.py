@@ -115,7 +115,7 @@ def run_on_gpu(config: GemmConfig, ptx: str, mutants: list[Mutant], texts: dict[
                           "ring_wraps": s.ring_passes // cfg.num_stages})
     with tempfile.TemporaryDirectory(prefix="ptxgemm-mutants-") as tmp:
         tmp = Path(tmp)
-        setup = {"config": dataclasses.asdict(cfg), "jobs": prepare_workloads(cfg, tmp, workloads), "repeats": repeats}
+        setup = {"config": cfg.fields(), "jobs": prepare_workloads(cfg, tmp, workloads), "repeats": repeats}
         queue_ = [("baseline", ptx)] + [(mid, texts[mid]) for mid in texts]
         for index, (mid, text) in enumerate(queue_):
             (tmp / f"m{index}.ptx").write_text(text)

@@ -15,7 +15,7 @@ import numpy as np
 
 from .. import accuracy, gemm
 from ..errors import ConfigError
-from ..kernel.config import GemmConfig
+from ..kernel.config import FIELD_PARTS, GemmConfig
 from ..runtime import arrays, driver, timing
 from .trace import Trace
 
@@ -120,7 +120,7 @@ def overhead(m: int, n: int, k: int, config: GemmConfig | None = None, *, rounds
 
 def config_variant(base: GemmConfig, spec: str) -> GemmConfig:
     """`base` with the fields of 'name=value,name=value' replaced (e.g. 'block_n=192,cluster_m=2'), validated."""
-    fields = {f.name: f for f in dataclasses.fields(GemmConfig)}
+    fields = FIELD_PARTS
     changes = {}
     for item in filter(None, (part.strip() for part in spec.split(","))):
         name, sep, value = item.partition("=")
