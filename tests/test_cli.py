@@ -11,7 +11,7 @@ import pytest
 import ptxgemm
 from ptxgemm.cli.main import build_parser, main
 
-COMMANDS = ("demo", "info", "dump", "select", "tune", "bench", "trace", "mutants", "fuzz", "swizzle-probe",
+COMMANDS = ("demo", "info", "dump", "select", "tune", "fit", "bench", "trace", "mutants", "fuzz", "swizzle-probe",
             "bank-conflicts", "bank-probe", "model", "distributed")
 
 

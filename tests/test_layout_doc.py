@@ -21,7 +21,6 @@ the module's own docstring; docs/architecture.md says how the layers depend on e
 `python tests/test_layout_doc.py write` regenerates this page (tests/test_layout_doc.py checks it is current).
 """
 FOOTER = """tests/                    pytest; GPU tests carry the marker `gpu` and skip, saying why, without one
-scripts/                  developer scripts (fits of the cost model, profiling); not part of the package
 docs/                     the pages linked from the README; docs/results/ holds the runs they cite
 .ci/run                   what CI runs: the README's test command"""
 

@@ -69,6 +69,7 @@ COMMANDS = {
     "dump": ("dump", "write a kernel's PTX, cubin, SASS and report.json (no GPU needed)"),
     "select": ("select", "print the config ptxgemm picks for a problem and the cost model's table (no GPU needed)"),
     "tune": ("tune", "time the candidate configs of a problem on the GPU and store the fastest"),
+    "fit": ("fit", "refit the selection's cost model from bench runs or a tune cache (no GPU needed)"),
     "bench": ("bench", "time ptxgemm against cuBLAS side by side (--summarize: summarize runs, no GPU)"),
     "trace": ("trace", "record a per-warpgroup timeline of one GEMM launch on the GPU"),
     "mutants": ("mutants", "delete or weaken each synchronization instruction and show the GPU catches it"),

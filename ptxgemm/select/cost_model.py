@@ -15,7 +15,7 @@
                     (the mainloops take turns at the tensor cores, the epilogues at the one staging buffer); only
                     the last tile's epilogue has nothing to hide under.
 
-   KTILE_NS and EPILOGUE_NS are per-SM costs keyed by config tag: refit them from device data (scripts/fit_select.py
+   KTILE_NS and EPILOGUE_NS are per-SM costs keyed by config tag: refit them from device data (`python -m ptxgemm fit tiles`, ptxgemm/select/fitting.py
    reads bench runs with --variants, or the tune cache, where `python -m ptxgemm tune` stores every candidate's
    time) and the selection follows. Only SELECTABLE configs are chosen; predictions within TIE_FRACTION of the
    fastest count as ties, and ties go to the earlier config in SELECTABLE, so the choice is deterministic.
@@ -46,7 +46,7 @@ from ..runtime import driver
 from . import tune_cache
 from .problem import Problem
 
-# Per-SM costs in ns, keyed by GemmConfig.tag, fitted (scripts/fit_select.py) to two H100 SXM runs of the benchmark
+# Per-SM costs in ns, keyed by GemmConfig.tag, fitted (`python -m ptxgemm fit tiles`, ptxgemm/select/fitting.py) to two H100 SXM runs of the benchmark
 # suite in which every candidate was timed side by side with cuBLAS (docs/results/h100/select/bench_h100_issue9_fit.json and
 # docs/results/h100/select/select_explore_h100_run1.json: 14 shapes each; bf16, A K-major, B MN-major) by minimizing the model's
 # log error per tag. EPILOGUE_NS also absorbs what a launch costs beyond its k-loops (ramp-up, the last wave's tail,
@@ -74,7 +74,7 @@ EPILOGUE_NS_H200 = {
     "coop128x128": 770, "coop128x256": 1600, "coop128x256c2": 1630, "coop256x128": 1680, "coop256x128c2": 1620, "coop256x192": 2750,
     "pp128x128": 1330, "pp128x192": 2020, "pp64x128": 660, "pp64x256": 1290,
     "pp128x16t": 3830, "pp128x32t": 3830, "pp128x64t": 2510, "pp64x16t": 1990}   # (scaled by 1330 / 1730)
-# The cooperative 128x192 tile (issue 47): fitted (scripts/fit_select.py, the points above 30 us) to the H200 runs of the
+# The cooperative 128x192 tile (issue 47): fitted (`python -m ptxgemm fit tiles`, ptxgemm/select/fitting.py, the points above 30 us) to the H200 runs of the
 # training set with 17 variants side by side (docs/results/h200/bench/bench_h200_training_explore_*.json, 45 GEMMs of
 # Qwen2-0.5B, Qwen2-1.5B and Llama-3-8B widths at 4096 tokens; RMS log error 7%). The same fit gave the tables'
 # tiles within 1-8% of their entries above (coop128x256 709, coop256x128 710, coop128x128 370, pp128x128 374). Its
@@ -86,7 +86,7 @@ KTILE_NS["coop128x192"], EPILOGUE_NS["coop128x192"] = 516, 2010
 GPU_TABLES = {"H200": (KTILE_NS_H200, EPILOGUE_NS_H200)}
 
 # The memory model's constants (memory_ns, fixup_ns), per GPU name substring.
-# H100: fitted by scripts/fit_memory.py (Powell, least squares of the log error; RMS 12%) to
+# H100: fitted by `python -m ptxgemm fit memory` (Powell, least squares of the log error; RMS 12%) to
 # docs/results/h100/select/bench_h100_issue11_explore.json, the
 # small-M suite with 23 variants side by side (split-K, transposed and narrow tiles), together with the transposed
 # tiles' KTILE_NS / EPILOGUE_NS below. latency_ns absorbs a launch's fixed costs (ramp-up, the first loads' latency,
@@ -586,7 +586,7 @@ def steps_per_cta(sched) -> int:
 
 
 def model_ns(cooperative: bool, steps, k_tiles, ktile_ns, epilogue_ns):
-    """The model's time from its terms; numbers or numpy arrays alike (scripts/fit_select.py fits the costs with it).
+    """The model's time from its terms; numbers or numpy arrays alike (`python -m ptxgemm fit tiles`, ptxgemm/select/fitting.py fits the costs with it).
     Cooperative: both consumers store every tile together. Pingpong: a consumer's epilogue runs under its peer's
     mainloop, so a step costs the longer of the two, and only the last tile's epilogue has nothing to hide under."""
     mainloop = k_tiles * ktile_ns
