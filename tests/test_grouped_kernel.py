@@ -6,6 +6,7 @@ import ctypes
 
 import dataclasses
 
+import full_run
 import pytest
 
 from ptxgemm.toolchain.kernels import compile_gemm, render_gemm
@@ -417,11 +418,13 @@ def test_the_emulated_grouped_fuzzer_finds_nothing(monkeypatch):
     from ptxgemm.tools.fuzz_grouped import fuzz_grouped
 
     seed = int.from_bytes(os.urandom(4), "little")
-    report = fuzz_grouped(150, seed, log=lambda s: None, backend="emulate")
-    assert (report["correct"], report["bad_inputs"]["misnamed"]) == (150, []), (seed, report["failures"][:2])
+    cases = full_run.pick(60, 150, "emulated grouped fuzz cases")
+    report = fuzz_grouped(cases, seed, log=lambda s: None, backend="emulate")
+    assert (report["correct"], report["bad_inputs"]["misnamed"]) == (cases, []), (seed, report["failures"][:2])
     monkeypatch.setattr(grouped_call, "UNVERIFIED", {})
-    report = fuzz_grouped(100, seed, log=lambda s: None, backend="emulate")
-    assert report["correct"] == 100, (seed, report["failures"][:2])
+    cases = full_run.pick(40, 100, "emulated grouped fuzz cases, every part taken")
+    report = fuzz_grouped(cases, seed, log=lambda s: None, backend="emulate")
+    assert report["correct"] == cases, (seed, report["failures"][:2])
 
 
 def test_a_grid_cap_that_splits_a_pair_keeps_single_ctas():
