@@ -96,15 +96,13 @@ def view_of(x, form: str, role: str) -> View:
 
 
 def _operand(name: str, view: View, inners: tuple[str, ...], stacked: bool = False,
-             whole_chunks: bool = False) -> Operand:
-    """operands.operand with the grouped kernel's rules on a placement: its matrices stacked at one line pitch
-    (`stacked`: read as one 2-D matrix) and its lines whole 16-byte chunks (`whole_chunks`: C); else staged (in the
-    source's own major order where `inners` allows it)."""
+             written: bool = False) -> Operand:
+    """operands.operand with the grouped kernel's rule on a placement: its matrices stacked at one line pitch
+    (`stacked`: read as one 2-D matrix); `written` (C) as operands.operand's; else staged (in the source's own major
+    order where `inners` allows it)."""
     def usable(place) -> bool:
-        if stacked and view.count > 1 and place.batch != place.lead * view.rows:
-            return False
-        return not whole_chunks or operands.stores_whole_chunks(view, place)
-    return operands.operand(name, view, None, inners, usable)
+        return not (stacked and view.count > 1 and place.batch != place.lead * view.rows)
+    return operands.operand(name, view, None, inners, usable, written)
 
 
 def plan(form: str, a, b, out=None, *, b_fp8: bool = False) -> GroupedLayout:
@@ -120,7 +118,7 @@ def plan(form: str, a, b, out=None, *, b_fp8: bool = False) -> GroupedLayout:
             operands.check_distinct("out", out.shape, out.strides, out.dtype.itemsize)
         # whole chunks in every form (operands.stores_whole_chunks): the row forms' row store writes them, and
         # the k form's TMA store does too
-        lc = _operand("c", view_of(out, form, "c"), ("cols",), stacked=rows_form, whole_chunks=True)
+        lc = _operand("c", view_of(out, form, "c"), ("cols",), stacked=rows_form, written=True)
     return GroupedLayout(form, la, lb, lc)
 
 

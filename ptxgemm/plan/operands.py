@@ -100,9 +100,9 @@ def stores_whole_chunks(view: View, place: Placement) -> bool:
     return (extent * view.itemsize) % TMA_ALIGN == 0
 
 
-def output_placement(view: View, inner: str) -> Placement | None:
+def output_placement(view: View, inners: tuple[str, ...]) -> Placement | None:
     """`placement` for a View the kernel writes: TMA's rules and whole chunks (`stores_whole_chunks`)."""
-    place = placement(view, (inner,))
+    place = placement(view, inners)
     return place if place is not None and stores_whole_chunks(view, place) else None
 
 
@@ -284,11 +284,11 @@ def _view(ptr, itemsize, batch_shape, bstrides, rows, cols, sr, sc):
     return View(ptr, math.prod(batch_shape), rows, cols, (0, sr, sc), itemsize), _batch_walk(batch_shape, bstrides)
 
 
-def operand(name: str, view: View, walk, inners: tuple[str, ...], usable=None) -> Operand:
-    """In place when TMA can use the View along one of `inners` (preferred first) and the kernel can use that
-    placement (`usable(place)`, default: any: the grouped kernel's rules add to TMA's, ptxgemm.plan.grouped_layout),
-    else staged."""
-    place = placement(view, inners) if walk is None else None
+def operand(name: str, view: View, walk, inners: tuple[str, ...], usable=None, written: bool = False) -> Operand:
+    """In place when TMA can use the View along one of `inners` (preferred first), with whole-chunk lines if the
+    kernel writes it (`written`: output_placement), and the kernel can use that placement (`usable(place)`, default:
+    any: the grouped kernel's rules add to TMA's, ptxgemm.plan.grouped_layout), else staged."""
+    place = None if walk is not None else output_placement(view, inners) if written else placement(view, inners)
     if place is not None and (usable is None or usable(place)):
         return Operand(name, view, place)
     # a buffer in the source's own major order when the kernel can use that order (the copy then moves whole
@@ -415,8 +415,8 @@ def plan_matmul(a_shape, a_strides, a_ptr: int, b_shape, b_strides, b_ptr: int, 
     # output becomes one row; with the transposed store, a row-major output is swap-AB)
     c_inner = "rows" if transposed_store else "cols"
     swapped = False
-    if (swap and c_walk is None and output_placement(c_view, c_inner) is None
-            and output_placement(c_view.transposed(), c_inner)):
+    if (swap and c_walk is None and output_placement(c_view, (c_inner,)) is None
+            and output_placement(c_view.transposed(), (c_inner,))):
         a_view, b_view, c_view = b_view.transposed(), a_view.transposed(), c_view.transposed()
         a_walk, b_walk = b_walk, a_walk
         if s_view is not None:
@@ -428,7 +428,7 @@ def plan_matmul(a_shape, a_strides, a_ptr: int, b_shape, b_strides, b_ptr: int, 
     a = operand("a", a_view, a_walk, ("cols",) if k_major else ("cols", "rows"))
     b = operand("b", b_view, b_walk, ("rows",) if k_major else ("cols", "rows"))
     # the kernel writes rows (columns: transposed_store), each ending on a whole chunk
-    c = operand("c", c_view, c_walk, (c_inner,), lambda place: stores_whole_chunks(c_view, place))
+    c = operand("c", c_view, c_walk, (c_inner,), written=True)
     s = operand("s", s_view, s_walk, ("cols",)) if s_view is not None else None   # read as rows of the tile
     plan = MatmulPlan(result, batch_shape, m, n, k, batches, a, b, c, s, swapped=swapped, zero_k=zero_k)
     return plan if indexed[1 if swapped else 0] else _fold(plan)
