@@ -83,6 +83,13 @@ class HostArray:
         strides = c_strides(tuple(shape), dtype.itemsize) if strides is None else strides
         return HostArray(self.ptr + offset, shape, strides, dtype, self.keep, self.region)
 
+    def region_bytes(self) -> np.ndarray:
+        """The allocation this array lives in, as a uint8 view (no copy) that keeps it alive: an upload's span."""
+        lo, hi = self.region
+        view = _at(lo, (hi - lo,), (1,), np.uint8)
+        view.base.keep = self.keep
+        return view
+
     def numpy(self) -> np.ndarray:
         """A numpy view of the memory (no copy), which keeps the memory alive (`HostArray.empty(...).numpy()` of a
         temporary stays valid)."""

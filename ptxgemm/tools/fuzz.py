@@ -88,7 +88,7 @@ class EmulatedBackend:
             # element 0 is aligned (host memory keeps numpy's misalignment, which stages it); the inputs stay in
             # host memory, misaligned ones included
             out = em.upload(out)
-            span = out.keep[out.region[0] - out.keep.ctypes.data:][:out.region[1] - out.region[0]]
+            span = out.region_bytes()
             self.out_span = (span, out.ptr - out.region[0], span.copy())
             if case.c_is_out:
                 kw["c"] = out
@@ -104,8 +104,7 @@ class EmulatedBackend:
         if self.out_span is None:
             return ""
         after, start, before = self.out_span
-        mine = element_bytes(after.size, start, case.out.shape, case.out.strides, case.out.itemsize)
-        return OUTSIDE_OUT if not np.array_equal(before[~mine], after[~mine]) else ""
+        return OUTSIDE_OUT if changed_outside(before, after, start, case.out) else ""
 
 
 class GpuBackend:
@@ -234,10 +233,8 @@ def _touched(case, snap: dict) -> str:
             if after.tobytes() != before.tobytes():
                 return f"{name}: an input was written"
             continue
-        raw_before, raw_after = before.reshape(-1).view(np.uint8), after.reshape(-1).view(np.uint8)
         start = x.__array_interface__["data"][0] - after.__array_interface__["data"][0]
-        mine = element_bytes(raw_after.size, start, x.shape, x.strides, x.itemsize)
-        if not np.array_equal(raw_before[~mine], raw_after[~mine]):
+        if changed_outside(before.reshape(-1).view(np.uint8), after.reshape(-1).view(np.uint8), start, x):
             return OUTSIDE_OUT
     return ""
 
@@ -257,8 +254,13 @@ def written_outside(d_out, out: np.ndarray, before) -> int:
     and strides) differ from `before` (span_bytes before the call); 0 when there is no span."""
     if before is None:
         return 0
-    after = d_out.base.to_numpy().view(np.uint8).reshape(-1)
-    mine = element_bytes(after.size, d_out.ptr - d_out.base.ptr, out.shape, out.strides, out.itemsize)
+    return changed_outside(before, d_out.base.to_numpy().view(np.uint8).reshape(-1), d_out.ptr - d_out.base.ptr, out)
+
+
+def changed_outside(before: np.ndarray, after: np.ndarray, start: int, out: np.ndarray) -> int:
+    """How many bytes differ between `before` and `after` (one span of memory, as bytes) outside the elements of an
+    array laid out as `out` (shape, strides, itemsize) whose element 0 lies `start` bytes in: every judge's check."""
+    mine = element_bytes(after.size, start, out.shape, out.strides, out.itemsize)
     return int(np.count_nonzero(before[~mine] != after[~mine]))
 
 
