@@ -73,22 +73,6 @@ def default_out_dtype(a: Tensor, out_dtype: torch.dtype | None) -> torch.dtype:
     return torch.bfloat16 if a.dtype in tensors.FP8_DTYPES else a.dtype
 
 
-def mm_shape(a: Tensor, b: Tensor) -> tuple[int, ...]:
-    """numpy's `a @ b` shape for operands of 2 or more dimensions (leading axes broadcast)."""
-    if a.dim() < 2 or b.dim() < 2:
-        raise ConfigError(f"a, b: the ptxgemm ops take matrices or batches of them (2 or more dimensions), got "
-                          f"{tuple(a.shape)} and {tuple(b.shape)}; reshape vectors to (1, K) or (K, 1)")
-    if a.shape[-1] != b.shape[-2]:
-        raise ConfigError(f"a, b: a's last axis ({a.shape[-1]}) must equal b's second-to-last ({b.shape[-2]}), got "
-                          f"{tuple(a.shape)} @ {tuple(b.shape)}")
-    try:
-        batch = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2])
-    except RuntimeError:
-        raise ConfigError(f"a, b: batch axes {tuple(a.shape[:-2])} and {tuple(b.shape[:-2])} do not broadcast") \
-            from None
-    return (*batch, a.shape[-2], b.shape[-1])
-
-
 def _call(start: int, key: tuple, stream: int, roles: tuple, result, make, also=None) -> Tensor:
     """An op call the fast paths (_dense, _linear, grouped_mm_impl) could not finish: a new signature, or a stream
     being captured. Every tensor of `roles` is checked first and `result()` gives the result's (shape, dtype,
@@ -152,8 +136,8 @@ def _dense(a, b, *, c=None, beta=0.0, alpha=1.0, bias=None, activation=None, sca
                         scale_b=v(scale_b, "scale_b"), stream=stream, scratch=tensors.scratch(a.device))
 
     roles = (("a", a), ("b", b), ("out", None), ("c", c), ("bias", bias), ("scale_a", scale_a), ("scale_b", scale_b))
-    return _call(start, key, stream, roles, lambda: (mm_shape(a, b), default_out_dtype(a, out_dtype), a.device),
-                 make, also)
+    return _call(start, key, stream, roles,
+                 lambda: (tensors.mm_shape(a.shape, b.shape), default_out_dtype(a, out_dtype), a.device), make, also)
 
 
 def _linear(x2: Tensor, w: Tensor, bias: Tensor | None) -> Tensor:
@@ -402,12 +386,12 @@ SCHEMAS = {
 
 def _mm_fake(a, b, bias=None, activation=None, alpha=1.0, c=None, beta=0.0, out_dtype=None, scale_a=None,
              scale_b=None):
-    return a.new_empty(mm_shape(a, b), dtype=default_out_dtype(a, out_dtype))
+    return a.new_empty(tensors.mm_shape(a.shape, b.shape), dtype=default_out_dtype(a, out_dtype))
 
 
 def _scaled_mm_fake(a, b, scale_a, scale_b, bias=None, activation=None, alpha=1.0, out_dtype=None):
     _check_fp8(a, b)
-    return a.new_empty(mm_shape(a, b), dtype=default_out_dtype(a, out_dtype))
+    return a.new_empty(tensors.mm_shape(a.shape, b.shape), dtype=default_out_dtype(a, out_dtype))
 
 
 def _grouped_mm_fake(a, b, offs=None, masked_m=None, scale_a=None, scale_b=None, bias=None, activation=None,

@@ -54,6 +54,7 @@ import torch
 
 from ..errors import ConfigError
 from ..kernel.config import SCALE_BLOCK
+from . import tensors
 
 #: [True] until `register` has run; the ops' autograd kernels and eager_path read it (a list: bound once, read fast)
 PENDING = [True]
@@ -132,19 +133,12 @@ def scale_kinds(sa, sb, m: int, k: int, n: int) -> tuple:
     return ka, kbk
 
 
-def mm_out_shape(a: tuple, b: tuple) -> tuple:
-    """numpy's a @ b shape (ptxgemm.torch.ops.mm_shape on plain tuples)."""
-    if len(a) < 2 or len(b) < 2 or a[-1] != b[-2]:
-        raise ConfigError(f"a, b: shapes {a} @ {b} do not multiply (the op's own check names the rule)")
-    return (*torch.broadcast_shapes(a[:-2], b[:-2]), a[-2], b[-1])
-
-
 def dense_rules(shapes: dict, values: dict, mesh_size: int) -> list:
     """The dense ops' candidates (the module's docstring): `shapes` {argument: global shape} of the tensors given,
     `values` the other arguments, `mesh_size` the mesh's device count (the blockwise scales' divisibility)."""
     R, Shard, P = _placements()
     a, b = shapes["a"], shapes["b"]
-    out = mm_out_shape(a, b)
+    out = tensors.mm_shape(a, b)
     nb = len(out) - 2
     m, k, n = a[-2], a[-1], b[-1]
     linear = values.get("activation") is None

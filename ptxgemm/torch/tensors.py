@@ -93,6 +93,22 @@ def view(t: torch.Tensor | None, name: str) -> DeviceArray | None:
     return DeviceArray(t.data_ptr(), tuple(t.shape), dt, tuple(s * item for s in t.stride()), owner=False)
 
 
+def mm_shape(a: tuple, b: tuple) -> tuple[int, ...]:
+    """numpy's `a @ b` shape for operands of shapes `a` and `b` of 2 or more dimensions (leading axes broadcast): the
+    ops' implementations and fakes, and their DTensor rules (ptxgemm.torch.sharding), on tensors' or plain shapes."""
+    a, b = tuple(a), tuple(b)
+    if len(a) < 2 or len(b) < 2:
+        raise ConfigError(f"a, b: the ptxgemm ops take matrices or batches of them (2 or more dimensions), got "
+                          f"{a} and {b}; reshape vectors to (1, K) or (K, 1)")
+    if a[-1] != b[-2]:
+        raise ConfigError(f"a, b: a's last axis ({a[-1]}) must equal b's second-to-last ({b[-2]}), got {a} @ {b}")
+    try:
+        batch = torch.broadcast_shapes(a[:-2], b[:-2])
+    except RuntimeError:
+        raise ConfigError(f"a, b: batch axes {a[:-2]} and {b[:-2]} do not broadcast") from None
+    return (*batch, a[-2], b[-1])
+
+
 def signature(t: torch.Tensor | None) -> tuple | None:
     """What a cached plan depends on of one tensor: shape, strides, dtype, device and address class (its address
     mod 16, or -1 for null: ptxgemm.plan.binding), never the address, so a step's new activations find the plan."""
