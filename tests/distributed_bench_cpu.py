@@ -12,16 +12,9 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))   # distributed_checks, beside this file
+sys.path.insert(0, str(Path(__file__).resolve().parent))   # distributed_checks and tiny_models, beside this file
 
-TINY = {
-    "llama": dict(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2, vocab_size=512,
-                  rope_parameters={"rope_type": "default", "rope_theta": 500000.0}, rms_norm_eps=1e-5,
-                  max_position_embeddings=256, tie_word_embeddings=False),
-    "mixtral": dict(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2,
-                    vocab_size=512, num_local_experts=4, num_experts_per_tok=2, max_position_embeddings=256,
-                    tie_word_embeddings=False),
-}
+from tiny_models import TINY  # noqa: E402 - after the path
 
 
 def main(argv=None) -> int:

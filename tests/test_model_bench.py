@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from tiny_models import TINY
 
 from ptxgemm.bench import transformer_models as mb
 from ptxgemm.cli import model as cli_model
@@ -22,18 +23,6 @@ from ptxgemm.errors import ConfigError
 REPO_ROOT = Path(__file__).resolve().parent.parent
 ISSUE_FIELDS = {"gpu", "model", "compiled", "train_step", "ptxgemm_tokens_per_s", "cublas_tokens_per_s",
                 "logits_rel_err", "grad_rel_err"}
-TINY = {
-    "llama": dict(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2, vocab_size=512,
-                  rope_parameters={"rope_type": "default", "rope_theta": 500000.0}, rms_norm_eps=1e-5,
-                  max_position_embeddings=256, tie_word_embeddings=False),
-    "mixtral": dict(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2,
-                    vocab_size=512, num_local_experts=4, num_experts_per_tok=2, max_position_embeddings=256,
-                    tie_word_embeddings=False),
-}
-for _qwen in ("qwen2-0.5b", "qwen2-1.5b"):   # Qwen2's shape of config (biased q/k/v, tied head) at toy widths
-    TINY[_qwen] = dict(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2,
-                       vocab_size=512, rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
-                       rms_norm_eps=1e-6, max_position_embeddings=256, tie_word_embeddings=True)
 HOST_FIELDS = {"plans_made_per_step", "host_ms_per_step", "ptxgemm_host_ms_per_step", "plan_stats"}
 TINY_SIZES = mb.Sizes(layers=1, prefill_batch=2, prefill_seq=32, train_batch=2, train_seq=32, decode_batch=4,
                       decode_prefix=8, decode_steps=3, accuracy_batch=2, repeats=2, prefill_iters=1, train_iters=1)
