@@ -50,7 +50,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
-import math
 from pathlib import Path
 
 from ..errors import ConfigError
@@ -205,12 +204,6 @@ def full(t):
     return t.full_tensor() if hasattr(t, "full_tensor") else t
 
 
-def _rel(num: float, den: float) -> float:
-    if den == 0.0:
-        return 0.0 if num == 0.0 else math.inf
-    return math.sqrt(num / den)
-
-
 def my_share(ids, parallel: str, rank: int, world: int):
     """The sequences this rank runs: all of them (tensor parallel) or its contiguous share (FSDP)."""
     return ids if parallel == "tp" else ids.chunk(world)[rank]
@@ -249,14 +242,14 @@ def distributed_errors(torch, dist, model, ids, ref: dict, parallel: str) -> dic
         num, den = tm.sq_err(g, r)
         del g
         num_all, den_all = num_all + num, den_all + den
-        e = _rel(num, den)
+        e = tm.norm_ratio(num, den)
         if e >= worst:
             worst, worst_name = e, name
     model.zero_grad(set_to_none=True)
     loss_value, ref_loss = float(loss.item()), ref["loss"]
-    return {"logits_rel_err": _rel(float(sums[0]), float(sums[1])),
+    return {"logits_rel_err": tm.norm_ratio(float(sums[0]), float(sums[1])),
             "loss_rel_err": abs(loss_value - ref_loss) / abs(ref_loss) if ref_loss else None,
-            "grad_rel_err": _rel(num_all, den_all), "grad_worst_rel_err": worst, "grad_worst_param": worst_name,
+            "grad_rel_err": tm.norm_ratio(num_all, den_all), "grad_worst_rel_err": worst, "grad_worst_param": worst_name,
             "loss": loss_value}
 
 

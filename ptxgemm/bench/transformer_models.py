@@ -711,10 +711,11 @@ def rel_err(a, b) -> float:
     """||a - b||_F / ||b||_F in float64 (0 for two zero tensors, inf for a nonzero one against zero)."""
     if tuple(a.shape) != tuple(b.shape):
         raise ConfigError(f"rel_err: shapes {tuple(a.shape)} and {tuple(b.shape)} differ")
-    return _ratio(*sq_err(a, b))
+    return norm_ratio(*sq_err(a, b))
 
 
-def _ratio(num: float, den: float) -> float:
+def norm_ratio(num: float, den: float) -> float:
+    """sqrt(num / den) of two squared norms (sq_err's): 0 for 0 / 0, inf for a nonzero one over 0."""
     if den == 0.0:
         return 0.0 if num == 0.0 else math.inf
     return math.sqrt(num / den)
@@ -747,12 +748,12 @@ def compare(got: dict, ref: dict) -> dict:
                               f"the reference's {ref_name} {tuple(r.shape)}")
         num, den = sq_err(g, r)
         num_all, den_all = num_all + num, den_all + den
-        e = _ratio(num, den)
+        e = norm_ratio(num, den)
         if e >= worst:
             worst, worst_name = e, ref_name
     return {"logits_rel_err": rel_err(got["logits"], ref["logits"]),
             "loss_rel_err": abs(got["loss"] - ref["loss"]) / abs(ref["loss"]) if ref["loss"] else None,
-            "grad_rel_err": _ratio(num_all, den_all), "grad_worst_rel_err": worst, "grad_worst_param": worst_name}
+            "grad_rel_err": norm_ratio(num_all, den_all), "grad_worst_rel_err": worst, "grad_worst_param": worst_name}
 
 
 def fp32_reference(torch, arch: str, stock, ids) -> dict:
