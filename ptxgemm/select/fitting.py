@@ -116,28 +116,23 @@ def fit_memory(files, sm_count: int) -> dict:
     memory = cost_model.bandwidths(gpu)
     names = [*MEMORY_KEYS, *(f"kt:{t}" for t in transposed), *(f"ep:{t}" for t in transposed)]
 
-    def table(name):
-        return (ktile, name[3:]) if name.startswith("kt:") else (epilogue, name[3:]) if name.startswith("ep:") \
-            else (memory, name)
+    # each fitted constant's place in the model's tables: (table, key), in `names`' order
+    slots = [(ktile, n[3:]) if n.startswith("kt:") else (epilogue, n[3:]) if n.startswith("ep:") else (memory, n)
+             for n in names]
+    saved = [table[key] for table, key in slots]
 
-    saved = {name: table(name)[0][table(name)[1]] for name in names}
-
-    def apply(x):
-        for name, v in zip(names, np.exp(x)):
-            t, key = table(name)
-            t[key] = float(v)
+    def put(values):
+        for (table, key), v in zip(slots, values):
+            table[key] = v
 
     def loss(x):
-        apply(x)
+        put(map(float, np.exp(x)))
         return sum((math.log(cost_model.predict(configs[t], m, n, k, sm_count, gpu).total_ns) - math.log(ns)) ** 2
                    for m, n, k, t, ns in points) / len(points)
 
     try:
-        res = minimize(loss, np.log([saved[n] for n in names]), method="Powell",
-                       options={"maxiter": 4000, "xtol": 1e-3, "ftol": 1e-6})
+        res = minimize(loss, np.log(saved), method="Powell", options={"maxiter": 4000, "xtol": 1e-3, "ftol": 1e-6})
     finally:
-        for name, v in saved.items():          # the library's tables as they were: the fit only reports
-            t, key = table(name)
-            t[key] = v
+        put(saved)   # the library's tables as they were (the same objects): the fit only reports
     return {"gpu": gpu, "samples": len(points), "rms_log_error": math.sqrt(res.fun),
             **{n: float(v) for n, v in zip(names, np.exp(res.x))}}
