@@ -188,3 +188,74 @@ def test_the_torch_layers_make_no_plan_in_a_steady_state_and_stay_right():
         lin.weight.grad = lin.bias.grad = None
     assert ptxgemm.plan_stats()["plans_made"] == 0
     assert ptxgemm.plan_stats()["plan_hits"] == 3 * 4
+
+
+@gpu
+def test_a_dropped_result_comes_back_at_its_address_on_its_own_stream_only(counted):
+    """matmul's result, dropped, leaves its block for the next call on its stream (ptxgemm.runtime.recycling): the
+    next result there has the same address (so the plan's output map needs no move), one on another stream does
+    not (nothing would order it after the first stream's work), and a result still held is never handed out. Every
+    call has new inputs, so a block's old bytes cannot pass for a new result."""
+    from ptxgemm.runtime import driver, recycling
+
+    driver.synchronize()
+    driver.trim_memory_pool()           # nothing kept from earlier tests
+    rng = np.random.default_rng(4646)
+    m, n, k = 256, 384, 512
+    s1, s2 = driver.Stream(), driver.Stream()
+    b = random_matrix(rng, k, n, "bfloat16")
+    db = DeviceArray.from_numpy(b)
+    driver.synchronize()
+
+    def call(stream):
+        a = random_matrix(rng, m, k, "bfloat16")
+        da = DeviceArray.from_numpy(a, stream=stream)
+        return a, da, ptxgemm.matmul(da, db, stream=stream)
+
+    a1, da1, out1 = call(s1)
+    assert check_result(out1.to_numpy(), a1, b).ok
+    first = out1.ptr
+    del out1
+    assert recycling.kept_bytes() == m * n * 2, "the dropped result's block was not kept"
+    a2, da2, out2 = call(s2)
+    assert out2.ptr != first, "a block freed on one stream was handed to another"
+    assert check_result(out2.to_numpy(), a2, b).ok
+    a3, da3, out3 = call(s1)
+    assert out3.ptr == first, "the block kept on s1 did not come back on s1"
+    assert check_result(out3.to_numpy(), a3, b).ok, "a recycled block kept its old values: the call did not write it"
+    a4, da4, out4 = call(s1)            # out3 still held: a block of its own
+    assert out4.ptr != out3.ptr
+    assert check_result(out4.to_numpy(), a4, b).ok and check_result(out3.to_numpy(), a3, b).ok
+    del out2, out3, out4
+    driver.synchronize()
+    driver.trim_memory_pool()
+    assert recycling.kept_bytes() == 0
+
+
+@gpu
+def test_nothing_is_recycled_while_the_stream_is_captured(counted):
+    """During a CUDA graph capture an allocation is the graph's: a block kept before the capture is not handed out
+    to it (the graph would bake in an address the pool's next user writes), and a result freed during the capture
+    is not kept (it is the graph's memory)."""
+    from ptxgemm.runtime import driver, recycling
+    from ptxgemm.runtime.graph import Graph
+
+    driver.synchronize()
+    driver.trim_memory_pool()
+    s = driver.Stream()
+    shape, nbytes = (64, 64), 64 * 64 * 2
+    handle = driver.cu_stream(s)
+    kept = DeviceArray.allocate(shape, BF16, (128, 2), nbytes, s, handle)
+    kept_ptr = kept.ptr
+    del kept
+    assert recycling.kept_bytes() == nbytes
+    graph = Graph()
+    with graph.capture(s):
+        inside = DeviceArray.allocate(shape, BF16, (128, 2), nbytes, s, handle)
+        assert inside.ptr != kept_ptr, "a block kept outside the capture was handed to the graph"
+        inside.free()
+        assert recycling.kept_bytes() == nbytes, "a block freed during the capture was kept"
+    graph.close()
+    driver.synchronize()
+    driver.trim_memory_pool()
+    assert recycling.kept_bytes() == 0

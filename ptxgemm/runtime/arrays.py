@@ -13,7 +13,7 @@ import math
 import numpy as np
 
 from ..errors import ConfigError
-from . import driver, interop, libcuda, relayout
+from . import driver, interop, libcuda, recycling, relayout
 from .driver import check, cu, cu_stream, memory_pool, synchronize
 
 
@@ -95,6 +95,7 @@ class DeviceArray:
         self.base = base            # the array whose memory this view reads (kept alive); None for an owner
         self._stream = None         # the stream object an owner was allocated on (kept alive: its free goes there)
         self._stream_handle = None  # ... and its CUstream handle
+        self._recycle = False       # freed into ptxgemm.runtime.recycling (only `allocate`'s results, see there)
 
     # construction ---------------------------------------------------------------------------------------
     @classmethod
@@ -124,20 +125,28 @@ class DeviceArray:
     @classmethod
     def allocate(cls, shape: tuple, dtype: np.dtype, strides: tuple, nbytes: int, stream, handle) -> "DeviceArray":
         """`empty` for a caller that has checked and derived everything once (a plan cache's entry: shape, dtype,
-        C-order strides, nbytes > 0, the stream and its CUstream handle): the allocation alone, on the hot path."""
-        alloc = libcuda.function("cuMemAllocFromPoolAsync")
-        if alloc is not None:   # one foreign call (ptxgemm.runtime.libcuda), against the bindings' wrapper
-            value = ctypes.c_uint64()
-            err = alloc(ctypes.byref(value), nbytes, int(driver._pool or memory_pool()), int(handle))
-            err, ptr = cu.CUresult(err) if err else None, value.value
-        else:
-            err, ptr = cu.cuMemAllocFromPoolAsync(nbytes, driver._pool or memory_pool(), handle)
-            err = None if err == cu.CUresult.CUDA_SUCCESS else err
-        if err is not None:
-            check((err,), f"allocating {nbytes} bytes for a {shape} {dtype} array (cuMemAllocFromPoolAsync)")
+        C-order strides, nbytes > 0, the stream and its CUstream handle): the allocation alone, on the hot path. A
+        block an earlier such result gave back on this stream is taken first (ptxgemm.runtime.recycling: no driver
+        call, and the same address as last time); outside a CUDA graph capture, this result gives its block back
+        the same way when it goes."""
+        h = int(handle)
+        recycle = not recycling.capturing(h)
+        ptr = recycling.take(h, nbytes) if recycle else 0
+        if not ptr:
+            alloc = libcuda.function("cuMemAllocFromPoolAsync")
+            if alloc is not None:   # one foreign call (ptxgemm.runtime.libcuda), against the bindings' wrapper
+                value = ctypes.c_uint64()
+                err = alloc(ctypes.byref(value), nbytes, int(driver._pool or memory_pool()), h)
+                err, ptr = cu.CUresult(err) if err else None, value.value
+            else:
+                err, ptr = cu.cuMemAllocFromPoolAsync(nbytes, driver._pool or memory_pool(), handle)
+                err = None if err == cu.CUresult.CUDA_SUCCESS else err
+            if err is not None:
+                check((err,), f"allocating {nbytes} bytes for a {shape} {dtype} array (cuMemAllocFromPoolAsync)")
         out = cls.__new__(cls)
         out.ptr, out.shape, out.dtype, out.strides, out.nbytes = int(ptr), shape, dtype, strides, nbytes
         out._owner, out.base, out._stream, out._stream_handle = True, None, stream, handle
+        out._recycle = recycle
         return out
 
     @classmethod
@@ -278,6 +287,8 @@ class DeviceArray:
         if self._owner and self.ptr:
             ptr, self.ptr = self.ptr, 0
             handle = self._stream_handle if self._stream_handle is not None else cu_stream(None)
+            if self._recycle and recycling.give(int(handle), self.nbytes, ptr, self._stream):
+                return
             free = libcuda.function("cuMemFreeAsync")   # a dropped result's free is on the per-call path
             if free is None:
                 check(cu.cuMemFreeAsync(ptr, handle), "freeing a device buffer (cuMemFreeAsync)")

@@ -16,6 +16,7 @@ import os
 import threading
 
 from ..errors import ConfigError, CudaError, NoGpuError
+from . import recycling
 
 try:
     from cuda.bindings import driver as cu
@@ -271,18 +272,24 @@ def memory_pool():
 
 def memory_pool_usage() -> dict[str, int]:
     """Bytes of ptxgemm's pool: `reserved` (held from the driver) and `used` (in live allocations), now and at
-    their high-water marks."""
+    their high-water marks, and `kept`: the part of `used` that dropped results left for the next call on their
+    stream (ptxgemm.runtime.recycling)."""
     pool = memory_pool()
     A = cu.CUmemPool_attribute
     attrs = {"reserved": A.CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, "reserved_high": A.CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH,
              "used": A.CU_MEMPOOL_ATTR_USED_MEM_CURRENT, "used_high": A.CU_MEMPOOL_ATTR_USED_MEM_HIGH}
-    return {k: int(check(cu.cuMemPoolGetAttribute(pool, a), f"reading {a.name} of ptxgemm's memory pool"))
-            for k, a in attrs.items()}
+    usage = {k: int(check(cu.cuMemPoolGetAttribute(pool, a), f"reading {a.name} of ptxgemm's memory pool"))
+             for k, a in attrs.items()}
+    usage["kept"] = recycling.kept_bytes()   # of `used`: results' blocks kept for reuse (trim_memory_pool frees them)
+    return usage
 
 
 def trim_memory_pool(keep_bytes: int = 0) -> None:
     """Give the pool's unused memory back to the driver, down to `keep_bytes` reserved (memory freed on a stream is
-    given back once the stream has reached the free)."""
+    given back once the stream has reached the free), the results' blocks kept for reuse (ptxgemm.runtime.recycling)
+    freed into the pool first."""
+    recycling.release(lambda ptr, handle: check(cu.cuMemFreeAsync(ptr, cu.CUstream(handle)),
+                                                "freeing a kept result block (cuMemFreeAsync)"))
     check(cu.cuMemPoolTrimTo(memory_pool(), int(keep_bytes)), f"trimming ptxgemm's memory pool to {keep_bytes} bytes")
 
 

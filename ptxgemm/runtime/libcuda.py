@@ -1,5 +1,5 @@
 """libcuda's functions on the per-call path, called through ctypes: moving a bound tensor map, allocating a call's
-result and freeing it. One foreign call with plain integers, where cuda.bindings' wrappers build argument objects on
+result and freeing it, and asking whether a stream is being captured (ptxgemm.runtime.recycling). One foreign call with plain integers, where cuda.bindings' wrappers build argument objects on
 every call: 0.6 against 1.25 us for cuTensorMapReplaceAddress on an H200 (`bench --host layer`; docs/perf-notes.md,
 issue 46). Everything else goes through cuda.bindings. Where libcuda or a function cannot be found, `function`
 returns None and the caller takes cuda.bindings' route, which does the same."""
@@ -15,6 +15,7 @@ SIGNATURES = {
     "cuTensorMapReplaceAddress": ([_P, _P], _INT),                         # (CUtensorMap*, void* address)
     "cuMemAllocFromPoolAsync": ([ctypes.POINTER(_U64), _SIZE, _P, _P], _INT),   # (CUdeviceptr*, size, pool, stream)
     "cuMemFreeAsync": ([_U64, _P], _INT),                                  # (CUdeviceptr, stream)
+    "cuStreamIsCapturing": ([_P, ctypes.POINTER(_INT)], _INT),             # (stream, CUstreamCaptureStatus*)
 }
 
 _library = None
