@@ -12,7 +12,7 @@ earlier one by the stream itself -- the stream-ordered pool's own rule (cuMemFre
 Work on other streams that used the memory must be ordered before the free by the caller, as with the pool. A kept
 block holds its stream object (ptxgemm's Stream, torch's, CuPy's), so the stream outlives it and its handle cannot
 name a new stream; a stream given as a raw handle is the caller's to keep alive, as cuMemFreeAsync already asks of
-every result allocated on it, until `ptxgemm.trim_memory_pool()` has given its blocks back.
+every result allocated on it, until `ptxgemm.runtime.driver.trim_memory_pool()` has given its blocks back.
 
 CUDA graphs: nothing is handed back or taken while the stream is being captured (cuStreamIsCapturing): a captured
 allocation is the graph's memory, and a block taken during a capture would be baked into the graph while the pool's
