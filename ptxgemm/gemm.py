@@ -437,10 +437,15 @@ class GemmPlan:
         if devices.several_contexts:   # another device's context may be current here: the plan's, around the work
             return devices.in_context(self.context, self._enqueue, ptrs, stream)
         # _enqueue's body, written out: one context in the process costs this path the test above and nothing more
-        with self._lock:   # binding and enqueueing together: another thread's binding cannot come between
-            self._slots.bind(ptrs)
-            for step in self._steps:
-                step(stream)
+        try:
+            with self._lock:   # binding and enqueueing together: another thread's binding cannot come between
+                self._slots.bind(ptrs)
+                for step in self._steps:
+                    step(stream)
+        except CudaError as e:   # refused in the context another library made current since: again, in the plan's
+            if not devices.elsewhere(self.context, e):
+                raise
+            return devices.in_context(self.context, self._enqueue, ptrs, stream)
         if self.records is not None:
             self._wait_for_stalls()
 
@@ -449,9 +454,14 @@ class GemmPlan:
         GEMM, the copy-out (each only when the layout needs it), on the arrays the plan is bound to."""
         if devices.several_contexts:
             return devices.in_context(self.context, self._enqueue, None, stream)
-        with self._lock:
-            for step in self._steps:
-                step(stream)
+        try:
+            with self._lock:
+                for step in self._steps:
+                    step(stream)
+        except CudaError as e:   # as in launch_at
+            if not devices.elsewhere(self.context, e):
+                raise
+            return devices.in_context(self.context, self._enqueue, None, stream)
         if self.records is not None:
             self._wait_for_stalls()
 
@@ -614,7 +624,12 @@ class _MatmulEntry:
             return arrays.DeviceArray(0, self.shape, self.dtype, self.strides, 0, device=self.device)
         if devices.several_contexts:   # the legacy stream is the current context's: the plan's, for the allocation
             return devices.in_context(self.plan.context, arrays.DeviceArray.allocate, *self.allocation)
-        return arrays.DeviceArray.allocate(*self.allocation)
+        try:
+            return arrays.DeviceArray.allocate(*self.allocation)
+        except CudaError as e:   # no context on this thread (one that never worked with ptxgemm): the plan's
+            if not devices.elsewhere(self.plan.context, e):
+                raise
+            return devices.in_context(self.plan.context, arrays.DeviceArray.allocate, *self.allocation)
 
 
 def _matmul_plan(args: dict, out_dtype, alpha, beta, activation, config, stream) -> tuple:

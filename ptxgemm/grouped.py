@@ -296,10 +296,15 @@ class GroupedPlan:
         if devices.several_contexts:   # another device's context may be current here: the plan's, around the work
             return devices.in_context(self.context, self._enqueue, ptrs, stream)
         # _enqueue's body, written out: one context in the process costs this path the test above and nothing more
-        with self._lock:
-            self._slots.bind(ptrs)
-            for step in self._steps:
-                step(stream)
+        try:
+            with self._lock:
+                self._slots.bind(ptrs)
+                for step in self._steps:
+                    step(stream)
+        except CudaError as e:   # refused in the context another library made current since: again, in the plan's
+            if not devices.elsewhere(self.context, e):
+                raise
+            return devices.in_context(self.context, self._enqueue, ptrs, stream)
         self._wait_for_stalls()
 
     @property
@@ -311,9 +316,14 @@ class GroupedPlan:
         """Enqueue on `stream` (one of the plan's device), on the arrays the plan is bound to."""
         if devices.several_contexts:
             return devices.in_context(self.context, self._enqueue, None, stream)
-        with self._lock:
-            for step in self._steps:
-                step(stream)
+        try:
+            with self._lock:
+                for step in self._steps:
+                    step(stream)
+        except CudaError as e:   # as in launch_at
+            if not devices.elsewhere(self.context, e):
+                raise
+            return devices.in_context(self.context, self._enqueue, None, stream)
         self._wait_for_stalls()
 
     def _enqueue(self, ptrs: tuple | None, stream) -> None:

@@ -15,7 +15,7 @@ import pytest
 
 import ptxgemm
 from ptxgemm import gemm, grouped
-from ptxgemm.errors import ConfigError, NoGpuError
+from ptxgemm.errors import ConfigError, CudaError, NoGpuError
 from ptxgemm.plan import binding
 from ptxgemm.plan.cache import plan_stats, reset_plan_stats
 from ptxgemm.runtime import arrays, devices, driver, interop, patch, relayout
@@ -378,3 +378,47 @@ def test_an_entrys_result_is_allocated_in_its_plans_context(thread, monkeypatch)
     entry.allocation = ((4, 4), BF16, (8, 2), 32, None, 0, 1, 0x9)
     assert entry.allocate().device == 1
     assert allocated == [(OURS_1, 1)] and thread.current == TORCH_0
+
+
+def _refused_elsewhere(thread: FakeThread, seen: list, name: str = "CUDA_ERROR_INVALID_HANDLE"):
+    """A launch step as the driver runs it: refused (`name`) unless the plan's context (device 1's) is current."""
+    def step(stream):
+        if thread.current != OURS_1:
+            raise CudaError(name, "launching a kernel (test)")
+        seen.append((thread.current, stream))
+    return step
+
+
+@pytest.mark.parametrize("cls", [ptxgemm.GemmPlan, ptxgemm.GroupedPlan])
+@pytest.mark.parametrize("before", [TORCH_0, 0])
+def test_a_launch_refused_in_a_context_made_current_behind_ptxgemms_back_runs_again_in_its_own(thread, cls, before):
+    """One context of ptxgemm's, and torch made device 0's current since ptxgemm last looked (or a thread that never
+    had one runs a cached plan): the driver refuses the launch, the plan launches again in its context and puts the
+    thread's back; another device's context turns switching on for good, no context at all does not."""
+    devices.opened(OURS_1)
+    thread.current = before
+    seen = []
+    plan = _plan(cls, seen, thread)
+    plan._steps = [_refused_elsewhere(thread, seen)]
+    plan.launch_at((1, 2, 3, 0, 0, 0, 0), 5)
+    assert seen == [(OURS_1, 5)]
+    assert thread.current == (before or OURS_1) and devices.several_contexts == bool(before)
+
+
+def test_a_refusal_of_anothers_making_is_raised_as_it_is(thread):
+    """Only the driver's wrong-context answers, and only where another context is current, are launched again."""
+    devices.opened(OURS_1)
+    thread.current = TORCH_0
+    plan = _plan(ptxgemm.GemmPlan, [], thread)
+    plan._steps = [_refused_elsewhere(thread, [], "CUDA_ERROR_ILLEGAL_ADDRESS")]
+    with pytest.raises(CudaError, match="^CUDA_ERROR_ILLEGAL_ADDRESS"):
+        plan.launch(None)
+    thread.current = OURS_1                              # the right context current: the refusal is the kernel's own
+
+    def refuse(stream):
+        raise CudaError("CUDA_ERROR_INVALID_HANDLE", "launching a kernel (test)")
+
+    plan._steps = [refuse]
+    with pytest.raises(CudaError, match="^CUDA_ERROR_INVALID_HANDLE"):
+        plan.launch(None)
+    assert thread.sets == [] and not devices.several_contexts

@@ -13,7 +13,10 @@ context is current wherever ptxgemm works, as it always was, and those paths ask
 finds another context current on a thread where it works (torch's current device another GPU); from then on a plan
 makes its context current around its work and puts the thread's own back after (`in_context`), through libcuda
 directly (ptxgemm.runtime.libcuda: two foreign calls, none more when the right one is already current). So torch's
-current device, CuPy's or JAX's, is the same after a ptxgemm call as before it.
+current device, CuPy's or JAX's, is the same after a ptxgemm call as before it. What ptxgemm cannot see coming (torch
+made another device current on a thread after ptxgemm last worked there, or a thread that never had a context runs
+a cached plan) makes the launch fail, cheaply: the driver refuses a function of another context. `elsewhere` tells
+that failure apart, and the plan launches again in its own context, switching from then on.
 
 Nothing here imports the driver module, which imports this one.
 """
@@ -34,6 +37,8 @@ _ours: set[int] = set()   # the raw handles of the contexts ptxgemm opened (driv
 
 #: whether the process has shown ptxgemm more than one CUDA context (module docstring): read on every per-call path
 several_contexts = False
+#: what the driver answers work of one context done while another, or none, is current on the thread
+WRONG_CONTEXT = frozenset({"CUDA_ERROR_INVALID_HANDLE", "CUDA_ERROR_INVALID_CONTEXT"})
 
 
 def current() -> int:
@@ -146,6 +151,20 @@ def restore(handle: int) -> None:
         noticed(handle)
         if thread_context() != handle:
             make_current(handle)
+
+
+def elsewhere(context, error) -> bool:
+    """Whether `error`, raised by the work of `context` (an opened driver context, or None) while the process had one
+    context, came of another context, or none, being current on the thread: the driver's answer is one of
+    WRONG_CONTEXT and the thread's context is not `context`. Another device's is noticed (several_contexts: every
+    plan switches from then on); the caller then does the work again through in_context."""
+    if context is None or getattr(error, "name", None) not in WRONG_CONTEXT:
+        return False
+    current = thread_context()
+    if current == context.handle:
+        return False
+    noticed(current)
+    return True
 
 
 def in_context(context, fn, *args):
