@@ -143,8 +143,8 @@ def test_a_cuda_array_interface_is_taken_on_the_current_device_and_checked_when_
 # --- one call, one device ---------------------------------------------------------------------------------------
 
 def _dense_calls():
-    """(label, call, the argument named): dense calls with one array on another device than the first array."""
-    a1, b1, out1 = on(1, (64, 32)), on(1, (32, 48), offset=4096), on(1, (64, 48), offset=8192)
+    """(label, call, the message's start): calls with one array on another device than the first array."""
+    a1, b1 = on(1, (64, 32)), on(1, (32, 48), offset=4096)
     return [
         ("matmul b", lambda: ptxgemm.matmul(on(0, (64, 32)), b1), "b: on CUDA device 1, but a is on CUDA device 0"),
         ("matmul out", lambda: ptxgemm.matmul(a1, b1, out=on(0, (64, 48))), "out: on CUDA device 0, but a is on "),
