@@ -130,8 +130,9 @@ class DeviceArray:
         device = devices.current() if device is None else devices.check_ordinal(device)
         if nbytes == 0:  # nothing to allocate, nothing to free
             return cls(0, shape, dtype, strides, 0, device=device)
-        return driver.call_on(device, cls.allocate, shape, np.dtype(dtype), strides, nbytes, stream, cu_stream(stream),
-                              device, memory_pool(device))
+        # the pool looked up inside: its first use makes the device's context current, as the allocation needs
+        return driver.call_on(device, lambda: cls.allocate(shape, np.dtype(dtype), strides, nbytes, stream,
+                                                           cu_stream(stream), device, memory_pool(device)))
 
     @classmethod
     def allocate(cls, shape: tuple, dtype: np.dtype, strides: tuple, nbytes: int, stream, handle, device: int,

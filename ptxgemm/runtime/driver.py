@@ -181,7 +181,8 @@ def call_on(ordinal: int, fn, *args, **kwargs):
 
 
 def device_info(ordinal: int | None = None) -> DeviceInfo:
-    """Device `ordinal`'s facts (None: the thread's current device)."""
+    """Device `ordinal`'s facts (None: the thread's current device); its context is opened, not made current (asking
+    about a device changes no thread's context)."""
     return context_of(ordinal).info
 
 
@@ -221,9 +222,9 @@ def no_device_reason() -> str | None:
 
 
 def require_sm90(what: str, ordinal: int | None = None) -> DeviceInfo:
-    """Device `ordinal` (None: the thread's current device), checked to be a Hopper (sm_90); raises NoGpuError naming
-    `what` otherwise."""
-    info = device_info(ordinal)
+    """Device `ordinal` (None: the thread's current device), checked to be a Hopper (sm_90), its context made current
+    (what asks is about to work there); raises NoGpuError naming `what` otherwise."""
+    info = context(ordinal).info
     if info.compute_capability != (9, 0):
         cc = "%d.%d" % info.compute_capability
         raise NoGpuError("CUDA_ERROR_NO_BINARY_FOR_GPU", what,
@@ -326,7 +327,7 @@ def memory_pool(ordinal: int | None = None):
     pool = _pools.get(ordinal)
     if pool is not None:  # on every allocation that derives nothing once: no lock, no context switch
         return pool
-    ctx = context_of(ordinal)
+    ctx = context(ordinal)   # current, as the first allocation on the device's legacy stream needs it
     with _pool_lock:
         if ordinal not in _pools:
             props = cu.CUmemPoolProps()
