@@ -422,3 +422,24 @@ def test_a_refusal_of_anothers_making_is_raised_as_it_is(thread):
     with pytest.raises(CudaError, match="^CUDA_ERROR_INVALID_HANDLE"):
         plan.launch(None)
     assert thread.sets == [] and not devices.several_contexts
+
+
+def test_the_first_array_on_a_device_leaves_the_threads_context_as_it_was(thread, monkeypatch):
+    """torch's device 0 current, and ptxgemm's first work is an array on device 1: opening device 1's context there
+    must not leave it current (torch's current device would follow it)."""
+    thread.current = TORCH_0
+    opened = []
+
+    def open_context(ordinal):   # driver.context as the first use of device 1 does it, without a GPU
+        if ordinal not in driver._contexts:
+            driver._contexts[ordinal] = types.SimpleNamespace(handle=OURS_1, ordinal=ordinal)
+            devices.opened(OURS_1)
+            devices.noticed(thread.current)
+        thread.set(OURS_1)
+        opened.append(ordinal)
+        return driver._contexts[ordinal]
+
+    monkeypatch.setattr(driver, "_contexts", {})
+    monkeypatch.setattr(driver, "context", open_context)
+    done = driver.call_on(1, lambda: (driver.context(1), thread.current)[1])
+    assert done == OURS_1 and opened == [1] and thread.current == TORCH_0 and devices.several_contexts

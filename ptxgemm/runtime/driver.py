@@ -173,9 +173,14 @@ class on_device(devices.device):
 def call_on(ordinal: int, fn, *args, **kwargs):
     """fn(*args, **kwargs) inside on_device(ordinal) where the process has several contexts
     (devices.several_contexts), else directly (the one context is current): the work on one device's memory outside
-    a plan's launches."""
+    a plan's launches. The first work on a device, which opens its context (and may find another current there:
+    torch's), runs inside devices.device(ordinal), which puts that one back after and asks the driver nothing
+    first."""
     if devices.several_contexts:
         with on_device(ordinal):
+            return fn(*args, **kwargs)
+    if ordinal not in _contexts:
+        with devices.device(ordinal):
             return fn(*args, **kwargs)
     return fn(*args, **kwargs)
 
