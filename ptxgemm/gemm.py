@@ -5,10 +5,14 @@ Two ways in:
 - `run(a, b)` on numpy arrays: numpy's `a @ b` (any shapes, batches, layouts); uploads, launches, copies back.
 - `matmul(a, b, out)` / `GemmPlan` on device arrays (DeviceArray, DLPack, __cuda_array_interface__): no host
   copies, no recompilation; a plan encodes its tensor maps, packs its arguments and allocates its staging buffers
-  once, so `plan.launch()` only enqueues; `matmul` keeps plans in a cache keyed by the operands' memory.
+  once, so `plan.launch()` only enqueues; `matmul` keeps plans in a cache keyed by the operands' signatures.
 
 What the kernel reads in place and what is staged is ptxgemm.plan.operands' decision. Every rule is checked before
 anything reaches the GPU, and a broken one raises ConfigError naming the argument and the rule.
+
+A call runs on its arrays' device (`run`: the thread's current device, ptxgemm.device): its plan holds that device's
+kernel, buffers and context, and makes the context current around its launches where the process has more than one
+(ptxgemm.runtime.devices; docs/gemm.md, "Devices").
 """
 from __future__ import annotations
 
@@ -30,8 +34,8 @@ from .plan.cache import COUNTERS, PlanCache, now_ns
 from .plan.call import CallPlan, parse_epilogue, plan_call
 from .plan.epilogue import check_values
 from .plan.checks import check_config, check_dtypes, check_out_dtype, dtype_name, result_shape
-from .runtime import arrays, driver, patch, relayout, tensormap
-from .runtime.arrays import as_device_array
+from .runtime import arrays, devices, driver, patch, relayout, tensormap
+from .runtime.arrays import as_device_array, call_device
 from .runtime.debug import StallRecords
 from .runtime.tensormap import TensorMapSpec
 from .toolchain import compiler
@@ -49,29 +53,33 @@ LOAD_L2_PROMOTION = "128B"
 
 
 class GemmKernel:
-    """A compiled and loaded kernel for one config, ready to launch (kept in a per-process cache).
+    """A compiled kernel for one config, loaded on device `ordinal` (None: the thread's current device) and ready to
+    launch there (kept in a per-process cache, per device).
 
     `ptx` defaults to the config's own rendering; the mutation tester (ptxgemm.tools.mutants) passes an edited copy of it,
     which must keep the kernel's name, parameters and shared-memory map.
     """
 
-    def __init__(self, config: GemmConfig, ptx: str | None = None):
+    def __init__(self, config: GemmConfig, ptx: str | None = None, ordinal: int | None = None):
         self.config = config
         self.compiled = compile_gemm(config) if ptx is None else compiler.compile_ptx(ptx)
-        self.module = driver.load_module(self.compiled, f"GEMM module ({config.describe()})")
+        self.module = driver.load_module(self.compiled, f"GEMM module ({config.describe()})", ordinal)
+        self.ordinal = self.module.ordinal
         self.function = self.module.function(config.kernel_name)
         self.function.set_max_dynamic_smem(config.smem_bytes)
 
 
-_kernels: dict[GemmConfig, GemmKernel] = {}
+_kernels: dict[tuple[GemmConfig, int], GemmKernel] = {}   # by (config, device ordinal): a module is one context's
 _kernels_lock = threading.Lock()
 
 
-def get_kernel(config: GemmConfig) -> GemmKernel:
+def get_kernel(config: GemmConfig, ordinal: int | None = None) -> GemmKernel:
+    """The config's kernel loaded on device `ordinal` (None: the thread's current device), made once per device."""
+    ordinal = devices.current() if ordinal is None else ordinal
     with _kernels_lock:
-        if config not in _kernels:
-            _kernels[config] = GemmKernel(config)
-        return _kernels[config]
+        if (config, ordinal) not in _kernels:
+            _kernels[(config, ordinal)] = GemmKernel(config, ordinal=ordinal)
+        return _kernels[(config, ordinal)]
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -117,30 +125,32 @@ def tensor_map_specs(lay: operands.MatmulPlan, cfg: GemmConfig) -> dict:
     return specs
 
 
-_tile_orders: dict[tuple[int, int], object] = {}
+_tile_orders: dict[tuple[int, int, int], object] = {}
 _tile_orders_lock = threading.Lock()
 
 
-def _tile_order(rows: int, cols: int):
-    """The Hilbert walk over a rows x cols grid of units as a device table (u32 row << 16 | col per unit), made once
-    per grid shape and kept for the process (a plan's launches read it; it is a few KB)."""
+def _tile_order(rows: int, cols: int, ordinal: int):
+    """The Hilbert walk over a rows x cols grid of units as a table on device `ordinal` (u32 row << 16 | col per
+    unit), made once per grid shape and device and kept for the process (a plan's launches read it; it is a few
+    KB)."""
     with _tile_orders_lock:
-        if (rows, cols) not in _tile_orders:
+        if (rows, cols, ordinal) not in _tile_orders:
             if rows >= 1 << 16 or cols >= 1 << 16:
                 raise ConfigError(f"config.raster: the Hilbert table packs rows and columns in 16 bits each; "
                                   f"{rows} x {cols} units do not fit")
             order = np.array([(r << 16) | c for r, c in schedule.hilbert_order(rows, cols)], dtype=np.uint32)
-            _tile_orders[(rows, cols)] = arrays.DeviceArray.from_numpy(order)
-        return _tile_orders[(rows, cols)]
+            _tile_orders[(rows, cols, ordinal)] = arrays.DeviceArray.from_numpy(order, device=ordinal)
+        return _tile_orders[(rows, cols, ordinal)]
 
 
-def copy_launches(copies) -> list:
-    """operands.Copy's as prepared relayout launches (a source address 0 means zeros): the staging steps of a plan
-    (GemmPlan's, and GroupedPlan's around the grouped kernel)."""
+def copy_launches(copies, ordinal: int) -> list:
+    """operands.Copy's as prepared relayout launches on device `ordinal` (a source address 0 means zeros): the
+    staging steps of a plan (GemmPlan's, and GroupedPlan's around the grouped kernel)."""
     out = []
     for c in copies:
-        launch = (relayout.prepare_fill(c.dst_ptr, c.dst_strides, c.shape, c.itemsize) if c.src_ptr == 0 else
-                  relayout.prepare(c.dst_ptr, c.dst_strides, c.src_ptr, c.src_strides, c.shape, c.itemsize))
+        launch = (relayout.prepare_fill(c.dst_ptr, c.dst_strides, c.shape, c.itemsize, ordinal) if c.src_ptr == 0
+                  else relayout.prepare(c.dst_ptr, c.dst_strides, c.src_ptr, c.src_strides, c.shape, c.itemsize,
+                                        ordinal))
         if launch is not None:
             out.append(launch)
     return out
@@ -155,9 +165,18 @@ def stream_key(stream):
 _OWN_KEY_STREAMS = (int, driver.Stream)
 
 
-def own_scratch(stream):
-    """A plan's scratch allocator when the caller gives none: ptxgemm's own device memory, ordered on `stream`."""
-    return lambda nbytes: arrays.DeviceArray.empty((nbytes,), np.uint8, stream=stream)
+def own_scratch(stream, ordinal: int):
+    """A plan's scratch allocator when the caller gives none: ptxgemm's own memory on device `ordinal`, ordered on
+    `stream`."""
+    return lambda nbytes: arrays.DeviceArray.empty((nbytes,), np.uint8, stream=stream, device=ordinal)
+
+
+def check_stream(stream, ordinal: int) -> None:
+    """ConfigError unless `stream`, when it is a ptxgemm Stream (which knows its device), is of device `ordinal`, the
+    call's (a launch on another device's stream fails in the driver, after the plan was made)."""
+    if isinstance(stream, driver.Stream) and stream.device != ordinal:
+        raise ConfigError(f"stream: a stream of CUDA device {stream.device}, but the arrays are on device {ordinal}; "
+                          f"make it inside `with ptxgemm.device({ordinal}):`")
 
 
 def fix_up_buffers(scratch, partials: int, flags: int, cfg: GemmConfig, stream) -> tuple:
@@ -212,8 +231,9 @@ def signatures(args: dict) -> tuple:
 
 
 def _array_signature(x) -> tuple:
-    """binding.signature of a DeviceArray, on matmul's per-call path (its fields are already tuples and a dtype)."""
-    return binding.array_signature(x.shape, x.strides, dtype_name(x.dtype), x.ptr)
+    """binding.signature of a DeviceArray, on matmul's per-call path (its fields are already tuples, a dtype and an
+    ordinal)."""
+    return binding.array_signature(x.shape, x.strides, dtype_name(x.dtype), x.ptr, x.device)
 
 
 def addresses(args: dict) -> tuple:
@@ -256,16 +276,28 @@ class GemmPlan:
         args.update((name, _epilogue_arg(x, name, stream)) for name, x in
                     (("c", c), ("bias", bias), ("scale_a", scale_a), ("scale_b", scale_b)))
         self.signature = signatures(args)
-        self.config = self.kernel = self.schedule = self._launch = None
+        # the call's device, from its arrays: one on another device is refused by name before anything is allocated
+        self.device = call_device(args, _is_array)
+        check_stream(stream, self.device)
+        self.config = self.kernel = self.schedule = self._launch = self.context = None
         self.buffers = {}
         self.records = self.trace_buffer = self.workspace = self.flags = None
         self._steps: list = []  # what launch() enqueues, in order, each a driver.PreparedLaunch
         self._slots = patch.AddressSlots()
         self._lock = threading.Lock()   # a bind and the launch that reads it, together
+        # made with the arrays' device the thread's current one (its kernel, buffers and tables go there), and the
+        # thread's own context put back after
+        with devices.device(self.device):
+            self._make(args, config, alpha, beta, activation, ctas, kernel, stream, scratch, planned)
+        self.a, self.b, self.out = a, b, out
+
+    def _make(self, args, config, alpha, beta, activation, ctas, kernel, stream, scratch, planned) -> None:
+        """The plan on the thread's current device, its arrays': selected (unless `planned`), its kernel loaded,
+        buffers allocated, maps encoded and launches prepared, bound to `args`."""
         # the GPU is asked for only when there is a kernel to pick: before loading, a clear error on a non-Hopper GPU
         if planned is None:
             planned = plan_symbolic(args, config, alpha=alpha, beta=beta, activation=activation,
-                                    device=lambda: driver.require_sm90("running the GEMM"), ctas=ctas)
+                                    device=lambda: driver.require_sm90("running the GEMM", self.device), ctas=ctas)
         elif planned.signature and planned.signature != self.signature:
             raise ConfigError(f"planned: made for arguments {planned.signature}, given {self.signature}")
         self.planned = planned
@@ -273,24 +305,29 @@ class GemmPlan:
         self.epilogue, cfg = planned.epilogue, planned.config
         ptrs = binding.check_real(ROLES, addresses(args))
         if cfg is None:  # nothing to multiply: an empty result, or zeros (K = 0)
-            self._steps = copy_launches(lay.fill)
+            self._steps = copy_launches(lay.fill, self.device)
         else:
             self.config = cfg
-            self._scratch = scratch or own_scratch(stream)
+            self._scratch = scratch or own_scratch(stream, self.device)
             if kernel is not None and kernel.config != cfg:
                 raise ConfigError(f"kernel: built for {kernel.config.describe()}, but these operands need "
                                   f"{cfg.describe()}")
-            self.kernel = kernel if kernel is not None else get_kernel(cfg)
-            info = driver.require_sm90("running the GEMM")
+            if kernel is not None and kernel.ordinal != self.device:
+                raise ConfigError(f"kernel: loaded on CUDA device {kernel.ordinal}, but the arrays are on device "
+                                  f"{self.device}")
+            self.kernel = kernel if kernel is not None else get_kernel(cfg, self.device)
+            info = driver.require_sm90("running the GEMM", self.device)
             for op in lay.operands:  # staging buffers, allocated in stream order (no synchronization)
                 if op.staged:
                     self.buffers[op.name] = self._scratch(op.staging.nbytes)
             bound, copies_in, copies_out = operands.bind(lay, {k: v.ptr for k, v in self.buffers.items()})
             self._encode(bound, cfg, info, ctas, stream, ptrs)
-            self._steps = copy_launches(copies_in) + [self._launch] + copy_launches(copies_out)
+            self._steps = (copy_launches(copies_in, self.device) + [self._launch]
+                           + copy_launches(copies_out, self.device))
+        if self._steps:   # the context its launches need current (devices.in_context); none without a launch
+            self.context = driver.context_of(self.device)
         self._slots.collect(self._steps, binding.decode)
         self._slots.bind(ptrs)
-        self.a, self.b, self.out = a, b, out
 
     # the problem the kernel runs (after any swap or fold): the layout's
     m = property(lambda self: self.layout.m)
@@ -320,7 +357,7 @@ class GemmPlan:
                 ctypes.c_uint32(lay.batches), ctypes.c_uint32(int(lay.a.view.count > 1)),
                 ctypes.c_uint32(int(lay.b.view.count > 1))]
         if cfg.raster == "hilbert":
-            self.tile_order = _tile_order(sched.cluster_rows, sched.cluster_cols)
+            self.tile_order = _tile_order(sched.cluster_rows, sched.cluster_cols, self.device)
             args.append(ctypes.c_uint64(self.tile_order.ptr))
         if cfg.split_k:
             args += self._split_arguments(cfg, sched, stream)
@@ -366,7 +403,7 @@ class GemmPlan:
             raise ConfigError(f"config.trace: {total} trace records do not fit the kernel's 32-bit record numbers; "
                               f"trace a smaller problem")
         nbytes = trace_format.buffer_bytes(self.grid, self.trace_capacity)
-        self.trace_buffer = buf = arrays.DeviceArray.empty((nbytes,), np.uint8)
+        self.trace_buffer = buf = arrays.DeviceArray.empty((nbytes,), np.uint8, device=self.device)
         buf.fill_bytes(0, 1)
         return [ctypes.c_uint64(buf.ptr), ctypes.c_uint64(buf.ptr + trace_format.header_bytes(self.grid)),
                 ctypes.c_uint32(self.trace_capacity), ctypes.c_uint32(total)]
@@ -395,18 +432,44 @@ class GemmPlan:
 
     def launch_at(self, ptrs: tuple, stream=None) -> None:
         """Bind to the arrays at `ptrs` (ROLES order; the caller has checked that their signatures are the plan's,
-        as a plan cache's key does) and launch: the per-call path of matmul and the torch ops."""
-        with self._lock:   # binding and enqueueing together: another thread's binding cannot come between
-            self._slots.bind(ptrs)
-            for step in self._steps:
-                step(stream)
+        as a plan cache's key does) and launch: the per-call path of matmul and the torch ops. `stream` is one of the
+        plan's device (None: its legacy default stream)."""
+        if devices.several_contexts:   # another device's context may be current here: the plan's, around the work
+            return devices.in_context(self.context, self._enqueue, ptrs, stream)
+        # _enqueue's body, written out: one context in the process costs this path the test above and nothing more
+        try:
+            with self._lock:   # binding and enqueueing together: another thread's binding cannot come between
+                self._slots.bind(ptrs)
+                for step in self._steps:
+                    step(stream)
+        except CudaError as e:   # refused in the context another library made current since: again, in the plan's
+            if not devices.elsewhere(self.context, e):
+                raise
+            return devices.in_context(self.context, self._enqueue, ptrs, stream)
         if self.records is not None:
             self._wait_for_stalls()
 
     def launch(self, stream=None):
-        """Enqueue on `stream`: staging copies in, the GEMM, the copy-out (each only when the layout needs it), on
-        the arrays the plan is bound to."""
+        """Enqueue on `stream` (one of the plan's device; None: its legacy default stream): staging copies in, the
+        GEMM, the copy-out (each only when the layout needs it), on the arrays the plan is bound to."""
+        if devices.several_contexts:
+            return devices.in_context(self.context, self._enqueue, None, stream)
+        try:
+            with self._lock:
+                for step in self._steps:
+                    step(stream)
+        except CudaError as e:   # as in launch_at
+            if not devices.elsewhere(self.context, e):
+                raise
+            return devices.in_context(self.context, self._enqueue, None, stream)
+        if self.records is not None:
+            self._wait_for_stalls()
+
+    def _enqueue(self, ptrs: tuple | None, stream) -> None:
+        """launch_at (launch: `ptrs` None, the arrays bound already), for devices.in_context."""
         with self._lock:
+            if ptrs is not None:
+                self._slots.bind(ptrs)
             for step in self._steps:
                 step(stream)
         if self.records is not None:
@@ -415,7 +478,7 @@ class GemmPlan:
     def _wait_for_stalls(self) -> None:
         """debug: wait here so that a stall becomes an exception that names the barrier."""
         try:
-            driver.synchronize(f"running {self.config.describe()}")
+            driver.synchronize(f"running {self.config.describe()}", self.device)
         except CudaError as e:
             self.records.raise_if_stalled(f"running {self.config.describe()}", e)
             raise
@@ -441,9 +504,9 @@ def _describe(sig) -> str:
         return "nothing"
     if sig[0] in ("number", "host"):
         return "a number" if sig[0] == "number" else "a host scale"
-    shape, strides, dtype, cls = sig
+    shape, strides, dtype, device, cls = sig
     where = "null" if cls < 0 else f"address = {cls} mod {binding.ADDRESS_CLASS}"
-    return f"shape {shape}, strides {strides}, {dtype}, {where}"
+    return f"shape {shape}, strides {strides}, {dtype}, CUDA device {device}, {where}"
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -484,11 +547,15 @@ def matmul(a, b, out=None, *, c=None, alpha=1.0, beta=0.0, bias=None, activation
     and any strides (see GemmPlan). With the epilogue arguments, act(alpha * (scale_a . a) @ (b . scale_b) +
     beta * c + bias) in one kernel (ptxgemm.plan.epilogue; `c` may be `out` itself). Allocates `out` (a C-order
     DeviceArray, stream-ordered, exporting both protocols) when not given. `stream`: None, a raw CUstream handle or
-    an object with __cuda_stream__.
+    an object with __cuda_stream__, of the arrays' device.
 
-    Plans are cached by signature (shapes, byte strides, dtypes and address classes of every array, the epilogue's
-    numbers, out_dtype, config, stream), never by address: a call like an earlier one, on any memory, binds that
-    plan to its arrays and launches (ptxgemm.plan_stats() counts plans made and found)."""
+    The call runs on its arrays' device (DeviceArray.device, DLPack's device; an array that names none, through
+    __cuda_array_interface__, is taken on the thread's current device and checked to lie there): arrays on two devices
+    are refused, naming the argument and both devices, before anything is allocated or launched.
+
+    Plans are cached by signature (shapes, byte strides, dtypes, devices and address classes of every array, the
+    epilogue's numbers, out_dtype, config, stream), never by address: a call like an earlier one, on any memory, binds
+    that plan to its arrays and launches (ptxgemm.plan_stats() counts plans made and found)."""
     start = now_ns()
     if (type(a) is type(b) is arrays.DeviceArray and (out is None or type(out) is arrays.DeviceArray)
             and c is None and bias is None and scale_a is None and scale_b is None):
@@ -539,20 +606,30 @@ def _check_key_values(alpha, beta, activation, config, out_dtype) -> None:
 
 
 class _MatmulEntry:
-    """A cached matmul plan and what a call that gives no `out` allocates: derived once, so such a call allocates
-    with one driver call (DeviceArray.allocate)."""
+    """A cached matmul plan and what a call that gives no `out` allocates (`fresh`: the plan was made for such a
+    call): derived once, so such a call allocates with one driver call (DeviceArray.allocate, from the pool of the
+    plan's device)."""
 
-    __slots__ = ("plan", "shape", "dtype", "strides", "nbytes", "stream", "handle")
+    __slots__ = ("plan", "shape", "dtype", "strides", "nbytes", "device", "allocation")
 
-    def __init__(self, plan: GemmPlan, out, stream):
+    def __init__(self, plan: GemmPlan, out, stream, fresh: bool):
         self.plan, self.shape, self.dtype, self.strides = plan, tuple(out.shape), out.dtype, tuple(out.strides)
-        self.nbytes, self.stream, self.handle = out.nbytes, stream, driver.cu_stream(stream)
+        self.nbytes, self.device = out.nbytes, out.device
+        # DeviceArray.allocate's arguments, in its order
+        self.allocation = ((self.shape, self.dtype, self.strides, self.nbytes, stream, driver.cu_stream(stream),
+                            self.device, driver.memory_pool(self.device)) if fresh and self.nbytes else None)
 
     def allocate(self):
         if not self.nbytes:   # an empty result owns no memory
-            return arrays.DeviceArray(0, self.shape, self.dtype, self.strides, 0)
-        return arrays.DeviceArray.allocate(self.shape, self.dtype, self.strides, self.nbytes, self.stream,
-                                           self.handle)
+            return arrays.DeviceArray(0, self.shape, self.dtype, self.strides, 0, device=self.device)
+        if devices.several_contexts:   # the legacy stream is the current context's: the plan's, for the allocation
+            return devices.in_context(self.plan.context, arrays.DeviceArray.allocate, *self.allocation)
+        try:
+            return arrays.DeviceArray.allocate(*self.allocation)
+        except CudaError as e:   # no context on this thread (one that never worked with ptxgemm): the plan's
+            if not devices.elsewhere(self.plan.context, e):
+                raise
+            return devices.in_context(self.plan.context, arrays.DeviceArray.allocate, *self.allocation)
 
 
 def _matmul_plan(args: dict, out_dtype, alpha, beta, activation, config, stream) -> tuple:
@@ -562,19 +639,22 @@ def _matmul_plan(args: dict, out_dtype, alpha, beta, activation, config, stream)
     a, b = args["a"], args["b"]
     in_dtype = check_dtypes(a, b)
     od = None if out_dtype is None else check_out_dtype(out_dtype)
-    if args["out"] is None:
-        # the epilogue's rules on the host before the result is allocated (a refused call never reaches the GPU;
-        # a fresh C-order result breaks none of out's)
-        parse_epilogue(a, b, lambda x, name: x, alpha=alpha, beta=beta, activation=activation,
-                       **{name: args[name] for name in EPILOGUE_ARGS})
-        args["out"] = arrays.DeviceArray.empty(result_shape(a, b), np.dtype(od or default_out_dtype(in_dtype)),
-                                               stream=stream)
-    elif od is not None and od != dtype_name(args["out"].dtype):
-        raise ConfigError(f"out_dtype: {od} contradicts out.dtype {dtype_name(args['out'].dtype)}")
-    out = args["out"]
-    plan = GemmPlan(a, b, out, config, alpha=alpha, beta=beta, activation=activation, stream=stream,
-                    **{name: args[name] for name in EPILOGUE_ARGS})
-    return _MatmulEntry(without_caller_arrays(plan), out, stream)
+    ordinal = call_device(args, _is_array)   # arrays on two devices refused by name, before out is allocated
+    fresh = args["out"] is None
+    with devices.device(ordinal):   # the thread's own context back after
+        if fresh:
+            # the epilogue's rules on the host before the result is allocated (a refused call never reaches the
+            # GPU; a fresh C-order result breaks none of out's)
+            parse_epilogue(a, b, lambda x, name: x, alpha=alpha, beta=beta, activation=activation,
+                           **{name: args[name] for name in EPILOGUE_ARGS})
+            args["out"] = arrays.DeviceArray.empty(result_shape(a, b), np.dtype(od or default_out_dtype(in_dtype)),
+                                                   stream=stream, device=ordinal)
+        elif od is not None and od != dtype_name(args["out"].dtype):
+            raise ConfigError(f"out_dtype: {od} contradicts out.dtype {dtype_name(args['out'].dtype)}")
+        out = args["out"]
+        plan = GemmPlan(a, b, out, config, alpha=alpha, beta=beta, activation=activation, stream=stream,
+                        **{name: args[name] for name in EPILOGUE_ARGS})
+        return _MatmulEntry(without_caller_arrays(plan), out, stream, fresh)
 
 
 _ANY_ALIGNED = 1 << 32   # a stand-in device address for planning a layout before the upload (fresh allocations align)
@@ -583,13 +663,14 @@ _ANY_ALIGNED = 1 << 32   # a stand-in device address for planning a layout befor
 @dataclasses.dataclass(frozen=True)
 class _HostStandIn:
     """A numpy array as the planner sees the device array run() will upload it to: its shape, strides and dtype,
-    and where its element 0 will lie from an aligned allocation (arrays.upload_offset), so the plan made before the
-    upload holds for the uploaded array's address class."""
+    where its element 0 will lie from an aligned allocation (arrays.upload_offset), so the plan made before the
+    upload holds for the uploaded array's address class, and the device it goes to (None: the emulator's host)."""
 
     shape: tuple
     strides: tuple
     dtype: np.dtype
     ptr: int = _ANY_ALIGNED
+    device: int | None = None
 
 
 def upload_site(x: np.ndarray) -> tuple:
@@ -600,11 +681,11 @@ def upload_site(x: np.ndarray) -> tuple:
     return x.shape, arrays.upload_strides(x), x.dtype, 0 if offset is None else _ANY_ALIGNED + offset
 
 
-def _stand_in(x, name: str) -> _HostStandIn:
+def _stand_in(x, name: str, ordinal: int | None = None) -> _HostStandIn:
     if not isinstance(x, np.ndarray):
         raise ConfigError(f"{name}: run takes numpy arrays (or numbers for alpha, beta and per-tensor scales), got "
                           f"{type(x).__name__}; use ptxgemm.matmul for device arrays")
-    return _HostStandIn(*upload_site(x))
+    return _HostStandIn(*upload_site(x), device=ordinal)
 
 
 def run(a, b, c=None, *, alpha=1.0, beta=0.0, bias=None, activation=None, scale_a=None, scale_b=None,
@@ -618,19 +699,23 @@ def run(a, b, c=None, *, alpha=1.0, beta=0.0, bias=None, activation=None, scale_
     elements occupy, strides kept (no host copy), and the device reads it in place or stages it (see GemmPlan; an
     fp8 operand that is not K-major is staged transposed). `out_dtype` (bfloat16, float16 or float32) defaults to
     the inputs' dtype (bfloat16 for fp8 inputs). The call is planned once, before anything is uploaded, and the
-    plan is bound to the uploads.
+    plan is bound to the uploads. It runs on the thread's current device (`with ptxgemm.device(n):`; default 0).
     """
     start = now_ns()
+    ordinal = devices.current()   # numpy arrays name no device: the thread's (ptxgemm.device)
     args, od, shape, planned = plan_run(a, b, c, alpha=alpha, beta=beta, bias=bias, activation=activation,
                                         scale_a=scale_a, scale_b=scale_b, out_dtype=out_dtype, config=config,
-                                        device=lambda: driver.require_sm90("running the GEMM"))
-    driver.require_sm90("running the GEMM")
-    da, db = arrays.DeviceArray.from_numpy(a), arrays.DeviceArray.from_numpy(b)
-    args = {name: arrays.DeviceArray.from_numpy(x) if uploaded(name, x) else x for name, x in args.items()}
-    out = arrays.DeviceArray.empty(shape, np.dtype(od))
-    COUNTERS.plans_made += 1
-    GemmPlan(da, db, out, planned=planned, **args).launch()
-    result = out.to_numpy()
+                                        device=lambda: driver.require_sm90("running the GEMM", ordinal),
+                                        ordinal=ordinal)
+    with devices.device(ordinal):   # the thread's own context back after
+        driver.require_sm90("running the GEMM", ordinal)
+        da, db = (arrays.DeviceArray.from_numpy(x, device=ordinal) for x in (a, b))
+        args = {name: arrays.DeviceArray.from_numpy(x, device=ordinal) if uploaded(name, x) else x
+                for name, x in args.items()}
+        out = arrays.DeviceArray.empty(shape, np.dtype(od), device=ordinal)
+        COUNTERS.plans_made += 1
+        GemmPlan(da, db, out, planned=planned, **args).launch()
+        result = out.to_numpy()
     COUNTERS.call(start)
     return result
 
@@ -642,11 +727,12 @@ def uploaded(name: str, x) -> bool:
 
 
 def plan_run(a, b, c=None, *, alpha=1.0, beta=0.0, bias=None, activation=None, scale_a=None, scale_b=None,
-             out_dtype=None, config=None, device=None, spill_check=None) -> tuple[dict, str, tuple, CallPlan]:
+             out_dtype=None, config=None, device=None, spill_check=None,
+             ordinal: int | None = None) -> tuple[dict, str, tuple, CallPlan]:
     """run()'s checks and plan, all made before anything is uploaded: (the epilogue arguments, the output dtype, the
-    result shape, the call's plan on stand-ins for the uploads). `device` (or a callable giving it) is asked only
-    when a kernel must be picked, after every argument has passed. GemmPlan binds the plan to the uploads, so the
-    selection is made once."""
+    result shape, the call's plan on stand-ins for the uploads to device `ordinal`). `device` (or a callable giving
+    it: the facts the selection reads) is asked only when a kernel must be picked, after every argument has passed.
+    GemmPlan binds the plan to the uploads, so the selection is made once."""
     for name, x in (("a", a), ("b", b)):
         if not isinstance(x, np.ndarray):
             raise ConfigError(f"{name}: run takes numpy arrays, got {type(x).__name__}")
@@ -657,9 +743,9 @@ def plan_run(a, b, c=None, *, alpha=1.0, beta=0.0, bias=None, activation=None, s
     args = dict(c=c, alpha=alpha, beta=beta, bias=bias, activation=activation, scale_a=scale_a, scale_b=scale_b)
     parse_epilogue(a, b, _stand_in, **args)   # every epilogue rule, with run's own messages for what is not numpy
     out = _HostStandIn(shape, arrays.c_strides(shape, np.dtype(od).itemsize), np.dtype(od),
-                       _ANY_ALIGNED if math.prod(shape) else 0)   # run's C-order out
-    stand = {"a": _stand_in(a, "a"), "b": _stand_in(b, "b"), "out": out}
-    stand.update((name, _stand_in(args[name], name) if uploaded(name, args[name]) else args[name])
+                       _ANY_ALIGNED if math.prod(shape) else 0, ordinal)   # run's C-order out
+    stand = {"a": _stand_in(a, "a", ordinal), "b": _stand_in(b, "b", ordinal), "out": out}
+    stand.update((name, _stand_in(args[name], name, ordinal) if uploaded(name, args[name]) else args[name])
                  for name in EPILOGUE_ARGS)
     planned = plan_symbolic(stand, config, alpha=alpha, beta=beta, activation=activation, device=device,
                             spill_check=spill_check)

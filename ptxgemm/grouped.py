@@ -24,15 +24,15 @@ import threading
 import numpy as np
 
 from .errors import ConfigError, CudaError
-from .gemm import (LOAD_L2_PROMOTION, MN_PANEL, cached_plan, copy_launches, encode_bound, fix_up_buffers, get_kernel,
-                   own_scratch, stream_key, upload_site, uploaded, without_caller_arrays)
+from .gemm import (LOAD_L2_PROMOTION, MN_PANEL, cached_plan, check_stream, copy_launches, encode_bound, fix_up_buffers,
+                   get_kernel, own_scratch, stream_key, upload_site, uploaded, without_caller_arrays)
 from .kernel.config import GemmConfig
 from .plan import binding, grouped, grouped_call, grouped_layout
 from .plan.cache import COUNTERS, now_ns
 from .plan.epilogue import Epilogue, check_values
 from .plan.checks import check_config, check_ctas, check_out_dtype
-from .runtime import arrays, driver, patch
-from .runtime.arrays import as_device_array
+from .runtime import arrays, devices, driver, patch
+from .runtime.arrays import as_device_array, call_device
 from .runtime.debug import StallRecords
 from .runtime.tensormap import TensorMapSpec
 from .select.cost_model import sk_fixup_k_tiles
@@ -198,9 +198,6 @@ class GroupedPlan:
         config must be the plan's). `scratch(nbytes)`: where the staging buffers and the stream-K tail's workspace
         and flags come from, as GemmPlan's (a framework's allocator, so that a plan made during a graph capture
         takes memory the graph may keep)."""
-        def device():   # asked for only when there is a kernel to pick or launch: a clear error off Hopper
-            return driver.require_sm90("running the grouped GEMM")
-
         check_config(config)
         # the rules of the numbers and the scales' forms before any argument is read as a device array (plan_launch
         # checks every other rule, all before it allocates, uploads or asks the GPU anything)
@@ -212,6 +209,21 @@ class GroupedPlan:
             real[name] = (x if host_or_number(x) else
                           device_array(x, counts_name if name == "counts" else name, stream))
         self.signature = signatures(real)
+        # the call's device, from its arrays: one on another device is refused by name before anything is allocated
+        self.device = call_device_of(real, counts_name)
+        check_stream(stream, self.device)
+        self.context = None   # the context its launches need (devices.in_context); none without a launch
+        # made with the arrays' device the thread's current one (its kernel, buffers and tables go there), and the
+        # thread's own context put back after
+        with devices.device(self.device):
+            self._make(real, offs, masked_m, alpha, activation, out_dtype, config, ctas, stream, kernel, scratch)
+
+    def _make(self, real, offs, masked_m, alpha, activation, out_dtype, config, ctas, stream, kernel, scratch):
+        """The plan on the thread's current device, its arrays' (`real`, by role): planned, buffers allocated, kernel
+        loaded, maps encoded and launches prepared, bound to `real`."""
+        def device():   # asked for only when there is a kernel to pick or launch: a clear error off Hopper
+            return driver.require_sm90("running the grouped GEMM", self.device)
+
         ptrs = binding.check_real(ROLES, addresses(real))
         # planned on symbolic stand-ins (ptxgemm.plan.binding): every address the plan computes is a role's base plus
         # an offset, rewritten per call by `bind` / `launch_at`
@@ -222,10 +234,11 @@ class GroupedPlan:
                            scale_a=s["scale_a"], scale_b=s["scale_b"], bias=s["bias"], activation=activation,
                            out_dtype=out_dtype, config=config,
                            convert=lambda x, nm: x if isinstance(x, binding.StandIn) else device_array(x, nm, stream),
-                           upload=lambda x: arrays.DeviceArray.from_numpy(x, stream=stream),
-                           allocate=lambda shape, dt: arrays.DeviceArray.empty(shape, dt, stream=stream),
+                           upload=lambda x: arrays.DeviceArray.from_numpy(x, stream=stream, device=self.device),
+                           allocate=lambda shape, dt: arrays.DeviceArray.empty(shape, dt, stream=stream,
+                                                                               device=self.device),
                            sm_count=lambda: device().sm_count, spill_check=spills, ctas=ctas,
-                           scratch=scratch or own_scratch(stream))
+                           scratch=scratch or own_scratch(stream, self.device))
         self.plan = plan
         self.problem, self.epilogue, self.group_strides = plan.problem, plan.epilogue, plan.group_strides
         self.layout = plan.layout   # what is read in place and what is staged (layout.describe() says it in words)
@@ -242,9 +255,12 @@ class GroupedPlan:
         if kernel is not None and kernel.config != cfg:
             raise ConfigError(f"kernel: built for {kernel.config.describe()}, but these operands need "
                               f"{cfg.describe()}")
+        if kernel is not None and kernel.ordinal != self.device:
+            raise ConfigError(f"kernel: loaded on CUDA device {kernel.ordinal}, but the arrays are on device "
+                              f"{self.device}")
         self.specs = plan.specs
         info = device()
-        self.kernel = kernel if kernel is not None else get_kernel(cfg)
+        self.kernel = kernel if kernel is not None else get_kernel(cfg, self.device)
         self._maps = maps = encode_bound(plan.specs, ptrs, self._slots)
         limit = info.sm_count if ctas is None else min(ctas, info.sm_count)
         self.grid = limit - limit % cfg.cluster_size     # whole clusters: a pair along M takes two SMs
@@ -255,7 +271,8 @@ class GroupedPlan:
         fix_up = ()
         if cfg.stream_k:   # the tail's fix-up: a partial tile per CTA and consumer half, a flag per tail unit and half
             halves = self.grid * cfg.consumers_per_tile    # clusters x CTAs of a cluster x consumer halves
-            self.workspace, self.flags = fix_up_buffers(scratch or own_scratch(stream), halves, halves, cfg, stream)
+            self.workspace, self.flags = fix_up_buffers(scratch or own_scratch(stream, self.device), halves, halves,
+                                                        cfg, stream)
             self.sk_fixup = sk_fixup_k_tiles(cfg, str(info.name))   # what the device weighs its tail with
             fix_up = (self.sk_fixup, self.workspace.ptr, self.flags.ptr)
         args = [maps["tmap_a"], maps["tmap_b"], maps["tmap_c"], *plan.scalars(debug_ptr, fix_up)]
@@ -265,7 +282,9 @@ class GroupedPlan:
                                              programmatic=driver.PROGRAMMATIC_LAUNCH)   # the kernel waits for it
         # the staging copies read and write the caller's arrays at symbolic addresses (bound per call, as the
         # kernel's maps are) and the plan's own buffers at real ones
-        self._steps = copy_launches(plan.copies_in) + [self._launch] + copy_launches(plan.copies_out)
+        self._steps = (copy_launches(plan.copies_in, self.device) + [self._launch]
+                       + copy_launches(plan.copies_out, self.device))
+        self.context = driver.context_of(self.device)
         self._slots.collect(self._steps, binding.decode)
         if real["out"] is None:   # the result allocated by plan_launch is the plan's own: bound to it for good
             ptrs = ptrs[:2] + (int(self.out.ptr),) + ptrs[3:]
@@ -273,11 +292,19 @@ class GroupedPlan:
 
     def launch_at(self, ptrs: tuple, stream=None) -> None:
         """Bind to the arrays at `ptrs` (ROLES order; their signatures are the plan's, as the cache's key says) and
-        launch."""
-        with self._lock:
-            self._slots.bind(ptrs)
-            for step in self._steps:
-                step(stream)
+        launch, on `stream` (one of the plan's device; None: its legacy default stream)."""
+        if devices.several_contexts:   # another device's context may be current here: the plan's, around the work
+            return devices.in_context(self.context, self._enqueue, ptrs, stream)
+        # _enqueue's body, written out: one context in the process costs this path the test above and nothing more
+        try:
+            with self._lock:
+                self._slots.bind(ptrs)
+                for step in self._steps:
+                    step(stream)
+        except CudaError as e:   # refused in the context another library made current since: again, in the plan's
+            if not devices.elsewhere(self.context, e):
+                raise
+            return devices.in_context(self.context, self._enqueue, ptrs, stream)
         self._wait_for_stalls()
 
     @property
@@ -286,8 +313,24 @@ class GroupedPlan:
         return 2 * self.rows * self.problem.n * self.problem.k
 
     def launch(self, stream=None):
-        """Enqueue on `stream`, on the arrays the plan is bound to."""
+        """Enqueue on `stream` (one of the plan's device), on the arrays the plan is bound to."""
+        if devices.several_contexts:
+            return devices.in_context(self.context, self._enqueue, None, stream)
+        try:
+            with self._lock:
+                for step in self._steps:
+                    step(stream)
+        except CudaError as e:   # as in launch_at
+            if not devices.elsewhere(self.context, e):
+                raise
+            return devices.in_context(self.context, self._enqueue, None, stream)
+        self._wait_for_stalls()
+
+    def _enqueue(self, ptrs: tuple | None, stream) -> None:
+        """launch_at (launch: `ptrs` None, the arrays bound already), for devices.in_context."""
         with self._lock:
+            if ptrs is not None:
+                self._slots.bind(ptrs)
             for step in self._steps:
                 step(stream)
         self._wait_for_stalls()
@@ -296,7 +339,7 @@ class GroupedPlan:
         if self.records is not None:  # debug: wait here so a stall becomes an exception that names the barrier
             what = f"running {self.config.describe()}"
             try:
-                driver.synchronize(what)
+                driver.synchronize(what, self.device)
             except CudaError as e:
                 self.records.raise_if_stalled(what, e)
                 raise
@@ -349,6 +392,13 @@ def signatures(args: dict) -> tuple:
     return tuple(binding.signature(args.get(name)) for name in ROLES)
 
 
+def call_device_of(args: dict, counts_name: str) -> int:
+    """The one device of a grouped call's arrays (`args` by role: arrays.call_device), the counts named as the caller
+    passed them (offs or masked_m)."""
+    return call_device({counts_name if name == "counts" else name: x for name, x in args.items()},
+                       lambda name, x: not host_or_number(x))
+
+
 def addresses(args: dict) -> tuple:
     return tuple(0 if host_or_number(x) else int(x.ptr) for x in (args.get(name) for name in ROLES))
 
@@ -374,7 +424,8 @@ def grouped_matmul(a, b, *, offs=None, masked_m=None, out=None, alpha=1.0, scale
     Plans are cached as matmul's are, by signature (shapes, strides, dtypes and address classes of the device
     arrays; the epilogue's numbers), so a call like an earlier one binds that plan and launches; a call with host
     counts or host vectors plans anew (their values are the plan's). Every argument is checked on the host
-    (check_call: ConfigError names it and the rule) before anything is allocated or asked of the GPU."""
+    (check_call: ConfigError names it and the rule) before anything is allocated or asked of the GPU. The call runs
+    on its arrays' device, as matmul's does (arrays on two devices: ConfigError naming the argument)."""
     start = now_ns()
     check_config(config)
     # the numbers' rules first: the cache key below holds their values (alpha True would find alpha 1.0's plan, a
@@ -391,15 +442,16 @@ def grouped_matmul(a, b, *, offs=None, masked_m=None, out=None, alpha=1.0, scale
     args["out"] = None if out is None else device_array(out, "out", stream)
     kwargs = dict(alpha=alpha, activation=activation, out_dtype=out_dtype, config=config, stream=stream)
 
-    def allocate(problem) -> None:   # the call's result, allocated here, never by a cached plan: each call's own
-        args["out"] = arrays.DeviceArray.empty(problem.out_shape, problem.out_dtype, stream=stream)
+    def allocate(problem, ordinal) -> None:   # the call's own result on its device, never a cached plan's
+        args["out"] = arrays.DeviceArray.empty(problem.out_shape, problem.out_dtype, stream=stream, device=ordinal)
 
     def make():
-        if args["out"] is None:   # every rule checked on the host before the result is allocated
+        if args["out"] is None:   # every rule checked on the host before the result is allocated on the arrays' device
+            ordinal = call_device_of(args, form)
             allocate(check_call(args["a"], args["b"], **{form: args["counts"]}, alpha=alpha, scale_a=args["scale_a"],
                                 scale_b=args["scale_b"], bias=args["bias"], activation=activation,
                                 out_dtype=out_dtype, config=config,
-                                convert=lambda x, nm: device_array(x, nm, stream)).problem)
+                                convert=lambda x, nm: device_array(x, nm, stream)).problem, ordinal)
         return GroupedPlan(args["a"], args["b"], **{form: args["counts"]}, out=args["out"], scale_a=args["scale_a"],
                            scale_b=args["scale_b"], bias=args["bias"], **kwargs)
 
@@ -413,7 +465,7 @@ def grouped_matmul(a, b, *, offs=None, masked_m=None, out=None, alpha=1.0, scale
         key = ("grouped", form, signatures(args), alpha, activation, od, config, stream_key(stream))
         plan = cached_plan(key, lambda: without_caller_arrays(make()))
         if args["out"] is None:   # a plan found: its arguments passed every rule when it was made
-            allocate(plan.problem)
+            allocate(plan.problem, plan.device)
         plan.launch_at(addresses(args), stream)
     COUNTERS.call(start)
     return args["out"]
@@ -447,8 +499,8 @@ def check_run(a, b, *, offs=None, masked_m=None, alpha=1.0, scale_a=None, scale_
 
 def grouped_run(a, b, *, offs=None, masked_m=None, alpha=1.0, scale_a=None, scale_b=None, bias=None,
                 activation=None, out_dtype=None, config: GemmConfig | None = None) -> np.ndarray:
-    """grouped_matmul for numpy arrays, as `run` is matmul's: uploads, computes on the GPU, downloads, and returns
-    a new C-order numpy array. The same three forms:
+    """grouped_matmul for numpy arrays, as `run` is matmul's: uploads, computes on the GPU (the thread's current
+    device, ptxgemm.device), downloads, and returns a new C-order numpy array. The same three forms:
 
     contiguous  a (total_M, K), b (G, K, N), offs (G,) int32 cumulative row ends  -> (total_M, N)
     masked      a (G, M_max, K), b (G, K, N), masked_m (G,) int32 rows per group  -> (G, M_max, N)
@@ -466,15 +518,17 @@ def grouped_run(a, b, *, offs=None, masked_m=None, alpha=1.0, scale_a=None, scal
     call = check_run(a, b, offs=offs, masked_m=masked_m, alpha=alpha, scale_a=scale_a, scale_b=scale_b, bias=bias,
                      activation=activation, out_dtype=out_dtype, config=config)
     problem = call.problem
-    driver.require_sm90("running the grouped GEMM")
-    da, db = arrays.DeviceArray.from_numpy(a), arrays.DeviceArray.from_numpy(b)
-    vectors = {name: arrays.DeviceArray.from_numpy(x) if uploaded(name, x) else x
-               for name, x in (("scale_a", scale_a), ("scale_b", scale_b), ("bias", bias))}
-    out = arrays.DeviceArray.empty(problem.out_shape, problem.out_dtype)
-    out.fill_bytes(0, 1)   # the rows no group covers: zeros, not whatever the allocator left there
-    COUNTERS.plans_made += 1
-    GroupedPlan(da, db, **{problem.counts_name: masked_m if offs is None else offs}, out=out, alpha=alpha,
-                activation=activation, config=config, **vectors).launch()
-    result = out.to_numpy()
+    ordinal = devices.current()   # numpy arrays name no device: the thread's (ptxgemm.device)
+    with devices.device(ordinal):   # the thread's own context back after
+        driver.require_sm90("running the grouped GEMM", ordinal)
+        da, db = (arrays.DeviceArray.from_numpy(x, device=ordinal) for x in (a, b))
+        vectors = {name: arrays.DeviceArray.from_numpy(x, device=ordinal) if uploaded(name, x) else x
+                   for name, x in (("scale_a", scale_a), ("scale_b", scale_b), ("bias", bias))}
+        out = arrays.DeviceArray.empty(problem.out_shape, problem.out_dtype, device=ordinal)
+        out.fill_bytes(0, 1)   # the rows no group covers: zeros, not whatever the allocator left there
+        COUNTERS.plans_made += 1
+        GroupedPlan(da, db, **{problem.counts_name: masked_m if offs is None else offs}, out=out, alpha=alpha,
+                    activation=activation, config=config, **vectors).launch()
+        result = out.to_numpy()
     COUNTERS.call(start)
     return result

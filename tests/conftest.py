@@ -6,6 +6,8 @@
 - `cache_dir`: a fresh PTXGEMM_CACHE_DIR for one test, under a session-wide temporary root (`ptxgemm_cache_root`).
   Only tests that test the cache use it; the cache is not redirected for anything else.
 - `device_report`: lines (e.g. the ptxas version whose cubin the driver loaded) printed in the terminal summary.
+- `no_gpu`: the CUDA driver taken away on any machine, so that a call which slips past its rule to the GPU raises
+  NoGpuError rather than the ConfigError the test expects.
 - Tests marked `slow` are skipped, with the reason, unless PTXGEMM_FULL_TESTS=1 (as CI sets it), and the light
   counts the heaviest sampling tests take without it are listed in the terminal summary (tests/full_run.py).
 """
@@ -155,6 +157,39 @@ def bench_refuses(cli_in_process):
         assert proc.stderr.startswith("python -m ptxgemm bench: error: ") and proc.stderr.count("\n") == 1
         assert list(cwd.iterdir()) == []
     return check
+
+
+class _NoDriver:
+    """cuda.bindings' driver module as a machine without a GPU has it: every call fails."""
+
+    def __getattr__(self, name):
+        from ptxgemm.errors import NoGpuError
+
+        if name.startswith("__"):   # module introspection (pytest, inspect) must still see an ordinary object
+            raise AttributeError(name)
+        raise NoGpuError("CUDA_ERROR_NO_DEVICE", f"calling {name}", "the test took the driver away")
+
+
+@pytest.fixture
+def no_gpu(monkeypatch):
+    """Every use of the CUDA driver raises NoGpuError, on any machine: each module's `cu` and cuda.bindings' own
+    (imported lazily by the tensor maps) replaced, libcuda's direct calls gone, and the cached contexts, pools and
+    stream dropped so none is used without it (and no context counted: one device, as on a fresh process)."""
+    from ptxgemm.runtime import devices, driver, libcuda
+
+    real = driver.cu
+    if real is not None:
+        gone = _NoDriver()
+        for module in list(sys.modules.values()):
+            if getattr(module, "__name__", "").startswith("ptxgemm") and getattr(module, "cu", None) is real:
+                monkeypatch.setattr(module, "cu", gone)
+        monkeypatch.setattr(sys.modules["cuda.bindings"], "driver", gone)
+    monkeypatch.setattr(driver, "_contexts", {})
+    monkeypatch.setattr(driver, "_pools", {})
+    monkeypatch.setattr(driver, "_LEGACY_STREAM", None)
+    monkeypatch.setattr(libcuda, "function", lambda name: None)   # the thread's context unreadable, as without libcuda
+    monkeypatch.setattr(devices, "_ours", set())
+    monkeypatch.setattr(devices, "several_contexts", False)
 
 
 @pytest.fixture

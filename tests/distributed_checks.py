@@ -45,7 +45,7 @@ def main(argv=None) -> int:
     from ptxgemm.bench import ranks
 
     torch, dist, mesh = ranks.init(args.device)
-    dev = torch.device("cuda", 0) if args.device == "cuda" else torch.device("cpu")
+    dev = ranks.rank_device(torch, args.device)
     count = install_cpu_kernels(torch) if args.device == "cpu" else gpu_counter()
     ctx = Context(torch, dist, mesh, dev, count, args.device)
     names = list(CHECKS) if args.only is None else args.only.split(",")

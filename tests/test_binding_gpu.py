@@ -245,13 +245,13 @@ def test_nothing_is_recycled_while_the_stream_is_captured(counted):
     s = driver.Stream()
     shape, nbytes = (64, 64), 64 * 64 * 2
     handle = driver.cu_stream(s)
-    kept = DeviceArray.allocate(shape, BF16, (128, 2), nbytes, s, handle)
+    kept = DeviceArray.allocate(shape, BF16, (128, 2), nbytes, s, handle, 0, driver.memory_pool(0))
     kept_ptr = kept.ptr
     del kept
     assert recycling.kept_bytes() == nbytes
     graph = Graph()
     with graph.capture(s):
-        inside = DeviceArray.allocate(shape, BF16, (128, 2), nbytes, s, handle)
+        inside = DeviceArray.allocate(shape, BF16, (128, 2), nbytes, s, handle, 0, driver.memory_pool(0))
         assert inside.ptr != kept_ptr, "a block kept outside the capture was handed to the graph"
         inside.free()
         assert recycling.kept_bytes() == nbytes, "a block freed during the capture was kept"

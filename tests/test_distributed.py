@@ -18,6 +18,7 @@ import pytest
 
 from ptxgemm.bench import distributed as bench_dist, ranks
 from ptxgemm.cli.main import build_parser
+from ptxgemm.errors import ConfigError
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TESTS = Path(__file__).resolve().parent
@@ -58,6 +59,39 @@ def test_each_rank_sees_its_own_gpu_as_device_0(monkeypatch, visible, local, wan
     assert ranks.pin_device() == want and os.environ["CUDA_VISIBLE_DEVICES"] == want
     assert os.environ["LOCAL_RANK"] == "0"                       # DeviceMesh sets the device by it
     assert ranks.pin_device() == want                            # twice: the same GPU
+
+
+def test_a_rank_sees_every_gpu_by_default_or_its_own_when_pinned(monkeypatch):
+    monkeypatch.delenv(ranks.RANK_DEVICES_ENV, raising=False)
+    assert ranks.rank_devices() == "visible" and ranks.rank_devices("pinned") == "pinned"
+    monkeypatch.setenv(ranks.RANK_DEVICES_ENV, "pinned")
+    assert ranks.rank_devices() == "pinned" and ranks.rank_devices("visible") == "visible"
+    monkeypatch.setenv(ranks.RANK_DEVICES_ENV, "one")
+    with pytest.raises(ConfigError, match="^PTXGEMM_RANK_DEVICES: one of visible, pinned, got 'one'"):
+        ranks.rank_devices()
+
+
+@pytest.mark.parametrize("devices, visible, want_visible, want_device", [
+    ("visible", "0,1", "0,1", 1),     # torch's way: every GPU visible, cuda:LOCAL_RANK
+    ("pinned", "0,1", "1", 0),        # the rank's own GPU only, as device 0
+])
+def test_init_takes_the_ranks_gpu(monkeypatch, devices, visible, want_visible, want_device):
+    torch = pytest.importorskip("torch", reason="torch is not installed: a rank's init imports it")
+    import torch.distributed.device_mesh as device_mesh
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    for name, value in (("LOCAL_RANK", "1"), ("RANK", "1"), ("WORLD_SIZE", "2"), *ranks.SAFE_ENV.items()):
+        monkeypatch.setenv(name, value)   # all put back after: init rewrites some of them
+    taken = {}
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: len(os.environ["CUDA_VISIBLE_DEVICES"].split(",")))
+    monkeypatch.setattr(torch.cuda, "set_device", lambda index: taken.setdefault("set_device", index))
+    monkeypatch.setattr(torch.distributed, "init_process_group",
+                        lambda backend, **kw: taken.setdefault("group", (backend, kw["device_id"])))
+    monkeypatch.setattr(device_mesh, "init_device_mesh", lambda device, shape: ("mesh", device, shape))
+    _, _, mesh = ranks.init("cuda", devices=devices)
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == want_visible and mesh == ("mesh", "cuda", (2,))
+    assert taken == {"set_device": want_device, "group": ("nccl", torch.device("cuda", want_device))}
 
 
 def test_too_few_visible_gpus_are_named(monkeypatch):

@@ -117,7 +117,7 @@ def fake(monkeypatch):
     def install(fail=()):
         cu = FakeDriver(fail)
         monkeypatch.setattr(driver, "cu", cu)
-        monkeypatch.setattr(driver, "context", lambda: None)
+        monkeypatch.setattr(driver, "context", lambda ordinal=None: None)
         # the legacy stream object is cached once made: an earlier test's real CUstream(0) must not leak in here
         monkeypatch.setattr(driver, "_LEGACY_STREAM", None)
         monkeypatch.setattr(Graph, "__init__", init)

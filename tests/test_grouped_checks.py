@@ -1,11 +1,10 @@
 """Issue 48: every argument of ptxgemm.grouped_matmul and GroupedPlan (and of matmul's epilogue) is checked on the
-host before anything is allocated or asked of the GPU. The driver is taken away on every machine (`no_gpu`), and
-the arrays are headers at made-up addresses, so a bad call that slipped past its rule to the GPU would raise
-NoGpuError here, not the ConfigError that names its argument. No GPU needed."""
+host before anything is allocated or asked of the GPU. The driver is taken away on every machine (conftest's
+`no_gpu`), and the arrays are headers at made-up addresses, so a bad call that slipped past its rule to the GPU
+would raise NoGpuError here, not the ConfigError that names its argument. No GPU needed."""
 from __future__ import annotations
 
 import math
-import sys
 
 import ml_dtypes
 import numpy as np
@@ -15,37 +14,12 @@ import ptxgemm
 from ptxgemm.errors import ConfigError, NoGpuError
 from ptxgemm.plan import epilogue
 from ptxgemm.plan import grouped as grouped_rules
-from ptxgemm.runtime import arrays, driver
+from ptxgemm.runtime import arrays
 from ptxgemm.tools import emulator, fuzz_grouped
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 I32 = np.dtype(np.int32)
 F32 = np.dtype(np.float32)
-
-
-class _NoDriver:
-    """cuda.bindings' driver module as a machine without a GPU has it: every call fails."""
-
-    def __getattr__(self, name):
-        if name.startswith("__"):   # module introspection (pytest, inspect) must still see an ordinary object
-            raise AttributeError(name)
-        raise NoGpuError("CUDA_ERROR_NO_DEVICE", f"calling {name}", "the test took the driver away")
-
-
-@pytest.fixture
-def no_gpu(monkeypatch):
-    """Every use of the CUDA driver raises NoGpuError, on any machine: each module's `cu` and cuda.bindings' own
-    (imported lazily by the tensor maps) replaced, and the cached context, pool and stream dropped so none is used
-    without it."""
-    real = driver.cu
-    if real is not None:
-        gone = _NoDriver()
-        for module in list(sys.modules.values()):
-            if getattr(module, "__name__", "").startswith("ptxgemm") and getattr(module, "cu", None) is real:
-                monkeypatch.setattr(module, "cu", gone)
-        monkeypatch.setattr(sys.modules["cuda.bindings"], "driver", gone)
-    for name in ("_ctx", "_pool", "_LEGACY_STREAM"):
-        monkeypatch.setattr(driver, name, None)
 
 
 _next_address = [1 << 32]

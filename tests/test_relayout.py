@@ -143,7 +143,7 @@ def test_copy_array_merges_any_rank(monkeypatch):
     dst = DeviceArray(ADDRESS, shape, np.float32, owner=False)
     src = DeviceArray(ADDRESS + (1 << 20), shape, np.float32, owner=False)
     relayout.copy_array(dst, src, stream=7)
-    assert launched == [(ADDRESS, (4,), ADDRESS + (1 << 20), (4,), (720,), 4, 7)]
+    assert launched == [(ADDRESS, (4,), ADDRESS + (1 << 20), (4,), (720,), 4, 0, 7)]   # on dst's device
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -185,6 +185,24 @@ def test_ops_refuse_host_tensors_by_name():
         pt.mm(a, b)
 
 
+def test_the_ops_take_any_cuda_device_and_one_per_call():
+    """A call's tensors may be on any CUDA device (fake tensors stand for them: no GPU here), all on one: a tensor on
+    another device is named with both devices, before anything is allocated."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from ptxgemm.torch import tensors
+
+    with FakeTensorMode():
+        a1, b1 = torch.empty(64, 32, dtype=BF16, device="cuda:1"), torch.empty(32, 48, dtype=BF16, device="cuda:1")
+        b0 = torch.empty(32, 48, dtype=BF16, device="cuda:0")
+    tensors.check_cuda(a1, "a")
+    assert tensors.call_device((("a", a1), ("b", b1), ("out", None), ("bias", None))) == 1
+    with pytest.raises(ConfigError, match=r"^b: on CUDA device 0, but a is on CUDA device 1; the arrays of one call"):
+        tensors.call_device((("a", a1), ("b", b0)))
+    with pytest.raises(ConfigError, match=r"^bias: a cpu tensor"):
+        tensors.call_device((("a", a1), ("b", b1), ("bias", torch.ones(48))))
+
+
 @pytest.mark.parametrize("a_shape,b_shape,rule", [
     ((8,), (8, 8), "2 or more dimensions"),
     ((8, 16), (8, 8), "must equal b's second-to-last"),

@@ -53,7 +53,7 @@ import json
 from pathlib import Path
 
 from ..errors import ConfigError
-from . import transformer_models as tm
+from . import ranks, transformer_models as tm
 
 #: configuration -> (arch, parallelism)
 CONFIGS = {"llama-tp": ("llama", "tp"), "llama-fsdp": ("llama", "fsdp"), "mixtral-fsdp": ("mixtral", "fsdp")}
@@ -294,7 +294,7 @@ def run_config(torch, dist, mesh, arch: str, parallel: str, sizes: Sizes, *, mod
         raise ConfigError(f"--config: tensor parallelism is planned for llama's layers only (TP_PLAN), not {arch}")
     rank, world = dist.get_rank(), dist.get_world_size()
     check_sizes(sizes, world)
-    dev = torch.device("cuda", 0) if device == "cuda" else torch.device(device)
+    dev = ranks.rank_device(torch, device)
     dims = dict(tm.DIMS[arch] if dims is None else dims)
     header = tm.environment(torch, dev, arch, tm.Sizes(layers=sizes.layers, prefill_seq=sizes.accuracy_seq,
                                                        train_batch=sizes.batch, train_seq=sizes.seq), dims)

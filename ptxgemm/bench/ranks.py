@@ -1,5 +1,5 @@
 """The ranks of a distributed run (issue 50): the environment every process gets, the torchrun command that starts
-them, and what a rank does first (its one GPU, the process group, the device mesh).
+them, and what a rank does first (its GPU, the process group, the device mesh).
 
 NVLink multicast stays off in every process: NCCL's NVLS algorithms, torch's symmetric memory and NVSHMEM each
 create multicast objects (cuMulticastCreate) when they see NVLink, and the machines this project runs on lend GPUs
@@ -7,9 +7,12 @@ whose fabric must not be asked for them. SAFE_ENV turns all three off, forced (n
 must not win) in the launcher's environment for its children and again in each rank before its process group
 starts; nothing here uses symmetric memory.
 
-One GPU per rank, as device 0: ptxgemm runs in the primary context of CUDA device 0 (ptxgemm.torch.tensors
-.check_cuda), so each rank narrows CUDA_VISIBLE_DEVICES to its own GPU before anything initialises CUDA. NCCL
-connects GPUs hidden from each other this way (CUDA IPC; since CUDA 10.1 it needs no peer visibility).
+One GPU per rank, taken one of two ways (RANK_DEVICES, chosen by PTXGEMM_RANK_DEVICES or `init(devices=...)`):
+- "visible" (the default), torch's own way: every GPU stays visible and the rank works on cuda:LOCAL_RANK
+  (torch.cuda.set_device). ptxgemm runs on whichever device a call's tensors are on (ptxgemm.runtime.devices).
+- "pinned": CUDA_VISIBLE_DEVICES narrowed to the rank's GPU before anything initialises CUDA (`pin_device`), which
+  the rank then sees as device 0 (the only way before ptxgemm ran on any device but 0). NCCL connects GPUs hidden
+  from each other this way (CUDA IPC; since CUDA 10.1 it needs no peer visibility).
 
 Importing this module imports no torch (the CLI builds its command line without it); `init` imports it."""
 from __future__ import annotations
@@ -25,6 +28,10 @@ from ..errors import ConfigError
 SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 #: the variables torchrun sets in each rank
 RANK_VARS = ("LOCAL_RANK", "RANK", "WORLD_SIZE")
+#: how a rank takes its GPU (the module's docstring), the default first; RANK_DEVICES_ENV picks another for every
+#: rank a launcher starts (the ranks inherit the launcher's environment)
+RANK_DEVICES = ("visible", "pinned")
+RANK_DEVICES_ENV = "PTXGEMM_RANK_DEVICES"
 #: how long a collective may wait for the other ranks: a rank that failed alone ends the job in minutes, not in
 #: NCCL's default ten (the longest wait between collectives here is one torch.compile, which every rank runs at once)
 COLLECTIVE_TIMEOUT_S = 300
@@ -46,6 +53,14 @@ def in_rank() -> bool:
 def rank_env() -> tuple[int, int, int]:
     """(local rank, rank, world size) from torchrun's variables."""
     return tuple(int(os.environ[v]) for v in RANK_VARS)
+
+
+def rank_devices(devices: str | None = None) -> str:
+    """`devices`, or PTXGEMM_RANK_DEVICES, or the default (RANK_DEVICES[0]), checked to be one of RANK_DEVICES."""
+    devices = devices if devices is not None else os.environ.get(RANK_DEVICES_ENV) or RANK_DEVICES[0]
+    if devices not in RANK_DEVICES:
+        raise ConfigError(f"{RANK_DEVICES_ENV}: one of {', '.join(RANK_DEVICES)}, got {devices!r}")
+    return devices
 
 
 def pin_device() -> str:
@@ -109,24 +124,35 @@ def launch(nproc: int, argv, *, timeout: float | None = None) -> int:
     return run_job(torchrun_command(nproc, argv), env=dict(os.environ), timeout=timeout, capture=False).returncode
 
 
-def init(device: str = "cuda"):
-    """What a rank does first: SAFE_ENV forced, its GPU pinned (cuda), the process group (nccl on cuda, gloo on
-    cpu) and a 1-D device mesh over every rank. Returns (torch, torch.distributed, mesh)."""
+def init(device: str = "cuda", devices: str | None = None):
+    """What a rank does first: SAFE_ENV forced, its GPU taken (cuda; `devices`: one of RANK_DEVICES, default
+    PTXGEMM_RANK_DEVICES's or "visible") and made torch's current device, the process group (nccl on cuda, gloo on
+    cpu) and a 1-D device mesh over every rank. Returns (torch, torch.distributed, mesh); the rank's device is
+    `rank_device(torch)`."""
     force_safe_env()
-    if device == "cuda":
+    pinned = device == "cuda" and rank_devices(devices) == "pinned"
+    if pinned:
         pin_device()
     import torch
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
 
-    _, rank, world = rank_env()
+    local, rank, world = rank_env()
     timeout = datetime.timedelta(seconds=COLLECTIVE_TIMEOUT_S)
     if device == "cuda":
         if not torch.cuda.is_available():
             raise ConfigError("device: cuda, but torch sees no CUDA device in this rank")
-        torch.cuda.set_device(0)
-        dist.init_process_group("nccl", rank=rank, world_size=world, device_id=torch.device("cuda", 0),
+        index = 0 if pinned else local
+        if index >= torch.cuda.device_count():
+            raise ConfigError(f"LOCAL_RANK: {local}, but this rank sees {torch.cuda.device_count()} CUDA device(s)")
+        torch.cuda.set_device(index)
+        dist.init_process_group("nccl", rank=rank, world_size=world, device_id=torch.device("cuda", index),
                                 timeout=timeout)
     else:
         dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timeout)
     return torch, dist, init_device_mesh(device, (world,))
+
+
+def rank_device(torch, device: str = "cuda"):
+    """The torch device a rank that `init` set up works on: its GPU (torch's current device) on cuda."""
+    return torch.device("cuda", torch.cuda.current_device()) if device == "cuda" else torch.device(device)

@@ -604,6 +604,11 @@ def tune_gemms(problems, rounds: int = TUNE_ROUNDS, log=print) -> list[dict]:
     return out
 
 
+def cuda_ordinal(torch, device) -> int:
+    """The CUDA ordinal of a torch device ("cuda" alone: torch's current one), for ptxgemm's driver to ask about."""
+    return device.index if device.index is not None else torch.cuda.current_device()
+
+
 def tune_cache_state(device_info) -> dict:
     """Whether the ptxgemm peer's selection read a tune cache, and how many entries it holds for this GPU."""
     from ..select import tune_cache
@@ -811,7 +816,7 @@ class Clock:
         if self.cuda:
             from ..runtime import driver
             from . import power
-            self.sampler = power.Sampler(driver.pci_bus_id())
+            self.sampler = power.Sampler(driver.pci_bus_id(cuda_ordinal(torch, device)))
 
     def sync(self):
         if self.cuda:
@@ -993,7 +998,7 @@ def run_arch(arch: str, sizes: Sizes, *, modes=MODES, phases=PHASES, prepare=ptx
         header["tuned"] = tune_gemms(gemm_problems(arch, dims, sizes, phases), log=log)
     if dev.type == "cuda":
         from ..runtime import driver
-        header["tune_cache"] = tune_cache_state(driver.device_info())
+        header["tune_cache"] = tune_cache_state(driver.device_info(cuda_ordinal(torch, dev)))
     clock = Clock(torch, dev)
     vocab = dims["vocab_size"]
     log(f"{header['model']}: building on {header['device_name']}")

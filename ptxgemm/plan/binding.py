@@ -1,13 +1,13 @@
 """Plans made on symbolic addresses, bound to real ones per call: what lets a plan be keyed by shapes, not memory.
 
-A plan depends on each array's shape, byte strides, dtype and *address class* (its address modulo ADDRESS_CLASS, the
-strictest alignment any planning rule reads: TMA's 16-byte base, the copy kernel's widest element, the epilogue's
-paired vector loads), never on the address itself. So a call is planned once on stand-ins whose addresses are
-symbolic: argument i (in the caller's order, `roles`) sits at `(i + 1) << ROLE_SHIFT` plus its address class. Every
-address the plan then computes -- a tensor map's base, a pointer argument of a kernel, a staging copy's source -- is
-some argument's symbolic base plus an offset (a view into it, a batch's start, a negated stride's far end), and
-`decode` recovers which argument and what offset. Binding a call writes each such slot as that argument's real base
-(its address less its class, so 16-byte aligned) plus the offset (ptxgemm.runtime.patch does the writing).
+A plan depends on each array's shape, byte strides, dtype, device and *address class* (its address modulo
+ADDRESS_CLASS, the strictest alignment any planning rule reads: TMA's 16-byte base, the copy kernel's widest element,
+the epilogue's paired vector loads), never on the address itself. So a call is planned once on stand-ins whose
+addresses are symbolic: argument i (in the caller's order, `roles`) sits at `(i + 1) << ROLE_SHIFT` plus its address
+class. Every address the plan then computes -- a tensor map's base, a pointer argument of a kernel, a staging copy's
+source -- is some argument's symbolic base plus an offset (a view into it, a batch's start, a negated stride's far
+end), and `decode` recovers which argument and what offset. Binding a call writes each such slot as that argument's
+real base (its address less its class, so 16-byte aligned) plus the offset (ptxgemm.runtime.patch does the writing).
 
 Real device addresses lie far below 2^(ROLE_SHIFT - 1) (CUDA's virtual addresses are 49 bits wide on Hopper), so a
 real address -- a plan's own staging buffer, the copy kernel's zero page -- never decodes as symbolic.
@@ -78,20 +78,24 @@ def check_real(roles, ptrs) -> tuple:
 
 def signature(x) -> tuple | float | str | None:
     """What a plan depends on of one argument: None, a number's (or a host per-tensor scale's) value, or an array's
-    shape, byte strides, dtype and address class. Anything with shape, strides, dtype and ptr is an array."""
+    shape, byte strides, dtype, device and address class. Anything with shape, strides, dtype and ptr is an array
+    (its `device`, the CUDA ordinal, None where it has none: a stand-in, the emulator's host arrays)."""
     if x is None or isinstance(x, str):
         return x
     if isinstance(x, numbers.Number):
         return ("number", float(x))
     if isinstance(x, np.ndarray):   # host memory (run's per-tensor scales): the plan holds its value
         return ("host", x.shape, x.dtype.str, x.tobytes())
-    return array_signature(tuple(x.shape), tuple(x.strides), dtype_name(x.dtype), int(x.ptr))
+    return array_signature(tuple(x.shape), tuple(x.strides), dtype_name(x.dtype), int(x.ptr),
+                           getattr(x, "device", None))
 
 
-def array_signature(shape: tuple, strides: tuple, dtype_name: str, ptr: int) -> tuple:
-    """`signature` of an array from its fields (matmul's per-call path calls this directly on a DeviceArray's)."""
+def array_signature(shape: tuple, strides: tuple, dtype_name: str, ptr: int, device: int | None) -> tuple:
+    """`signature` of an array from its fields (matmul's per-call path calls this directly on a DeviceArray's). The
+    device is there because a plan holds its device's kernel and buffers: the same call on another GPU is another
+    plan, and arrays of one call on two devices never find one (the plan that would serve them refuses them)."""
     # an empty array's strides are never stepped (frameworks and uploads report anything there)
-    return (shape, strides if 0 not in shape else None, dtype_name, address_class(ptr))
+    return (shape, strides if 0 not in shape else None, dtype_name, device, address_class(ptr))
 
 
 class StandIn:

@@ -1,19 +1,20 @@
 """DeviceArray: device memory with a dtype, shape and byte strides, and `as_device_array`, which takes any
 framework's device array as one without a copy.
 
-Memory comes from ptxgemm's stream-ordered pool (ptxgemm.runtime.driver.memory_pool). The array speaks DLPack and
-__cuda_array_interface__ both ways (ptxgemm.runtime.interop), and a layout that is not one dense block goes to and
-from the host through the strided copy kernel (ptxgemm.runtime.relayout).
+Memory comes from ptxgemm's stream-ordered pool of the array's device (ptxgemm.runtime.driver.memory_pool). The array
+speaks DLPack and __cuda_array_interface__ both ways (ptxgemm.runtime.interop), and a layout that is not one dense
+block goes to and from the host through the strided copy kernel (ptxgemm.runtime.relayout).
 """
 from __future__ import annotations
 
 import ctypes
+import functools
 import math
 
 import numpy as np
 
 from ..errors import ConfigError
-from . import driver, interop, libcuda, recycling, relayout
+from . import devices, driver, interop, libcuda, recycling, relayout
 from .driver import check, cu, cu_stream, memory_pool, synchronize
 
 
@@ -70,21 +71,37 @@ def _is_contiguous(shape, strides, itemsize, order: str) -> bool:
     return True
 
 
-class DeviceArray:
-    """Device memory with a dtype, shape and byte strides, like a numpy array's header.
+def _on_own_device(method):
+    """A DeviceArray method that runs in its array's device's context (driver.call_on, where the process has
+    several): its legacy stream, synchronize and relayout kernel are that device's."""
+    @functools.wraps(method)
+    def on_own_device(self, *args, **kwargs):
+        return driver.call_on(self.device, method, self, *args, **kwargs)
+    return on_own_device
 
-    Allocations come from ptxgemm's memory pool in stream order (`empty(..., stream=)`): neither allocating nor
-    freeing waits for the GPU. An owning array frees its memory on the stream it was allocated on; work on any
-    other stream that used it must be ordered before that free by the caller (an event, or a synchronize), as with
-    any stream-ordered allocator. A zero-size array owns no memory (ptr 0).
+
+class DeviceArray:
+    """Device memory with a dtype, shape and byte strides, like a numpy array's header, on CUDA device `device` (an
+    ordinal; a view is on its base's).
+
+    Allocations come from ptxgemm's memory pool of the device in stream order (`empty(..., stream=)`): neither
+    allocating nor freeing waits for the GPU. An owning array frees its memory on the stream it was allocated on; work
+    on any other stream that used it must be ordered before that free by the caller (an event, or a synchronize), as
+    with any stream-ordered allocator. A zero-size array owns no memory (ptr 0).
 
     `view` makes non-owning views (any byte strides, a byte offset) that keep their `base` alive; `from_numpy`
     uploads any numpy layout in one copy and `to_numpy` brings any layout back (ptxgemm.runtime.relayout gathers a
     layout that is not one dense block on the device first).
     """
 
-    def __init__(self, ptr: int, shape, dtype, strides=None, nbytes=None, owner: bool = True, *, base=None):
-        # owner=True only for memory from ptxgemm's pool (`empty`): an owner is freed with cuMemFreeAsync
+    _assumed_device = False   # see as_device_array
+
+    def __init__(self, ptr: int, shape, dtype, strides=None, nbytes=None, owner: bool = True, *, base=None,
+                 device: int | None = None):
+        # owner=True only for memory from ptxgemm's pool (`empty`): an owner is freed with cuMemFreeAsync.
+        # device: the memory's device (None: the thread's current device; a view: its base's)
+        self.device = (base.device if base is not None else
+                       devices.current() if device is None else devices.check_ordinal(device))
         self.ptr = int(ptr)
         self.shape = tuple(int(s) for s in shape)
         self.dtype = np.dtype(dtype)
@@ -99,9 +116,10 @@ class DeviceArray:
 
     # construction ---------------------------------------------------------------------------------------
     @classmethod
-    def empty(cls, shape, dtype, order: str = "C", stream=None) -> "DeviceArray":
-        """An uninitialised array from ptxgemm's pool, allocated in order on `stream` (None: the legacy default
-        stream): usable by work enqueued on `stream` after this call, freed on `stream` when it goes."""
+    def empty(cls, shape, dtype, order: str = "C", stream=None, device: int | None = None) -> "DeviceArray":
+        """An uninitialised array from ptxgemm's pool on `device` (None: the thread's current device), allocated in
+        order on `stream` (None: the device's legacy default stream; a stream of that device): usable by work
+        enqueued on `stream` after this call, freed on `stream` when it goes."""
         shape = tuple(int(s) for s in shape)
         if any(n < 0 for n in shape):
             raise ConfigError(f"shape: extents must be >= 0, got {shape}")
@@ -110,48 +128,48 @@ class DeviceArray:
         itemsize = _itemsize(dtype)
         nbytes = math.prod(shape) * itemsize
         strides = c_strides(shape, itemsize) if order == "C" else _f_strides(shape, itemsize)
+        device = devices.current() if device is None else devices.check_ordinal(device)
         if nbytes == 0:  # nothing to allocate, nothing to free
-            return cls(0, shape, dtype, strides, 0)
-        pool = memory_pool()
-        handle = cu_stream(stream)
-        err, ptr = cu.cuMemAllocFromPoolAsync(nbytes, pool, handle)
-        if err != cu.CUresult.CUDA_SUCCESS:  # the message is built only when needed: this is the hot path
-            check((err,), f"allocating {nbytes} bytes for a {shape} {np.dtype(dtype)} array "
-                          f"(cuMemAllocFromPoolAsync)")
-        out = cls(int(ptr), shape, dtype, strides, nbytes)
-        out._stream, out._stream_handle = stream, handle
-        return out
+            return cls(0, shape, dtype, strides, 0, device=device)
+        # the pool looked up inside: its first use makes the device's context current, as the allocation needs
+        return driver.call_on(device, lambda: cls.allocate(shape, np.dtype(dtype), strides, nbytes, stream,
+                                                           cu_stream(stream), device, memory_pool(device)))
 
     @classmethod
-    def allocate(cls, shape: tuple, dtype: np.dtype, strides: tuple, nbytes: int, stream, handle) -> "DeviceArray":
+    def allocate(cls, shape: tuple, dtype: np.dtype, strides: tuple, nbytes: int, stream, handle, device: int,
+                 pool) -> "DeviceArray":
         """`empty` for a caller that has checked and derived everything once (a plan cache's entry: shape, dtype,
-        C-order strides, nbytes > 0, the stream and its CUstream handle): the allocation alone, on the hot path. A
-        block an earlier such result gave back on this stream is taken first (ptxgemm.runtime.recycling: no driver
-        call, and the same address as last time); outside a CUDA graph capture, this result gives its block back
-        the same way when it goes."""
+        C-order strides, nbytes > 0, the stream and its CUstream handle, the device and its pool): the allocation
+        alone, on the hot path. The device's context must be current (the legacy stream is the current context's):
+        the caller's business (`empty`, or matmul's cached call through devices.in_context). A block an earlier such
+        result gave back on this device and stream is taken first (ptxgemm.runtime.recycling: no driver call, and
+        the same address as last time); outside a CUDA graph capture, this result gives its block back the same way
+        when it goes."""
         h = int(handle)
         recycle = not recycling.capturing(h)
-        ptr = recycling.take(h, nbytes) if recycle else 0
+        ptr = recycling.take(device, h, nbytes) if recycle else 0
         if not ptr:
             alloc = libcuda.function("cuMemAllocFromPoolAsync")
             if alloc is not None:   # one foreign call (ptxgemm.runtime.libcuda), against the bindings' wrapper
                 value = ctypes.c_uint64()
-                err = alloc(ctypes.byref(value), nbytes, int(driver._pool or memory_pool()), h)
+                err = alloc(ctypes.byref(value), nbytes, int(pool), h)
                 err, ptr = cu.CUresult(err) if err else None, value.value
             else:
-                err, ptr = cu.cuMemAllocFromPoolAsync(nbytes, driver._pool or memory_pool(), handle)
+                err, ptr = cu.cuMemAllocFromPoolAsync(nbytes, pool, handle)
                 err = None if err == cu.CUresult.CUDA_SUCCESS else err
-            if err is not None:
-                check((err,), f"allocating {nbytes} bytes for a {shape} {dtype} array (cuMemAllocFromPoolAsync)")
+            if err is not None:   # the message is built only when needed: this is the hot path
+                check((err,), f"allocating {nbytes} bytes for a {shape} {dtype} array on device {device} "
+                              f"(cuMemAllocFromPoolAsync)")
         out = cls.__new__(cls)
         out.ptr, out.shape, out.dtype, out.strides, out.nbytes = int(ptr), shape, dtype, strides, nbytes
-        out._owner, out.base, out._stream, out._stream_handle = True, None, stream, handle
+        out._owner, out.base, out._stream, out._stream_handle, out.device = True, None, stream, handle, device
         out._recycle = recycle
         return out
 
     @classmethod
-    def from_numpy(cls, arr: np.ndarray, stream=None) -> "DeviceArray":
-        """`arr` on the device, in one host-to-device copy ordered on `stream`, for any numpy layout.
+    def from_numpy(cls, arr: np.ndarray, stream=None, device: int | None = None) -> "DeviceArray":
+        """`arr` on `device` (None: the thread's current device), in one host-to-device copy ordered on `stream`, for
+        any numpy layout.
 
         A C- or Fortran-contiguous array comes back as an owning array in the same order. Any other layout
         (transposed, stepped, reversed, broadcast) uploads the smallest span of memory holding all of its elements
@@ -159,11 +177,12 @@ class DeviceArray:
         if not isinstance(arr, np.ndarray):
             raise TypeError(f"DeviceArray.from_numpy takes a numpy.ndarray, not {type(arr).__name__}")
         if arr.flags.c_contiguous or arr.flags.f_contiguous:
-            out = cls.empty(arr.shape, arr.dtype, order="C" if arr.flags.c_contiguous else "F", stream=stream)
+            out = cls.empty(arr.shape, arr.dtype, order="C" if arr.flags.c_contiguous else "F", stream=stream,
+                            device=device)
             out._upload(arr.ctypes.data, arr.nbytes, stream)
             return out
         low, span = byte_span(arr.shape, arr.strides, arr.itemsize)
-        buffer = cls.empty((span,), np.uint8, stream=stream)
+        buffer = cls.empty((span,), np.uint8, stream=stream, device=device)
         buffer._upload(arr.ctypes.data + low, span, stream)
         return buffer.view(arr.shape, arr.strides, offset=-low, dtype=arr.dtype)
 
@@ -182,7 +201,7 @@ class DeviceArray:
         return interop.export_dlpack(self)
 
     def __dlpack_device__(self):
-        return (interop.KDL_CUDA, 0)
+        return (interop.KDL_CUDA, self.device)
 
     @property
     def __cuda_array_interface__(self) -> dict:
@@ -209,6 +228,7 @@ class DeviceArray:
         return self._stream if self.base is None else self.base._stream
 
     # transfers -------------------------------------------------------------------------------------------
+    @_on_own_device
     def _upload(self, host_ptr: int, nbytes: int, stream):
         """One host-to-device copy to self.ptr, ordered on `stream`. The driver copies pageable host memory into a
         staging buffer before returning, so the host array may change or go as soon as this returns."""
@@ -216,6 +236,7 @@ class DeviceArray:
             check(cu.cuMemcpyHtoDAsync(self.ptr, host_ptr, nbytes, cu_stream(stream)),
                   f"copying {nbytes} bytes host→device")
 
+    @_on_own_device
     def copy_from_host(self, arr: np.ndarray, stream=None):
         """Overwrite this array with `arr` (same dtype; same shape, or the same number of bytes when both are dense
         in the same order), ordered on `stream` (default: the stream the array was allocated on)."""
@@ -233,28 +254,30 @@ class DeviceArray:
         if tuple(arr.shape) != self.shape:
             raise ValueError(f"copy_from_host: host array {arr.shape} and device array {self.shape} differ in shape "
                              f"and are not both dense in one order, so no byte copy matches their elements")
-        relayout.copy_array(self, DeviceArray.from_numpy(arr, stream=stream), stream)
+        relayout.copy_array(self, DeviceArray.from_numpy(arr, stream=stream, device=self.device), stream)
 
+    @_on_own_device
     def to_numpy(self) -> np.ndarray:
         """The array's values in a new numpy array (C order; Fortran order for a column-major dense array). Waits
         for the whole GPU first: the data must be final before it comes back to the host."""
         if self.is_c_contiguous or self.is_f_contiguous:
             out = np.empty(self.shape, self.dtype, order="C" if self.is_c_contiguous else "F")
             if out.nbytes:
-                synchronize("waiting for the GPU before a device→host copy")
+                synchronize("waiting for the GPU before a device→host copy", self.device)
                 check(cu.cuMemcpyDtoH(out.ctypes.data, self.ptr, out.nbytes),
                       f"copying {out.nbytes} bytes device→host")
             return out
         # Any other layout: gathered into a dense temporary on the device, then one copy down. The gather runs on
         # the stream of the array's memory, after a wait for the whole GPU: whatever stream wrote the values, they
         # are final before they are read, as for a dense array.
-        synchronize("waiting for the GPU before gathering a strided array for a device→host copy")
-        dense = DeviceArray.empty(self.shape, self.dtype, stream=self.stream)
+        synchronize("waiting for the GPU before gathering a strided array for a device→host copy", self.device)
+        dense = DeviceArray.empty(self.shape, self.dtype, stream=self.stream, device=self.device)
         relayout.copy_array(dense, self, self.stream)
         out = dense.to_numpy()
         dense.free()
         return out
 
+    @_on_own_device
     def fill_bytes(self, pattern: int, width: int, stream=None):
         """Fill with a repeated 1/2/4-byte pattern (e.g. a NaN bit pattern to poison an output), ordered on `stream`
         (default: the stream the array was allocated on). Dense arrays only: a memset cannot skip gaps."""
@@ -287,15 +310,12 @@ class DeviceArray:
         if self._owner and self.ptr:
             ptr, self.ptr = self.ptr, 0
             handle = self._stream_handle if self._stream_handle is not None else cu_stream(None)
-            if self._recycle and recycling.give(int(handle), self.nbytes, ptr, self._stream):
+            if self._recycle and recycling.give(self.device, int(handle), self.nbytes, ptr, self._stream):
                 return
-            free = libcuda.function("cuMemFreeAsync")   # a dropped result's free is on the per-call path
-            if free is None:
-                check(cu.cuMemFreeAsync(ptr, handle), "freeing a device buffer (cuMemFreeAsync)")
+            if devices.several_contexts:   # the legacy stream is the current context's: the array's device's then
+                devices.in_context(driver.context_of(self.device), _free_async, ptr, handle)
             else:
-                err = free(ptr, int(handle))
-                if err:
-                    check((cu.CUresult(err),), "freeing a device buffer (cuMemFreeAsync)")
+                _free_async(ptr, handle)
 
     def __del__(self):
         try:
@@ -306,7 +326,19 @@ class DeviceArray:
     def __repr__(self):
         kind = "" if self.base is None else ", view"
         return (f"DeviceArray(shape={self.shape}, dtype={self.dtype}, strides={self.strides}, "
-                f"ptr=0x{self.ptr:x}{kind})")
+                f"ptr=0x{self.ptr:x}, device={self.device}{kind})")
+
+
+def _free_async(ptr: int, handle) -> None:
+    """cuMemFreeAsync of `ptr` on `handle`: through libcuda directly, as a dropped result's free is on the per-call
+    path."""
+    free = libcuda.function("cuMemFreeAsync")
+    if free is None:
+        check(cu.cuMemFreeAsync(ptr, handle), "freeing a device buffer (cuMemFreeAsync)")
+        return
+    err = free(ptr, int(handle))
+    if err:
+        check((cu.CUresult(err),), "freeing a device buffer (cuMemFreeAsync)")
 
 
 def c_strides(shape, itemsize):
@@ -337,6 +369,25 @@ def as_device_array(obj, name: str, stream=None) -> DeviceArray:
     if foreign is None:
         raise ConfigError(f"{name}: a {type(obj).__name__} is neither a ptxgemm.DeviceArray nor an object with "
                           f"__dlpack__ or __cuda_array_interface__")
-    view = DeviceArray(foreign.ptr, foreign.shape, foreign.dtype, foreign.strides, owner=False)
+    # the device DLPack names; the CUDA array interface names none: taken as the thread's current device (what the
+    # call's key holds, asking the driver nothing per call) and checked against the pointer's when planned
+    view = DeviceArray(foreign.ptr, foreign.shape, foreign.dtype, foreign.strides, owner=False, device=foreign.device)
     view._keepalive = foreign.keepalive
+    view._assumed_device = foreign.device is None
     return view
+
+
+def call_device(args: dict, is_array) -> int | None:
+    """The one device of a call's arrays (`args` by name, in the arguments' order; `is_array(name, x)` says which are
+    arrays), when it is planned: devices.common on their devices (a ConfigError names an array on another device
+    than the first), None when no argument is an array. An array read through __cuda_array_interface__, which names
+    no device and was taken as the thread's current one, is first checked to lie there (cuPointerGetAttribute)."""
+    for name, x in args.items():
+        if is_array(name, x) and getattr(x, "_assumed_device", False):
+            actual = driver.pointer_device(x.ptr)
+            if actual is not None and actual != x.device:
+                raise ConfigError(f"{name}: its memory is on CUDA device {actual}, but __cuda_array_interface__ names "
+                                  f"no device, so ptxgemm takes the array on the thread's current device, "
+                                  f"{x.device}: call inside `with ptxgemm.device({actual}):` (or pass it through "
+                                  f"DLPack, which names its device)")
+    return devices.common((name, x.device) for name, x in args.items() if is_array(name, x))

@@ -16,8 +16,9 @@ from ..kernel.stall_format import BARRIER_NAMES, MAGIC, RECORD_BYTES
 from .driver import check, context, cu
 
 class HostMappedBuffer:
-    """Pinned host memory the GPU can write to directly. Used for debug records: it stays readable from the host
-    even after a kernel `trap` has made the context unusable."""
+    """Pinned host memory the GPU can write to directly (the thread's current device: a plan makes its own current
+    while it is made). Used for debug records: it stays readable from the host even after a kernel `trap` has made
+    the context unusable."""
 
     def __init__(self, nbytes: int):
         context()

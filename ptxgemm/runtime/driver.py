@@ -1,12 +1,14 @@
-"""The CUDA driver, through cuda-python's `cuda.bindings.driver`: context, modules, launches, events, memory.
+"""The CUDA driver, through cuda-python's `cuda.bindings.driver`: contexts, modules, launches, events, memory.
 
 Every driver call goes through `check`, which raises `CudaError` carrying the CUresult name and what ptxgemm was
-doing. Nothing here imports torch. The primary context of device 0 is retained lazily, on first use, so that
-`import ptxgemm` works on a machine without a GPU.
+doing. Nothing here imports torch. Each device's primary context is retained lazily, on first use (`context(n)`), so
+that `import ptxgemm` works on a machine without a GPU; a call that names no device uses the thread's current one
+(ptxgemm.runtime.devices, `ptxgemm.device(n)`), and `on_device(n)` is the block an entry point computes in.
 
-Device memory comes from a private stream-ordered pool (`memory_pool`): `ptxgemm.runtime.arrays.DeviceArray.empty(..., stream=)` and
-`free` are cuMemAllocFromPoolAsync / cuMemFreeAsync on the array's stream, so no allocation or free waits for the
-GPU, and freed blocks are reused instead of being returned to the driver at every synchronize.
+Device memory comes from a private stream-ordered pool per device (`memory_pool`):
+`ptxgemm.runtime.arrays.DeviceArray.empty(..., stream=)` and `free` are cuMemAllocFromPoolAsync / cuMemFreeAsync on
+the array's stream, so no allocation or free waits for the GPU, and freed blocks are reused instead of being returned
+to the driver at every synchronize.
 """
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ import os
 import threading
 
 from ..errors import ConfigError, CudaError, NoGpuError
-from . import recycling
+from . import devices, recycling
 
 try:
     from cuda.bindings import driver as cu
@@ -74,7 +76,7 @@ class DeviceInfo:
 
 
 class _Context:
-    """The retained primary context of one device, made current on the calling thread."""
+    """The retained primary context of one device (the one torch, CuPy and JAX use on that device too)."""
 
     _lock = threading.Lock()
 
@@ -90,13 +92,19 @@ class _Context:
         count = check(cu.cuDeviceGetCount(), "counting CUDA devices")
         if count <= ordinal:
             raise NoGpuError("CUDA_ERROR_NO_DEVICE", f"opening CUDA device {ordinal}", f"{count} device(s) present")
+        self.ordinal = ordinal
         self.device = check(cu.cuDeviceGet(ordinal), f"getting CUDA device {ordinal}")
-        self.context = check(cu.cuDevicePrimaryCtxRetain(self.device), "retaining the primary context")
+        self.context = check(cu.cuDevicePrimaryCtxRetain(self.device), f"retaining device {ordinal}'s primary context")
+        self.handle = int(self.context)   # what devices compares and sets on the per-call paths
         self.info = self._query(ordinal)
-        self.make_current()
 
     def make_current(self):
-        check(cu.cuCtxSetCurrent(self.context), "making the primary context current")
+        """Make this context current on the calling thread (nothing to do when it is); one of another device found
+        there is noticed (devices.noticed)."""
+        previous = devices.thread_context()
+        if previous != self.handle:
+            devices.noticed(previous)
+            check(cu.cuCtxSetCurrent(self.context), f"making device {self.ordinal}'s primary context current")
 
     def _attr(self, attr, what):
         return check(cu.cuDeviceGetAttribute(attr, self.device), f"reading the device attribute {what}")
@@ -119,34 +127,89 @@ class _Context:
         )
 
 
-_ctx: _Context | None = None
+_contexts: dict[int, _Context] = {}   # by ordinal, each opened once for the process
 
 
-def context() -> _Context:
-    """The process-wide primary context of device 0 (created on first use), current on this thread."""
-    global _ctx
+def context_of(ordinal: int | None = None) -> _Context:
+    """Device `ordinal`'s primary context (None: the thread's current device), retained on first use; not made
+    current (`context` does that)."""
+    ordinal = devices.current() if ordinal is None else ordinal
+    ctx = _contexts.get(ordinal)
+    if ctx is not None:
+        return ctx
     with _Context._lock:
-        if _ctx is None:
-            _ctx = _Context(0)
-        else:
-            _ctx.make_current()
-    return _ctx
+        if ordinal not in _contexts:
+            previous = devices.thread_context()
+            ctx = _Context(devices.check_ordinal(ordinal))
+            _contexts[ordinal] = ctx
+            devices.opened(ctx.handle)
+            devices.noticed(previous)   # only now: torch's context of this very device is the one just retained
+        return _contexts[ordinal]
 
 
-def device_info() -> DeviceInfo:
-    return context().info
+def context(ordinal: int | None = None) -> _Context:
+    """Device `ordinal`'s primary context (None: the thread's current device), created on first use and made
+    current on this thread. Left current: an entry point that computes on a device does so inside `on_device`, which
+    puts the thread's own context back after."""
+    ctx = context_of(ordinal)
+    ctx.make_current()
+    return ctx
 
 
-def pci_bus_id() -> str:
-    """The device's PCI bus id ("0000:19:00.0"): how NVML (the power sampler of `bench --sustained`) finds the same
-    GPU whatever CUDA_VISIBLE_DEVICES renumbered."""
-    ctx = context()
+class on_device(devices.device):
+    """`with on_device(n):` devices.device(n) with n's context made current at once: the block an entry point plans,
+    allocates and launches in (a call's arrays' device), the thread's own device and context put back after."""
+
+    def __enter__(self):
+        super().__enter__()
+        try:
+            context(self.ordinal)
+        except BaseException:
+            super().__exit__(None, None, None)
+            raise
+        return self
+
+
+def call_on(ordinal: int, fn, *args, **kwargs):
+    """fn(*args, **kwargs) inside on_device(ordinal) where the process has several contexts
+    (devices.several_contexts), else directly (the one context is current): the work on one device's memory outside
+    a plan's launches. The first work on a device, which opens its context (and may find another current there:
+    torch's), runs inside devices.device(ordinal), which puts that one back after and asks the driver nothing
+    first."""
+    if devices.several_contexts:
+        with on_device(ordinal):
+            return fn(*args, **kwargs)
+    if ordinal not in _contexts:
+        with devices.device(ordinal):
+            return fn(*args, **kwargs)
+    return fn(*args, **kwargs)
+
+
+def device_info(ordinal: int | None = None) -> DeviceInfo:
+    """Device `ordinal`'s facts (None: the thread's current device); its context is opened, not made current (asking
+    about a device changes no thread's context)."""
+    return context_of(ordinal).info
+
+
+def pci_bus_id(ordinal: int | None = None) -> str:
+    """The device's PCI bus id ("0000:19:00.0"; None: the thread's current device): how NVML (the power sampler of
+    `bench --sustained`) finds the same GPU whatever CUDA_VISIBLE_DEVICES renumbered."""
+    ctx = context_of(ordinal)
     raw = check(cu.cuDeviceGetPCIBusId(32, ctx.device), "reading the device's PCI bus id")
     return raw.split(b"\0", 1)[0].decode() if isinstance(raw, bytes) else str(raw)
 
 
+def device_count() -> int:
+    """How many CUDA devices this process sees (0 where none can be used), without opening any. Never raises."""
+    try:
+        check(cu.cuInit(0), "initialising the CUDA driver (cuInit)")
+        return int(check(cu.cuDeviceGetCount(), "counting CUDA devices"))
+    except Exception:  # noqa: BLE001 - no cuda.bindings, no libcuda, no device
+        return 0
+
+
 def device_available() -> bool:
-    """True when a CUDA device can be opened. Never raises."""
+    """True when a CUDA device (the thread's current one) can be opened. Never raises."""
     try:
         context()
         return True
@@ -155,7 +218,7 @@ def device_available() -> bool:
 
 
 def no_device_reason() -> str | None:
-    """Why no device can be used, or None when one can."""
+    """Why no device (the thread's current one) can be used, or None when one can."""
     try:
         context()
         return None
@@ -163,9 +226,10 @@ def no_device_reason() -> str | None:
         return str(e)
 
 
-def require_sm90(what: str) -> DeviceInfo:
-    """The device, checked to be a Hopper (sm_90); raises NoGpuError naming `what` otherwise."""
-    info = device_info()
+def require_sm90(what: str, ordinal: int | None = None) -> DeviceInfo:
+    """Device `ordinal` (None: the thread's current device), checked to be a Hopper (sm_90), its context made current
+    (what asks is about to work there); raises NoGpuError naming `what` otherwise."""
+    info = context(ordinal).info
     if info.compute_capability != (9, 0):
         cc = "%d.%d" % info.compute_capability
         raise NoGpuError("CUDA_ERROR_NO_BINARY_FOR_GPU", what,
@@ -173,9 +237,19 @@ def require_sm90(what: str) -> DeviceInfo:
     return info
 
 
-def synchronize(what: str = "waiting for the GPU (cuCtxSynchronize)"):
-    context()
+def synchronize(what: str = "waiting for the GPU (cuCtxSynchronize)", ordinal: int | None = None):
+    """Wait for all work on device `ordinal` (None: the thread's current device)."""
+    context(ordinal)
     check(cu.cuCtxSynchronize(), what)
+
+
+def pointer_device(ptr: int) -> int | None:
+    """The ordinal of the device whose memory `ptr` is (cuPointerGetAttribute), or None where the driver does not
+    know it as device memory: how a __cuda_array_interface__, which names no device, is placed (at plan time)."""
+    if not ptr or cu is None:
+        return None
+    err, value = cu.cuPointerGetAttribute(cu.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, ptr)
+    return int(value) if err == cu.CUresult.CUDA_SUCCESS else None
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -199,10 +273,11 @@ class Function:
 
 
 class Module:
-    """A loaded module. `image` is a cubin, or NUL-terminated PTX that the driver JIT-compiles."""
+    """A loaded module, in device `ordinal`'s context (None: the thread's current device); its functions launch
+    there only. `image` is a cubin, or NUL-terminated PTX that the driver JIT-compiles."""
 
-    def __init__(self, image: bytes, what: str = "module"):
-        context()
+    def __init__(self, image: bytes, what: str = "module", ordinal: int | None = None):
+        self.ordinal = context(ordinal).ordinal
         # A trailing NUL (harmless after a cubin) ends raw PTX for the driver's JIT; kept alive with the module.
         self._image = ctypes.create_string_buffer(image)
         self.what = what
@@ -227,10 +302,11 @@ class Module:
             self.handle = None
 
 
-def load_module(kernel, what: str = "module") -> Module:
-    """Load a CompiledKernel (cubin, or PTX for the JIT when no ptxas was found) or raw image bytes."""
+def load_module(kernel, what: str = "module", ordinal: int | None = None) -> Module:
+    """Load a CompiledKernel (cubin, or PTX for the JIT when no ptxas was found) or raw image bytes on device
+    `ordinal` (None: the thread's current device)."""
     image = kernel.image() if hasattr(kernel, "image") else bytes(kernel)
-    return Module(image, what)
+    return Module(image, what, ordinal)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -242,55 +318,63 @@ def load_module(kernel, what: str = "module") -> Module:
 #: gives them back on request.
 POOL_RELEASE_THRESHOLD = (1 << 64) - 1
 
-_pool = None
+_pools: dict[int, object] = {}   # by ordinal
 _pool_lock = threading.Lock()
 
 
-def memory_pool():
-    """ptxgemm's own stream-ordered memory pool on device 0 (a CUmemoryPool, created on first use).
+def memory_pool(ordinal: int | None = None):
+    """ptxgemm's own stream-ordered memory pool on device `ordinal` (None: the thread's current device), a
+    CUmemoryPool created on first use.
 
     A private pool, not the device's default one: other libraries in the process (torch, CuPy) allocate from the
     default pool or their own and may set its attributes; ptxgemm changes nothing of theirs."""
-    global _pool
-    if _pool is not None:  # on every allocation: no lock, no context switch
-        return _pool
-    ctx = context()
+    ordinal = devices.current() if ordinal is None else ordinal
+    pool = _pools.get(ordinal)
+    if pool is not None:  # on every allocation that derives nothing once: no lock, no context switch
+        return pool
+    ctx = context(ordinal)   # current, as the first allocation on the device's legacy stream needs it
     with _pool_lock:
-        if _pool is None:
+        if ordinal not in _pools:
             props = cu.CUmemPoolProps()
             props.allocType = cu.CUmemAllocationType.CU_MEM_ALLOCATION_TYPE_PINNED
             props.handleTypes = cu.CUmemAllocationHandleType.CU_MEM_HANDLE_TYPE_NONE
             props.location.type = cu.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
-            props.location.id = ctx.info.ordinal
-            pool = check(cu.cuMemPoolCreate(props), "creating ptxgemm's memory pool (cuMemPoolCreate)")
+            props.location.id = ctx.ordinal
+            pool = check(cu.cuMemPoolCreate(props), f"creating ptxgemm's memory pool on device {ctx.ordinal} "
+                                                    f"(cuMemPoolCreate)")
             check(cu.cuMemPoolSetAttribute(pool, cu.CUmemPool_attribute.CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
                                            cu.cuuint64_t(POOL_RELEASE_THRESHOLD)),
                   "setting the release threshold of ptxgemm's memory pool")
-            _pool = pool
-    return _pool
+            _pools[ordinal] = pool
+    return _pools[ordinal]
 
 
-def memory_pool_usage() -> dict[str, int]:
-    """Bytes of ptxgemm's pool: `reserved` (held from the driver) and `used` (in live allocations), now and at
-    their high-water marks, and `kept`: the part of `used` that dropped results left for the next call on their
-    stream (ptxgemm.runtime.recycling)."""
-    pool = memory_pool()
+def memory_pool_usage(ordinal: int | None = None) -> dict[str, int]:
+    """Bytes of ptxgemm's pool on device `ordinal` (None: the thread's current device): `reserved` (held from the
+    driver) and `used` (in live allocations), now and at their high-water marks, and `kept`: the part of `used`
+    that dropped results left for the next call on their stream (ptxgemm.runtime.recycling)."""
+    ordinal = devices.current() if ordinal is None else ordinal
+    pool = memory_pool(ordinal)
     A = cu.CUmemPool_attribute
     attrs = {"reserved": A.CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, "reserved_high": A.CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH,
              "used": A.CU_MEMPOOL_ATTR_USED_MEM_CURRENT, "used_high": A.CU_MEMPOOL_ATTR_USED_MEM_HIGH}
     usage = {k: int(check(cu.cuMemPoolGetAttribute(pool, a), f"reading {a.name} of ptxgemm's memory pool"))
              for k, a in attrs.items()}
-    usage["kept"] = recycling.kept_bytes()   # of `used`: results' blocks kept for reuse (trim_memory_pool frees them)
+    usage["kept"] = recycling.kept_bytes(ordinal)   # of `used`: results' blocks kept for reuse (trim frees them)
     return usage
 
 
-def trim_memory_pool(keep_bytes: int = 0) -> None:
+def trim_memory_pool(keep_bytes: int = 0, ordinal: int | None = None) -> None:
     """Give the pool's unused memory back to the driver, down to `keep_bytes` reserved (memory freed on a stream is
-    given back once the stream has reached the free), the results' blocks kept for reuse (ptxgemm.runtime.recycling)
-    freed into the pool first."""
-    recycling.release(lambda ptr, handle: check(cu.cuMemFreeAsync(ptr, cu.CUstream(handle)),
-                                                "freeing a kept result block (cuMemFreeAsync)"))
-    check(cu.cuMemPoolTrimTo(memory_pool(), int(keep_bytes)), f"trimming ptxgemm's memory pool to {keep_bytes} bytes")
+    given back once the stream has reached the free); device `ordinal`'s pool (None: the thread's current device),
+    the results' blocks kept for reuse there (ptxgemm.runtime.recycling) freed into it first, in its context (a
+    legacy-stream handle is the current context's)."""
+    ordinal = devices.current() if ordinal is None else ordinal
+    with on_device(ordinal):
+        recycling.release(lambda ptr, handle: check(cu.cuMemFreeAsync(ptr, cu.CUstream(handle)),
+                                                    "freeing a kept result block (cuMemFreeAsync)"), ordinal)
+        check(cu.cuMemPoolTrimTo(memory_pool(ordinal), int(keep_bytes)),
+              f"trimming ptxgemm's memory pool to {keep_bytes} bytes")
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -298,8 +382,11 @@ def trim_memory_pool(keep_bytes: int = 0) -> None:
 # --------------------------------------------------------------------------------------------------------------
 
 class Stream:
+    """A non-blocking stream of the thread's current device (`device`: its ordinal): work on another device's
+    arrays cannot be ordered on it."""
+
     def __init__(self):
-        context()
+        self.device = context().ordinal
         self.handle = check(cu.cuStreamCreate(cu.CUstream_flags.CU_STREAM_NON_BLOCKING), "creating a stream")
 
     def synchronize(self):
@@ -344,6 +431,8 @@ def cu_stream(stream):
 
 
 class Event:
+    """An event of the thread's current device (record it on that device's streams)."""
+
     def __init__(self):
         context()
         self.handle = check(cu.cuEventCreate(cu.CUevent_flags.CU_EVENT_DEFAULT), "creating an event")
@@ -403,8 +492,9 @@ class PreparedLaunch:
     def __init__(self, fn: Function, grid, block, args, smem_bytes: int = 0, cluster=None, programmatic: bool = False):
         """`programmatic`: launch with programmatic stream serialization (PDL), so the kernel may start before the
         previous kernel on the stream has finished; only for a kernel that waits for it (griddepcontrol.wait,
-        kernel/templates/grid_dependency.ptx.j2) before it touches global memory."""
-        context()
+        kernel/templates/grid_dependency.ptx.j2) before it touches global memory. The launch is made on `fn`'s
+        device, whose context must be current when it is called (a plan makes it so: devices.in_context)."""
+        context(fn.module.ordinal)
         self.fn = fn
         self.grid = (tuple(grid) + (1, 1, 1))[:3]
         self.block = (tuple(block) + (1, 1, 1))[:3]

@@ -22,7 +22,7 @@ from __future__ import annotations
 import contextlib
 
 from ..errors import ConfigError
-from . import driver
+from . import devices, driver
 
 
 def _capture_handle(stream):
@@ -46,6 +46,7 @@ class Graph:
     def __init__(self):
         self._graph = None        # CUgraph
         self._exec = None         # CUgraphExec
+        self._context = None      # the context it was captured and instantiated in (its stream's device's)
         self._keep: tuple = ()
         self._capturing = False
 
@@ -56,16 +57,18 @@ class Graph:
     def capture(self, stream, *, keep=()):
         """A context manager: the work enqueued on `stream` inside the `with` block is captured, then instantiated
         when the block ends (replacing any earlier capture). `stream` must not be the legacy default stream (None or
-        0). `keep`: objects the captured work uses, held by the graph."""
+        0) and is of the device the graph runs on (a ptxgemm Stream knows its own; any other: the thread's current
+        device). `keep`: objects the captured work uses, held by the graph."""
         handle = _capture_handle(stream)  # checked now, before any `with`, and before the GPU is touched
         if self._capturing:
             raise ConfigError("capture: this graph is already capturing; end that `with` block first")
-        return self._capture(handle, tuple(keep))
+        ordinal = stream.device if isinstance(stream, driver.Stream) else devices.current()
+        return self._capture(handle, tuple(keep), ordinal)
 
     @contextlib.contextmanager
-    def _capture(self, handle, keep):
+    def _capture(self, handle, keep, ordinal):
 
-        driver.context()
+        context = driver.context(ordinal)
         driver.check(driver.cu.cuStreamBeginCapture(handle, driver.cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
               "beginning graph capture on a stream (cuStreamBeginCapture)")
         self._capturing = True
@@ -93,7 +96,7 @@ class Graph:
             driver.cu.cuGraphDestroy(graph)  # unchecked: the instantiation error is the one to report
             raise
         self.close()  # the previous capture, if any
-        self._graph, self._exec, self._keep = graph, exec_, keep
+        self._graph, self._exec, self._keep, self._context = graph, exec_, keep, context
 
     @property
     def num_nodes(self) -> int:
@@ -104,12 +107,19 @@ class Graph:
         return int(count)
 
     def replay(self, stream=None):
-        """Launch the captured work on `stream` (None: the legacy default stream; asynchronous, like a launch).
-        Kept to one driver call: this is the cheap path the graph exists for."""
+        """Launch the captured work on `stream` (None: the legacy default stream of the graph's device; asynchronous,
+        like a launch). Kept to one driver call: this is the cheap path the graph exists for (where the process has
+        several contexts, the graph's is made current around it: devices.in_context)."""
 
         if self._exec is None:
             self._require_captured("replay")
-        driver.check(driver.cu.cuGraphLaunch(self._exec, driver.cu_stream(stream)), "replaying a CUDA graph (cuGraphLaunch)")
+        if devices.several_contexts:
+            return devices.in_context(self._context, self._launch, stream)
+        self._launch(stream)
+
+    def _launch(self, stream):
+        driver.check(driver.cu.cuGraphLaunch(self._exec, driver.cu_stream(stream)),
+                     "replaying a CUDA graph (cuGraphLaunch)")
 
     def _require_captured(self, what: str):
         if self._exec is None:

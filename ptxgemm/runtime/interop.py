@@ -4,7 +4,8 @@ byte strides, dtype, and what keeps the memory alive); it knows no array class o
 
     read_foreign(obj, name, stream)   the memory behind anything with __dlpack__ (torch, CuPy, JAX; bfloat16 and
                                       fp8 too, as DLPack's bfloat and float8 types) or __cuda_array_interface__
-                                      (CuPy, Numba; numpy's own dtypes), never a copy
+                                      (CuPy, Numba; numpy's own dtypes), never a copy, with the device DLPack
+                                      names (the interface names none)
     export_dlpack(array)              a 'dltensor' capsule for anything with ptr, shape, strides and dtype
     cuda_array_interface(array)       its __cuda_array_interface__ dict
 
@@ -95,14 +96,15 @@ class _ImportedTensor:
 
 @dataclasses.dataclass(frozen=True)
 class Foreign:
-    """Device memory another framework owns: where it is, how it is laid out, and what keeps it alive (the
-    producer's object, and for DLPack the consumed tensor whose deleter runs when this goes)."""
+    """Device memory another framework owns: where it is, how it is laid out, on which device, and what keeps it
+    alive (the producer's object, and for DLPack the consumed tensor whose deleter runs when this goes)."""
 
     ptr: int
     shape: tuple[int, ...]
     dtype: np.dtype
     strides: tuple[int, ...] | None   # bytes; None: compact row-major
     keepalive: object
+    device: int | None = None         # the CUDA ordinal DLPack names; None: the protocol names none (the interface)
 
 
 def _from_dlpack(obj, name: str, stream_for_producer) -> Foreign:
@@ -142,7 +144,7 @@ def _from_dlpack(obj, name: str, stream_for_producer) -> Foreign:
                               f"exported them wrongly (negative strides?); pass a contiguous copy")
     else:
         strides = None  # compact row-major
-    return Foreign(int(t.data or 0) + int(t.byte_offset), shape, dtype, strides, (owner, obj))
+    return Foreign(int(t.data or 0) + int(t.byte_offset), shape, dtype, strides, (owner, obj), int(t.device.device_id))
 
 
 def _addressable(shape, byte_strides) -> bool:
@@ -208,8 +210,8 @@ def _capsule_destructor(capsule):
 
 
 def export_dlpack(array) -> object:
-    """A 'dltensor' capsule viewing `array` (anything with ptr, shape, byte strides and dtype: a DeviceArray); the
-    array stays alive until the consumer is done."""
+    """A 'dltensor' capsule viewing `array` (anything with ptr, shape, byte strides, dtype and device, its CUDA
+    ordinal: a DeviceArray); the array stays alive until the consumer is done."""
     name = array.dtype.name
     if name not in _NAME_TO_DL:
         raise ConfigError(f"__dlpack__: dtype {name} has no DLPack type here")
@@ -218,7 +220,7 @@ def export_dlpack(array) -> object:
     shape = (ctypes.c_int64 * max(ndim, 1))(*array.shape)
     strides = (ctypes.c_int64 * max(ndim, 1))(*(s // array.dtype.itemsize for s in array.strides))
     managed = DLManagedTensor()
-    managed.dl_tensor = DLTensor(ctypes.c_void_p(array.ptr), DLDevice(KDL_CUDA, 0), ndim,
+    managed.dl_tensor = DLTensor(ctypes.c_void_p(array.ptr), DLDevice(KDL_CUDA, array.device), ndim,
                                  DLDataType(code, bits, 1), shape, strides, 0)
     managed.deleter = _export_deleter
     _exports[ctypes.addressof(managed)] = (managed, shape, strides, array)
@@ -226,8 +228,10 @@ def export_dlpack(array) -> object:
 
 
 def cuda_array_interface(array) -> dict:
-    """__cuda_array_interface__ (version 3) of a device array (ptr, shape, byte strides, dtype). bfloat16 and the fp8 types have no typestr in that
-    protocol: it raises, naming DLPack, rather than exporting bytes a consumer would misread."""
+    """__cuda_array_interface__ (version 3) of a device array (ptr, shape, byte strides, dtype). The protocol has no
+    device field: a consumer finds the device from the pointer (cuPointerGetAttribute), as ptxgemm does. bfloat16 and
+    the fp8 types have no typestr in that protocol: it raises, naming DLPack, rather than exporting bytes a consumer
+    would misread."""
     if array.dtype.name not in _CAI_NAMES:
         raise AttributeError(f"__cuda_array_interface__: {array.dtype.name} has no typestr in this protocol; use "
                              f"__dlpack__ (torch.from_dlpack / cupy.from_dlpack)")

@@ -1,7 +1,9 @@
 """libcuda's functions on the per-call path, called through ctypes: moving a bound tensor map, allocating a call's
-result and freeing it, and asking whether a stream is being captured (ptxgemm.runtime.recycling). One foreign call with plain integers, where cuda.bindings' wrappers build argument objects on
-every call: 0.6 against 1.25 us for cuTensorMapReplaceAddress on an H200 (`bench --host layer`; docs/perf-notes.md,
-issue 46). Everything else goes through cuda.bindings. Where libcuda or a function cannot be found, `function`
+result and freeing it, asking whether a stream is being captured (ptxgemm.runtime.recycling), and reading or setting
+the thread's current context (ptxgemm.runtime.devices). One foreign call with plain integers, where cuda.bindings'
+wrappers build argument objects on every call: 0.6 against 1.25 us for cuTensorMapReplaceAddress on an H200 (`bench
+--host layer`; docs/perf-notes.md, issue 46). Everything else goes through cuda.bindings. Where libcuda or a
+function cannot be found, `function`
 returns None and the caller takes cuda.bindings' route, which does the same."""
 from __future__ import annotations
 
@@ -16,6 +18,8 @@ SIGNATURES = {
     "cuMemAllocFromPoolAsync": ([ctypes.POINTER(_U64), _SIZE, _P, _P], _INT),   # (CUdeviceptr*, size, pool, stream)
     "cuMemFreeAsync": ([_U64, _P], _INT),                                  # (CUdeviceptr, stream)
     "cuStreamIsCapturing": ([_P, ctypes.POINTER(_INT)], _INT),             # (stream, CUstreamCaptureStatus*)
+    "cuCtxGetCurrent": ([ctypes.POINTER(_P)], _INT),                       # (CUcontext*)
+    "cuCtxSetCurrent": ([_P], _INT),                                       # (CUcontext)
 }
 
 _library = None

@@ -32,7 +32,9 @@ DEPTH = 4
 #: bytes kept in all: the blocks past it go back to the pool, so a sweep over many sizes cannot hold memory hostage
 MAX_BYTES = 1 << 30
 
-_kept: dict[tuple[int, int], list] = {}   # (stream handle, nbytes) -> [(address, stream object)], last in first out
+# (device ordinal, stream handle, nbytes) -> [(address, stream object)], last in first out. The device is part of the
+# key because a handle is not: 0, the legacy default stream, is every context's own
+_kept: dict[tuple[int, int, int], list] = {}
 _bytes = [0]
 _lock = threading.Lock()   # take and give from any thread (a result dropped on another thread frees there)
 
@@ -49,10 +51,10 @@ def capturing(handle: int) -> bool:
     return bool(fn(handle, ctypes.byref(status))) or status.value != _CAPTURE_NONE
 
 
-def take(handle: int, nbytes: int) -> int:
-    """A kept block of `nbytes` on stream `handle` (its address), or 0: none kept. The caller has checked that the
-    stream is not capturing (and marks what it allocates during a capture as never to be given back)."""
-    blocks = _kept.get((handle, nbytes))
+def take(device: int, handle: int, nbytes: int) -> int:
+    """A kept block of `nbytes` on `device`'s stream `handle` (its address), or 0: none kept. The caller has checked
+    that the stream is not capturing (and marks what it allocates during a capture as never to be given back)."""
+    blocks = _kept.get((device, handle, nbytes))
     if not blocks:
         return 0
     with _lock:
@@ -62,14 +64,14 @@ def take(handle: int, nbytes: int) -> int:
         return blocks.pop()[0]
 
 
-def give(handle: int, nbytes: int, ptr: int, stream=None) -> bool:
+def give(device: int, handle: int, nbytes: int, ptr: int, stream=None) -> bool:
     """Keep a freed block (and `stream`, the object its handle came from) for the next `take` on its stream; False
     (the caller frees it) when the stream is capturing or DEPTH blocks of that size, or MAX_BYTES in all, are kept
     already."""
     if capturing(handle):
         return False
     with _lock:
-        blocks = _kept.setdefault((handle, nbytes), [])
+        blocks = _kept.setdefault((device, handle, nbytes), [])
         if len(blocks) >= DEPTH or _bytes[0] + nbytes > MAX_BYTES:
             return False
         blocks.append((ptr, stream))
@@ -77,15 +79,20 @@ def give(handle: int, nbytes: int, ptr: int, stream=None) -> bool:
         return True
 
 
-def kept_bytes() -> int:
-    return _bytes[0]
-
-
-def release(free) -> None:
-    """Every kept block through `free(ptr, handle)` (cuMemFreeAsync, on the stream it was kept for)."""
+def kept_bytes(device: int | None = None) -> int:
+    """Bytes kept, on `device` (None: on every device)."""
+    if device is None:
+        return _bytes[0]
     with _lock:
-        kept = [(handle, ptr) for (handle, _), blocks in _kept.items() for ptr, _stream in blocks]
-        _kept.clear()
-        _bytes[0] = 0
+        return sum(n * len(blocks) for (d, _, n), blocks in _kept.items() if d == device)
+
+
+def release(free, device: int | None = None) -> None:
+    """Every block kept on `device` (None: on every device) through `free(ptr, handle)` (cuMemFreeAsync, on the
+    stream it was kept for; the caller makes the device's context current: a legacy-stream handle is its)."""
+    with _lock:
+        keys = [key for key in _kept if device is None or key[0] == device]
+        kept = [(key[1], ptr) for key in keys for ptr, _stream in _kept.pop(key)]
+        _bytes[0] = sum(n * len(blocks) for (_, _, n), blocks in _kept.items())
     for handle, ptr in kept:
         free(ptr, handle)

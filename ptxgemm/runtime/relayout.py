@@ -6,10 +6,11 @@ into any non-overlapping destination (a dense buffer, a padded one, another view
 `fill_zero` writes zeros through a strided destination.
 
 The kernel (templates/relayout.ptx.j2) copies bits, never converts: one cubin per element size (1, 2, 4 or 8 bytes),
-compiled through ptxgemm.toolchain.compiler (cached on disk) and loaded once per process. Before launching, `copy` drops
-dimensions of extent 1, orders the rest by the destination's strides (so the walk follows the destination's memory
-and writes coalesce for any dense destination), merges dimensions that step evenly in both layouts (a contiguous
-copy becomes one long row) and moves unit-stride runs as wider elements where alignment allows (`widen`).
+compiled through ptxgemm.toolchain.compiler (cached on disk) and loaded once per process and device. Before launching,
+`copy` drops dimensions of extent 1, orders the rest by the destination's strides (so the walk follows the
+destination's memory and writes coalesce for any dense destination), merges dimensions that step evenly in both
+layouts (a contiguous copy becomes one long row) and moves unit-stride runs as wider elements where alignment allows
+(`widen`).
 
 Every rule is checked before anything reaches the GPU; a broken one raises ConfigError naming the argument.
 """
@@ -22,7 +23,7 @@ import threading
 from ..toolchain import compiler
 from ..errors import ConfigError
 from ..kernel import codegen
-from . import driver
+from . import devices, driver
 
 TEMPLATE = "relayout.ptx.j2"
 PTX_VERSION = "8.0"
@@ -166,31 +167,34 @@ def grid_size(count: int, sm_count: int) -> int:
 
 
 # --------------------------------------------------------------------------------------------------------------
-# Kernels: one cubin per element size, loaded once per process
+# Kernels: one cubin per element size, loaded once per process and device
 # --------------------------------------------------------------------------------------------------------------
 
 class RelayoutKernel:
-    """The loaded copy kernel for one element size, and the address of its module's zero element."""
+    """The copy kernel for one element size loaded on device `ordinal`, and the address of its module's zero
+    element (that device's memory)."""
 
-    def __init__(self, itemsize: int):
-        driver.require_sm90("running the relayout kernel")
-        self.itemsize = itemsize
+    def __init__(self, itemsize: int, ordinal: int):
+        driver.require_sm90("running the relayout kernel", ordinal)
+        self.itemsize, self.ordinal = itemsize, ordinal
         self.compiled = compiler.compile_ptx(relayout_ptx(itemsize))
-        self.module = driver.load_module(self.compiled, f"relayout module ({itemsize}-byte elements)")
+        self.module = driver.load_module(self.compiled, f"relayout module ({itemsize}-byte elements)", ordinal)
         self.function = self.module.function(kernel_name(itemsize))
         self.zero_ptr = self.module.global_address("relayout_zero")
 
 
-_kernels: dict[int, RelayoutKernel] = {}
+_kernels: dict[tuple[int, int], RelayoutKernel] = {}   # by (element size, device ordinal)
 _kernels_lock = threading.Lock()
 
 
-def get_kernel(itemsize: int) -> RelayoutKernel:
+def get_kernel(itemsize: int, ordinal: int | None = None) -> RelayoutKernel:
+    """The copy kernel for `itemsize`-byte elements on device `ordinal` (None: the thread's current device)."""
     itemsize = _check_itemsize(itemsize)
+    ordinal = devices.current() if ordinal is None else ordinal
     with _kernels_lock:
-        if itemsize not in _kernels:
-            _kernels[itemsize] = RelayoutKernel(itemsize)
-        return _kernels[itemsize]
+        if (itemsize, ordinal) not in _kernels:
+            _kernels[(itemsize, ordinal)] = RelayoutKernel(itemsize, ordinal)
+        return _kernels[(itemsize, ordinal)]
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -199,9 +203,10 @@ def get_kernel(itemsize: int) -> RelayoutKernel:
 
 def copy(dst_ptr: int, dst_strides, src_ptr: int, src_strides, shape, itemsize: int, stream=None) -> None:
     """dst[i] = src[i] bit for bit for every index i of `shape` (1 to 3 extents), enqueued on `stream` (None: the
-    legacy default stream; a ptxgemm Stream, a raw handle or an object with __cuda_stream__). Strides are in bytes:
-    the source's may be negative or 0 (broadcast), the destination's must be positive (where the extent is > 1)
-    and its elements distinct. The two must not overlap. Nothing is launched when an extent is 0."""
+    legacy default stream; a ptxgemm Stream, a raw handle or an object with __cuda_stream__) of the thread's current
+    device, whose context is current. Strides are in bytes: the source's may be negative or 0 (broadcast), the
+    destination's must be positive (where the extent is > 1) and its elements distinct. The two must not overlap.
+    Nothing is launched when an extent is 0."""
     launch = prepare(dst_ptr, dst_strides, src_ptr, src_strides, shape, itemsize)
     if launch is not None:
         launch(stream)
@@ -244,29 +249,30 @@ def launch_parameters(dst_ptr: int, dst_strides, src_ptr: int, src_strides, shap
     return itemsize, grid_size(count, sm_count), args
 
 
-def _prepared(dst_ptr, dst_strides, src_ptr, src_strides, shape, itemsize):
+def _prepared(dst_ptr, dst_strides, src_ptr, src_strides, shape, itemsize, ordinal=None):
     if math.prod(shape) == 0:
         return None
     itemsize, grid, args = launch_parameters(dst_ptr, dst_strides, src_ptr, src_strides, shape, itemsize,
-                                             driver.device_info().sm_count)
-    return driver.PreparedLaunch(get_kernel(itemsize).function, (grid,), (THREADS,), args)
+                                             driver.device_info(ordinal).sm_count)
+    return driver.PreparedLaunch(get_kernel(itemsize, ordinal).function, (grid,), (THREADS,), args)
 
 
-def prepare(dst_ptr: int, dst_strides, src_ptr: int, src_strides, shape, itemsize: int):
-    """`copy` with its arguments checked and packed once: a driver.PreparedLaunch to call with a stream, as often
-    as needed (GemmPlan's staging copies), or None when there is nothing to copy."""
-    return _prepared(*check_copy(dst_ptr, dst_strides, src_ptr, src_strides, shape, itemsize))
+def prepare(dst_ptr: int, dst_strides, src_ptr: int, src_strides, shape, itemsize: int, ordinal: int | None = None):
+    """`copy` with its arguments checked and packed once: a driver.PreparedLaunch on device `ordinal` (None: the
+    thread's current device) to call with a stream, as often as needed (GemmPlan's staging copies), or None when
+    there is nothing to copy."""
+    return _prepared(*check_copy(dst_ptr, dst_strides, src_ptr, src_strides, shape, itemsize), ordinal)
 
 
-def prepare_fill(dst_ptr: int, dst_strides, shape, itemsize: int):
-    """`fill_zero` packed once (see `prepare`): a copy from the kernel module's one zero element with all source
-    strides 0."""
+def prepare_fill(dst_ptr: int, dst_strides, shape, itemsize: int, ordinal: int | None = None):
+    """`fill_zero` packed once (see `prepare`): a copy from the kernel module's one zero element (on device `ordinal`)
+    with all source strides 0."""
     shape_t = _int_tuple("shape", shape, f"1 to {MAX_RANK} extents")
     zeros = (0,) * len(shape_t)
     dst_ptr, dst_strides, _, _, shape_t, itemsize = check_copy(dst_ptr, dst_strides, 0, zeros, shape_t, itemsize)
     if math.prod(shape_t) == 0:
         return None
-    return _prepared(dst_ptr, dst_strides, get_kernel(itemsize).zero_ptr, zeros, shape_t, itemsize)
+    return _prepared(dst_ptr, dst_strides, get_kernel(itemsize, ordinal).zero_ptr, zeros, shape_t, itemsize, ordinal)
 
 
 def fill_zero(dst_ptr: int, dst_strides, shape, itemsize: int, stream=None) -> None:
@@ -277,13 +283,15 @@ def fill_zero(dst_ptr: int, dst_strides, shape, itemsize: int, stream=None) -> N
 
 
 def copy_array(dst, src, stream=None) -> None:
-    """dst[...] = src for two DeviceArrays of the same shape and dtype, on `stream`: any rank and any layouts that
-    `copy` accepts once merged into at most 3 dimensions (see `normalize`)."""
+    """dst[...] = src for two DeviceArrays of the same shape and dtype, on `stream`, on dst's device (whose context
+    is current): any rank and any layouts that `copy` accepts once merged into at most 3 dimensions (see
+    `normalize`)."""
     if tuple(dst.shape) != tuple(src.shape):
         raise ConfigError(f"dst: shape {tuple(dst.shape)} differs from the source's {tuple(src.shape)}")
     if dst.dtype != src.dtype:
         raise ConfigError(f"dst: dtype {dst.dtype} differs from the source's {src.dtype}; relayout copies bits and "
                           f"never converts")
+    devices.common((("dst", dst.device), ("src", src.device)))   # one kernel, on one device
     itemsize = _check_itemsize(dst.dtype.itemsize)
     dst_strides, src_strides = check_layouts(tuple(dst.shape), dst.strides, src.strides, itemsize)
     dst_ptr = _check_pointer("dst_ptr", dst.ptr, itemsize)
@@ -295,4 +303,4 @@ def copy_array(dst, src, stream=None) -> None:
         raise ConfigError(f"dst: shape {tuple(dst.shape)} with byte strides {dst_strides} (source strides "
                           f"{src_strides}) still has {len(shape)} dimensions after merging; the relayout kernel "
                           f"walks at most {MAX_RANK}")
-    _prepared(dst_ptr, merged_dst, src_ptr, merged_src, shape, itemsize)(stream)
+    _prepared(dst_ptr, merged_dst, src_ptr, merged_src, shape, itemsize, dst.device)(stream)

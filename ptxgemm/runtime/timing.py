@@ -15,6 +15,9 @@ seconds with no flush, the way a training step runs them, CUDA events around the
 The board reaches its power limit within the window and the clock falls until it draws no more, so this figure,
 not burst, ranks kernels by energy per FLOP. The caller idles between windows (bench: --sustained-gap) so each
 starts from a cool, boosted state.
+
+Each method times launches on the thread's current device (`with ptxgemm.device(n):`): its events, its legacy
+stream and its L2.
 """
 from __future__ import annotations
 
@@ -24,7 +27,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from . import driver
+from . import devices, driver
 from .arrays import DeviceArray
 
 
@@ -92,12 +95,14 @@ def time_sustained(launch: Callable[[], object], seconds: float, calibrate: int 
     return start.elapsed_ms(end) / launches, launches
 
 
-@functools.lru_cache(maxsize=1)
-def _l2_flush_buffer() -> DeviceArray:
-    return DeviceArray.empty((2 * max(driver.device_info().l2_bytes, 1 << 20),), np.uint8)
+@functools.lru_cache(maxsize=None)
+def _l2_flush_buffer(ordinal: int) -> DeviceArray:
+    """Device `ordinal`'s flush buffer, made once per device."""
+    return DeviceArray.empty((2 * max(driver.device_info(ordinal).l2_bytes, 1 << 20),), np.uint8, device=ordinal)
 
 
 def flush_l2(stream=None):
-    """Evict L2 by writing a buffer twice its size (the way cuBLAS/Triton benchmarks do)."""
-    buf = _l2_flush_buffer()
+    """Evict the thread's current device's L2 (`stream`: one of that device) by writing a buffer twice its size (the
+    way cuBLAS/Triton benchmarks do)."""
+    buf = _l2_flush_buffer(devices.current())
     driver.check(driver.cu.cuMemsetD8Async(buf.ptr, 0, buf.nbytes, driver.cu_stream(stream)), "flushing L2")

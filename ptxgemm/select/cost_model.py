@@ -366,7 +366,8 @@ DEFAULT_DEVICE = DeviceModel("H100-like default (no GPU)", 132)
 
 
 def resolve_device(device=None):
-    """`device`, checked; None: the current GPU (driver.device_info()) if there is one, else DEFAULT_DEVICE."""
+    """`device`, checked; None: the thread's current GPU (driver.device_info(), ptxgemm.device) if there is one, else
+    DEFAULT_DEVICE."""
     if device is None:
         return driver.device_info() if driver.device_available() else DEFAULT_DEVICE
     sm = getattr(device, "sm_count", None)

@@ -6,8 +6,11 @@ end of this module says why two layers).
 Each op allocates its result with torch (on the inputs' device, through torch's caching allocator), plans the call
 once per signature (shapes, strides, dtypes, devices and address classes of the tensors, the epilogue's numbers,
 the stream: ptxgemm.plan.binding), never per address, and on every call binds the plan to the tensors' addresses and
-launches on torch's current stream: one dictionary lookup and a few microseconds of host time. Every argument rule
-is ptxgemm's own (ptxgemm.plan), checked when the plan is made: a ConfigError names the argument.
+launches on torch's current stream of their device: one dictionary lookup and a few microseconds of host time. Any
+CUDA device, whichever torch's current one is (the tensors of one call on one device, else a ConfigError naming the
+tensor): the plan makes its device's context current around the launch where the process has several, and puts
+torch's back (ptxgemm.runtime.devices). Every argument rule is ptxgemm's own (ptxgemm.plan), checked when the plan is
+made: a ConfigError names the argument.
 
 CUDA graphs: a plan made while the stream is being captured takes its scratch memory from torch's allocator, so
 from the graph's private pool, and is not cached (its addresses are the graph's). As torch asks of every library,
@@ -79,10 +82,8 @@ def _call(start: int, key: tuple, stream: int, roles: tuple, result, make, also=
     device); `make(out)` makes the plan, which is kept (under `also` too: _linear's key) unless the stream is
     captured. `roles`: (name, tensor) in the plan's ROLES order, the result's place (index 2) holding None."""
     entry = _plans.get(key)
-    if entry is None:   # a new signature: host tensors refused by name before CUDA is asked anything
-        for name, t in roles:
-            if t is not None:
-                tensors.check_cuda(t, name)
+    if entry is None:   # a new signature: host tensors, and tensors on two devices, refused by name before CUDA is
+        tensors.call_device(roles)   # asked anything (the key holds every tensor's device: a hit passed this)
     capturing = tensors.capturing()
     if entry is None or capturing:
         shape, dtype, device = result()

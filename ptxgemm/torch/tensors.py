@@ -1,5 +1,6 @@
-"""torch tensors as ptxgemm sees them: a CUDA tensor as a DeviceArray view (no DLPack capsule, no copy), torch's
-current stream as the launch stream, and torch's caching allocator as the source of a plan's scratch memory.
+"""torch tensors as ptxgemm sees them: a CUDA tensor as a DeviceArray view on its device (no DLPack capsule, no copy),
+torch's current stream of that device as the launch stream, and torch's caching allocator as the source of a plan's
+scratch memory.
 
 Why not DLPack here: the protocol costs a capsule and a deleter per argument per call, and the custom ops already
 hold the tensors for as long as the launch is enqueued on torch's stream (torch's allocator is stream-ordered, so a
@@ -18,6 +19,7 @@ import torch
 from ..errors import ConfigError
 from ..plan.binding import address_class
 from ..runtime.arrays import DeviceArray
+from ..runtime.devices import common
 
 #: torch dtype -> the numpy dtype ptxgemm's planning reads (ml_dtypes for bfloat16 and fp8)
 NUMPY_DTYPES = {
@@ -63,16 +65,23 @@ def bias_grad(g32: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
 
 
 def check_cuda(t: torch.Tensor, name: str) -> None:
-    """ConfigError unless `t` is a CUDA tensor on device 0 (ptxgemm runs in the primary context of ordinal 0, the
-    one torch's cuda:0 uses)."""
+    """ConfigError unless `t` is a CUDA tensor, on any device (ptxgemm runs on each in the primary context torch
+    uses there; the tensors of one call on one device: `devices`)."""
     if not isinstance(t, torch.Tensor):
         raise ConfigError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
     if t.device.type != "cuda":
         raise ConfigError(f"{name}: a {t.device.type} tensor; ptxgemm's ops run on CUDA tensors (move it with "
                           f".cuda(), or use ptxgemm.run for host numpy arrays)")
-    if (t.device.index or 0) != 0:
-        raise ConfigError(f"{name}: on {t.device}; ptxgemm runs on CUDA device 0 (set CUDA_VISIBLE_DEVICES to "
-                          f"choose which GPU that is)")
+
+
+def call_device(named) -> int:
+    """The one CUDA device of a call's tensors, `named` (name, tensor or None) in the arguments' order, each checked
+    to be a CUDA tensor first (check_cuda); a tensor on another device than the first is refused by name, both
+    devices named (runtime.devices.common), before anything is allocated."""
+    for name, t in named:
+        if t is not None:
+            check_cuda(t, name)
+    return common((name, t.get_device()) for name, t in named if t is not None)
 
 
 def numpy_dtype(dtype: torch.dtype, name: str) -> np.dtype:
@@ -90,7 +99,8 @@ def view(t: torch.Tensor | None, name: str) -> DeviceArray | None:
     check_cuda(t, name)
     dt = numpy_dtype(t.dtype, name)
     item = dt.itemsize
-    return DeviceArray(t.data_ptr(), tuple(t.shape), dt, tuple(s * item for s in t.stride()), owner=False)
+    return DeviceArray(t.data_ptr(), tuple(t.shape), dt, tuple(s * item for s in t.stride()), owner=False,
+                       device=t.get_device())
 
 
 def mm_shape(a: tuple, b: tuple) -> tuple[int, ...]:
