@@ -18,7 +18,7 @@ import os
 import threading
 
 from ..errors import ConfigError, CudaError, NoGpuError
-from . import devices, recycling
+from . import devices, libcuda, recycling
 
 try:
     from cuda.bindings import driver as cu
@@ -248,8 +248,15 @@ def pointer_device(ptr: int) -> int | None:
     know it as device memory: how a __cuda_array_interface__, which names no device, is placed (at plan time)."""
     if not ptr or cu is None:
         return None
-    err, value = cu.cuPointerGetAttribute(cu.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, ptr)
-    return int(value) if err == cu.CUresult.CUDA_SUCCESS else None
+    # through libcuda, not cuda.bindings: its wrapper reads this attribute from a field the driver never wrote and
+    # answers 0 for memory on any device (NVIDIA/cuda-python#2928, seen on the H200 host's cuda-bindings): device 1's
+    # memory then passed for device 0's, and a kernel there read it without peer access (an illegal address)
+    fn = libcuda.function("cuPointerGetAttribute")
+    if fn is None:
+        return None
+    value = ctypes.c_int(-1)
+    err = fn(ctypes.byref(value), int(cu.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL), int(ptr))
+    return value.value if err == 0 and value.value >= 0 else None
 
 
 # --------------------------------------------------------------------------------------------------------------

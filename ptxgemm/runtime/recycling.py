@@ -1,5 +1,8 @@
 """Results handed back on their own stream: a per-call result's memory kept for the next call on that stream.
 
+Every array ptxgemm allocates goes through `DeviceArray.allocate` (`empty`, uploads, matmul's per-call result), so
+every one is kept this way when it goes; the per-call result is why.
+
 A matmul that allocates its result (`DeviceArray.allocate`, the per-call path) and a caller that drops the result
 before the next call is the common case in a loop or a layer: allocation then free then allocation of the same size
 on the same stream, each a driver call (cuMemAllocFromPoolAsync, cuMemFreeAsync), and each new address moves the
