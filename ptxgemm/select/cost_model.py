@@ -138,6 +138,13 @@ MULTICAST_FIRST = "coop128x256c2"
 # slower, and as a variant it ran slower: 4096^3 0.951, 4096x4096x14336 0.983, 4096x14336x4096 1.001 against the
 # pair's 1.003, 0.995, 1.020.
 LEAN_FIRST = "coop256x192"
+# ... and it goes first from a shorter k-loop on, LEAN_MIN_K, where the pair does not: the same operand bytes per FLOP
+# saved, with no multicast store to pay for. H200, 3 s sustained windows beside cuBLAS, one process, the 16-bit
+# GEMMs of a Qwen2-1.5B-width step at K = 1536 (docs/results/h200/bench/bench_h200_sus_{fwd,dx}_r18.json): 4096 x
+# 151936 x 1536 (the LM head, B K-major) 1.025 against coop128x256's 0.974 (1485 against 1412 MHz at 641-644 W);
+# 4096 x 8960 x 1536 1.011 against 0.962 (B K-major) and 1.012 against 0.958 (B N-major); burst within 1% either way
+# (1.025 / 1.032, 1.100 / 1.087, 1.007 / 0.994).
+LEAN_MIN_K = 1536
 # fp8 at M <= FP8_NARROW_MAX_M (one row of 64-row tiles): the 64x64 pingpong is selectable too, and first within a
 # tie, so each B panel is half as wide and the same split count keeps twice the CTAs streaming B. Measured on the
 # H100 beside pp64x128 and torch._scaled_mm on DeepGEMM's six M = 64 shapes, per-tensor scales, one process
@@ -653,8 +660,9 @@ def _ranked(problem: Problem, sm_count: int, gpu_name: str = "", batches: int = 
     tied_fill = max((p.wave_fill for p, c in pairs if p.total_ns <= fastest * (1 + TIE_FRACTION)
                      and c.tile_tag not in LATE_SELECTABLE), default=0.0)
     # the long k-loop's first tile, each of the two timed with the stream-K tail where the selection would add it
+    min_k = {MULTICAST_FIRST: MULTICAST_MIN_K, LEAN_FIRST: LEAN_MIN_K}
     long_k = {c.tile_tag: _with_tail(p, c, problem.m, problem.n, problem.k, sm_count, gpu_name, batches)[0].total_ns
-              for p, c in pairs if c.tile_tag in (MULTICAST_FIRST, LEAN_FIRST) and problem.k >= MULTICAST_MIN_K
+              for p, c in pairs if c.tile_tag in min_k and problem.k >= min_k[c.tile_tag]
               and p.steps >= MULTICAST_MIN_STEPS and problem.in_dtype in MULTICAST_DTYPES}
     first = LEAN_FIRST if long_k.get(LEAN_FIRST, math.inf) < long_k.get(MULTICAST_FIRST, math.inf) else MULTICAST_FIRST
 
