@@ -37,6 +37,7 @@ from .plan.checks import check_config, check_dtypes, check_out_dtype, dtype_name
 from .runtime import arrays, devices, driver, patch, relayout, tensormap
 from .runtime.arrays import as_device_array, call_device
 from .runtime.debug import StallRecords
+from .runtime.launches import BoundLaunches
 from .runtime.tensormap import TensorMapSpec
 from .toolchain import compiler
 from .toolchain.kernels import compile_gemm
@@ -241,7 +242,7 @@ def addresses(args: dict) -> tuple:
     return tuple(int(args[n].ptr) if _is_array(n, args.get(n)) else 0 for n in ROLES)
 
 
-class GemmPlan:
+class GemmPlan(BoundLaunches):
     """numpy's `a @ b` into `out` on device memory, planned by shape and bound to memory: every tensor map encoded,
     every argument packed and every staging buffer allocated once, so `launch()` only enqueues (staging copies, the
     GEMM, the copy-out, on one stream).
@@ -429,59 +430,6 @@ class GemmPlan:
             self._slots.bind(ptrs)
         self.a, self.b, self.out = args["a"], args["b"], args["out"]
         return self
-
-    def launch_at(self, ptrs: tuple, stream=None) -> None:
-        """Bind to the arrays at `ptrs` (ROLES order; the caller has checked that their signatures are the plan's,
-        as a plan cache's key does) and launch: the per-call path of matmul and the torch ops. `stream` is one of the
-        plan's device (None: its legacy default stream)."""
-        if devices.several_contexts:   # another device's context may be current here: the plan's, around the work
-            return devices.in_context(self.context, self._enqueue, ptrs, stream)
-        # _enqueue's body, written out: one context in the process costs this path the test above and nothing more
-        try:
-            with self._lock:   # binding and enqueueing together: another thread's binding cannot come between
-                self._slots.bind(ptrs)
-                for step in self._steps:
-                    step(stream)
-        except CudaError as e:   # refused in the context another library made current since: again, in the plan's
-            if not devices.elsewhere(self.context, e):
-                raise
-            return devices.in_context(self.context, self._enqueue, ptrs, stream)
-        if self.records is not None:
-            self._wait_for_stalls()
-
-    def launch(self, stream=None):
-        """Enqueue on `stream` (one of the plan's device; None: its legacy default stream): staging copies in, the
-        GEMM, the copy-out (each only when the layout needs it), on the arrays the plan is bound to."""
-        if devices.several_contexts:
-            return devices.in_context(self.context, self._enqueue, None, stream)
-        try:
-            with self._lock:
-                for step in self._steps:
-                    step(stream)
-        except CudaError as e:   # as in launch_at
-            if not devices.elsewhere(self.context, e):
-                raise
-            return devices.in_context(self.context, self._enqueue, None, stream)
-        if self.records is not None:
-            self._wait_for_stalls()
-
-    def _enqueue(self, ptrs: tuple | None, stream) -> None:
-        """launch_at (launch: `ptrs` None, the arrays bound already), for devices.in_context."""
-        with self._lock:
-            if ptrs is not None:
-                self._slots.bind(ptrs)
-            for step in self._steps:
-                step(stream)
-        if self.records is not None:
-            self._wait_for_stalls()
-
-    def _wait_for_stalls(self) -> None:
-        """debug: wait here so that a stall becomes an exception that names the barrier."""
-        try:
-            driver.synchronize(f"running {self.config.describe()}", self.device)
-        except CudaError as e:
-            self.records.raise_if_stalled(f"running {self.config.describe()}", e)
-            raise
 
 
 def encode_bound(specs: dict, ptrs: tuple, slots: patch.AddressSlots) -> dict:

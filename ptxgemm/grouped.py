@@ -23,7 +23,7 @@ import threading
 
 import numpy as np
 
-from .errors import ConfigError, CudaError
+from .errors import ConfigError
 from .gemm import (LOAD_L2_PROMOTION, MN_PANEL, cached_plan, check_stream, copy_launches, encode_bound, fix_up_buffers,
                    get_kernel, own_scratch, stream_key, upload_site, uploaded, without_caller_arrays)
 from .kernel.config import GemmConfig
@@ -34,6 +34,7 @@ from .plan.checks import check_config, check_ctas, check_out_dtype
 from .runtime import arrays, devices, driver, patch
 from .runtime.arrays import as_device_array, call_device
 from .runtime.debug import StallRecords
+from .runtime.launches import BoundLaunches
 from .runtime.tensormap import TensorMapSpec
 from .select.cost_model import sk_fixup_k_tiles
 from .toolchain.kernels import spills
@@ -184,7 +185,7 @@ def plan_launch(a, b, *, offs=None, masked_m=None, out=None, alpha=1.0, scale_a=
     return launch
 
 
-class GroupedPlan:
+class GroupedPlan(BoundLaunches):
     """A grouped GEMM bound to its arrays, with tensor maps encoded, arguments packed and staging buffers allocated
     once: `launch()` only enqueues (the staging copies in, the kernel, the copy out: each only where the layout
     needs it; `layout.describe()` says which). The counts array is read by every launch, on the device, so it may
@@ -290,59 +291,10 @@ class GroupedPlan:
             ptrs = ptrs[:2] + (int(self.out.ptr),) + ptrs[3:]
         self._slots.bind(ptrs)
 
-    def launch_at(self, ptrs: tuple, stream=None) -> None:
-        """Bind to the arrays at `ptrs` (ROLES order; their signatures are the plan's, as the cache's key says) and
-        launch, on `stream` (one of the plan's device; None: its legacy default stream)."""
-        if devices.several_contexts:   # another device's context may be current here: the plan's, around the work
-            return devices.in_context(self.context, self._enqueue, ptrs, stream)
-        # _enqueue's body, written out: one context in the process costs this path the test above and nothing more
-        try:
-            with self._lock:
-                self._slots.bind(ptrs)
-                for step in self._steps:
-                    step(stream)
-        except CudaError as e:   # refused in the context another library made current since: again, in the plan's
-            if not devices.elsewhere(self.context, e):
-                raise
-            return devices.in_context(self.context, self._enqueue, ptrs, stream)
-        self._wait_for_stalls()
-
     @property
     def flops(self) -> int:
         """2 x K x N per row of A that the counts may cover (the rows actually computed depend on the counts)."""
         return 2 * self.rows * self.problem.n * self.problem.k
-
-    def launch(self, stream=None):
-        """Enqueue on `stream` (one of the plan's device), on the arrays the plan is bound to."""
-        if devices.several_contexts:
-            return devices.in_context(self.context, self._enqueue, None, stream)
-        try:
-            with self._lock:
-                for step in self._steps:
-                    step(stream)
-        except CudaError as e:   # as in launch_at
-            if not devices.elsewhere(self.context, e):
-                raise
-            return devices.in_context(self.context, self._enqueue, None, stream)
-        self._wait_for_stalls()
-
-    def _enqueue(self, ptrs: tuple | None, stream) -> None:
-        """launch_at (launch: `ptrs` None, the arrays bound already), for devices.in_context."""
-        with self._lock:
-            if ptrs is not None:
-                self._slots.bind(ptrs)
-            for step in self._steps:
-                step(stream)
-        self._wait_for_stalls()
-
-    def _wait_for_stalls(self) -> None:
-        if self.records is not None:  # debug: wait here so a stall becomes an exception that names the barrier
-            what = f"running {self.config.describe()}"
-            try:
-                driver.synchronize(what, self.device)
-            except CudaError as e:
-                self.records.raise_if_stalled(what, e)
-                raise
 
 
 def _specs(cfg: GemmConfig, problem, lay: grouped_layout.GroupedLayout, dtypes: tuple) -> tuple[dict, int]:
