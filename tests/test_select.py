@@ -269,6 +269,20 @@ def test_a_long_k_loop_goes_to_the_lean_tile_where_it_is_predicted_faster_than_t
         assert select_config(*shape, device=H100).tile_tag == S.MULTICAST_FIRST
 
 
+@pytest.mark.parametrize("shape, b_major", [((4096, 151936, 1536), "k"), ((4096, 8960, 1536), "k"),
+                                            ((4096, 8960, 1536), "mn"), ((16384, 8960, 1536), "k")])
+def test_the_lean_tile_goes_first_from_lean_min_k(shape, b_major, monkeypatch):
+    """From K = LEAN_MIN_K (1536: a Qwen2-1.5B step's forward GEMMs) a tie goes to the lean 256x192 tile, measured
+    ahead of coop128x256 under sustained load on the H200 (cost_model's comment); below it, and with the threshold
+    put back at the pair's MULTICAST_MIN_K, to coop128x256 as before."""
+    h200 = FakeDevice("NVIDIA H200")
+    assert shape[2] >= S.LEAN_MIN_K
+    assert select_config(*shape, b_major=b_major, device=h200).tile_tag == S.LEAN_FIRST
+    assert select_config(shape[0], shape[1], 896, b_major=b_major, device=h200).tile_tag != S.LEAN_FIRST
+    monkeypatch.setattr(S, "LEAN_MIN_K", S.MULTICAST_MIN_K)
+    assert select_config(*shape, b_major=b_major, device=h200).tile_tag == "coop128x256"
+
+
 def test_explain_is_sorted_and_matches_the_selection():
     rows = S.explain(8448, 9216, 1024, device=H100)
     assert {GemmConfig.from_tag(r["tag"]).tile_tag for r in rows} == BF16_TAGS & set(S.SELECTABLE + S.WAVE_FILL_TILES)
