@@ -87,7 +87,9 @@ class DeviceArray:
     Allocations come from ptxgemm's memory pool of the device in stream order (`empty(..., stream=)`): neither
     allocating nor freeing waits for the GPU. An owning array frees its memory on the stream it was allocated on; work
     on any other stream that used it must be ordered before that free by the caller (an event, or a synchronize), as
-    with any stream-ordered allocator. A zero-size array owns no memory (ptr 0).
+    with any stream-ordered allocator. A freed owner's block is kept for the next allocation of its size on its
+    device and stream (ptxgemm.runtime.recycling: a per-call result comes back at the same address, with no driver
+    call). A zero-size array owns no memory (ptr 0).
 
     `view` makes non-owning views (any byte strides, a byte offset) that keep their `base` alive; `from_numpy`
     uploads any numpy layout in one copy and `to_numpy` brings any layout back (ptxgemm.runtime.relayout gathers a
