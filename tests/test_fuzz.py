@@ -11,7 +11,7 @@ import pytest
 
 import full_run
 from ptxgemm.cli.main import main
-from ptxgemm.tools import fuzz, fuzz_build
+from ptxgemm.tools import fuzz, fuzz_build, fuzz_cases, fuzz_snippets
 
 #: a light run still fuzzes from a fresh seed every time; the full 2000 take about 110 s on two cores
 CI_CASES = full_run.pick(300, 2000, "emulated fuzz cases")
@@ -81,7 +81,9 @@ def test_the_cli_writes_the_grouped_report_with_its_counts_at_the_top(tmp_path, 
 
 
 @pytest.mark.parametrize("argv,rule", [(["--cases", "0"], "--cases: must be >= 1"),
-                                       (["--max-flops", "-1"], "--max-flops: must be > 0")])
+                                       (["--max-flops", "-1"], "--max-flops: must be > 0"),
+                                       (["--devices", "0"], "--devices: must be >= 1"),
+                                       (["--devices", "2"], "--devices: the plan emulator has no devices")])
 def test_the_cli_names_a_bad_option(argv, rule, capsys):
     assert main(["fuzz", "--emulate", *argv]) == 2
     assert rule in capsys.readouterr().err
@@ -140,3 +142,51 @@ def test_the_gpu_judge_sees_a_byte_written_between_outs_rows():
     assert judge.touched(case) == ""
     span.bytes[36] = 1                                   # the first byte past N in row 0
     assert judge.touched(case) == fz.OUTSIDE_OUT
+
+
+class _Recording:
+    """A backend that answers each case with its float64 reference (so every case is correct) and keeps the specs
+    it was given: what `fuzz` drew, without a GPU."""
+    name = "emulate"
+
+    def __init__(self):
+        self.specs = []
+
+    def device_name(self):
+        return "recording"
+
+    def call(self, case):
+        self.specs.append(case.spec)
+        ref, _ = fuzz_build.reference(case)
+        return ref.astype(case.out.dtype if case.out is not None else ref.dtype)
+
+    def touched(self, case):
+        return ""
+
+
+def test_several_devices_draw_one_per_case_and_leave_one_devices_draws_as_they_were():
+    """--devices N: each case names one of the first N devices (both drawn in 40 cases), after its spec is drawn,
+    so the specs themselves are a seed's specs on one device."""
+    one, two = _Recording(), _Recording()
+    fuzz.fuzz(40, 11, one, shrink=False, log=lambda s: None)
+    report = fuzz.fuzz(40, 11, two, shrink=False, devices=2, log=lambda s: None)
+    assert report["devices"] == 2
+    assert {s["device"] for s in two.specs} == {0, 1}
+    assert all("device" not in s for s in one.specs)
+    first = {k: v for k, v in two.specs[0].items() if k != "device"}
+    assert first == one.specs[0], "the device draw moved the spec's own draws"
+    assert fuzz_cases.problems(dict(one.specs[0], device=-1)) == ["device: a whole number >= 0"]
+
+
+def test_a_case_on_another_device_snippets_its_call_inside_that_device():
+    """A failure drawn on device 1 reproduces there: the snippet's uploads and call run inside
+    `with ptxgemm.device(1):`, and it still compiles."""
+    import ast
+
+    rng = np.random.default_rng(3)
+    spec = next(s for s in (fuzz_cases.draw_spec(rng, max_flops=1e7, entries=("matmul",)) for _ in range(50)) if s["out"] is not None)
+    text = fuzz_snippets.snippet(dict(spec, device=1))
+    ast.parse(text)
+    assert "with ptxgemm.device(1):\n    dev = ptxgemm.to_device" in text
+    assert "with ptxgemm.device" not in fuzz_snippets.snippet(spec)
+    assert "with ptxgemm.device" not in fuzz_snippets.snippet(dict(spec, device=0))

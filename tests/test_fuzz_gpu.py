@@ -129,3 +129,19 @@ def test_a_short_fuzz_run_on_the_gpu_finds_nothing():
     report = fuzz.fuzz(200, seed, fuzz.GpuBackend(), max_flops=4e9, log=print)
     assert report["wrong"] == report["refused"] == report["crashed"] == 0, (seed, report["failures"][:3])
     assert not report["bad_inputs"]["misnamed"], report["bad_inputs"]["misnamed"]
+
+
+@gpu
+def test_a_short_fuzz_run_over_two_gpus_finds_nothing():
+    """100 random cases from a fresh seed, each on one of two GPUs of this process (drawn per case): the plans,
+    contexts and pools of both devices alive at once. Skipped, saying why, with fewer than two."""
+    from ptxgemm.runtime import driver
+
+    count = driver.device_count()
+    if count < 2:
+        pytest.skip(f"fewer than two CUDA devices: the driver sees {count}")
+    seed = int.from_bytes(os.urandom(4), "little")
+    print(f"fuzz seed {seed} over 2 devices")
+    backend = fuzz.GpuBackend(devices=2)
+    report = fuzz.fuzz(100, seed, backend, max_flops=4e9, devices=2, log=print)
+    assert report["wrong"] == report["refused"] == report["crashed"] == 0, (seed, report["failures"][:3])

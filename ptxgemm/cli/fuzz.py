@@ -28,6 +28,11 @@ def add_arguments(p) -> None:
                    help=f"largest problem, 2*batches*M*N*K (default {MAX_FLOPS['gpu']:g} on the GPU, "
                         f"{MAX_FLOPS['emulate']:g} emulated)")
     p.add_argument("--no-shrink", action="store_true", help="report failures as drawn (default: shrink them)")
+    p.add_argument("--devices", type=int, default=1, metavar="N",
+                   help="spread the dense cases over the first N CUDA devices of this process, one drawn per case "
+                        "(its arrays and call there, the others' plans and contexts alive beside it: ptxgemm on "
+                        "several GPUs at once); N GPUs needed, not with --emulate (default 1: the seed's draws as "
+                        "they always were)")
     p.add_argument("--grouped", type=int, default=0, metavar="N",
                    help="also N random grouped_matmul cases (contiguous, masked and k-grouped forms, G up to 256, "
                         "empty and unaligned groups, sizes whose rows are not 16-byte multiples, every layout of a, "
@@ -43,11 +48,17 @@ def run(args) -> int:
         raise ConfigError(f"--max-flops: must be > 0, got {args.max_flops}")
     if args.grouped < 0:
         raise ConfigError(f"--grouped: must be >= 0, got {args.grouped}")
+    if args.devices < 1:
+        raise ConfigError(f"--devices: must be >= 1, got {args.devices}")
+    if args.devices > 1 and args.emulate:
+        raise ConfigError("--devices: the plan emulator has no devices; several GPUs are the GPU fuzzer's (drop "
+                          "--emulate)")
     seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "little")
-    backend = EmulatedBackend() if args.emulate else GpuBackend()
-    print(f"fuzz: {args.cases} cases, seed {seed}, {backend.name} on {backend.device_name()}", flush=True)
+    backend = EmulatedBackend() if args.emulate else GpuBackend(args.devices)
+    on = f" ({args.devices} devices)" if args.devices > 1 else ""
+    print(f"fuzz: {args.cases} cases, seed {seed}, {backend.name} on {backend.device_name()}{on}", flush=True)
     report = fuzz(args.cases, seed, backend, max_flops=args.max_flops, shrink=not args.no_shrink,
-                  log=lambda s: print(s, flush=True))
+                  devices=args.devices, log=lambda s: print(s, flush=True))
     print(f"{report['correct']} correct, {report['wrong']} wrong, {report['refused']} refused, "
           f"{report['crashed']} crashed in {report['seconds']} s (seed {seed}); illegal inputs: "
           f"{report['bad_inputs']['named']} of {report['bad_inputs']['checked']} name their argument")

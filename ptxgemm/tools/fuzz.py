@@ -108,26 +108,37 @@ class EmulatedBackend:
 
 
 class GpuBackend:
+    """Each case on the GPU; with `devices` > 1 a case's arrays on the device its spec names (its "device", drawn by
+    `fuzz`): one process calling on several GPUs, as ptxgemm.runtime.devices serves it."""
     name = "gpu"
 
-    def __init__(self):
+    def __init__(self, devices: int = 1):
         self.driver = driver
-        self.info = driver.require_sm90("fuzzing on the GPU")
+        count = driver.device_count() if devices > 1 else 1
+        if devices > count:
+            raise ConfigError(f"devices: {devices}, but the driver sees {count} CUDA device(s)")
+        self.devices = devices
+        for ordinal in range(devices - 1, 0, -1):   # every device a case may draw: Hopper, or a clear refusal now
+            driver.require_sm90("fuzzing on the GPU", ordinal)
+        self.info = driver.require_sm90("fuzzing on the GPU")   # device 0's, current last
 
     def device_name(self) -> str:
         return self.info.name
 
-    def _device(self, x, kind: str):
-        """A device array of `kind` with x's values, shape and strides (a span upload, as to_device makes)."""
-        arr = self.uploaded = DeviceArray.from_numpy(x)   # torch's and CuPy's arrays below are views of it
+    def _device(self, x, kind: str, ordinal: int = 0):
+        """A device array of `kind` with x's values, shape and strides on device `ordinal` (a span upload, as
+        to_device makes)."""
+        arr = self.uploaded = DeviceArray.from_numpy(x, device=ordinal)   # torch's and CuPy's arrays are views of it
         if kind == "torch" and min(x.strides, default=0) >= 0:   # torch has no negative strides
             import torch
             return torch.from_dlpack(arr) if arr.size else torch.empty(x.shape, dtype=_torch_dtype(x.dtype),
-                                                                        device="cuda")
+                                                                        device=f"cuda:{ordinal}")
         if kind == "cupy" and x.dtype.name in ("float16", "float32"):   # CuPy has no bfloat16 or fp8
             import cupy
-            # an empty DeviceArray has no address, which CuPy's UnownedMemory refuses
-            return cupy.asarray(arr) if arr.size else cupy.empty(x.shape, x.dtype)
+            # CuPy places an array of the array interface (which names no device) on its own current device; an
+            # empty DeviceArray has no address, which CuPy's UnownedMemory refuses
+            with cupy.cuda.Device(ordinal):
+                return cupy.asarray(arr) if arr.size else cupy.empty(x.shape, x.dtype)
         return arr
 
     out_span = None   # (out's device view into the span it was uploaded in, the span's bytes before the call)
@@ -142,6 +153,13 @@ class GpuBackend:
     def call(self, case) -> np.ndarray:
         import ptxgemm
 
+        ordinal = case.spec.get("device", 0)
+        with ptxgemm.device(ordinal):   # run's uploads and the synchronize below go to the case's device
+            return self._call(case, ordinal)
+
+    def _call(self, case, ordinal: int) -> np.ndarray:
+        import ptxgemm
+
         kw = dict(case.kwargs)
         self.out_span = None
         if case.entry == "run":
@@ -150,9 +168,9 @@ class GpuBackend:
         for name in ("c", "bias", "scale_a", "scale_b"):   # arrays go to the device; numbers stay numbers
             x = kw.get(name)
             if isinstance(x, np.ndarray) and not (case.c_is_out and name == "c"):
-                kw[name] = self._device(x, kind)
-        a, b = self._device(case.a, kind), self._device(case.b, kind)
-        out = None if case.out is None else self._device(case.out, kind)
+                kw[name] = self._device(x, kind, ordinal)
+        a, b = self._device(case.a, kind, ordinal), self._device(case.b, kind, ordinal)
+        out = None if case.out is None else self._device(case.out, kind, ordinal)
         if out is not None and case.out.size and not (case.out.flags.c_contiguous or case.out.flags.f_contiguous):
             # out's elements with gaps between them (a slice, a pitched layout): the span uploaded around them, as
             # it held before the call, so that the judge can see a byte of a gap written (the emulator's check,
@@ -298,8 +316,10 @@ def bad_input_checks() -> list[dict]:
 
 
 def fuzz(cases: int, seed: int, backend, *, max_flops: float | None = None, shrink: bool = True,
-         entries=("run", "matmul", "plan"), log=print) -> dict:
-    """Run `cases` random cases from `seed`; the report (JSON-ready)."""
+         entries=("run", "matmul", "plan"), devices: int = 1, log=print) -> dict:
+    """Run `cases` random cases from `seed`; the report (JSON-ready). `devices` > 1: each case's arrays on one of
+    the first `devices` CUDA devices, drawn per case (the spec's "device"; a GpuBackend of as many devices); with 1
+    the draws are the same as they always were for a seed."""
     rng = np.random.default_rng(seed)
     max_flops = MAX_FLOPS[backend.name] if max_flops is None else max_flops
     counts = dict.fromkeys(OUTCOMES, 0)
@@ -307,6 +327,8 @@ def fuzz(cases: int, seed: int, backend, *, max_flops: float | None = None, shri
     for i in range(cases):
         spec = fuzz_cases.draw_spec(rng, max_flops=max_flops, entries=entries,
                                     array_kinds=array_kinds(backend.name))
+        if devices > 1:   # drawn after the spec, so a seed's specs are the same on one device
+            spec["device"] = int(rng.integers(devices))
         outcome = evaluate(spec, backend)
         counts[outcome.kind] += 1
         if outcome.failed:
@@ -323,7 +345,8 @@ def fuzz(cases: int, seed: int, backend, *, max_flops: float | None = None, shri
         if (i + 1) % 500 == 0:
             log(f"{i + 1}/{cases} cases: " + ", ".join(f"{counts[k]} {k}" for k in OUTCOMES))
     bad = bad_input_checks()
-    return {"gpu": backend.device_name(), "backend": backend.name, "seed": seed, "cases": cases, **counts,
+    return {"gpu": backend.device_name(), "backend": backend.name, "seed": seed, "cases": cases, "devices": devices,
+            **counts,
             "seconds": round(time.perf_counter() - start, 1), "max_flops": max_flops,
             "bad_inputs": {"checked": len(bad), "named": sum(r["ok"] for r in bad),
                            "misnamed": [r for r in bad if not r["ok"]]},

@@ -154,7 +154,7 @@ def problems(spec: dict) -> list[str]:
     """What makes `spec` illegal (for numpy, for the API, or for this generator's own rules); [] when valid."""
     p = []
     try:
-        for key in ("m", "n", "k", "seed"):
+        for key in ("m", "n", "k", "seed") + (("device",) if "device" in spec else ()):
             if not isinstance(spec[key], int) or isinstance(spec[key], bool) or spec[key] < 0:
                 p.append(f"{key}: a whole number >= 0")
         if spec["entry"] not in ENTRIES:

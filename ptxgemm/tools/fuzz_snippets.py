@@ -142,6 +142,9 @@ def snippet(spec: dict, entry_call: str | None = None) -> str:
     ref += ["err = np.abs(got.astype(np.float64) - want)",
             'print(got.shape, got.dtype, "worst |got - want|:", err.max(initial=0), "of max |want|:", '
             'np.abs(want).max(initial=0), "NaN:", np.isnan(err).sum())']
+    if spec.get("device") and not host:   # a case drawn on another GPU: its uploads and its call there
+        call = [f"with ptxgemm.device({spec['device']}):"] + ["    " + line for text in call
+                                                              for line in text.splitlines()]
     head = (f'"""ptxgemm fuzz case: {describe(spec)}"""\n'
             f"# spec: {json.dumps(spec, separators=(',', ':'))}\n")
     return (head + "import ml_dtypes\nimport numpy as np\n\n" + imports + f"\n\n{VALUES_SOURCE}\n\n"
