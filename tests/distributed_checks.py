@@ -296,6 +296,53 @@ def check_tp_linear_compiled(ctx):
     return _tp_linear(ctx, compiled=True)
 
 
+def check_tp_dispatches(ctx):
+    """Eager tensor parallelism pays DTensor's dispatch per op (in Python on torch 2.11), so the layers' training
+    step must not issue more DTensor ops than the stock nn.Linear's: the two layers' forward and backward, counted
+    at DTensor's level (a dispatch mode sees each op on DTensors once), ptxgemm's at most the stock's, its 6 GEMMs
+    (2 forward, dX and dW each) among them."""
+    import collections
+
+    import torch.nn as nn
+    from torch.distributed.tensor import DTensor
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_flatten
+
+    class Count(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = collections.Counter()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if any(isinstance(t, DTensor) for t in tree_flatten((args, kwargs or {}))[0]):
+                self.ops[str(func)] += 1
+            return func(*args, **(kwargs or {}))
+
+    net, x, dy = _two_linears(ctx)
+    stock = nn.Sequential(*(nn.Linear(m.in_features, m.out_features) for m in net)).to(ctx.dev, ctx.dtype)
+    stock.load_state_dict(net.state_dict())
+    counted, calls = {}, 0
+    for name, module in (("stock", stock), ("ptxgemm", net)):
+        tp = parallelize_module(copy.deepcopy(module), ctx.mesh, {"0": ColwiseParallel(), "1": RowwiseParallel()})
+        _run_chain(tp, x, dy)   # warm: plans, sharding rules
+        before = ctx.count()
+        with Count() as mode:
+            _run_chain(tp, x, dy)
+        if name == "ptxgemm":
+            calls = ctx.count() - before
+        counted[name] = mode.ops
+    gemms = {"stock": counted["stock"]["aten.mm.default"] + counted["stock"]["aten.addmm.default"],
+             "ptxgemm": counted["ptxgemm"]["ptxgemm.dense_launch.default"]}
+    total = {k: sum(v.values()) for k, v in counted.items()}
+    ops = {k: dict(sorted(v.items())) for k, v in counted.items()}
+    parts = [(total["ptxgemm"] <= total["stock"], f"DTensor ops per step: ptxgemm {total['ptxgemm']}, stock "
+                                                   f"{total['stock']} ({ops})"),
+             (gemms["ptxgemm"] == 6 and gemms["stock"] == 6, f"GEMMs among them {gemms} (6 each: the backward "
+                                                              f"counted)")]
+    return (*verdict(parts), calls, 6)
+
+
 def check_tp_inference(ctx):
     """The same layers under torch.inference_mode, where no autograd kernel runs and DTensor meets the public op
     (ptxgemm::mm) itself rather than the launch op."""
@@ -513,7 +560,7 @@ def check_fsdp_step_compiled(ctx):
 
 
 CHECKS = {"tp_linear": check_tp_linear, "tp_linear_compiled": check_tp_linear_compiled,
-          "tp_inference": check_tp_inference, "tp_activation": check_tp_activation, "tp_grouped": check_tp_grouped,
+          "tp_dispatches": check_tp_dispatches, "tp_inference": check_tp_inference, "tp_activation": check_tp_activation, "tp_grouped": check_tp_grouped,
           "fsdp_step": check_fsdp_step, "fsdp_step_compiled": check_fsdp_step_compiled}
 
 

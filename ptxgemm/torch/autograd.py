@@ -106,7 +106,10 @@ def _weight_grad(a: torch.Tensor, g: torch.Tensor, b: torch.Tensor, alpha: float
     (alpha * dP^T @ A)^T, so the gradient lands in W's layout."""
     if b.dim() == 2:
         k, n = b.shape
-        a2, g2 = a.reshape(-1, k), g.reshape(-1, n)   # a shared B: the batch folds into the rows
+        # a shared B: the batch folds into the rows (2-D operands as they are: under DTensor a reshape is one more
+        # dispatch per gradient, a no-op's worth of tens of microseconds)
+        a2 = a if a.dim() == 2 else a.reshape(-1, k)
+        g2 = g if g.dim() == 2 else g.reshape(-1, n)
         if b.stride(0) == 1 and n > 1:
             return _dense_product(g2.mT, a2, alpha=alpha, out_dtype=b.dtype).mT
         return _dense_product(a2.mT, g2, alpha=alpha, out_dtype=b.dtype)

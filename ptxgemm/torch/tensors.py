@@ -59,7 +59,10 @@ def bias_grad(g32: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
     value per column, (N,) or (1, N); or one per row, (M, 1))."""
     n = g32.shape[-1]
     if tuple(bias.shape) in ((n,), (1, n)):          # one value per column (a (1, N) bias with N = M = 1 too)
-        return g32.reshape(-1, n).sum(0).reshape(bias.shape).to(bias.dtype)
+        # reshapes only where they change something: under DTensor each is one more dispatch per gradient
+        g2 = g32 if g32.dim() == 2 else g32.reshape(-1, n)
+        s = g2.sum(0) if bias.dim() == 1 else g2.sum(0, keepdim=True)
+        return s.to(bias.dtype)
     m = g32.shape[-2]                                # (M, 1): one value per row
     return g32.reshape(-1, m, n).sum((0, 2)).reshape(bias.shape).to(bias.dtype)
 
