@@ -25,7 +25,7 @@ import threading
 import ml_dtypes  # noqa: F401 - registers numpy's 'bfloat16' dtype name
 import numpy as np
 
-from .errors import ConfigError, CudaError
+from .errors import ConfigError
 from .kernel import schedule, trace_format
 from .kernel.config import GemmConfig, default_out_dtype
 from .kernel.layout import FLAG_BYTES
@@ -570,14 +570,8 @@ class _MatmulEntry:
     def allocate(self):
         if not self.nbytes:   # an empty result owns no memory
             return arrays.DeviceArray(0, self.shape, self.dtype, self.strides, 0, device=self.device)
-        if devices.several_contexts:   # the legacy stream is the current context's: the plan's, for the allocation
-            return devices.in_context(self.plan.context, arrays.DeviceArray.allocate, *self.allocation)
-        try:
-            return arrays.DeviceArray.allocate(*self.allocation)
-        except CudaError as e:   # no context on this thread (one that never worked with ptxgemm): the plan's
-            if not devices.elsewhere(self.plan.context, e):
-                raise
-            return devices.in_context(self.plan.context, arrays.DeviceArray.allocate, *self.allocation)
+        # the legacy stream is the current context's: the plan's, for the allocation
+        return devices.in_own_context(self.plan.context, arrays.DeviceArray.allocate, *self.allocation)
 
 
 def _matmul_plan(args: dict, out_dtype, alpha, beta, activation, config, stream) -> tuple:

@@ -167,6 +167,21 @@ def elsewhere(context, error) -> bool:
     return True
 
 
+def in_own_context(context, fn, *args):
+    """fn(*args), work of `context` (an opened driver context, or None), on whatever thread calls: inside
+    in_context where the process has several contexts; else directly, and once more inside in_context if the
+    driver refused it for another context (or none) being current (`elsewhere`). The per-call paths' one rule;
+    BoundLaunches.launch_at writes it out inline, to spare its hot path a call."""
+    if several_contexts:
+        return in_context(context, fn, *args)
+    try:
+        return fn(*args)
+    except CudaError as e:
+        if not elsewhere(context, e):
+            raise
+        return in_context(context, fn, *args)
+
+
 def in_context(context, fn, *args):
     """fn(*args) with `context` (an opened driver context: .handle, .ordinal) current on this thread and its device
     the thread's current one, both put back after: the per-call paths' route once several_contexts is set. None (a

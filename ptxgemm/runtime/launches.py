@@ -20,7 +20,8 @@ class BoundLaunches:
         stream): the per-call path of matmul, grouped_matmul and the torch ops."""
         if devices.several_contexts:   # another device's context may be current here: the plan's, around the work
             return devices.in_context(self.context, self._enqueue, ptrs, stream)
-        # _enqueue's body, written out: one context in the process costs this path the test above and nothing more
+        # devices.in_own_context(self.context, self._enqueue, ...) written out: one context in the process costs this
+        # path the test above and nothing more
         try:
             with self._lock:   # binding and enqueueing together: another thread's binding cannot come between
                 self._slots.bind(ptrs)
@@ -36,18 +37,7 @@ class BoundLaunches:
     def launch(self, stream=None):
         """Enqueue on `stream` (one of the plan's device; None: its legacy default stream) what the plan runs, on the
         arrays it is bound to."""
-        if devices.several_contexts:
-            return devices.in_context(self.context, self._enqueue, None, stream)
-        try:
-            with self._lock:
-                for step in self._steps:
-                    step(stream)
-        except CudaError as e:   # as in launch_at
-            if not devices.elsewhere(self.context, e):
-                raise
-            return devices.in_context(self.context, self._enqueue, None, stream)
-        if self.records is not None:
-            self._wait_for_stalls()
+        devices.in_own_context(self.context, self._enqueue, None, stream)
 
     def _enqueue(self, ptrs: tuple | None, stream) -> None:
         """launch_at (launch: `ptrs` None, the arrays bound already), for devices.in_context."""
