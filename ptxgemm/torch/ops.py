@@ -250,9 +250,10 @@ def linear_mm(x2: Tensor, w: Tensor, bias: Tensor | None) -> Tensor:
         return _linear(x2, w, bias)
     if path == "grad":
         return _LinearFunction.apply(x2, w, bias)
-    # .mT, not .t(): the same view, but a DTensor weight's .t() under torch.inference_mode raises in torch ("Cannot
-    # set version_counter for inference tensor", 2.11 to 2.14), .mT does not
-    return mm(x2, w.mT, bias=bias)
+    # the op itself: `mm` would ask eager_path again, with the same answer. .mT, not .t(): the same view, but a
+    # DTensor weight's .t() under torch.inference_mode raises in torch ("Cannot set version_counter for inference
+    # tensor", 2.11 to 2.14), .mT does not
+    return _MM(x2, w.mT, bias)
 
 
 # ------------------------------------------------------------------------------------------------------------------
