@@ -120,6 +120,29 @@ def test_importing_ptxgemm_and_building_the_parser_imports_no_optional_peer():
     assert proc.stdout.strip() == "[]"
 
 
+#: the optional peers and frameworks `import ptxgemm` and its torch-free modules must never load (the brief: import
+#: ptxgemm never imports a framework; the benchmarks and tools import theirs when they run)
+OPTIONAL = ("torch", "transformers", "cupy", "jax", "matplotlib")
+
+
+@pytest.mark.parametrize("modules", [
+    ("ptxgemm", "ptxgemm.gemm", "ptxgemm.runtime.driver"),
+    ("ptxgemm.runtime.graph", "ptxgemm.bench.host_cost"),
+    ("ptxgemm.tools.trace",),
+    ("ptxgemm.bench.distributed", "ptxgemm.bench.ranks", "ptxgemm.cli.distributed"),
+    ("ptxgemm.bench.transformer_models", "ptxgemm.cli.model"),
+], ids=lambda m: m[-1])
+def test_importing_a_torch_free_module_loads_no_framework(modules):
+    """Each group imported in a fresh interpreter: none of OPTIONAL is loaded (one place for the rule the modules'
+    own test files each checked before)."""
+    code = (f"import sys, {', '.join(modules)}; "
+            f"print(sorted(m for m in {OPTIONAL!r} if m in sys.modules))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
+
+
 def _cli_modules_loaded_by(argv) -> list[str]:
     """The ptxgemm.cli modules imported by one main(argv) in a fresh interpreter."""
     code = ("import sys\nfrom ptxgemm.cli.main import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"

@@ -34,14 +34,6 @@ def args_of(*argv):
 
 # --- no torch needed ------------------------------------------------------------------------------------------------
 
-def test_importing_the_benchmark_and_its_command_loads_no_torch():
-    code = ("import sys, ptxgemm, ptxgemm.bench.transformer_models, ptxgemm.cli.model; "
-            "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO_ROOT, timeout=60)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "[]"
-
-
 def test_sizes_default_quick_and_given():
     assert cli_model.sizes_from(args_of()) == mb.Sizes()
     quick = cli_model.sizes_from(args_of("--quick"))
