@@ -143,8 +143,8 @@ class DeviceArray:
         """`empty` for a caller that has checked and derived everything once (a plan cache's entry: shape, dtype,
         C-order strides, nbytes > 0, the stream and its CUstream handle, the device and its pool): the allocation
         alone, on the hot path. The device's context must be current (the legacy stream is the current context's):
-        the caller's business (`empty`, or matmul's cached call through devices.in_context). A block an earlier such
-        result gave back on this device and stream is taken first (ptxgemm.runtime.recycling: no driver call, and
+        the caller's business (`empty`, or matmul's cached call through devices.in_own_context). A block an earlier
+        such result gave back on this device and stream is taken first (ptxgemm.runtime.recycling: no driver call, and
         the same address as last time); outside a CUDA graph capture, this result gives its block back the same way
         when it goes."""
         h = int(handle)
