@@ -148,6 +148,12 @@ def test_summarize_reads_grouped_runs_per_case_and_peer(tmp_path):
     (("--fastcu", "no-such-checkout"), "--fastcu: no-such-checkout has no examples/matmul/matmul_12.cuh"),
     (("--fastcu", ".", "--in-dtype", "float8_e4m3fn"), "--fastcu: a bf16 peer of the bf16 benchmark only"),
     (("--host", "--fastcu", "."), "--fastcu: not with --host"),
+    (("--deepgemm", "installed"), "--deepgemm: a peer of the fp8 blockwise bench only"),
+    (("--deepgemm", "installed", "--in-dtype", "float8_e4m3fn", "--scaling", "row"),
+     "--deepgemm: a peer of the fp8 blockwise bench only"),
+    (("--deepgemm", "no-such-checkout", "--in-dtype", "float8_e4m3fn", "--scaling", "block", "--set", "deepgemm"),
+     "--deepgemm: no-such-checkout is not a DeepGEMM checkout"),
+    (("--host", "--deepgemm", "."), "--deepgemm: not with --host"),
 ])
 def test_bad_arguments_exit_2(args, pattern, tmp_path, bench_refuses):
     bench_refuses(args, pattern, tmp_path)

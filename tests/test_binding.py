@@ -235,3 +235,18 @@ def test_a_grouped_plan_made_on_symbolic_addresses_rebases_to_the_real_one(form)
     s_args, r_args = s_plan.scalars(), r_plan.scalars()
     assert [_rebased(v.value, bases) if isinstance(v, ctypes.c_uint64) else v.value for v in s_args] == \
         [v.value for v in r_args]
+
+
+def test_programmatic_launches_sets_the_attribute_for_plans_made_inside_and_restores_it():
+    """driver.programmatic_launches: what a plan reads when it is made (the kernel-duration bench makes its plans
+    without PDL through it); the setting before comes back, also when the block raises."""
+    from ptxgemm.runtime import driver
+
+    before = driver.PROGRAMMATIC_LAUNCH
+    with driver.programmatic_launches(not before):
+        assert driver.PROGRAMMATIC_LAUNCH is (not before)
+    assert driver.PROGRAMMATIC_LAUNCH is before
+    with pytest.raises(RuntimeError):
+        with driver.programmatic_launches(False):
+            raise RuntimeError("inside")
+    assert driver.PROGRAMMATIC_LAUNCH is before

@@ -66,7 +66,7 @@ def test_the_walk_sees_every_command_and_its_options():
             "--use-tune-cache",
             "--summarize", "--summarize-out", "--host", "--shape", "--run-shape", "--calls", "--repeats",
             "--json", "--in-dtype", "--scaling", "--epilogue", "--sustained", "--sustained-gap", "--fastcu",
-            "--tokens", "--models", "--pdl"} == seen["bench"]
+            "--deepgemm", "--tokens", "--models", "--pdl"} == seen["bench"]
     assert {"--mode", "--direction", "--rows", "--cols", "--simulate", "--json"} == seen["swizzle-probe"]
     assert {"--op", "--pattern", "--kernel", "--addresses", "--json", "--layout", "--row-bytes", "--pad"} \
         <= seen["bank-conflicts"]

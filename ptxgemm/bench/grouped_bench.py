@@ -22,7 +22,7 @@ import dataclasses
 import json
 from pathlib import Path
 
-from . import grouped_shapes, kernel_time
+from . import deepgemm_peer, grouped_shapes, kernel_time
 from .suite import geomean
 
 METHOD = ("burst: L2 flushed before each launch, CUDA events around it, implementations interleaved, median of "
@@ -105,13 +105,17 @@ def _returning(call):
     return launch, lambda: result[0]
 
 
-def _peers(torch, ptxgemm, case, a, b, counts, dtype, scales=None, scaling="tensor"):
-    """name -> (launcher, its output after a launch) of each peer this case has (blockwise `scales`: only the loop of
-    dense blockwise plans; no library in the device's torch runs a blockwise grouped GEMM; rowwise `scales`: the
-    same vectors for torch._scaled_grouped_mm and the loop)."""
+def _peers(torch, ptxgemm, case, a, b, counts, dtype, scales=None, scaling="tensor", dg=None):
+    """name -> (launcher, its output after a launch) of each peer this case has (blockwise `scales`: DeepGEMM first
+    when `dg` (the deep_gemm module) is given and runs the form, then the loop of dense blockwise plans; no library
+    in the device's torch runs a blockwise grouped GEMM; rowwise `scales`: the same vectors for
+    torch._scaled_grouped_mm and the loop)."""
     peers = {}
     if scales is not None and scaling == "block":
         sa, sb = scales
+        if dg is not None and case.layout in deepgemm_peer.GROUPED_FORMS:
+            launch, dg_out = deepgemm_peer.grouped_launcher(dg, torch, case, a, b, scales)
+            peers[deepgemm_peer.NAME] = (launch, lambda: dg_out)
         out = torch.empty(*a.shape[:-1], case.n, device="cuda", dtype=torch.bfloat16)
         plans = []
         for g, s, e in _group_rows(case):
@@ -154,7 +158,7 @@ TOGGLES = ("hint", "store-hint", "stream-k", "sort")
 
 
 def run(rounds: int, in_dtype: str, out_dir: str, name: str | None, variants: str = "",
-        scaling: str = "tensor") -> int:
+        scaling: str = "tensor", deepgemm_dir: str | None = None) -> int:
     """variants: "" (none), "all" (the other grouped tiles and the TOGGLES, timed beside the default), "hint" (the
     L2 hint of one-row groups' B toggled only), "store-hint" (the L2 hint of C's stores toggled only), "stream-k"
     (the stream-K tail toggled only, where the kernel takes it), "sort" (the k form's group order toggled only) or
@@ -170,12 +174,17 @@ def run(rounds: int, in_dtype: str, out_dir: str, name: str | None, variants: st
     from ..plan import grouped_call
 
     block = scaling == "block"
+    dg = deepgemm_peer.load(deepgemm_dir) if deepgemm_dir is not None else None
+    if dg is not None:
+        print(f"# {gpu}; peer {deepgemm_peer.describe(dg)}", flush=True)
     held = {"block": "blockwise", "row": "vectors"}.get(scaling)
     if held in grouped_call.UNVERIFIED:
         print(f"bench --set grouped --scaling {scaling}: that grouped kernel has not run on a GPU yet "
               f"(ptxgemm.plan.grouped_call.UNVERIFIED); nothing to time")
         return 0
-    for case in grouped_shapes.CASES:
+    # with DeepGEMM beside it: its own 10 shapes only (the cases its published table has), the run kept short
+    cases = [c for c in grouped_shapes.CASES if dg is None or c.published_tflops]
+    for case in cases:
         if case.layout == "k" and ("k" in grouped_call.UNVERIFIED or in_dtype == "float8_e4m3fn"):
             continue   # the k form runs once its GPU tests pass, and reads 16-bit operands only
         a, b, counts = _inputs(torch, case, in_dtype)
@@ -187,7 +196,8 @@ def run(rounds: int, in_dtype: str, out_dir: str, name: str | None, variants: st
         plan = ptxgemm.GroupedPlan(a, b, **kw, **scale)
         mine = torch.from_dlpack(plan.out)
         peers, refused = {}, {}
-        for peer, (launch, result) in _peers(torch, ptxgemm, case, a, b, counts, in_dtype, scales, scaling).items():
+        for peer, (launch, result) in _peers(torch, ptxgemm, case, a, b, counts, in_dtype, scales, scaling,
+                                             dg).items():
             try:   # a peer that refuses these groups (alignment rules) is reported, not timed
                 launch()
                 torch.cuda.synchronize()
@@ -226,8 +236,13 @@ def run(rounds: int, in_dtype: str, out_dir: str, name: str | None, variants: st
         burst = timing.time_interleaved(launchers, rounds)
         b2b = timing.time_back_to_back({k: v for k, v in launchers.items() if k not in timed})
         # DeepGEMM's own method where its figure is compared (kernel durations from the profiler, L2 flushed)
-        kernel, kernel_flushed = ((kernel_time.kernel_ms({"ptxgemm": plan.launch}, torch),
-                                   kernel_time.kernel_ms({"ptxgemm": plan.launch}, torch, flush=True))
+        # (DeepGEMM beside it when it runs this case: both by the same function, one process)
+        # (ptxgemm's plan made again without PDL: kernel_time's rule)
+        with driver.programmatic_launches(False):
+            unchained = ptxgemm.GroupedPlan(a, b, **kw, **scale, out=plan.out, config=plan.config).launch
+        by_kernel = {"ptxgemm": unchained, **{p: peers[p][0] for p in peers if p == deepgemm_peer.NAME}}
+        kernel, kernel_flushed = ((kernel_time.kernel_ms(by_kernel, torch),
+                                   kernel_time.kernel_ms(by_kernel, torch, flush=True))
                                   if block and case.published_tflops else ({}, {}))
         torch.cuda.synchronize()
         if refused:
@@ -268,6 +283,14 @@ def run(rounds: int, in_dtype: str, out_dir: str, name: str | None, variants: st
                 "vs_published_kernel_flushed": (flops / kernel_flushed["ptxgemm"] / 1e9 / case.published_tflops
                                                 if kernel_flushed.get("ptxgemm") else None),
                 "max_rel_diff_vs_" + first_peer: max(diffs) if diffs else 0.0,
+                # DeepGEMM measured here by its own method (kernel durations), its time over ptxgemm's
+                "deepgemm_kernel_ms": kernel.get(deepgemm_peer.NAME),
+                "deepgemm_kernel_flushed_ms": kernel_flushed.get(deepgemm_peer.NAME),
+                "vs_deepgemm_kernel": (kernel[deepgemm_peer.NAME] / kernel["ptxgemm"]
+                                       if kernel.get(deepgemm_peer.NAME) and kernel.get("ptxgemm") else None),
+                "vs_deepgemm_kernel_flushed": (kernel_flushed[deepgemm_peer.NAME] / kernel_flushed["ptxgemm"]
+                                               if kernel_flushed.get(deepgemm_peer.NAME) and kernel_flushed.get("ptxgemm")
+                                               else None),
                 "variants_ms": {v.split(" ", 1)[1]: burst[v] for v in timed},
             })
             r = rows[-1]
@@ -291,7 +314,8 @@ def run(rounds: int, in_dtype: str, out_dir: str, name: str | None, variants: st
                                           "per_case": ratios}
         print(f"default vs {label}: geomean {geomean(ratios.values()):.3f} over {len(ratios)} shapes (min "
               f"{min(ratios.values()):.3f}, max {max(ratios.values()):.3f})")
-    for key in ("vs_published", "vs_published_b2b", "vs_published_kernel", "vs_published_kernel_flushed"):
+    for key in ("vs_published", "vs_published_b2b", "vs_published_kernel", "vs_published_kernel_flushed",
+                "vs_deepgemm_kernel", "vs_deepgemm_kernel_flushed"):
         vs = {r["case"]: r[key] for r in rows if r.get(key)}
         if vs:
             summary[key] = {"shapes": len(vs), "geomean": geomean(vs.values()),

@@ -15,6 +15,13 @@ it: a kernel long enough to reach the power limit otherwise runs faster when tim
 the same blockwise kernel: 1255 TFLOP/s timed first, 1173 timed second; per-tensor 1557 against 1422, with equal
 burst times, docs/results/h100/fp8/l2promo_h100_issue24.json).
 
+ptxgemm's plans are timed here as made without programmatic dependent launch (driver.programmatic_launches(False);
+the caller makes them so). A programmatic dependent is launched while the kernel before it still runs -- the previous
+call's GEMM, or the flush, which the driver runs as a kernel -- and waits on the device for it; the trace records its
+span from that early start, so a sum of spans counts the wait. Measured on the H200 (device run 28, with PDL):
+4096x7168x16384 blockwise, 0.879 ms per call back to back and 0.777 ms flushed by spans, against 0.741 ms between
+events. Without the attribute each span is the kernel's own, as a plain launch's (DeepGEMM's) is.
+
 Kernels from any launcher in the process are in the trace (CUPTI records the context's activity, so ptxgemm's
 cuda-bindings launches appear beside torch's); the flush's memset is not a kernel and is left out.
 """
@@ -30,8 +37,9 @@ SETTLE_S = 1.0    # the idle before each implementation's window (as the sustain
 METHOD_KERNEL = (f"kernel: the GPU duration of each call's kernels in a torch.profiler (CUPTI) trace, after "
                  f"{SETTLE_S:g} s idle, one call and {CALLS} unrecorded calls, {CALLS} recorded calls back to back, "
                  f"their mean (DeepGEMM's bench_kineto of 2025-02, its published tables' method); "
-                 f"kernel_flushed: the same with the L2 flushed before each call (its later harness). DeepGEMM's "
-                 f"shapes only, torch present")
+                 f"kernel_flushed: the same with the L2 flushed before each call (its later harness). ptxgemm's plans "
+                 f"made without programmatic dependent launch for this method (a dependent's span would include "
+                 f"its wait for the kernel before it). DeepGEMM's shapes only, torch present")
 
 
 def _duration_us(event) -> float:

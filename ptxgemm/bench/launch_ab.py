@@ -28,13 +28,10 @@ def plans(shape: tuple[int, int, int]) -> dict:
     a = arrays.DeviceArray.from_numpy(rng.standard_normal((m, k)).astype(bf16))
     b = arrays.DeviceArray.from_numpy(rng.standard_normal((n, k)).astype(bf16).T)
     out = arrays.DeviceArray.empty((m, n), bf16)
-    saved, made = driver.PROGRAMMATIC_LAUNCH, {}
-    try:
-        for way, programmatic in WAYS:
-            driver.PROGRAMMATIC_LAUNCH = programmatic
+    made = {}
+    for way, programmatic in WAYS:
+        with driver.programmatic_launches(programmatic):
             made[way] = GemmPlan(a, b, out)
-    finally:
-        driver.PROGRAMMATIC_LAUNCH = saved
     return made
 
 

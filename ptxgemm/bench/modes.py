@@ -42,9 +42,9 @@ from .. import gemm
 from ..accuracy import activation64, dequantize
 from ..errors import ConfigError
 from ..kernel.config import SCALE_BLOCK
-from ..runtime import arrays, timing
+from ..runtime import arrays, driver, timing
 from .fp8_peers import (SCALED_MM_BLOCK_PEER, SCALED_MM_PEER, PeerRefused, ScaledMmBlockImpl, ScaledMmImpl)
-from . import deepgemm, kernel_time
+from . import deepgemm, deepgemm_peer, kernel_time
 from .suite import (PtxgemmImpl, QUICK_SHAPES, SAMPLE_ROWS, SAMPLE_SEED, SQUARE_LLM_SHAPES, float64_reference, geomean,
                     geomeans, gpu_slug, group_of, max_err, read_clocks, rel_err, require_device, sample_rows, torch_rows)
 
@@ -256,7 +256,15 @@ class PlanImpl(PtxgemmImpl):
         if self.fused:
             kwargs.update(bias=p.dbias, activation=p.mode.activation)
         self.plan = gemm.GemmPlan(a, b, self.out, self.config, **kwargs)
+        self._made = (a, b, kwargs)
         return self.plan.launch
+
+    def unchained_launcher(self):
+        """The same plan (its config, arrays and output) made without the programmatic launch attribute, for the
+        kernel-duration method (kernel_time's rule)."""
+        a, b, kwargs = self._made
+        with driver.programmatic_launches(False):
+            return gemm.GemmPlan(a, b, self.out, self.plan.config, **kwargs).launch
 
     def reference(self, p: Problem, rows):
         return p.reference(rows, scaled=self.scaled, fused=self.fused)
@@ -317,9 +325,9 @@ def ratio_means(mode: Mode, torch_present: bool = True) -> str:
     return f"{peer} ms / ptxgemm ms: above 1, ptxgemm is faster"
 
 
-def _impls(mode: Mode, config, torch, variants=()) -> list:
-    """The implementations of one shape, ptxgemm's first, then the peer, then ptxgemm's fixed `variants` (a fresh
-    set per shape: each holds that shape's memory)."""
+def _impls(mode: Mode, config, torch, variants=(), dg=None) -> list:
+    """The implementations of one shape, ptxgemm's first, then the peer, then DeepGEMM (`dg`, the deep_gemm module,
+    blockwise only), then ptxgemm's fixed `variants` (a fresh set per shape: each holds that shape's memory)."""
     if mode.fused:
         plain = PlanImpl("ptxgemm plain", config)
         impls = [PlanImpl("ptxgemm fused", config, fused=True), plain]
@@ -327,7 +335,9 @@ def _impls(mode: Mode, config, torch, variants=()) -> list:
     main = PlanImpl(f"ptxgemm {mode.in_dtype}", config)
     extra = [PlanImpl(f"ptxgemm {v.tag}", v, variant=True) for v in variants]
     if mode.scaling == "block":
-        return [main, ScaledMmBlockImpl(torch) if torch is not None else PlanImpl(BF16_PEER, None, bf16=True)] + extra
+        third = [deepgemm_peer.DeepGemmDenseImpl(dg, torch)] if dg is not None else []
+        return [main, ScaledMmBlockImpl(torch) if torch is not None else PlanImpl(BF16_PEER, None, bf16=True)] + \
+            third + extra
     return [main] + ([ScaledMmImpl(torch)] if torch is not None else []) + extra
 
 
@@ -338,7 +348,7 @@ def _prepare(impls, p: Problem) -> tuple[dict, dict]:
     for impl in impls:
         try:
             launchers[impl.name] = impl.prepare(p)
-        except PeerRefused as e:
+        except (PeerRefused, deepgemm_peer.DeepGemmRefused) as e:
             refused[impl.name] = str(e)
         except ConfigError as e:   # a fixed variant that cannot run this shape is left out of its row
             if not getattr(impl, "variant", False):
@@ -358,7 +368,8 @@ def _ratio(num, den):
 def peer_row(p: Problem, impls, times: dict, errs: dict, refused: dict, worst: dict | None = None,
              warm: dict | None = None, kernel: dict | None = None) -> dict:
     main = impls[0]
-    peer = next((i for i in impls[1:] if not getattr(i, "variant", False)), None)
+    peer = next((i for i in impls[1:] if not getattr(i, "variant", False) and not getattr(i, "extra", False)), None)
+    dg = next((i for i in impls if getattr(i, "extra", False)), None)
     worst = worst or {}
     ours = times[main.name]
     theirs = times.get(peer.name) if peer else None
@@ -405,6 +416,20 @@ def peer_row(p: Problem, impls, times: dict, errs: dict, refused: dict, worst: d
         row[f"kernel{suffix}_ratio"] = _ratio(theirs_k, ours_k)
         if published is not None and ours_k:
             row[f"vs_published_kernel{suffix}"] = _ratio(_tflops(p, ours_k), published)
+    if dg is not None:   # DeepGEMM measured here, beside ptxgemm, by every method the row has
+        row["deepgemm"] = dg.name
+        if dg.name in refused:
+            row["deepgemm_error"] = refused[dg.name]
+        row["deepgemm_ms"], row["deepgemm_rel_err"] = times.get(dg.name), errs.get(dg.name)
+        row["deepgemm_max_err"] = worst.get(dg.name)
+        row["vs_deepgemm"] = _ratio(times.get(dg.name), ours)
+        if warm:
+            row["deepgemm_b2b_ms"] = warm.get(dg.name)
+            row["vs_deepgemm_b2b"] = _ratio(warm.get(dg.name), warm.get(main.name))
+        for suffix, ms in (kernel or {}).items():
+            row[f"deepgemm_kernel{suffix}_ms"] = ms.get(dg.name)
+            row[f"deepgemm_kernel{suffix}_tflops"] = _tflops(p, ms.get(dg.name))
+            row[f"vs_deepgemm_kernel{suffix}"] = _ratio(ms.get(dg.name), ms.get(main.name))
     return row
 
 
@@ -455,6 +480,12 @@ def _line(mode: Mode, r: dict) -> str:
         text += f" | DeepGEMM {r['published_tflops']:.0f} -> {r['vs_published']:.3f}"
         if r.get("vs_published_b2b") is not None:
             text += f" (b2b {r['vs_published_b2b']:.3f})"
+    if r.get("deepgemm"):   # measured here: kernel durations, back to back and flushed (DeepGEMM's two harnesses)
+        text += (f" | DeepGEMM here: kernel {_fmt(r.get('deepgemm_kernel_tflops'), '.0f')} TFLOP/s, DeepGEMM ms / ours "
+                 f"{_fmt(r.get('vs_deepgemm_kernel'), '.3f')} (flushed {_fmt(r.get('vs_deepgemm_kernel_flushed'), '.3f')}"
+                 f"), err {_fmt(r.get('deepgemm_rel_err'), '.1e')}")
+        if r.get("deepgemm_error"):
+            text += f" refused: {r['deepgemm_error']}"
     for tag, v in (r.get("variants") or {}).items():
         text += f" | {tag} {v['tflops']:.0f}"
     if r.get("peer_error"):
@@ -463,7 +494,7 @@ def _line(mode: Mode, r: dict) -> str:
 
 
 def run_mode_bench(shapes, rounds: int, mode: Mode, config=None, out="bench_out", name: str | None = None,
-                   tune_cache: str = "off", b_major: str = "mn", variants=()) -> int:
+                   tune_cache: str = "off", b_major: str = "mn", variants=(), deepgemm_dir: str | None = None) -> int:
     """Time every shape in `mode` (see the module's docstring) with all its implementations, and the fixed configs
     `variants` (not with --epilogue), in one set of interleaved rounds; print the table and write
     bench_<gpu>_<mode.slug>[_<name>].json and .png to `out`. `b_major` applies to bf16 inputs (fp8's B is always
@@ -471,11 +502,13 @@ def run_mode_bench(shapes, rounds: int, mode: Mode, config=None, out="bench_out"
 
     info = require_device()
     torch = _torch()
+    dg = deepgemm_peer.load(deepgemm_dir) if deepgemm_dir is not None else None
     peer = peer_name(mode, torch)
     b_major = "k" if mode.fp8 else b_major
     config_desc = config.describe() if config else f"library selection (select_config; tune cache {tune_cache})"
     print(f"# {info.name}, {info.sm_count} SMs, driver {info.driver_version_str}; {mode.describe()}; peer: "
-          f"{peer or 'none'}; ptxgemm config: {config_desc}; {rounds} rounds, median", flush=True)
+          f"{peer or 'none'}{'; ' + deepgemm_peer.describe(dg) if dg is not None else ''}; ptxgemm config: "
+          f"{config_desc}; {rounds} rounds, median", flush=True)
     header, legend = _header(mode, peer)
     print(header)
     print("-" * len(header))
@@ -484,18 +517,22 @@ def run_mode_bench(shapes, rounds: int, mode: Mode, config=None, out="bench_out"
     rng = np.random.default_rng(0)
     for m, n, k in shapes:
         p = Problem(m, n, k, mode, b_major, rng, torch)
-        impls = _impls(mode, config, torch, variants)
+        impls = _impls(mode, config, torch, variants, dg)
         launchers, refused = _prepare(impls, p)
         times = timing.time_interleaved(launchers, rounds, warmup=3)
         # ptxgemm's selection, the peer and any --variants
-        compared = [i.name for j, i in enumerate(impls) if i.name in launchers and (j < 2 or getattr(i, "variant", False))]
+        compared = [i.name for j, i in enumerate(impls) if i.name in launchers and
+                    (j < 2 or getattr(i, "variant", False) or getattr(i, "extra", False))]
+        dg_timed = [i.name for i in impls if getattr(i, "extra", False) and i.name in launchers]
         warm = (timing.time_back_to_back({n: launchers[n] for n in compared}, BACK_TO_BACK_LAUNCHES, rounds=3)
                 if mode.scaling and deepgemm.published(m, n, k) is not None else {})
         # DeepGEMM's own method (kernel durations from the profiler, L2 flushed), beside the published figures
         kernel = {}
         if torch is not None and mode.scaling and deepgemm.published(m, n, k) is not None:
-            pair = {n: launchers[n] for n in compared[:2]}
-            kernel = {"": kernel_time.kernel_ms({n: launchers[n] for n in compared}, torch),   # --variants too
+            unchained = {i.name: i.unchained_launcher() if hasattr(i, "unchained_launcher") else launchers[i.name]
+                         for i in impls if i.name in compared}   # ptxgemm's plans without PDL (kernel_time)
+            pair = {n: unchained[n] for n in compared[:2] + dg_timed}
+            kernel = {"": kernel_time.kernel_ms(unchained, torch),   # --variants too
                       "_flushed": kernel_time.kernel_ms(pair, torch, flush=True)}
         picked = sample_rows(m)
         errs, worst = {}, {}
@@ -550,6 +587,18 @@ def run_mode_bench(shapes, rounds: int, mode: Mode, config=None, out="bench_out"
             summary[f"min_kernel{suffix}_ratio"] = min(kernel_ratios)
             print(f"geomean ratio by kernel durations{' (L2 flushed)' if suffix else ''}: "
                   f"{geomean(kernel_ratios):.3f}; min {min(kernel_ratios):.3f}")
+    for key in ("vs_deepgemm_kernel", "vs_deepgemm_kernel_flushed", "vs_deepgemm", "vs_deepgemm_b2b"):
+        vs = [r[key] for r in rows if r.get(key)]
+        if vs:   # DeepGEMM's time over ptxgemm's, measured side by side: above 1, ptxgemm is faster
+            large = [r[key] for r in rows if r.get(key) and r["M"] >= 4096]
+            summary[f"geomean_{key}"], summary[f"min_{key}"] = geomean(vs), min(vs)
+            summary[f"shapes_{key}"] = len(vs)
+            if large:
+                summary[f"min_{key}_m4096"] = min(large)
+            print(f"{key} (DeepGEMM ms / ptxgemm ms, this GPU): geomean {geomean(vs):.3f} over {len(vs)} shapes, "
+                  f"min {min(vs):.3f}" + (f", M >= 4096 min {min(large):.3f}" if large else ""))
+    if dg is not None:
+        summary["deepgemm"] = deepgemm_peer.describe(dg)
     b2b_ratios = [r["b2b_ratio"] for r in rows if r.get("b2b_ratio")]
     if b2b_ratios:
         summary["geomean_b2b_ratio"], summary["min_b2b_ratio"] = geomean(b2b_ratios), min(b2b_ratios)
@@ -561,7 +610,7 @@ def run_mode_bench(shapes, rounds: int, mode: Mode, config=None, out="bench_out"
               "tune_cache": tune_cache, "in_dtype": mode.in_dtype, "scaling": mode.scaling, "epilogue": mode.epilogue,
               "mode": mode.slug, "peer": peer, "peer_dtypes": peer_dtypes or None,
               "ratio_means": ratio_means(mode, torch is not None),
-              "implementations": [i.name for i in _impls(mode, config, torch, variants)],
+              "implementations": [i.name for i in _impls(mode, config, torch, variants, dg)],
               "torch": torch.__version__ if torch is not None else None,
               "config": config_desc, "rounds": rounds, "a_major": "k", "b_major": b_major,
               "operands": _operands_text(mode),

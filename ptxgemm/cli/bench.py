@@ -24,7 +24,8 @@ GPU_BENCH_OPTIONS = (("quick", "--quick"), ("rounds", "--rounds"), ("shapes", "-
                      ("config", "--config"), ("variants", "--variants"), ("summarize", "--summarize"),
                      ("summarize_out", "--summarize-out"), ("b_major", "--b-major"), ("in_dtype", "--in-dtype"),
                      ("scaling", "--scaling"), ("epilogue", "--epilogue"), ("sustained", "--sustained"),
-                     ("sustained_gap", "--sustained-gap"), ("fastcu", "--fastcu"), ("tokens", "--tokens"),
+                     ("sustained_gap", "--sustained-gap"), ("fastcu", "--fastcu"), ("deepgemm", "--deepgemm"),
+                     ("tokens", "--tokens"),
                      ("models", "--models"))
 # --set training's own options (dest, flag): which of its GEMMs to time
 TRAINING_OPTIONS = (("tokens", "--tokens"), ("models", "--models"))
@@ -96,6 +97,14 @@ def add_arguments(p) -> None:
                         "with the CUDA toolkit's nvcc, never shipped) as a second bf16 peer, burst and with "
                         "--sustained; its own layouts (B K-major, C column-major), shapes with M and N multiples of "
                         "256 and K of 64 (others: refused, and the row says why). bf16 suite only (default off)")
+    p.add_argument("--deepgemm", default=None, metavar="DIR",
+                   help="also time DeepGEMM (a checkout of github.com/deepseek-ai/DeepGEMM with its submodules at DIR, "
+                        "its extension built there once; or 'installed': the deep_gemm this Python imports) beside "
+                        "ptxgemm in the same process, on the same values, by kernel durations with and without the L2 "
+                        "flush (its bench_kineto's method) and burst; fp8 e4m3 blockwise only: --in-dtype "
+                        "float8_e4m3fn --scaling block, with --set deepgemm, --shapes or --set grouped (then DeepGEMM's 10 "
+                        "grouped shapes only). The command "
+                        "starts again once with libstdc++ preloaded (ptxgemm/bench/deepgemm_peer.py says why) (default off)")
     p.add_argument("--small-m", action="store_true",
                    help="the small-M suite: M in {1, 16, 64, 128, 256, 512} x (N, K) in {(4096, 4096), (8192, 8192), "
                         "(14336, 4096), (4096, 14336)} (default off)")
@@ -251,6 +260,16 @@ def run(args) -> int:
         from ..bench import fastcu as fastcu_peer
 
         fastcu_peer.source_dir(args.fastcu)   # before anything reaches the GPU
+    if args.deepgemm:
+        from ..bench import deepgemm_peer
+
+        if args.in_dtype != "float8_e4m3fn" or args.scaling != "block" or args.epilogue or args.sustained is not None \
+                or args.fastcu or args.set in ("training", "square-llm"):
+            raise ConfigError("--deepgemm: a peer of the fp8 blockwise bench only: give --in-dtype float8_e4m3fn "
+                              "--scaling block, with --set deepgemm, --shapes or --set grouped (no --epilogue, "
+                              "--sustained, --fastcu or --set training/square-llm)")
+        deepgemm_peer.source_dir(args.deepgemm)       # a bad DIR is named before anything reaches the GPU
+        deepgemm_peer.ensure_libstdcxx_first()        # before torch is imported (see that module)
     if args.set == "training":
         return run_training(args, tune_cache)
     if args.set == "grouped":
@@ -274,7 +293,7 @@ def run(args) -> int:
             raise ConfigError("--set grouped: times torch._grouped_mm and torch._scaled_grouped_mm beside ptxgemm and "
                               "makes its inputs with torch, so it needs torch (pip install 'ptxgemm[torch]')")
         return grouped_bench.run(args.rounds or 7, args.in_dtype or "bfloat16", args.out, args.name,
-                                 variants=args.variants, scaling=args.scaling or "tensor")
+                                 variants=args.variants, scaling=args.scaling or "tensor", deepgemm_dir=args.deepgemm)
     mode = _mode(args)
     shapes = (bench.parse_shapes(args.shapes) if args.shapes else list(bench.SMALL_M_SUITE) if args.small_m else
               list(deepgemm.SHAPES) if args.set == "deepgemm" else
@@ -289,7 +308,8 @@ def run(args) -> int:
                                sustained_gap=1.0 if args.sustained_gap is None else args.sustained_gap,
                                fastcu=args.fastcu)
     return bench_modes.run_mode_bench(shapes, rounds, mode, config, out=args.out, name=args.name,
-                                      tune_cache=tune_cache, b_major=args.b_major or "mn", variants=variants)
+                                      tune_cache=tune_cache, b_major=args.b_major or "mn", variants=variants,
+                                      deepgemm_dir=args.deepgemm)
 
 
 def run_training(args, tune_cache: str) -> int:

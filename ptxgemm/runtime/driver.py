@@ -12,6 +12,7 @@ to the driver at every synchronize.
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import dataclasses
 import os
@@ -548,6 +549,19 @@ class PreparedLaunch:
 #: kernel/templates/grid_dependency.ptx.j2): their prologue overlaps that kernel's tail. PTXGEMM_PDL=0 turns it
 #: off; a plan reads it when it is made (so a process can time both ways: set it, clear the plan caches)
 PROGRAMMATIC_LAUNCH = os.environ.get("PTXGEMM_PDL", "1") != "0"
+
+
+@contextlib.contextmanager
+def programmatic_launches(enabled: bool):
+    """Plans made inside this block launch as programmatic dependents (`enabled`) or plainly; the setting before it
+    comes back after. For measurements that must not overlap a kernel with the one before it (the kernel-duration
+    method: a programmatic dependent's recorded span begins while it waits for its predecessor)."""
+    global PROGRAMMATIC_LAUNCH
+    saved, PROGRAMMATIC_LAUNCH = PROGRAMMATIC_LAUNCH, enabled
+    try:
+        yield
+    finally:
+        PROGRAMMATIC_LAUNCH = saved
 
 
 def launch(fn: Function, grid, block, args, smem_bytes: int = 0, cluster=None, stream=None):
