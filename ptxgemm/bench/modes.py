@@ -394,9 +394,10 @@ def peer_row(p: Problem, impls, times: dict, errs: dict, refused: dict, worst: d
         for i in variants:
             if warm and warm.get(i.name):
                 row["variants"][i.tag].update(b2b_ms=warm[i.name], b2b_tflops=_tflops(p, warm[i.name]))
-            if kernel and kernel[""].get(i.name):
-                row["variants"][i.tag].update(kernel_ms=kernel[""][i.name],
-                                              kernel_tflops=_tflops(p, kernel[""][i.name]))
+            for suffix, ms in (kernel or {}).items():
+                if ms.get(i.name):
+                    row["variants"][i.tag].update({f"kernel{suffix}_ms": ms[i.name],
+                                                   f"kernel{suffix}_tflops": _tflops(p, ms[i.name])})
     if warm:   # the back-to-back figures (timing.time_back_to_back), beside the burst ones
         row["ptxgemm_b2b_ms"], row["peer_b2b_ms"] = warm.get(main.name), warm.get(peer.name) if peer else None
         row["ptxgemm_b2b_tflops"], row["peer_b2b_tflops"] = _tflops(p, row["ptxgemm_b2b_ms"]), _tflops(p, row["peer_b2b_ms"])
@@ -523,7 +524,6 @@ def run_mode_bench(shapes, rounds: int, mode: Mode, config=None, out="bench_out"
         # ptxgemm's selection, the peer and any --variants
         compared = [i.name for j, i in enumerate(impls) if i.name in launchers and
                     (j < 2 or getattr(i, "variant", False) or getattr(i, "extra", False))]
-        dg_timed = [i.name for i in impls if getattr(i, "extra", False) and i.name in launchers]
         warm = (timing.time_back_to_back({n: launchers[n] for n in compared}, BACK_TO_BACK_LAUNCHES, rounds=3)
                 if mode.scaling and deepgemm.published(m, n, k) is not None else {})
         # DeepGEMM's own method (kernel durations from the profiler, L2 flushed), beside the published figures
@@ -531,9 +531,8 @@ def run_mode_bench(shapes, rounds: int, mode: Mode, config=None, out="bench_out"
         if torch is not None and mode.scaling and deepgemm.published(m, n, k) is not None:
             unchained = {i.name: i.unchained_launcher() if hasattr(i, "unchained_launcher") else launchers[i.name]
                          for i in impls if i.name in compared}   # ptxgemm's plans without PDL (kernel_time)
-            pair = {n: unchained[n] for n in compared[:2] + dg_timed}
-            kernel = {"": kernel_time.kernel_ms(unchained, torch),   # --variants too
-                      "_flushed": kernel_time.kernel_ms(pair, torch, flush=True)}
+            kernel = {"": kernel_time.kernel_ms(unchained, torch),   # --variants and DeepGEMM too
+                      "_flushed": kernel_time.kernel_ms(unchained, torch, flush=True)}
         picked = sample_rows(m)
         errs, worst = {}, {}
         for i in impls:
