@@ -113,3 +113,30 @@ def test_dense_operands_are_the_bench_bytes_in_deepgemm_layouts():
 def test_row_groups_name_every_rows_group():
     assert deepgemm_peer.row_groups((2, 0, 3)).tolist() == [0, 0, 2, 2, 2]
     assert deepgemm_peer.row_groups((2, 0, 3)).dtype == np.int32
+
+
+def test_summarize_spreads_the_deepgemm_ratios_of_dense_and_grouped_runs():
+    """bench --summarize: vs_deepgemm* of the dense runs as each run's geomean's spread; a grouped run's kernel
+    ratios once per case (every peer's row of a case carries them)."""
+    from ptxgemm.bench import summary
+
+    def dense(v):
+        return {"gpu": "NVIDIA H200", "in_dtype": "float8_e4m3fn", "scaling": "block", "epilogue": "none",
+                "rows": [{"M": 4096, "N": 7168, "K": 2048, "ratio": 1.2, "vs_deepgemm_kernel_flushed": v},
+                         {"M": 64, "N": 7168, "K": 2048, "ratio": 1.1, "vs_deepgemm_kernel_flushed": v / 2}]}
+
+    out = summary.summarize({"a.json": dense(1.0), "b.json": dense(0.8), "c.json": dense(0.9)})
+    (group,) = out.values()
+    s = group["other_geomeans"]["vs_deepgemm_kernel_flushed"]
+    assert (s["n"], s["min"], s["median"], s["max"]) == (3, pytest.approx(0.8 / 2 ** 0.5),
+                                                         pytest.approx(0.9 / 2 ** 0.5), pytest.approx(1 / 2 ** 0.5))
+
+    def grouped(v):
+        rows = [{"case": c, "peer": p, "speedup": 1.1, "vs_deepgemm_kernel_flushed": v * f}
+                for c, f in (("c1", 1.0), ("c2", 4.0)) for p in ("DeepGEMM", "ptxgemm matmul per group")]
+        return {"gpu": "NVIDIA H200", "set": "grouped", "rows": rows}
+
+    g = summary.summarize_grouped([("r1", grouped(0.5)), ("r2", grouped(1.0))])
+    k = g["kernel_geomeans"]["vs_deepgemm_kernel_flushed"]
+    assert (k["n"], k["min"], k["max"]) == (2, pytest.approx(1.0), pytest.approx(2.0))
+    assert "geomean vs_deepgemm_kernel_flushed" in summary.format_summary({"NVIDIA H200 [grouped]": g})

@@ -46,14 +46,20 @@ def _spread(values) -> dict | None:
 EPILOGUE_METRICS = ("overhead_vs_plain", "saved_vs_separate")
 #: the other ratios a row may carry beside the burst one, each ptxgemm ahead above 1: the fp8 bench's back-to-back
 #: and kernel-duration ratios (ptxgemm.bench.modes), `--set deepgemm`'s ptxgemm TFLOP/s over DeepGEMM's published ones
-#: (burst, back to back, kernel durations), and `--fastcu`'s kernel 12 ms over ptxgemm's (burst and sustained).
+#: (burst, back to back, kernel durations), `--deepgemm`'s DeepGEMM ms over ptxgemm's measured beside it (burst,
+#: back to back, kernel durations with and without the flush), and `--fastcu`'s kernel 12 ms over ptxgemm's (burst
+#: and sustained).
 #: Each is summarized per shape and as each run's geomean over its rows, wherever the runs have it.
 OTHER_RATIOS = ("b2b_ratio", "kernel_ratio", "kernel_flushed_ratio", "vs_published", "vs_published_b2b",
-                "vs_published_kernel", "vs_published_kernel_flushed", "fastcu_ratio", "fastcu_sustained_ratio")
+                "vs_published_kernel", "vs_published_kernel_flushed", "vs_deepgemm", "vs_deepgemm_b2b",
+                "vs_deepgemm_kernel", "vs_deepgemm_kernel_flushed", "fastcu_ratio", "fastcu_sustained_ratio")
 OTHER_RATIOS_MEAN = ("b2b_ratio, kernel_*: the peer's ms / ptxgemm's back to back and by kernel durations; "
-                     "vs_published*: ptxgemm's TFLOP/s / DeepGEMM's published ones; fastcu_*: fast.cu kernel 12's "
+                     "vs_published*: ptxgemm's TFLOP/s / DeepGEMM's published ones; vs_deepgemm*: DeepGEMM's ms / "
+                     "ptxgemm's, measured beside it (bench --deepgemm); fastcu_*: fast.cu kernel 12's "
                      "ms / ptxgemm's; each a geomean per run, above 1 ptxgemm is ahead")
 BF16_RATIO = "cuBLAS ms / ptxgemm ms: above 1, ptxgemm is faster"
+#: a grouped run's DeepGEMM figures (bench --deepgemm), summarized as each run's geomean over the cases
+GROUPED_KERNEL_RATIOS = ("vs_deepgemm_kernel", "vs_deepgemm_kernel_flushed")
 
 
 def run_mode(run: dict) -> str | None:
@@ -109,6 +115,7 @@ def summarize_grouped(items) -> dict:
     of a refused peer carry no speedup and are left out)."""
     cases: dict = {}
     peer_geos: dict = {}
+    kernel_geos: dict = {}
     for _, run in items:
         timed = [r for r in run["rows"] if r.get("speedup") is not None]
         for r in timed:
@@ -119,10 +126,19 @@ def summarize_grouped(items) -> dict:
                 s["configs"].append(r["config"])
         for peer in sorted({r["peer"] for r in timed}):
             peer_geos.setdefault(peer, []).append(geomean([r["speedup"] for r in timed if r["peer"] == peer]))
-    return {"set": "grouped", "runs": [f for f, _ in items],
-            "cases": [{**{k: v for k, v in s.items() if k != "speedups"}, "speedup": _spread(s["speedups"])}
-                      for s in cases.values()],
-            "geomeans": {peer: _spread(v) for peer, v in peer_geos.items()}}
+        # bench --deepgemm: DeepGEMM's ms / ptxgemm's by kernel durations, one figure per case (each of its rows
+        # carries it)
+        for key in GROUPED_KERNEL_RATIOS:
+            per_case = {r["case"]: r[key] for r in timed if r.get(key) is not None}
+            if per_case:
+                kernel_geos.setdefault(key, []).append(geomean(per_case.values()))
+    out = {"set": "grouped", "runs": [f for f, _ in items],
+           "cases": [{**{k: v for k, v in s.items() if k != "speedups"}, "speedup": _spread(s["speedups"])}
+                     for s in cases.values()],
+           "geomeans": {peer: _spread(v) for peer, v in peer_geos.items()}}
+    if kernel_geos:
+        out["kernel_geomeans"] = {key: _spread(v) for key, v in kernel_geos.items()}
+    return out
 
 
 def summarize(runs: dict) -> dict:
@@ -214,6 +230,7 @@ def format_summary(summary: dict) -> str:
                       for c in g["cases"]]
             lines += ["-" * len(head)] + [f"{'geomean vs ' + peer:<{w + 27}} {cells(s)}"
                                           for peer, s in g["geomeans"].items()]
+            lines += [f"{'geomean ' + key:<{w + 27}} {cells(s)}" for key, s in (g.get("kernel_geomeans") or {}).items()]
             lines += ["(speedup = the peer's ms / ptxgemm's: above 1, ptxgemm is faster; min/median/max across runs)",
                       ""]
             continue
