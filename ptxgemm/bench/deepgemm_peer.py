@@ -40,6 +40,8 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import ConfigError, ToolchainError
+from .fp8_peers import torch_fp8
+from .suite import torch_rows
 
 NAME = "DeepGEMM"
 INSTALLED = "installed"          # --deepgemm installed: the deep_gemm this interpreter imports
@@ -80,9 +82,9 @@ def source_dir(given: str) -> Path | None:
 def mapped_path(name: str, maps: str) -> str | None:
     """The file of the first mapping in /proc/<pid>/maps text `maps` whose file name starts with `name`."""
     for line in maps.splitlines():
-        path = line.split()[-1] if len(line.split()) >= 6 else ""
-        if Path(path).name.startswith(name):
-            return path
+        fields = line.split()
+        if len(fields) >= 6 and Path(fields[5]).name.startswith(name):   # the sixth field: the mapped file
+            return fields[5]
     return None
 
 
@@ -117,7 +119,6 @@ def ensure_libstdcxx_first() -> None:
         return
     print(f"# --deepgemm: starting again with LD_PRELOAD={lib} (DeepGEMM's extension must bind libstdc++'s "
           f"symbols before torch's copies; ptxgemm/bench/deepgemm_peer.py says why)", flush=True)
-    sys.stdout.flush()
     os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], env)
 
 
@@ -208,8 +209,6 @@ class DeepGemmDenseImpl:
         self.out = None
 
     def prepare(self, p):
-        from .fp8_peers import torch_fp8
-
         if p.mode.scaling != "block" or p.mode.in_dtype != "float8_e4m3fn" or p.mode.fused:
             raise DeepGemmRefused("DeepGEMM's fp8 GEMM is e4m3 with blockwise scales and a plain bf16 output")
         torch, dg = self.torch, self.dg
@@ -227,8 +226,6 @@ class DeepGemmDenseImpl:
         return launch
 
     def result(self, rows):
-        from .suite import torch_rows
-
         return torch_rows(self.torch, self.out, rows)
 
     def reference(self, p, rows):

@@ -236,14 +236,15 @@ def run(rounds: int, in_dtype: str, out_dir: str, name: str | None, variants: st
         burst = timing.time_interleaved(launchers, rounds)
         b2b = timing.time_back_to_back({k: v for k, v in launchers.items() if k not in timed})
         # DeepGEMM's own method where its figure is compared (kernel durations from the profiler, L2 flushed)
-        # (DeepGEMM beside it when it runs this case: both by the same function, one process)
-        # (ptxgemm's plan made again without PDL: kernel_time's rule)
-        with driver.programmatic_launches(False):
-            unchained = ptxgemm.GroupedPlan(a, b, **kw, **scale, out=plan.out, config=plan.config).launch
-        by_kernel = {"ptxgemm": unchained, **{p: peers[p][0] for p in peers if p == deepgemm_peer.NAME}}
-        kernel, kernel_flushed = ((kernel_time.kernel_ms(by_kernel, torch),
-                                   kernel_time.kernel_ms(by_kernel, torch, flush=True))
-                                  if block and case.published_tflops else ({}, {}))
+        # (DeepGEMM beside it when it runs this case: both by the same function, one process; ptxgemm's plan made
+        # again without PDL, kernel_time's rule)
+        kernel, kernel_flushed = {}, {}
+        if block and case.published_tflops:
+            with driver.programmatic_launches(False):
+                unchained = ptxgemm.GroupedPlan(a, b, **kw, **scale, out=plan.out, config=plan.config).launch
+            by_kernel = {"ptxgemm": unchained, **{p: peers[p][0] for p in peers if p == deepgemm_peer.NAME}}
+            kernel = kernel_time.kernel_ms(by_kernel, torch)
+            kernel_flushed = kernel_time.kernel_ms(by_kernel, torch, flush=True)
         torch.cuda.synchronize()
         if refused:
             rows.append({"case": case.name, "layout": case.layout, "groups": case.groups, "N": case.n, "K": case.k,
