@@ -76,7 +76,7 @@ _kernels_lock = threading.Lock()
 
 def get_kernel(config: GemmConfig, ordinal: int | None = None) -> GemmKernel:
     """The config's kernel loaded on device `ordinal` (None: the thread's current device), made once per device."""
-    ordinal = devices.current() if ordinal is None else ordinal
+    ordinal = devices.resolve(ordinal)
     with _kernels_lock:
         if (config, ordinal) not in _kernels:
             _kernels[(config, ordinal)] = GemmKernel(config, ordinal=ordinal)

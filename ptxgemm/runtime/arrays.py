@@ -102,8 +102,7 @@ class DeviceArray:
                  device: int | None = None):
         # owner=True only for memory from ptxgemm's pool (`empty`): an owner is freed with cuMemFreeAsync.
         # device: the memory's device (None: the thread's current device; a view: its base's)
-        self.device = (base.device if base is not None else
-                       devices.current() if device is None else devices.check_ordinal(device))
+        self.device = base.device if base is not None else devices.resolve(device, "device")
         self.ptr = int(ptr)
         self.shape = tuple(int(s) for s in shape)
         self.dtype = np.dtype(dtype)
@@ -130,7 +129,7 @@ class DeviceArray:
         itemsize = _itemsize(dtype)
         nbytes = math.prod(shape) * itemsize
         strides = c_strides(shape, itemsize) if order == "C" else _f_strides(shape, itemsize)
-        device = devices.current() if device is None else devices.check_ordinal(device)
+        device = devices.resolve(device, "device")
         if nbytes == 0:  # nothing to allocate, nothing to free
             return cls(0, shape, dtype, strides, 0, device=device)
         # the pool looked up inside: its first use makes the device's context current, as the allocation needs
@@ -315,9 +314,9 @@ class DeviceArray:
             if self._recycle and recycling.give(self.device, int(handle), self.nbytes, ptr, self._stream):
                 return
             if devices.several_contexts:   # the legacy stream is the current context's: the array's device's then
-                devices.in_context(driver.context_of(self.device), _free_async, ptr, handle)
+                devices.in_context(driver.context_of(self.device), driver.free_async, ptr, handle)
             else:
-                _free_async(ptr, handle)
+                driver.free_async(ptr, handle)
 
     def __del__(self):
         try:
@@ -329,18 +328,6 @@ class DeviceArray:
         kind = "" if self.base is None else ", view"
         return (f"DeviceArray(shape={self.shape}, dtype={self.dtype}, strides={self.strides}, "
                 f"ptr=0x{self.ptr:x}, device={self.device}{kind})")
-
-
-def _free_async(ptr: int, handle) -> None:
-    """cuMemFreeAsync of `ptr` on `handle`: through libcuda directly, as a dropped result's free is on the per-call
-    path."""
-    free = libcuda.function("cuMemFreeAsync")
-    if free is None:
-        check(cu.cuMemFreeAsync(ptr, handle), "freeing a device buffer (cuMemFreeAsync)")
-        return
-    err = free(ptr, int(handle))
-    if err:
-        check((cu.CUresult(err),), "freeing a device buffer (cuMemFreeAsync)")
 
 
 def c_strides(shape, itemsize):

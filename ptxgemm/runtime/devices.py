@@ -47,6 +47,14 @@ def current() -> int:
     return getattr(_local, "ordinal", DEFAULT_ORDINAL)
 
 
+def resolve(ordinal, name: str | None = None) -> int:
+    """`ordinal`, or the thread's current device for None; checked (check_ordinal) where `name` says which caller's
+    argument it is (the library's own ordinals are ints already)."""
+    if ordinal is None:
+        return current()
+    return ordinal if name is None else check_ordinal(ordinal, name)
+
+
 def check_ordinal(ordinal, name: str = "device") -> int:
     """`ordinal` as an int, or a ConfigError naming `name`: a CUDA device ordinal is an int >= 0 (whether that device
     exists is the driver's answer, when its context is opened)."""

@@ -105,7 +105,7 @@ class _Context:
         previous = devices.thread_context()
         if previous != self.handle:
             devices.noticed(previous)
-            check(cu.cuCtxSetCurrent(self.context), f"making device {self.ordinal}'s primary context current")
+            devices.make_current(self.handle)
 
     def _attr(self, attr, what):
         return check(cu.cuDeviceGetAttribute(attr, self.device), f"reading the device attribute {what}")
@@ -134,7 +134,7 @@ _contexts: dict[int, _Context] = {}   # by ordinal, each opened once for the pro
 def context_of(ordinal: int | None = None) -> _Context:
     """Device `ordinal`'s primary context (None: the thread's current device), retained on first use; not made
     current (`context` does that)."""
-    ordinal = devices.current() if ordinal is None else ordinal
+    ordinal = devices.resolve(ordinal)
     ctx = _contexts.get(ordinal)
     if ctx is not None:
         return ctx
@@ -336,7 +336,7 @@ def memory_pool(ordinal: int | None = None):
 
     A private pool, not the device's default one: other libraries in the process (torch, CuPy) allocate from the
     default pool or their own and may set its attributes; ptxgemm changes nothing of theirs."""
-    ordinal = devices.current() if ordinal is None else ordinal
+    ordinal = devices.resolve(ordinal)
     pool = _pools.get(ordinal)
     if pool is not None:  # on every allocation that derives nothing once: no lock, no context switch
         return pool
@@ -361,7 +361,7 @@ def memory_pool_usage(ordinal: int | None = None) -> dict[str, int]:
     """Bytes of ptxgemm's pool on device `ordinal` (None: the thread's current device): `reserved` (held from the
     driver) and `used` (in live allocations), now and at their high-water marks, and `kept`: the part of `used`
     that dropped results left for the next call on their stream (ptxgemm.runtime.recycling)."""
-    ordinal = devices.current() if ordinal is None else ordinal
+    ordinal = devices.resolve(ordinal)
     pool = memory_pool(ordinal)
     A = cu.CUmemPool_attribute
     attrs = {"reserved": A.CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, "reserved_high": A.CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH,
@@ -377,12 +377,23 @@ def trim_memory_pool(keep_bytes: int = 0, ordinal: int | None = None) -> None:
     given back once the stream has reached the free); device `ordinal`'s pool (None: the thread's current device),
     the results' blocks kept for reuse there (ptxgemm.runtime.recycling) freed into it first, in its context (a
     legacy-stream handle is the current context's)."""
-    ordinal = devices.current() if ordinal is None else ordinal
+    ordinal = devices.resolve(ordinal)
     with on_device(ordinal):
-        recycling.release(lambda ptr, handle: check(cu.cuMemFreeAsync(ptr, cu.CUstream(handle)),
-                                                    "freeing a kept result block (cuMemFreeAsync)"), ordinal)
+        recycling.release(free_async, ordinal)
         check(cu.cuMemPoolTrimTo(memory_pool(ordinal), int(keep_bytes)),
               f"trimming ptxgemm's memory pool to {keep_bytes} bytes")
+
+
+def free_async(ptr: int, handle) -> None:
+    """cuMemFreeAsync of `ptr` on the stream `handle` (a CUstream or its int), in the current context: through
+    libcuda directly, as a dropped result's free is on the per-call path."""
+    free = libcuda.function("cuMemFreeAsync")
+    if free is None:
+        check(cu.cuMemFreeAsync(ptr, cu.CUstream(int(handle))), "freeing a device buffer (cuMemFreeAsync)")
+        return
+    err = free(ptr, int(handle))
+    if err:
+        check((cu.CUresult(err),), "freeing a device buffer (cuMemFreeAsync)")
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -108,14 +108,12 @@ class Graph:
 
     def replay(self, stream=None):
         """Launch the captured work on `stream` (None: the legacy default stream of the graph's device; asynchronous,
-        like a launch). Kept to one driver call: this is the cheap path the graph exists for (where the process has
-        several contexts, the graph's is made current around it: devices.in_context)."""
+        like a launch). Kept to one driver call: this is the cheap path the graph exists for (in the graph's own
+        context, by the per-call paths' one rule: devices.in_own_context)."""
 
         if self._exec is None:
             self._require_captured("replay")
-        if devices.several_contexts:
-            return devices.in_context(self._context, self._launch, stream)
-        self._launch(stream)
+        devices.in_own_context(self._context, self._launch, stream)
 
     def _launch(self, stream):
         driver.check(driver.cu.cuGraphLaunch(self._exec, driver.cu_stream(stream)),

@@ -1,11 +1,11 @@
 """libcuda's functions on the per-call path, called through ctypes: moving a bound tensor map, allocating a call's
-result and freeing it, asking whether a stream is being captured (ptxgemm.runtime.recycling), and reading or setting
-the thread's current context (ptxgemm.runtime.devices), and the device of an address (cuda.bindings reads
-CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL from the wrong field and answers 0 for every device: NVIDIA/cuda-python#2928). One foreign call with plain integers, where cuda.bindings'
-wrappers build argument objects on every call: 0.6 against 1.25 us for cuTensorMapReplaceAddress on an H200 (`bench
---host layer`; docs/perf-notes.md, issue 46). Everything else goes through cuda.bindings. Where libcuda or a
-function cannot be found, `function`
-returns None and the caller takes cuda.bindings' route, which does the same."""
+result and freeing it, asking whether a stream is being captured (ptxgemm.runtime.recycling), reading or setting the
+thread's current context (ptxgemm.runtime.devices), and the device of an address (cuda.bindings reads
+CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL from the wrong field and answers 0 for every device: NVIDIA/cuda-python#2928).
+One foreign call with plain integers, where cuda.bindings' wrappers build argument objects on every call: 0.6 against
+1.25 us for cuTensorMapReplaceAddress on an H200 (`bench --host layer`; docs/perf-notes.md, issue 46). Everything
+else goes through cuda.bindings. Where libcuda or a function cannot be found, `function` returns None and the caller
+takes cuda.bindings' route, which does the same."""
 from __future__ import annotations
 
 import ctypes

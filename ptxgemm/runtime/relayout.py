@@ -190,7 +190,7 @@ _kernels_lock = threading.Lock()
 def get_kernel(itemsize: int, ordinal: int | None = None) -> RelayoutKernel:
     """The copy kernel for `itemsize`-byte elements on device `ordinal` (None: the thread's current device)."""
     itemsize = _check_itemsize(itemsize)
-    ordinal = devices.current() if ordinal is None else ordinal
+    ordinal = devices.resolve(ordinal)
     with _kernels_lock:
         if (itemsize, ordinal) not in _kernels:
             _kernels[(itemsize, ordinal)] = RelayoutKernel(itemsize, ordinal)
