@@ -122,7 +122,11 @@ def test_a_row_has_the_issues_fields_and_the_spread():
     assert row["tokens_per_iter"] == 8192 and row["repeats"] == 3
     assert row["peers"]["eager"] == {"tokens_per_s_min": 40.0, "tokens_per_s_median": 50.0, "tokens_per_s_max": 60.0,
                                      "tokens_per_s_runs": [50.0, 60.0, 40.0], "first_call_s": 1.0, "compile_s": 1.0}
-    assert row["ratio"]["grouped_mm"] == {"median": 1.1, "min": 1.0, "max": 1.2}
+    # the order-balanced pair: repeats 0 and 1 (1.2 and 1.0), the odd third left out
+    assert row["ratio"]["grouped_mm"] == {"median": 1.1, "min": 1.0, "max": 1.2, "paired": {
+        "median": pytest.approx(math.sqrt(1.2)), "min": pytest.approx(math.sqrt(1.2)),
+        "max": pytest.approx(math.sqrt(1.2)), "pairs": 1}}
+    assert mb.headline_ratio(row["ratio"]["grouped_mm"]) == pytest.approx(math.sqrt(1.2))
     assert row["ratio"]["eager"]["median"] == pytest.approx(2.2)
     assert (row["ratio"]["eager"]["min"], row["ratio"]["eager"]["max"]) == pytest.approx((1.8333333, 2.475))
     assert "ptxgemm" not in row["ratio"]
@@ -315,8 +319,9 @@ def test_the_sweep_command_writes_a_file_per_entry(tmp_path, monkeypatch, capsys
     assert report["sweep"] == "16k" and HOST_FIELDS <= set(report["rows"][0])
     out = capsys.readouterr().out
     assert "plans/step" in out and "host ms ptx/stock" in out
-    # host 4 and 8 ms per 4-iteration window: 1.5 ms a step; ptxgemm's own 1200 us over 4 x 2 steps
-    assert ("llama3-8b-2l      16384  train_step no         1.148        0.00          1.50/1.50       0.150  "
+    # host 4 and 8 ms per 4-iteration window: 1.5 ms a step; ptxgemm's own 1200 us over 4 x 2 steps; the ratio the
+    # pair's: sqrt(1.2 x 1.1)
+    assert ("llama3-8b-2l      16384  train_step no         1.149        0.00          1.50/1.50       0.150  "
             "135966.80/156038.10") in out
 
     seen.clear()
@@ -352,8 +357,8 @@ def test_a_row_has_the_host_path_fields():
     assert line.endswith("1.00     1.50/10.00")          # plans per step, then ptxgemm/peer host ms
     assert "plans/step" in table and "host ms/step" in table
     sweep = mb.format_sweep_table([{**HEADER, "rows": [row], "accuracy": None, "sweep": "4k"}])
-    # device ms per step: 4096 tokens at 110 and 100 tok/s
-    assert sweep.splitlines()[1] == ("mixtral-8x-2l      4096  prefill    no         1.100        1.00         "
+    # device ms per step: 4096 tokens at 110 and 100 tok/s; the ratio the first pair's, sqrt(1.2 x 1.0)
+    assert sweep.splitlines()[1] == ("mixtral-8x-2l      4096  prefill    no         1.095        1.00         "
                                      "1.50/10.00       1.500  37236.36/40960.00")
 
 
@@ -562,3 +567,17 @@ def test_tune_covers_every_dense_gemm_of_prefill_and_training():
     assert (t, 4096, 14336, "k", "mn") in llama and (14336, 4096, t, "mn", "mn") in llama
     assert len(llama) == 5 * 3 + 5            # five distinct (in, out) linears: fwd/dgrad/wgrad, and prefill fwd
     assert len(mb.gemm_problems("mixtral", mb.DIMS["mixtral"], sizes, ("prefill",))) == 3
+
+
+def test_the_ratio_read_cancels_the_first_peers_advantage():
+    """In a power-capped step the peer that runs first in a repeat reads faster, whichever it is; measure's order
+    alternates (stock first in even repeats), so a pair of repeats has each first once. Two equal peers, each 5%
+    faster when first, over five repeats: the medians' ratio reads 0.95 (stock first three times), the pairs 1.0."""
+    first, second = 105.0, 100.0
+    stock = [first if i % 2 == 0 else second for i in range(5)]
+    ours = [second if i % 2 == 0 else first for i in range(5)]
+    r = mb.ratios({"cublas": stock, "ptxgemm": ours})["cublas"]
+    assert r["median"] == pytest.approx(second / first)
+    assert r["paired"]["median"] == pytest.approx(1.0) and r["paired"]["pairs"] == 2
+    assert mb.headline_ratio({"median": 0.99, "min": 0.9, "max": 1.1}) == 0.99     # rows written before pairs
+    assert mb.paired_ratio([1.0]) is None

@@ -50,7 +50,9 @@ compiled rows, torch.compile's compile time, as `compile_s`), then `repeats` rep
 per repeat; in each, as many untimed iterations as the window has (`warmup` for decode: a settle, so that each window
 starts at the clock and power the peer's own work holds the board at under its power limit, not where the other peer
 left it), then CUDA events around `iters` iterations back to back, with torch.cuda.synchronize between peers.
-tokens/s = tokens per iteration x iters / seconds; min / median / max over the repeats. Where nvidia-ml-py is
+tokens/s = tokens per iteration x iters / seconds; min / median / max over the repeats. The ratio a table and a bar
+read is the order-balanced one (`ratio.<peer>.paired`, ratios()): each pair of repeats has each peer first once,
+and in a power-capped step the first peer of a repeat reads faster, whichever it is. Where nvidia-ml-py is
 installed each window also records the board's SM clock, power and energy (ptxgemm.bench.power; medians per peer in
 the row's `draw`, with joules per token).
 
@@ -104,8 +106,9 @@ then exits 1) and `rows`, one per (mode, phase), each with:
     and cache_len (decode), tokens_per_iter, iters, warmup, repeats, method, peer (the stock default peer), ptxgemm_tokens_per_s
     and cublas_tokens_per_s (medians; "cublas" = the stock default peer, torch._grouped_mm for Mixtral), peers
     ({name: {tokens_per_s_min, tokens_per_s_median, tokens_per_s_max, tokens_per_s_runs, first_call_s[,
-    compile_s]}}), ratio ({peer: {median: ptxgemm's median / the peer's, min, max: of the per-repeat ratios}};
-    above 1: ptxgemm faster), logits_rel_err, loss_rel_err, grad_rel_err (ptxgemm vs the stock default peer, from
+    compile_s]}}), ratio ({peer: {median: ptxgemm's median / the peer's, min, max: of the per-repeat ratios,
+    paired: {median, min, max, pairs} of the order-balanced pairs' ratios (None below two repeats)}}; above 1:
+    ptxgemm faster), logits_rel_err, loss_rel_err, grad_rel_err (ptxgemm vs the stock default peer, from
     the accuracy pass), inside_bound, inside_bound_vs_stock, decode_logits_rel_err (decode rows), torch,
     transformers, and (schema 2, issue 46) plans_made_per_step, host_ms_per_step, ptxgemm_host_ms_per_step and
     plan_stats (see "Host path" above). A sweep's reports also carry `sweep`, the entry's tag.
@@ -172,7 +175,7 @@ EAGER_ONLY = {"eager"}
 METHOD = ("per phase: each peer's first call untimed (first_call_s; compile_s when compiled), then repeats with the "
           "peers' order alternating per repeat; in each, untimed settle iterations (as many as the window's), then CUDA "
           "events around `iters` iterations back to back on torch's current stream, torch.cuda.synchronize between peers; tokens/s = "
-          "tokens per iteration x iters / seconds, min/median/max over repeats; decode: replays of one CUDA graph "
+          "tokens per iteration x iters / seconds, min/median/max over repeats; the ratio read is the median over repeat pairs (each peer first once in a pair) of the pair's geometric-mean ratio; decode: replays of one CUDA graph "
           "per peer")
 
 
@@ -188,7 +191,7 @@ class Sizes:
     decode_prefix: int = 512
     decode_steps: int = 64        # timed replays per repeat
     accuracy_batch: int = 2
-    repeats: int = 3
+    repeats: int = 4    # even: each peer runs first in as many repeats (ratios, `paired`)
     prefill_iters: int = 10
     train_iters: int = 6
     warmup: int = 1
@@ -320,16 +323,37 @@ def peer_stats(runs: list) -> dict:
 
 
 def ratios(runs: dict, ours: str = OURS) -> dict:
-    """{peer: {median, min, max}}: ptxgemm's median tokens/s over the peer's, and the extremes of the per-repeat
-    ratios (repeat i of ptxgemm over repeat i of the peer: the two ran next to each other)."""
+    """{peer: {median, min, max, paired}}: ptxgemm's median tokens/s over the peer's, and the extremes of the
+    per-repeat ratios (repeat i of ptxgemm over repeat i of the peer: the two ran next to each other). `paired`
+    (None below two repeats): {median, min, max, pairs} over repeat pairs (0, 1), (2, 3), ..., each pair's ratio
+    the geometric mean of its two repeats' ratios, so that each peer ran first once in it (measure's order
+    alternates). Why: in a power-capped step the peer that runs first in a repeat reads up to ~5% faster whichever
+    it is (H200, Llama-3-8B widths compiled, runs r20-r22: 0.97 against 1.04), and an odd number of repeats puts
+    one peer first once more than the other, which moves the plain median by as much as the step's gain."""
     out = {}
     for peer, theirs in runs.items():
         if peer == ours:
             continue
         per = [a / b for a, b in zip(runs[ours], theirs)]
         out[peer] = {"median": statistics.median(runs[ours]) / statistics.median(theirs), "min": min(per),
-                     "max": max(per)}
+                     "max": max(per), "paired": paired_ratio(per)}
     return out
+
+
+def paired_ratio(per: list) -> dict | None:
+    """{median, min, max, pairs} of the order-balanced pair ratios of `per` (ratios(), per repeat); a last odd
+    repeat is left out; None below two repeats."""
+    pairs = [math.sqrt(per[i] * per[i + 1]) for i in range(0, len(per) - 1, 2)]
+    if not pairs:
+        return None
+    return {"median": statistics.median(pairs), "min": min(pairs), "max": max(pairs), "pairs": len(pairs)}
+
+
+def headline_ratio(ratio: dict) -> float | None:
+    """The ratio a table and a bar read for one peer: the order-balanced pairs' median where there are pairs
+    (paired_ratio), else the medians' ratio (rows written before `paired` existed, or one repeat)."""
+    paired = ratio.get("paired")
+    return paired["median"] if paired else ratio.get("median")
 
 
 def host_fields(peers, *, iters: int, repeats: int, host_s: dict | None, plan_stats: dict | None) -> dict:
@@ -435,7 +459,7 @@ def _plans(row: dict) -> str:
 
 def format_table(reports) -> str:
     """The compact table the command prints: one line per row and peer (ptxgemm's tokens/s, the peer's, the ratio
-    of the medians and the per-repeat extremes, compile seconds of both, ptxgemm/peer SM clock, board power and
+    (headline_ratio: order-balanced where there are pairs) and the per-repeat extremes, compile seconds of both, ptxgemm/peer SM clock, board power and
     millijoules per token where NVML read them, ptxgemm's plans made per step and ptxgemm/peer host ms per step),
     then each model's errors."""
     lines = [f"{'model':<16}{'phase':<11}{'mode':<9}{'peer':<11}{'ptxgemm tok/s':>14}{'peer tok/s':>12}"
@@ -454,7 +478,7 @@ def format_table(reports) -> str:
                     return "-" if a is None or b is None else f"{a * scale:{spec}}/{b * scale:{spec}}"
                 lines.append(f"{row['model']:<16}{row['phase']:<11}{'compiled' if row['compiled'] else 'eager':<9}"
                              f"{peer:<11}{row['ptxgemm_tokens_per_s']:>14.0f}"
-                             f"{row['peers'][peer]['tokens_per_s_median']:>12.0f}{r['median']:>7.3f}  "
+                             f"{row['peers'][peer]['tokens_per_s_median']:>12.0f}{headline_ratio(r):>7.3f}  "
                              f"{r['min']:.3f}-{r['max']:.3f}  {comp:>10}  {pair('sm_mhz'):>9}  {pair('watts'):>7}  "
                              f"{pair('joules_per_token', 1e3, '.2f'):>11}  {_plans(row):>10}  "
                              f"{_host_pair(row, peer):>13}")
@@ -503,7 +527,7 @@ def _label(rep: dict) -> str:
 
 def format_sweep_table(reports) -> str:
     """The sweep's table: one line per row against the stock default peer: model, tokens per step, phase, compiled,
-    the ratio of the median tokens/s (ptxgemm/stock), ptxgemm's plans made per step, ptxgemm/stock host ms per step,
+    the ratio (headline_ratio: the order-balanced pairs' median, ptxgemm/stock), ptxgemm's plans made per step, ptxgemm/stock host ms per step,
     the host ms of it spent inside ptxgemm's entry points, and ptxgemm/stock device ms per step (from the median
     tokens/s: where host ms nears it, the step waits on the host); then the notes of format_table."""
     lines = [f"{'model':<16}{'tokens':>7}  {'phase':<11}{'compiled':<9}{'ratio':>7}  {'plans/step':>10}  "
@@ -511,7 +535,7 @@ def format_sweep_table(reports) -> str:
     for rep in reports:
         for row in rep["rows"]:
             stock = row["peer"]
-            ratio = row["ratio"].get(stock, {}).get("median")
+            ratio = headline_ratio(row["ratio"].get(stock, {}))
             ms = "/".join(f"{row['tokens_per_iter'] / row['peers'][p]['tokens_per_s_median'] * 1e3:.2f}"
                           for p in (OURS, stock))
             lines.append(f"{row['model']:<16}{row['tokens_per_iter']:>7}  {row['phase']:<11}"

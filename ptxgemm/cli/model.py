@@ -75,8 +75,8 @@ def add_arguments(p) -> None:
                         "backward, SGD step), decode (one token per sequence against a StaticCache, replayed from a "
                         f"CUDA graph) (default {','.join(PHASES)}; with --sweep {','.join(SWEEP_PHASES)})")
     p.add_argument("--repeats", type=int, default=None,
-                   help=f"timed repeats per peer and phase, the peers' order alternating, >= 1 (default "
-                        f"{DEFAULT.repeats})")
+                   help=f"timed repeats per peer and phase, the peers' order alternating, >= 1; the ratio is read over "
+                        f"pairs of repeats, so an even count uses every one (default {DEFAULT.repeats})")
     for field, what in SIZE_HELP.items():
         p.add_argument(flag(field), type=int, default=None,
                        help=f"{what} (default {getattr(DEFAULT, field)}; {getattr(QUICK, field)} with --quick)")
