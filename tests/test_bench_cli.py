@@ -614,7 +614,7 @@ SUMMARIZED = [
 #: (kind, a file of it, words the one-line refusal must hold)
 NOT_SUMMARIZED = [
     ("--host", "h100/host/host_h100_issue10_final_run1.json", "a `bench --host` result"),
-    ("--host layer", "h200/host/host_h200_issue46_r21_1.json", "a `bench --host layer` result"),
+    ("--host layer", "h200/host/host_h200_issue46_r35_1.json", "a `bench --host layer` result"),
     ("--summarize-out", "h100/bench/bench_h100_issue9_final_summary.json", "a summary"),
     ("model", "h100/model/model_h100_llama3-8b-2l_lean_r1.json", "a `python -m ptxgemm model` result"),
     ("fuzz", "h100/fuzz/fuzz_h100_22005.json", "a `python -m ptxgemm fuzz` report"),

@@ -13,7 +13,7 @@ the profiler does not record (its warm-up cycle), then the `calls` it records, b
 Before that, the GPU rests SETTLE_S seconds, so that no implementation inherits the heat of the one timed before
 it: a kernel long enough to reach the power limit otherwise runs faster when timed first (H100, 4096x7168x16384,
 the same blockwise kernel: 1255 TFLOP/s timed first, 1173 timed second; per-tensor 1557 against 1422, with equal
-burst times, docs/results/h100/fp8/l2promo_h100_issue24.json).
+burst times, docs/results/h100/fp8/l2promo_h100_issue24.json.gz).
 
 ptxgemm's plans are timed here as made without programmatic dependent launch (driver.programmatic_launches(False);
 the caller makes them so). A programmatic dependent is launched while the kernel before it still runs -- the previous

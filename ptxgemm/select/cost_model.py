@@ -140,10 +140,10 @@ MULTICAST_FIRST = "coop128x256c2"
 LEAN_FIRST = "coop256x192"
 # ... and it goes first from a shorter k-loop on, LEAN_MIN_K, where the pair does not: the same operand bytes per FLOP
 # saved, with no multicast store to pay for. H200, 3 s sustained windows beside cuBLAS, one process, the 16-bit
-# GEMMs of a Qwen2-1.5B-width step at K = 1536 (docs/results/h200/bench/bench_h200_sus_{fwd,dx}_r18.json): 4096 x
-# 151936 x 1536 (the LM head, B K-major) 1.025 against coop128x256's 0.974 (1485 against 1412 MHz at 641-644 W);
-# 4096 x 8960 x 1536 1.011 against 0.962 (B K-major) and 1.012 against 0.958 (B N-major); burst within 1% either way
-# (1.025 / 1.032, 1.100 / 1.087, 1.007 / 0.994).
+# GEMMs of a Qwen2-1.5B-width step at K = 1536 (docs/results/h200/bench/bench_h200_sustained_issue46.json, runs
+# r18): 4096 x 151936 x 1536 (the LM head, B K-major) 1.025 against coop128x256's 0.974 (1485 against 1412 MHz at
+# 641-644 W); 4096 x 8960 x 1536 1.011 against 0.962 (B K-major) and 1.012 against 0.958 (B N-major); burst within
+# 1% either way (1.025 / 1.032, 1.100 / 1.087, 1.007 / 0.994).
 LEAN_MIN_K = 1536
 # fp8 at M <= FP8_NARROW_MAX_M (one row of 64-row tiles): the 64x64 pingpong is selectable too, and first within a
 # tie, so each B panel is half as wide and the same split count keeps twice the CTAs streaming B. Measured on the
@@ -214,7 +214,7 @@ BLOCK_SCALE_FILL_MIN_K_TILES = 16
 # ... except the one-set pingpong 64x192, offered only there (M <= BLOCK_SCALE_WIDE_MIN_M), unsplit and without a
 # cluster. Where its units fill the grid as well as the 64x128's (the rank's first keys tie), it goes first: fewer,
 # longer units for the same waves. Measured on the H100 by kernel durations (DeepGEMM's method), three rounds in one
-# process (docs/results/h100/fp8/l2promo_h100_issue24.json): 128x24576x1536, 256 units against pp64x128's 384 (both
+# process (docs/results/h100/fp8/l2promo_h100_issue24.json.gz): 128x24576x1536, 256 units against pp64x128's 384 (both
 # 97% of their waves), 536-568 TFLOP/s against 446-463; where its waves are emptier the fill key keeps the other
 # (128x4096x7168: 44 units, 292 against pp64x128k2's 505; 64x32768x512: 171 units in 2 waves, 299 against 335).
 # Its splits are not offered: at 128x4096x7168 pp64x192k2/k3 ran 0.83-0.86 of the published figure where
