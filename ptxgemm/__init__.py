@@ -19,7 +19,6 @@ from .runtime.arrays import DeviceArray
 from .runtime.devices import device
 from .runtime.driver import device_available
 from .runtime.graph import Graph
-from .runtime.sm_limit import set_sm_limit, sm_limit
 from .select.cost_model import select_config
 from .toolchain.kernels import compile_gemm, render_gemm
 from .tuning import tune
@@ -35,5 +34,5 @@ def to_device(array, device: int | None = None) -> DeviceArray:
 
 __all__ = ["run", "matmul", "GemmPlan", "grouped_run", "grouped_matmul", "GroupedPlan", "Graph", "clear_plan_cache", "plan_stats",
            "reset_plan_stats", "GemmConfig",
-           "DeviceArray", "to_device", "device", "device_available", "set_sm_limit", "sm_limit",
+           "DeviceArray", "to_device", "device", "device_available",
            "select_config", "tune", "compile_gemm", "render_gemm", "PtxgemmError", "ConfigError", "CudaError", "NoGpuError", "ToolchainError"]

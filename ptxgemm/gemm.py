@@ -34,7 +34,7 @@ from .plan.cache import COUNTERS, PlanCache, now_ns
 from .plan.call import CallPlan, parse_epilogue, plan_call
 from .plan.epilogue import check_values
 from .plan.checks import check_config, check_dtypes, check_out_dtype, dtype_name, result_shape
-from .runtime import arrays, devices, driver, patch, relayout, sm_limit, tensormap
+from .runtime import arrays, devices, driver, patch, relayout, tensormap
 from .runtime.arrays import as_device_array, call_device
 from .runtime.debug import StallRecords
 from .runtime.launches import BoundLaunches
@@ -298,7 +298,7 @@ class GemmPlan(BoundLaunches):
         # the GPU is asked for only when there is a kernel to pick: before loading, a clear error on a non-Hopper GPU
         if planned is None:
             planned = plan_symbolic(args, config, alpha=alpha, beta=beta, activation=activation,
-                                    device=lambda: sm_limit.planning_info("running the GEMM", self.device), ctas=ctas)
+                                    device=lambda: driver.require_sm90("running the GEMM", self.device), ctas=ctas)
         elif planned.signature and planned.signature != self.signature:
             raise ConfigError(f"planned: made for arguments {planned.signature}, given {self.signature}")
         self.planned = planned
@@ -317,7 +317,7 @@ class GemmPlan(BoundLaunches):
                 raise ConfigError(f"kernel: loaded on CUDA device {kernel.ordinal}, but the arrays are on device "
                                   f"{self.device}")
             self.kernel = kernel if kernel is not None else get_kernel(cfg, self.device)
-            info = sm_limit.planning_info("running the GEMM", self.device)
+            info = driver.require_sm90("running the GEMM", self.device)
             for op in lay.operands:  # staging buffers, allocated in stream order (no synchronization)
                 if op.staged:
                     self.buffers[op.name] = self._scratch(op.staging.nbytes)
@@ -647,7 +647,7 @@ def run(a, b, c=None, *, alpha=1.0, beta=0.0, bias=None, activation=None, scale_
     ordinal = devices.current()   # numpy arrays name no device: the thread's (ptxgemm.device)
     args, od, shape, planned = plan_run(a, b, c, alpha=alpha, beta=beta, bias=bias, activation=activation,
                                         scale_a=scale_a, scale_b=scale_b, out_dtype=out_dtype, config=config,
-                                        device=lambda: sm_limit.planning_info("running the GEMM", ordinal),
+                                        device=lambda: driver.require_sm90("running the GEMM", ordinal),
                                         ordinal=ordinal)
     with devices.device(ordinal):   # the thread's own context back after
         driver.require_sm90("running the GEMM", ordinal)

@@ -31,7 +31,7 @@ from .plan import binding, grouped, grouped_call, grouped_layout
 from .plan.cache import COUNTERS, now_ns
 from .plan.epilogue import Epilogue, check_values
 from .plan.checks import check_config, check_ctas, check_out_dtype
-from .runtime import arrays, devices, driver, patch, sm_limit
+from .runtime import arrays, devices, driver, patch
 from .runtime.arrays import as_device_array, call_device
 from .runtime.debug import StallRecords
 from .runtime.launches import BoundLaunches
@@ -222,9 +222,8 @@ class GroupedPlan(BoundLaunches):
     def _make(self, real, offs, masked_m, alpha, activation, out_dtype, config, ctas, stream, kernel, scratch):
         """The plan on the thread's current device, its arrays' (`real`, by role): planned, buffers allocated, kernel
         loaded, maps encoded and launches prepared, bound to `real`."""
-        def device():   # asked for only when there is a kernel to pick or launch: a clear error off Hopper; the SMs
-            # it may use (ptxgemm.set_sm_limit)
-            return sm_limit.planning_info("running the grouped GEMM", self.device)
+        def device():   # asked for only when there is a kernel to pick or launch: a clear error off Hopper
+            return driver.require_sm90("running the grouped GEMM", self.device)
 
         ptrs = binding.check_real(ROLES, addresses(real))
         # planned on symbolic stand-ins (ptxgemm.plan.binding): every address the plan computes is a role's base plus

@@ -52,10 +52,6 @@ def add_arguments(p) -> None:
     p.add_argument("--quick", action="store_true",
                    help=f"smoke-test sizes: {QUICK.layers} layer, {QUICK.batch} x {QUICK.seq} tokens per rank, "
                         f"{QUICK.iters} steps per window (the widths stay the models') (default off)")
-    p.add_argument("--sm-limit", type=int, default=None, metavar="N",
-                   help="ptxgemm's GEMMs use at most N SMs of each rank's GPU (ptxgemm.set_sm_limit), leaving the "
-                        "rest to the collectives' kernels that run beside them; each row records it as "
-                        "ptxgemm_sm_limit (default: all SMs)")
     p.add_argument("--out", default=None,
                    help="directory for the JSON files (default docs/results/<gpu>/distributed)")
     p.add_argument("--name", default=None,
@@ -83,8 +79,6 @@ def rank_argv(args, configs, modes, sizes: Sizes) -> list[str]:
         argv += ["--out", args.out]
     if args.name is not None:
         argv += ["--name", args.name]
-    if args.sm_limit is not None:
-        argv += ["--sm-limit", str(args.sm_limit)]
     return argv
 
 
@@ -92,8 +86,6 @@ def run(args) -> int:
     configs = bench_dist.parse_configs(args.config)
     modes = parse_list(args.modes, MODES, "--modes")
     check_name(args)
-    if args.sm_limit is not None and args.sm_limit < 1:
-        raise ConfigError(f"--sm-limit: a number of SMs, >= 1, got {args.sm_limit}")
     sizes = sizes_from(args)
     if not ranks.in_rank():
         return ranks.launch(args.gpus, rank_argv(args, configs, modes, sizes))
@@ -104,18 +96,12 @@ def run_rank(args, configs, modes, sizes: Sizes) -> int:
     """One rank's run: every configuration in turn; rank 0 writes the files and prints the table."""
     torch, dist, mesh = ranks.init("cuda")
     rank = dist.get_rank()
-    if args.sm_limit is not None:   # this rank's GPU: ptxgemm's plans for it take at most that many SMs
-        import ptxgemm
-
-        ptxgemm.set_sm_limit(args.sm_limit, device=torch.cuda.current_device())
     rows, failures = [], []
     for config in configs:
         arch, parallel = CONFIGS[config]
         got, errors = bench_dist.run_config(torch, dist, mesh, arch, parallel, sizes, modes=modes,
                                             log=lambda s: print(s, flush=True))
         failures += [{"config": config, **e} for e in errors]
-        for row in got:
-            row["ptxgemm_sm_limit"] = args.sm_limit
         rows += got
         if rank == 0:
             for row in got:

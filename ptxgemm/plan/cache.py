@@ -11,9 +11,6 @@ from __future__ import annotations
 
 import threading
 import time
-import weakref
-
-from ..runtime import sm_limit
 
 now_ns = time.perf_counter_ns
 
@@ -62,7 +59,6 @@ class PlanCache:
         self.plans: dict[tuple, object] = {}
         self.stats = {"made": 0, "found": 0}
         self._lock = threading.Lock()
-        _CACHES.add(self)
 
     def get(self, key: tuple, make):
         plan = self.plans.get(key)  # one dictionary read, atomic: no lock on the hit path
@@ -92,16 +88,3 @@ class PlanCache:
         with self._lock:
             self.plans.clear()
             self.stats.update(made=0, found=0)
-
-
-#: every PlanCache of the process (matmul's and grouped_matmul's, the torch ops'), for clear_all
-_CACHES: "weakref.WeakSet[PlanCache]" = weakref.WeakSet()
-
-
-def clear_all() -> None:
-    """Drop every cached plan of every PlanCache: what a plan was made for changed for all of them (an SM limit)."""
-    for cache in list(_CACHES):
-        cache.clear()
-
-
-sm_limit.on_change(clear_all)

@@ -42,7 +42,7 @@ from ..kernel import layout, schedule
 from ..kernel.hardware import TMA_ALIGN
 from ..kernel.config import FP8_DTYPES, GemmConfig
 from ..kernel.tile import TAG_SCHEDULE
-from ..runtime import driver, sm_limit
+from ..runtime import driver
 from . import tune_cache
 from .problem import Problem
 
@@ -373,10 +373,10 @@ DEFAULT_DEVICE = DeviceModel("H100-like default (no GPU)", 132)
 
 
 def resolve_device(device=None):
-    """`device`, checked; None: the thread's current GPU (driver.device_info(), ptxgemm.device) with the SMs its plans
-    may use (ptxgemm.set_sm_limit) if there is one, else DEFAULT_DEVICE."""
+    """`device`, checked; None: the thread's current GPU (driver.device_info(), ptxgemm.device) if there is one, else
+    DEFAULT_DEVICE."""
     if device is None:
-        return sm_limit.applied(driver.device_info()) if driver.device_available() else DEFAULT_DEVICE
+        return driver.device_info() if driver.device_available() else DEFAULT_DEVICE
     sm = getattr(device, "sm_count", None)
     if not hasattr(device, "name") or isinstance(sm, bool) or not isinstance(sm, numbers.Integral) or sm < 1:
         raise ConfigError(f"device: must have .name and a positive integer .sm_count (e.g. driver.device_info()), "
