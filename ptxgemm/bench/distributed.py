@@ -142,7 +142,8 @@ def _pair(row: dict, key: str) -> str:
 
 def format_table(rows) -> str:
     """One line per row: configuration, mode, ptxgemm's and the stock peer's median tokens/s, the ratio
-    (tm.headline_ratio: order-balanced over pairs of repeats) with the per-repeat extremes, both compile times, and the errors against the single-GPU run."""
+    (tm.headline_ratio: order-balanced over pairs of repeats) with the per-repeat extremes, both compile times, and
+    the errors against the single-GPU run."""
     lines = [f"{'model':<15}{'parallel':<9}{'mode':<9}{'ptxgemm tok/s':>14}{'stock tok/s':>12}{'ratio':>7}  "
              f"{'min-max':<13}{'compile s':>10}  {'loss err':>9}  {'grad err (1 GPU)':>19}  "
              f"{'logits err (1 GPU)':>19}  bound"]
@@ -151,7 +152,8 @@ def format_table(rows) -> str:
         comp = (f"{row['peers'][OURS]['compile_s']:.0f}/{row['peers'][row['peer']]['compile_s']:.0f}"
                 if row["compiled"] else "-")
         lines.append(f"{row['model']:<15}{row['parallel']:<9}{'compiled' if row['compiled'] else 'eager':<9}"
-                     f"{row['ptxgemm_tokens_per_s']:>14.0f}{row['stock_tokens_per_s']:>12.0f}{tm.headline_ratio(r):>7.3f}  "
+                     f"{row['ptxgemm_tokens_per_s']:>14.0f}{row['stock_tokens_per_s']:>12.0f}"
+                     f"{tm.headline_ratio(r):>7.3f}  "
                      f"{r['min']:.3f}-{r['max']:.3f}  {comp:>10}  {_fmt(row['loss_rel_err'], '.2e'):>9}  "
                      f"{_pair(row, 'grad_rel_err'):>19}  {_pair(row, 'logits_rel_err'):>19}  "
                      f"{'inside' if row['inside_bound'] else 'OUTSIDE'}")

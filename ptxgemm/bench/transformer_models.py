@@ -175,8 +175,9 @@ EAGER_ONLY = {"eager"}
 METHOD = ("per phase: each peer's first call untimed (first_call_s; compile_s when compiled), then repeats with the "
           "peers' order alternating per repeat; in each, untimed settle iterations (as many as the window's), then CUDA "
           "events around `iters` iterations back to back on torch's current stream, torch.cuda.synchronize between peers; tokens/s = "
-          "tokens per iteration x iters / seconds, min/median/max over repeats; the ratio read is the median over repeat pairs (each peer first once in a pair) of the pair's geometric-mean ratio; decode: replays of one CUDA graph "
-          "per peer")
+          "tokens per iteration x iters / seconds, min/median/max over repeats; the ratio read is the median over "
+          "repeat pairs (each peer first once in a pair) of the pair's geometric-mean ratio; decode: replays of one "
+          "CUDA graph per peer")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -459,9 +460,9 @@ def _plans(row: dict) -> str:
 
 def format_table(reports) -> str:
     """The compact table the command prints: one line per row and peer (ptxgemm's tokens/s, the peer's, the ratio
-    (headline_ratio: order-balanced where there are pairs) and the per-repeat extremes, compile seconds of both, ptxgemm/peer SM clock, board power and
-    millijoules per token where NVML read them, ptxgemm's plans made per step and ptxgemm/peer host ms per step),
-    then each model's errors."""
+    (headline_ratio: order-balanced where there are pairs) and the per-repeat extremes, compile seconds of both,
+    ptxgemm/peer SM clock, board power and millijoules per token where NVML read them, ptxgemm's plans made per
+    step and ptxgemm/peer host ms per step), then each model's errors."""
     lines = [f"{'model':<16}{'phase':<11}{'mode':<9}{'peer':<11}{'ptxgemm tok/s':>14}{'peer tok/s':>12}"
              f"{'ratio':>7}  {'min-max':<13}{'compile s':>12}  {'MHz':>9}  {'W':>7}  {'mJ/token':>11}"
              f"  {'plans/step':>10}  {'host ms/step':>13}"]
@@ -527,9 +528,10 @@ def _label(rep: dict) -> str:
 
 def format_sweep_table(reports) -> str:
     """The sweep's table: one line per row against the stock default peer: model, tokens per step, phase, compiled,
-    the ratio (headline_ratio: the order-balanced pairs' median, ptxgemm/stock), ptxgemm's plans made per step, ptxgemm/stock host ms per step,
-    the host ms of it spent inside ptxgemm's entry points, and ptxgemm/stock device ms per step (from the median
-    tokens/s: where host ms nears it, the step waits on the host); then the notes of format_table."""
+    the ratio (headline_ratio: the order-balanced pairs' median, ptxgemm/stock), ptxgemm's plans made per step,
+    ptxgemm/stock host ms per step, the host ms of it spent inside ptxgemm's entry points, and ptxgemm/stock device
+    ms per step (from the median tokens/s: where host ms nears it, the step waits on the host); then the notes of
+    format_table."""
     lines = [f"{'model':<16}{'tokens':>7}  {'phase':<11}{'compiled':<9}{'ratio':>7}  {'plans/step':>10}  "
              f"{'host ms ptx/stock':>17}  {'in ptxgemm':>10}  {'step ms ptx/stock':>17}"]
     for rep in reports:
