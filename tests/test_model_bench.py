@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from tiny_models import TINY
 
+from ptxgemm.bench import model_summary
 from ptxgemm.bench import transformer_models as mb
 from ptxgemm.cli import model as cli_model
 from ptxgemm.cli.main import build_parser, main
@@ -581,3 +582,42 @@ def test_the_ratio_read_cancels_the_first_peers_advantage():
     assert r["paired"]["median"] == pytest.approx(1.0) and r["paired"]["pairs"] == 2
     assert mb.headline_ratio({"median": 0.99, "min": 0.9, "max": 1.1}) == 0.99     # rows written before pairs
     assert mb.paired_ratio([1.0]) is None
+
+
+def _report(runs_by_peer, sweep="4k", plans=0):
+    row = mb.make_row({**HEADER, "gpu": "h200", "model": "llama3-8b-2l"}, phase="train_step", compiled=True,
+                      runs=runs_by_peer, batch=4, seq=1024, iters=2, warmup=2, accuracy=None,
+                      host_s={p: [0.010, 0.012] for p in runs_by_peer},
+                      plan_stats={"plans_made": plans, "plan_hits": 10, "calls": 10, "host_us": 100.0})
+    return {**HEADER, "gpu": "h200", "model": "llama3-8b-2l", "sweep": sweep, "rows": [row]}
+
+
+def test_model_summarize_reads_single_and_kept_together_reports(tmp_path, capsys):
+    """`model --summarize`: min/median/max over the runs of the order-balanced ratio per (model, entry, phase, mode,
+    peer), the most plans per step of any run; a file of one report and a file of several ({'runs': [...]})."""
+    runs = [{"cublas": [100.0, 100.0], "ptxgemm": [r, r]} for r in (99.0, 102.0, 101.0)]
+    one = tmp_path / "model_h200_llama3-8b-2l_a.json"
+    one.write_text(json.dumps(_report(runs[0])))
+    kept = tmp_path / "model_h200_issue_kept.json"
+    kept.write_text(json.dumps({"gpu": "h200", "runs": [{"report": _report(runs[1])},
+                                                        {"report": _report(runs[2], plans=4)}]}))
+    summary = model_summary.summarize(model_summary.read_reports([one, kept]))
+    assert len(summary) == 1
+    s = summary[0]
+    assert (s["model"], s["sweep"], s["phase"], s["compiled"], s["peer"]) == ("llama3-8b-2l", "4k", "train_step",
+                                                                             True, "cublas")
+    assert s["ratio"] == {"n": 3, "min": pytest.approx(0.99), "median": pytest.approx(1.01), "max": pytest.approx(1.02)}
+    assert s["plans_made_per_step_max"] == 1.0   # 4 plans over 2 iterations x 2 repeats
+    assert main(["model", "--summarize", str(one), str(kept)]) == 0
+    out = capsys.readouterr().out
+    assert "llama3-8b-2l (4k)" in out and "0.990 / 1.010 / 1.020" in out
+
+
+def test_model_summarize_names_a_file_that_holds_no_report(tmp_path):
+    bad = tmp_path / "x.json"
+    bad.write_text(json.dumps({"rows": []}))
+    with pytest.raises(ConfigError, match=r"^--summarize: .*x.json holds no `python -m ptxgemm model` report"):
+        model_summary.read_reports([bad])
+    bad.write_text("not json")
+    with pytest.raises(ConfigError, match=r"^--summarize: cannot read .*x.json as JSON"):
+        model_summary.read_reports([bad])

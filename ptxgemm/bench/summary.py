@@ -35,7 +35,8 @@ def _row_ratio(row):
     return None
 
 
-def _spread(values) -> dict | None:
+def spread(values) -> dict | None:
+    """{n, min, median, max} of `values`, the Nones left out; None where none is left (model_summary uses it too)."""
     values = [v for v in values if v is not None]
     if not values:
         return None
@@ -103,10 +104,10 @@ def summarize_training(items) -> dict:
             s["ratios"].append(_row_ratio(r))
             if r.get("config") and r["config"] not in s["configs"]:
                 s["configs"].append(r["config"])
-    rows = [{**{k: v for k, v in s.items() if k != "ratios"}, "ratio": _spread(s["ratios"])}
+    rows = [{**{k: v for k, v in s.items() if k != "ratios"}, "ratio": spread(s["ratios"])}
             for s in per_row.values()]
     medians = [{**r, "ratio": r["ratio"]["median"] if r["ratio"] else None} for r in rows]
-    return {"set": "training", "runs": [f for f, _ in items], "rows": rows, "geomean": _spread(geos),
+    return {"set": "training", "runs": [f for f, _ in items], "rows": rows, "geomean": spread(geos),
             "median_rows": training.figures(medians)}
 
 
@@ -133,11 +134,11 @@ def summarize_grouped(items) -> dict:
             if per_case:
                 kernel_geos.setdefault(key, []).append(geomean(per_case.values()))
     out = {"set": "grouped", "runs": [f for f, _ in items],
-           "cases": [{**{k: v for k, v in s.items() if k != "speedups"}, "speedup": _spread(s["speedups"])}
+           "cases": [{**{k: v for k, v in s.items() if k != "speedups"}, "speedup": spread(s["speedups"])}
                      for s in cases.values()],
-           "geomeans": {peer: _spread(v) for peer, v in peer_geos.items()}}
+           "geomeans": {peer: spread(v) for peer, v in peer_geos.items()}}
     if kernel_geos:
-        out["kernel_geomeans"] = {key: _spread(v) for key, v in kernel_geos.items()}
+        out["kernel_geomeans"] = {key: spread(v) for key, v in kernel_geos.items()}
     return out
 
 
@@ -186,17 +187,17 @@ def summarize(runs: dict) -> dict:
         out[gpu] = {
             "runs": [f for f, _ in items],
             "shapes": [{"M": m, "N": n, "K": k, "group": s["group"], "configs": s["configs"],
-                        "ratio": _spread(s["ratios"]),
-                        **({"sustained_ratio": _spread(s["sustained"])} if any(s["sustained"]) else {}),
-                        **{m_: _spread(s[m_]) for m_ in (*EPILOGUE_METRICS, *OTHER_RATIOS)
+                        "ratio": spread(s["ratios"]),
+                        **({"sustained_ratio": spread(s["sustained"])} if any(s["sustained"]) else {}),
+                        **{m_: spread(s[m_]) for m_ in (*EPILOGUE_METRICS, *OTHER_RATIOS)
                            if any(v is not None for v in s[m_])}}
                        for (m, n, k), s in sorted(shapes.items(), key=lambda i: (GROUPS.index(i[1]["group"]), i[0]))],
-            "geomeans": {g: _spread(v) for g, v in per_group.items()},
-            "min_ratio": _spread(mins),
+            "geomeans": {g: spread(v) for g, v in per_group.items()},
+            "min_ratio": spread(mins),
         }
         if any(v is not None for v in sustained_groups["all"]):
-            out[gpu]["sustained_geomeans"] = {g: _spread(v) for g, v in sustained_groups.items()}
-        other = {m: _spread(v) for m, v in other_geos.items() if any(x is not None for x in v)}
+            out[gpu]["sustained_geomeans"] = {g: spread(v) for g, v in sustained_groups.items()}
+        other = {m: spread(v) for m, v in other_geos.items() if any(x is not None for x in v)}
         if other:
             out[gpu]["other_geomeans"] = other
         if mode is not None:

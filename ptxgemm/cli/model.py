@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import re
 
+from ..bench import model_summary
 from ..bench import transformer_models as bench_model
 from ..bench.transformer_models import ARCHS, BOTH, DIMS, MAX_LAYERS, MODES, PHASES, QUICK, SWEEP, SWEEP_PHASES, Sizes
 from ..errors import ConfigError
@@ -95,6 +96,11 @@ def add_arguments(p) -> None:
                    help=f"directory for model_<gpu>_<model>[_<name>].json (default {DEFAULT_OUT})")
     p.add_argument("--name", default=None,
                    help="run name appended to the file names, letters, digits, '.', '_' or '-' (default: none)")
+    p.add_argument("--summarize", nargs="+", default=None, metavar="FILE",
+                   help="run nothing: read these model reports (as the command writes them, or kept together as "
+                        "{'runs': [{'report': ...}]}) and print min/median/max over the runs of each row's ratio "
+                        "(the order-balanced one), the plans made per step and the host ms per step; no GPU, no "
+                        "torch (default off)")
     p.add_argument("--quick", action="store_true",
                    help=f"smoke-test sizes that still run every phase: {QUICK.layers} layer, prefill "
                         f"{QUICK.prefill_batch}x{QUICK.prefill_seq}, training {QUICK.train_batch}x{QUICK.train_seq}, "
@@ -148,6 +154,9 @@ def with_fp32(reference: str, arch: str, done: set) -> bool:
 
 
 def run(args) -> int:
+    if args.summarize:
+        print(model_summary.format_summary(model_summary.summarize(model_summary.read_reports(args.summarize))))
+        return 0
     if args.sweep:
         return run_sweep(args)
     sizes = sizes_from(args)
