@@ -140,3 +140,19 @@ def test_summarize_spreads_the_deepgemm_ratios_of_dense_and_grouped_runs():
     k = g["kernel_geomeans"]["vs_deepgemm_kernel_flushed"]
     assert (k["n"], k["min"], k["max"]) == (2, pytest.approx(1.0), pytest.approx(2.0))
     assert "geomean vs_deepgemm_kernel_flushed" in summary.format_summary({"NVIDIA H200 [grouped]": g})
+
+
+def test_a_grouped_row_has_both_kernel_methods_fields_measured_or_not():
+    """grouped_bench.kernel_fields: per method (plain, L2 flushed) ptxgemm's ms, its TFLOP/s over the published
+    figure, DeepGEMM's ms and DeepGEMM's ms over ptxgemm's; every field present (None) where nothing was measured."""
+    from ptxgemm.bench import grouped_bench
+
+    flops = 2e12
+    measured = {"": {"ptxgemm": 2.0, deepgemm_peer.NAME: 1.9}, "_flushed": {"ptxgemm": 2.5}}
+    f = grouped_bench.kernel_fields(measured, flops, published_tflops=500.0)
+    assert f["ptxgemm_kernel_ms"] == 2.0 and f["vs_published_kernel"] == pytest.approx(2.0)   # 1000 TFLOP/s / 500
+    assert f["deepgemm_kernel_ms"] == 1.9 and f["vs_deepgemm_kernel"] == pytest.approx(0.95)
+    assert f["ptxgemm_kernel_flushed_ms"] == 2.5 and f["vs_published_kernel_flushed"] == pytest.approx(1.6)
+    assert f["deepgemm_kernel_flushed_ms"] is None and f["vs_deepgemm_kernel_flushed"] is None
+    empty = grouped_bench.kernel_fields({s: {} for s in grouped_bench.KERNEL_METHODS}, flops, None)
+    assert set(empty) == set(f) and all(v is None for v in empty.values())

@@ -105,6 +105,27 @@ def _returning(call):
     return launch, lambda: result[0]
 
 
+#: the kernel-duration methods (kernel_time.kernel_ms), by the suffix of the row fields they fill: whether the L2 is
+#: flushed before each call
+KERNEL_METHODS = {"": False, "_flushed": True}
+
+
+def kernel_fields(kernel: dict, flops: float, published_tflops: float | None) -> dict:
+    """A row's kernel-duration fields from `kernel` ({suffix: {implementation: ms}}, KERNEL_METHODS' suffixes; an
+    empty dict where the method did not run): per suffix, ptxgemm's ms and its TFLOP/s over DeepGEMM's published
+    figure, and DeepGEMM's ms measured here, by its own method, with its time over ptxgemm's (above 1: ptxgemm is
+    faster). None where a figure is missing."""
+    out = {}
+    for suffix, ms in kernel.items():
+        ours, theirs = ms.get("ptxgemm"), ms.get(deepgemm_peer.NAME)
+        out[f"ptxgemm_kernel{suffix}_ms"] = ours
+        out[f"vs_published_kernel{suffix}"] = (flops / ours / 1e9 / published_tflops if ours and published_tflops
+                                               else None)
+        out[f"deepgemm_kernel{suffix}_ms"] = theirs
+        out[f"vs_deepgemm_kernel{suffix}"] = theirs / ours if theirs and ours else None
+    return out
+
+
 def _peers(torch, ptxgemm, case, a, b, counts, dtype, scales=None, scaling="tensor", dg=None):
     """name -> (launcher, its output after a launch) of each peer this case has (blockwise `scales`: DeepGEMM first
     when `dg` (the deep_gemm module) is given and runs the form, then the loop of dense blockwise plans; no library
@@ -238,13 +259,15 @@ def run(rounds: int, in_dtype: str, out_dir: str, name: str | None, variants: st
         # DeepGEMM's own method where its figure is compared (kernel durations from the profiler, L2 flushed)
         # (DeepGEMM beside it when it runs this case: both by the same function, one process; ptxgemm's plan made
         # again without PDL, kernel_time's rule)
-        kernel, kernel_flushed = {}, {}
+        kernel = {suffix: {} for suffix in KERNEL_METHODS}
         if block and case.published_tflops:
             with driver.programmatic_launches(False):
                 unchained = ptxgemm.GroupedPlan(a, b, **kw, **scale, out=plan.out, config=plan.config).launch
-            by_kernel = {"ptxgemm": unchained, **{p: peers[p][0] for p in peers if p == deepgemm_peer.NAME}}
-            kernel = kernel_time.kernel_ms(by_kernel, torch)
-            kernel_flushed = kernel_time.kernel_ms(by_kernel, torch, flush=True)
+            by_kernel = {"ptxgemm": unchained}
+            if deepgemm_peer.NAME in peers:
+                by_kernel[deepgemm_peer.NAME] = peers[deepgemm_peer.NAME][0]
+            kernel = {suffix: kernel_time.kernel_ms(by_kernel, torch, flush=flush)
+                      for suffix, flush in KERNEL_METHODS.items()}
         torch.cuda.synchronize()
         if refused:
             rows.append({"case": case.name, "layout": case.layout, "groups": case.groups, "N": case.n, "K": case.k,
@@ -278,20 +301,8 @@ def run(rounds: int, in_dtype: str, out_dir: str, name: str | None, variants: st
                                  if block and case.published_tflops else None),
                 "vs_published_b2b": (flops / b2b["ptxgemm"] / 1e9 / case.published_tflops
                                      if block and case.published_tflops else None),
-                "ptxgemm_kernel_ms": kernel.get("ptxgemm"), "ptxgemm_kernel_flushed_ms": kernel_flushed.get("ptxgemm"),
-                "vs_published_kernel": (flops / kernel["ptxgemm"] / 1e9 / case.published_tflops
-                                        if kernel.get("ptxgemm") else None),
-                "vs_published_kernel_flushed": (flops / kernel_flushed["ptxgemm"] / 1e9 / case.published_tflops
-                                                if kernel_flushed.get("ptxgemm") else None),
+                **kernel_fields(kernel, flops, case.published_tflops),
                 "max_rel_diff_vs_" + first_peer: max(diffs) if diffs else 0.0,
-                # DeepGEMM measured here by its own method (kernel durations), its time over ptxgemm's
-                "deepgemm_kernel_ms": kernel.get(deepgemm_peer.NAME),
-                "deepgemm_kernel_flushed_ms": kernel_flushed.get(deepgemm_peer.NAME),
-                "vs_deepgemm_kernel": (kernel[deepgemm_peer.NAME] / kernel["ptxgemm"]
-                                       if kernel.get(deepgemm_peer.NAME) and kernel.get("ptxgemm") else None),
-                "vs_deepgemm_kernel_flushed": (kernel_flushed[deepgemm_peer.NAME] / kernel_flushed["ptxgemm"]
-                                               if kernel_flushed.get(deepgemm_peer.NAME) and kernel_flushed.get("ptxgemm")
-                                               else None),
                 "variants_ms": {v.split(" ", 1)[1]: burst[v] for v in timed},
             })
             r = rows[-1]

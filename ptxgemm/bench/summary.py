@@ -277,7 +277,7 @@ def no_summary(run) -> tuple[str, str] | None:
                 f"own checks, with no peer ratio to spread across runs; `bench --host` prints its report")
     if rows is not None and "arch" in run and any(isinstance(r, dict) and "phase" in r for r in rows):
         return ("a `python -m ptxgemm model` result (tokens/s per phase)",
-                "it is not a GEMM bench run; docs/benchmarks.md compares model runs")
+                "it is not a GEMM bench run; `python -m ptxgemm model --summarize` summarizes model runs")
     if {"cases", "correct", "failures"} <= run.keys():
         return "a `python -m ptxgemm fuzz` report", "its cases are checked, not timed"
     return None
