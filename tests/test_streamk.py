@@ -2,6 +2,7 @@
 against it, the config's rules and the tag."""
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import pytest
@@ -14,20 +15,25 @@ SHAPES = [(4096, 4096, 14336), (5000, 5000, 5000), (8192, 8192, 8192), (2000, 70
 TILES = [(128, 256, 1, 1), (128, 256, 2, 1), (256, 128, 1, 2), (256, 128, 1, 1)]
 
 
-def _schedule(shape, tile, sms=132, ctas=None):
+def _schedule(shape, tile, sms=132, ctas=None, sk_wave=False):
     m, n, k = shape
     bm, bn, cm, cn = tile
-    return plan_schedule(m, n, k, bm, bn, 64, cm, sms, ctas, "cooperative", cn, 1, 1, True)
+    return plan_schedule(m, n, k, bm, bn, 64, cm, sms, ctas, "cooperative", cn, 1, 1, True, False, sk_wave)
 
 
+@pytest.mark.parametrize("sk_wave", [False, True], ids=["tail", "tail+wave"])
 @pytest.mark.parametrize("shape, tile, ctas", [(s, t, c) for s, t in itertools.product(SHAPES, TILES)
                                                for c in (None, 5 * t[2] * t[3], 3 * t[2] * t[3])])
-def test_the_walk_runs_every_k_tile_once_and_each_fix_up_can_finish(shape, tile, ctas):
+def test_the_walk_runs_every_k_tile_once_and_each_fix_up_can_finish(shape, tile, ctas, sk_wave):
     """Every k-tile of every unit lies in exactly one segment; the full waves are whole units; each tail unit has
     one final (its first k-tile's cluster), and its partials are the next clusters', at most SK_MAX_SHARES; a
-    cluster holds at most one partial, the first segment of its share, so it never waits before publishing it."""
-    s = _schedule(shape, tile, ctas=ctas)
-    assert s.dp_units % s.clusters == 0 and s.sk_units < s.clusters
+    cluster holds at most one partial, the first segment of its share, so it never waits before publishing it.
+    With the full wave folded into the tail (sk_wave), a share is a unit or more and a final adds one partial."""
+    s = _schedule(shape, tile, ctas=ctas, sk_wave=sk_wave)
+    plain = _schedule(shape, tile, ctas=ctas)
+    folded = sk_wave and plain.sk_units and plain.dp_units
+    assert s.dp_units % s.clusters == 0
+    assert s.sk_units == (plain.sk_units + s.clusters if folded else plain.sk_units) and s.sk_units < 2 * s.clusters
     seen = {}
     finals = {}
     for c in range(s.clusters):
@@ -35,7 +41,11 @@ def test_the_walk_runs_every_k_tile_once_and_each_fix_up_can_finish(shape, tile,
         whole = [w for w in walk if w[0] < s.dp_units]
         assert whole == [(u, 0, s.k_tiles) for u in range(c, s.dp_units, s.clusters)]
         tail = walk[len(whole):]
-        assert len(tail) <= 2 and sum(n for _, _, n in tail) <= s.sk_per <= s.k_tiles
+        if folded:
+            assert len(tail) <= 3 and sum(n for _, _, n in tail) <= s.sk_per and s.k_tiles <= s.sk_per <= 2 * s.k_tiles
+            assert all(n == s.k_tiles for _, _, n in tail[1:-1])     # between the partial and the final: whole
+        else:
+            assert len(tail) <= 2 and sum(n for _, _, n in tail) <= s.sk_per <= s.k_tiles
         partials = [w for w in tail if w[1] > 0]
         assert len(partials) <= 1 and (not partials or tail[0] == partials[0])
         for unit, first, count in walk:
@@ -49,17 +59,18 @@ def test_the_walk_runs_every_k_tile_once_and_each_fix_up_can_finish(shape, tile,
     for unit in range(s.dp_units, s.units):
         parts = s.sk_partials(unit)
         owners = sorted({seen[(unit, kt)] for kt in range(s.k_tiles)})
-        assert owners == [seen[(unit, 0)]] + parts and len(parts) <= SK_MAX_SHARES
+        assert owners == [seen[(unit, 0)]] + parts and len(parts) <= (1 if folded else SK_MAX_SHARES)
         assert (unit in finals) == bool(parts)
 
 
+@pytest.mark.parametrize("sk_wave", [False, True], ids=["tail", "tail+wave"])
 @pytest.mark.parametrize("shape, tile", list(itertools.product(SHAPES, TILES)))
-def test_the_tail_reads_k_in_a_few_common_fronts(shape, tile):
+def test_the_tail_reads_k_in_a_few_common_fronts(shape, tile, sk_wave):
     """With each tail unit's k-loop rotated (Schedule.sk_rotation), every cluster's s-th k-tile of the tail is
     k-tile s + m * sk_per of K (mod k_tiles) for a small m: the clusters read K together, a few fronts apart, and
     share its panels in L2 as whole units of one wave do. Each segment still loads every k-tile of its positions
     once: the rotation permutes a unit's k-loop."""
-    s = _schedule(shape, tile)
+    s = _schedule(shape, tile, sk_wave=sk_wave)
     fronts = {m * s.sk_per % s.k_tiles for m in range(SK_MAX_SHARES + 2)}
     for c in range(s.clusters):
         step = 0
@@ -91,7 +102,33 @@ def test_no_tail_without_stream_k_or_when_the_waves_are_whole():
     assert s.sk_units == 0 and s.cluster_walk(0) == [(u, 0, 64) for u in range(0, 512, 128)]
 
 
+def test_the_thin_tail_takes_a_full_wave_with_it():
+    """The Qwen2-0.5B weight gradient 4864x896x4096 in 128x128 tiles: 266 units on 132 SMs leave a tail of 2. The
+    plain tail cuts them into 8 shares of 16 k-tiles (SK_MAX_SHARES), 124 SMs idle beside them; with the wave every
+    cluster's share is 65 k-tiles, a unit and one, and each final adds one partial."""
+    plain = _schedule((4864, 896, 4096), (128, 128, 1, 1))
+    wave = _schedule((4864, 896, 4096), (128, 128, 1, 1), sk_wave=True)
+    assert (plain.dp_units, plain.sk_units, plain.sk_per) == (264, 2, 16)
+    assert (wave.dp_units, wave.sk_units, wave.sk_per) == (132, 134, 65)
+    assert max(sum(n for _, _, n in wave.cluster_walk(c)) for c in range(132)) == 64 + 65
+    assert max(sum(n for _, _, n in plain.cluster_walk(c)) for c in range(132)) == 2 * 64 + 16
+    assert max(len(wave.sk_partials(u)) for u in range(132, 266)) == 1
+    # no full wave to fold (fewer units than clusters), or no tail: the plain walk
+    assert _schedule((896, 896, 4096), (128, 128, 1, 1), sk_wave=True) == dataclasses.replace(
+        _schedule((896, 896, 4096), (128, 128, 1, 1)), sk_wave=True)
+    assert _schedule((4096, 4096, 4096), (128, 256, 1, 1), sms=128, sk_wave=True).sk_units == 0
+
+
 def test_config_rules_and_tag():
+    cfg = GemmConfig.from_tag("coop128x128skw")
+    assert cfg.stream_k and cfg.sk_wave and cfg.tag == "coop128x128skw" and cfg.tile_tag == "coop128x128"
+    assert "stream-K tail with a full wave" in cfg.describe()
+    assert GemmConfig.from_tag("coop128x256c2skwzs3").tag == "coop128x256c2skwzs3"
+    with pytest.raises(ConfigError, match=r"^sk_wave: .*stream_k=True"):
+        GemmConfig.from_tag("coop128x128w")
+    with pytest.raises(ConfigError, match=r"^sk_wave: .*grouped"):
+        GemmConfig(schedule="cooperative", block_m=128, block_n=256, stream_k=True, sk_wave=True,
+                   grouped="contiguous", group_capacity=16)
     cfg = GemmConfig.from_tag("coop128x256c2sk")
     assert cfg.stream_k and cfg.cluster_m == 2 and cfg.tag == "coop128x256c2sk" and cfg.tile_tag == "coop128x256c2"
     assert GemmConfig.from_tag("coop256x128sks3").stages == 3
@@ -172,15 +209,18 @@ PROBE_EXIT:
                                                ((2000, 7000, 520), (128, 256, 2, 1), None),
                                                ((1900, 2040, 1256), (128, 256, 1, 1), None),
                                                ((5000, 5000, 5000), (128, 256, 2, 1), None),
-                                               ((4096, 4096, 4096), (128, 256, 1, 1), 128)])
-def test_the_kernels_walk_is_the_models(shape, tile, ctas):
+                                               ((4096, 4096, 4096), (128, 256, 1, 1), 128),
+                                               # one-k-tile units: with the wave, shares of two whole units
+                                               ((300, 500, 64), (128, 256, 1, 1), 5)])
+@pytest.mark.parametrize("sk_wave", [False, True], ids=["tail", "tail+wave"])
+def test_the_kernels_walk_is_the_models(shape, tile, ctas, sk_wave):
     """The walk the producer and both consumers make, run from the rendered PTX by the interpreter
     (tests/ptx_sim.py), one thread per cluster: the same (unit, first k-tile, k-tiles) in the same order as
     Schedule.cluster_walk, whole waves, tail shares and the end of the walk alike, and each segment's first k-tile
-    of K (Schedule.sk_rotation)."""
-    s = _schedule(shape, tile, ctas=ctas)
+    of K (Schedule.sk_rotation; with the wave folded in, shares longer than a unit and whole units inside them)."""
+    s = _schedule(shape, tile, ctas=ctas, sk_wave=sk_wave)
     cfg = GemmConfig(schedule="cooperative", block_m=tile[0], block_n=tile[1], cluster_m=tile[2],
-                     cluster_n=tile[3], stream_k=True)
+                     cluster_n=tile[3], stream_k=True, sk_wave=sk_wave)
     _assert_walks(_walk_probe_ptx(cfg), [s.dp_units, s.sk_per], s)
 
 

@@ -13,6 +13,8 @@ GPU from the plan):
 """
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from fix_up_checks import (TagCase as Case, assert_bitwise_deterministic, assert_fix_up_mutants_killed,
@@ -42,6 +44,14 @@ def _small(tag: str, j: int, f: int) -> Case:
 
 SMALL = [_small(tag, j, f) for f, tag in enumerate(FAMILIES) for j in range(len(LAYOUTS))]
 FULL = [Case(m, n, k, tag) for m, n, k in FULL_GRID_SHAPES for tag in ("coop128x256sk", "coop128x256c2sk")]
+# The tail with a full wave (GemmConfig.sk_wave): the small grid's 2 tail units and the last full wave's 5 as shares
+# of 28 k-tiles (a unit and 8), a whole unit with a rotated k-loop inside one; and on the whole grid, the Qwen2-0.5B
+# weight gradient's thin tail (266 units of 128x128 on 132 SMs) and an all-tail walk of 152 units.
+WAVE_FAMILIES = ("coop128x256skw", "coop128x128skw", "coop128x256c2skw", "coop256x128cn2skw")
+WAVE = [_small(tag, j, f) for f, tag in enumerate(WAVE_FAMILIES) for j in (f % 2, 2 + f % 2)]
+WAVE_FULL = [Case(4864, 896, 4096, "coop128x128skw", a_major="mn", b_major="mn"),
+             Case(4864, 896, 4096, "coop128x256skw", a_major="mn", b_major="mn"),
+             Case(1900, 3000, 1256, "coop128x256c2skw")]
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -57,6 +67,21 @@ def test_small_cases_exercise_what_they_claim(case):
     assert middle[0][1] > 0 and middle[1][1] == 0 and middle[0][0] + 1 == middle[1][0]   # partial, then final
     assert s.k_tiles >= 2 * cfg.num_stages
     assert case.m % (cfg.block_m * cfg.cluster_m) and case.n % cfg.block_n and case.k % cfg.block_k
+
+
+@pytest.mark.parametrize("case", WAVE, ids=str)
+def test_wave_cases_fold_a_wave_into_the_tail(case):
+    s = case.schedule(SM_COUNT_ASSUMED)
+    assert (s.clusters, s.units, s.dp_units, s.sk_units, s.sk_per) == (CLUSTERS, 12, 5, 7, 28), s.describe()
+    assert s.cluster_walk(2)[1:] == [(7, 16, 4), (8, 0, 20), (9, 0, 4)] and s.sk_rotation(8) == 4
+    assert max(len(s.sk_partials(u)) for u in range(5, 12)) == 1
+
+
+@pytest.mark.parametrize("case", WAVE_FULL, ids=str)
+def test_wave_full_grid_cases_fold_a_wave(case):
+    s = case.schedule(SM_COUNT_ASSUMED)
+    plain = dataclasses.replace(s, sk_wave=False)
+    assert s.sk_units == plain.sk_units + s.clusters and s.sk_per > s.k_tiles, s.describe()
 
 
 def test_small_cases_cover_every_family_layout_and_dtype():
@@ -77,7 +102,7 @@ def test_full_grid_cases_have_a_tail(case):
 # ---------------------------------------------------------------------------------------------------------------
 
 @gpu
-@pytest.mark.parametrize("case", SMALL + FULL, ids=str)
+@pytest.mark.parametrize("case", SMALL + FULL + WAVE + WAVE_FULL, ids=str)
 def test_case(case):
     a, b, plan, out = planned(case)
     assert plan.schedule.sk_units > 0 and plan.flags is not None
@@ -85,7 +110,7 @@ def test_case(case):
 
 
 @gpu
-@pytest.mark.parametrize("case", [SMALL[0], SMALL[2 * len(LAYOUTS)]] + FULL, ids=str)
+@pytest.mark.parametrize("case", [SMALL[0], SMALL[2 * len(LAYOUTS)]] + FULL + WAVE[:2] + WAVE_FULL[:1], ids=str)
 def test_stream_k_is_bitwise_deterministic(case):
     """Ten launches of one plan, the workspace poisoned before each: bitwise one output, correct."""
     a, b = operands(case)

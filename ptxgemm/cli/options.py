@@ -14,7 +14,7 @@ from ..kernel.config import (FP8_DTYPES, GemmConfig, INPUT_DTYPES, MAJORS, OUTPU
 
 #: options that choose the tile and its walk: what a config tag (GemmConfig.from_tag) names
 TILE_OPTIONS = ("schedule", "block_m", "block_n", "stages", "group_m", "cluster_m", "cluster_n", "raster",
-                "stream_k")
+                "stream_k", "sk_wave")
 #: options the operands decide (selection takes them as part of the problem)
 OPERAND_OPTIONS = ("in_dtype", "out_dtype", "a_major", "b_major")
 #: build switches that apply to whichever config runs
@@ -52,6 +52,9 @@ def add_config_arguments(group) -> None:
     group.add_argument("--stream-k", action="store_true", default=None,
                        help="the stream-K tail: the last partial wave's k-tiles shared by every cluster (cooperative "
                             "schedule only) (default off)")
+    group.add_argument("--sk-wave", action="store_true", default=None,
+                       help="with --stream-k: the tail takes one full wave with it, so each cluster's share is a "
+                            "unit or more (default off)")
     add_operand_arguments(group)
     group.add_argument("--debug", action="store_true",
                        help="bounded barrier waits that report which barrier stalled (default off)")

@@ -203,7 +203,8 @@ class GemmConfig(KernelLayout):
                 + (f"cluster 1x{self.cluster_n} (A multicast), " if self.cluster_n > 1 else "")
                 + (f"raster {self.raster}, " if self.raster != GemmConfig.raster else "")
                 + (f"split-K {self.splits}, " if self.split_k else "")
-                + ("stream-K tail, " if self.stream_k else "")
+                + ("stream-K tail, " if self.stream_k and not self.sk_wave else "")
+                + ("stream-K tail with a full wave, " if self.sk_wave else "")
                 + ("serpentine k-loop, " if self.k_serpentine else "")
                 + ("C stored transposed (swap-AB), " if self.transposed_store else "")
                 + (f"{self.in_dtype}->{self.out_dtype}" if self.b_type == self.in_dtype else
@@ -273,6 +274,9 @@ def _stream_k_rules(cfg: GemmConfig) -> None:
                                      ("source_dtype", cfg.source_dtype is not None)) if on]
     if refused:
         raise stream_k_refusal(refused)
+    if cfg.sk_wave and cfg.grouped is not None:
+        raise ConfigError("sk_wave: the grouped kernel cuts its tail on the device from the counts "
+                          "(streamk.ptx.j2's split_on_device), which folds no wave into it; use stream_k alone")
 
 
 def _serpentine_rules(cfg: GemmConfig) -> None:

@@ -15,6 +15,13 @@ are one run of k-tiles, unit after unit, cut into G equal shares of `sk_per` k-t
 covers the end of one unit and the start of the next at most (sk_per <= k_tiles). Each piece of a share is a
 segment (unit, first k-tile, k-tiles); the segment that starts a unit (first k-tile 0) is its final, the others
 are partials (ptxgemm/kernel/templates/streamk.ptx.j2 has the fix-up).
+
+With `sk_wave` (GemmConfig.sk_wave) the tail takes the last full wave with it: G more units, so every share is a unit
+or more (k_tiles <= sk_per <= 2 k_tiles): the end of one unit (a partial), maybe one whole unit, and the start of
+another (a final). A thin tail (2 units over 132 clusters) is then spread over every cluster in shares of a unit
+and a k-tile or two, instead of quarter-unit shares on eight clusters and idle SMs beside them, and a final adds
+one partial, never up to SK_MAX_SHARES. Still only a share's first segment is a partial: every later one starts a
+unit.
 """
 from __future__ import annotations
 
@@ -45,6 +52,7 @@ class Schedule:
     splits: int = 1       # split-K: units per output tile, each over k_tiles k-tiles of its own range
     stream_k: bool = False  # the last partial wave's units spread as k-tile shares over every cluster
     k_serpentine: bool = False  # odd passes of the walk (a cluster's 2nd, 4th, ... whole unit) run K backward
+    sk_wave: bool = False   # the tail takes the last full wave with it (module docstring)
 
     @property
     def work_tiles(self) -> int:
@@ -79,8 +87,12 @@ class Schedule:
     # --- the stream-K tail ------------------------------------------------------------------------------
     @property
     def sk_units(self) -> int:
-        """Units the tail spreads over the clusters: those past the last full wave (0 without stream-K)."""
-        return self.units % self.clusters if self.stream_k else 0
+        """Units the tail spreads over the clusters: those past the last full wave (0 without stream-K), and with
+        sk_wave the last full wave's too, where there is a tail and a full wave before it."""
+        if not self.stream_k:
+            return 0
+        tail = self.units % self.clusters
+        return tail + self.clusters if self.sk_wave and tail and self.units > self.clusters else tail
 
     @property
     def dp_units(self) -> int:
@@ -116,7 +128,8 @@ class Schedule:
         units of one wave do (unrotated, each share read its own part of K, and the tail ran from DRAM)."""
         if unit < self.dp_units:
             return 0
-        return (unit - self.dp_units) * self.k_tiles % self.sk_per
+        # mod k_tiles: with sk_wave a share is longer than a unit, and what precedes the final in it may be too
+        return (unit - self.dp_units) * self.k_tiles % self.sk_per % self.k_tiles
 
     def backward(self, unit: int) -> bool:
         """Whether whole unit `unit` loads its k-tiles from the last to the first: with the serpentine k-loop, the
@@ -169,7 +182,8 @@ class Schedule:
     @property
     def ring_passes(self) -> int:
         """How many k-tiles one CTA's producer loads, at most: the running ring position at the end of its walk (a
-        stream-K share is at most a unit's k-tiles, so the whole-unit count bounds it too)."""
+        stream-K share is at most a unit's k-tiles, or with sk_wave under two units where the tail holds a full
+        wave's more units, so the whole-unit count bounds it too)."""
         return math.ceil(self.units / self.clusters) * self.k_tiles
 
     def describe(self) -> dict:
@@ -186,7 +200,7 @@ def plan_for(config, m: int, n: int, k: int, sm_count: int, ctas: int | None = N
     """plan_schedule with every field taken from a GemmConfig."""
     return plan_schedule(m, n, k, config.block_m, config.block_n, config.block_k, config.cluster_m, sm_count, ctas,
                          config.schedule, config.cluster_n, batches, config.splits, config.stream_k,
-                         config.k_serpentine)
+                         config.k_serpentine, config.sk_wave)
 
 
 def effective_splits(k_tiles: int, splits: int) -> tuple[int, int]:
@@ -201,7 +215,7 @@ def effective_splits(k_tiles: int, splits: int) -> tuple[int, int]:
 def plan_schedule(m: int, n: int, k: int, block_m: int, block_n: int, block_k: int, cluster_m: int,
                   sm_count: int, ctas: int | None = None, schedule: str = "pingpong",
                   cluster_n: int = 1, batches: int = 1, splits: int = 1, stream_k: bool = False,
-                  k_serpentine: bool = False) -> Schedule:
+                  k_serpentine: bool = False, sk_wave: bool = False) -> Schedule:
     """The grid GemmPlan launches: one CTA per SM (or at most `ctas`), never more clusters than scheduler steps
     (but for the stream-K tail's).
     With split-K, k_tiles is each split's count (effective_splits). The stream-K tail numbers k-tiles of the whole
@@ -217,7 +231,7 @@ def plan_schedule(m: int, n: int, k: int, block_m: int, block_n: int, block_k: i
         raise ConfigError(f"stream_k: {units} units of {k_tiles} k-tiles overflow the kernel's 32-bit k-tile numbers; "
                           f"run this problem without the stream-K tail")
     return Schedule(tiles_m, tiles_n, k_tiles, cluster_m, clusters, schedule, cluster_n, batches, splits, stream_k,
-                    k_serpentine)
+                    k_serpentine, sk_wave)
 
 
 # --------------------------------------------------------------------------------------------------------------

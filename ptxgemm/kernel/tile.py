@@ -34,7 +34,7 @@ MAX_ACC_REGISTERS = 192
 
 TAG_SCHEDULE = {"pingpong": "pp", "cooperative": "coop"}
 RASTER_TAGS = {"m": "m", "n": "n", "hilbert": "h"}
-_TAG = re.compile(r"(pp|coop)(\d+)x(\d+)(t)?(?:c(\d+))?(?:cn(\d+))?(?:g(\d+))?(?:r([mnh]))?(?:k(\d+))?(sk)?(z)?"
+_TAG = re.compile(r"(pp|coop)(\d+)x(\d+)(t)?(?:c(\d+))?(?:cn(\d+))?(?:g(\d+))?(?:r([mnh]))?(?:k(\d+))?(sk)?(w)?(z)?"
                   r"(?:s(\d+))?")
 
 
@@ -72,6 +72,9 @@ class Tile(Part, TileLayout):
     c_major: str = "n"            # C_MAJORS: tiles stored as rows ("n") or transposed, as columns ("m"; swap-AB)
     stream_k: bool = False        # stream-K tail: whole tiles for the full waves, then the last partial wave's k-tiles
     #                               spread evenly over every cluster, fixed up in fp32 (streamk.ptx.j2)
+    sk_wave: bool = False         # the stream-K tail takes one full wave with it (where there is one): every cluster's
+    #                               share is then a unit or more, so a thin tail is not cut into quarter-unit shares
+    #                               that leave clusters idle, and a final adds one partial (Schedule.sk_units)
     k_serpentine: bool = False    # the walk's odd passes (units cta + G, cta + 3G, ...) load their k-tiles from the
     #                               last to the first, so each wave starts on the k-tiles the wave before it read last,
     #                               which L2 still holds (scheduler.ptx.j2: k_direction; issue 26 step 12)
@@ -97,6 +100,8 @@ class Tile(Part, TileLayout):
         if self.stream_k and (not self.cooperative or self.split_k):
             raise stream_k_refusal([name for name, on in (("schedule='pingpong'", not self.cooperative),
                                                           ("splits", self.split_k)) if on])
+        if self.sk_wave and not self.stream_k:
+            raise ConfigError("sk_wave: folds a full wave into the stream-K tail, so it needs stream_k=True")
         if self.k_serpentine and self.split_k:
             raise serpentine_refusal(["splits"])
         if self.c_major == "m" and self.cooperative:
@@ -138,13 +143,13 @@ class Tile(Part, TileLayout):
     def tag(self) -> str:
         """The tile choice in a few characters: 'pp128x128', 'coop256x128c2' (cluster_m 2), 'coop128x256cn2'
         (cluster_n 2), 'pp128x192g16rns5' (group 16, raster n, 5 stages), 'pp64x128k4' (split-K 4),
-        'coop128x256c2sk' (stream-K tail), 'coop128x256c2skz' (and the serpentine k-loop), 'pp128x16t' (transposed
+        'coop128x256c2sk' (stream-K tail), 'coop128x128skw' (the tail with a full wave), 'coop128x256c2skz' (and the serpentine k-loop), 'pp128x16t' (transposed
         store: swap-AB)."""
         return self._tag(with_walk=True)
 
     @property
     def tile_tag(self) -> str:
-        """The tag without the split count, the stream-K tail or the serpentine k-loop: what the cost model's per-tile
+        """The tag without the split count, the stream-K tail (with or without its wave) or the serpentine k-loop: what the cost model's per-tile
         tables are keyed by."""
         return self._tag(with_walk=False)
 
@@ -165,6 +170,8 @@ class Tile(Part, TileLayout):
             t += f"k{self.splits}"
         if self.stream_k and with_walk:
             t += "sk"
+        if self.sk_wave and with_walk:
+            t += "w"
         if self.k_serpentine and with_walk:
             t += "z"
         if self.stages is not None:
@@ -183,13 +190,13 @@ class Tile(Part, TileLayout):
         m = _TAG.fullmatch(tag.strip())
         if m is None:
             raise ConfigError(f"config tag: {tag!r} is not <pp|coop><block_m>x<block_n>[t][c<cluster_m>][cn<cluster_n>]"
-                              f"[g<group_m>][r<m|n|h>][k<splits>][sk][z][s<stages>], e.g. pp128x128, coop256x128c2, "
+                              f"[g<group_m>][r<m|n|h>][k<splits>][sk[w]][z][s<stages>], e.g. pp128x128, coop256x128c2, "
                               f"pp64x128k4 or pp128x16tk4")
-        schedule, block_m, block_n, transposed, cm, cn, group, raster, splits, stream_k, serpentine, stages = \
-            m.groups()
+        schedule, block_m, block_n, transposed, cm, cn, group, raster, splits, stream_k, sk_wave, serpentine, \
+            stages = m.groups()
         kw = {"schedule": {v: k for k, v in TAG_SCHEDULE.items()}[schedule], "block_m": int(block_m),
               "block_n": int(block_n), "c_major": "m" if transposed else "n", "stream_k": bool(stream_k),
-              "k_serpentine": bool(serpentine)}
+              "sk_wave": bool(sk_wave), "k_serpentine": bool(serpentine)}
         for name, text in (("cluster_m", cm), ("cluster_n", cn), ("group_m", group), ("splits", splits),
                            ("stages", stages)):
             if text:

@@ -108,11 +108,11 @@ MEMORY = {
 # (CANDIDATE_TILES x CLUSTER_SHAPES), including those the model leaves out because they measured weaker
 # (pp128x192, pp64x256, and 2-CTA clusters of pingpong tiles).
 SELECTABLE = ("coop128x256", "coop128x256c2", "coop256x128", "coop256x128c2", "coop256x192", "pp128x128", "pp64x128",
-              "pp128x16t", "pp128x32t", "pp128x64t", "pp64x128c2", "coop128x192")
+              "pp128x16t", "pp128x32t", "pp128x64t", "pp64x128c2", "coop128x192", "coop128x128")
 # SELECTABLE tiles added after WAVE_FILL_TILES' rule was measured (issue 47): they win where the model predicts them
 # faster, and last in a tie, but do not raise the fill a WAVE_FILL_TILES tile must beat (at 3000x5000x2048 with B
 # K-major coop128x192 would tie pp128x192's 98% and hand the tie back to coop128x256, measured 3% slower).
-LATE_SELECTABLE = ("coop128x192",)
+LATE_SELECTABLE = ("coop128x192", "coop128x128")
 TIE_FRACTION = 0.03
 # Within a tie, a long k-loop (K >= MULTICAST_MIN_K) goes to the cooperative 128x256 tile in cluster pairs sharing B
 # (each CTA loads half of B's panel and multicasts it): measured under sustained, power-limited load on the H100 over
@@ -258,6 +258,12 @@ SHORT_K_DTYPES = ("bfloat16", "float16")   # measured with bf16; fp8's ties keep
 # where the selection's picks had been at parity; splitting K for a small grid is split-K's job, which has its own
 # candidates.
 SK_MIN_GAIN = 0.005
+# ... and the tail with a full wave (GemmConfig.sk_wave) where it beats the plain tail by SK_WAVE_MIN_GAIN: a thin tail
+# whose shares the SK_MAX_SHARES floor keeps at a quarter unit on a few clusters (2 units of 64 k-tiles over 132
+# clusters: 8 shares of 16 k-tiles, the other 124 clusters idle) is spread over every cluster as a unit and a k-tile
+# or two each. Where the plain tail's shares already cover every cluster the two walks cost the same k-tiles, and
+# the plain one, measured, stays.
+SK_WAVE_MIN_GAIN = 0.02
 # ... but a grid of fewer units than clusters, all of it run as the tail, on a product whose sides are both at least
 # SK_ALL_MIN_SIDE and SK_ALL_MIN_K_TILES k-tiles per unit: the weight gradients of a small model's layers, dW = dY^T X with
 # the tokens as K, whose few output tiles leave most SMs idle. Measured on the H200 beside split-K and the unsplit
@@ -463,7 +469,10 @@ def predict(config: GemmConfig, m: int, n: int, k: int, sm_count: int, gpu_name:
         compute *= sk_steps(config, sched, gpu_name) / steps
     if sched.splits > 1:
         compute += steps * fixup_ns(config, sched.splits, gpu_name)
-    memory = memory_ns(config, sched, steps, m, n, k, batches, gpu_name)
+    # the busiest CTA's loads: under the stream-K tail its whole units and its share, not whole steps (a share of a
+    # unit and a k-tile or two loads half of what a third step would)
+    loaded_steps = sched.dp_units / sched.clusters + sched.sk_per / sched.k_tiles if sched.sk_units else steps
+    memory = memory_ns(config, sched, loaded_steps, m, n, k, batches, gpu_name)
     total = combine(compute, memory, gpu_name)
     area = batches * sched.tiles_m * config.block_m * sched.tiles_n * config.block_n
     return Prediction(config.tag, sched.tiles_m, sched.tiles_n, sched.k_tiles, steps, sched.k_tiles * base_ns,
@@ -512,7 +521,7 @@ def bandwidths(gpu_name: str = "") -> dict:
     return next((v for key, v in MEMORY.items() if key in gpu_name), MEMORY["H100"])
 
 
-def memory_ns(config: GemmConfig, sched, steps: int, m: int, n: int, k: int, batches: int, gpu_name: str = ""):
+def memory_ns(config: GemmConfig, sched, steps: float, m: int, n: int, k: int, batches: int, gpu_name: str = ""):
     """The memory model: a launch streams its operands once from DRAM at dram_bytes_per_ns, and no CTA loads faster
     than sm_bytes_per_ns (a few SMs cannot draw the whole bandwidth). A CTA loads, per k-tile, the rows of its A
     and B boxes that lie inside the matrix (TMA fills the rest with zeros without reading memory)."""
@@ -546,7 +555,15 @@ def with_stream_k(config: GemmConfig, m: int, n: int, k: int, sm_count: int, gpu
         return config      # no tail, or a short loop
     if not sched.dp_units and (sched.k_tiles < SK_ALL_MIN_K_TILES or min(m, n) < SK_ALL_MIN_SIDE):
         return config      # all tail (fewer units than clusters) on a small or short problem: split-K's ground
-    return sk if sk_steps(sk, sched, gpu_name) <= steps_per_cta(sched) * (1 - SK_MIN_GAIN) else config
+    best, best_steps = config, steps_per_cta(sched) * (1 - SK_MIN_GAIN)
+    for form in (sk, dataclasses.replace(sk, sk_wave=True)):
+        form_sched = schedule.plan_for(form, m, n, k, sm_count, batches=batches)
+        if form.sk_wave and form_sched.sk_units == sched.sk_units:
+            continue       # no full wave to fold in: the same walk as the plain tail
+        steps = sk_steps(form, form_sched, gpu_name)
+        if steps <= best_steps * (1 - SK_WAVE_MIN_GAIN if form.sk_wave else 1):
+            best, best_steps = form, steps
+    return best
 
 
 def with_serpentine(config: GemmConfig, m: int, n: int, k: int, sm_count: int, batches: int = 1) -> GemmConfig:
@@ -648,7 +665,7 @@ def _ranked(problem: Problem, sm_count: int, gpu_name: str = "", batches: int = 
         if c is None or c.cluster_size > sm_count or not _cluster_fills(c, problem.m):
             continue
         pred = (predict(c, problem.m, problem.n, problem.k, sm_count, gpu_name, batches), c)
-        if pred[0].steps == 1 and c.cooperative and c.splits == 1:
+        if c.cooperative and c.splits == 1:
             # one step: the stream-K form of a small grid competes with split-K as it would run (with_stream_k)
             pred = _with_tail(*pred, problem.m, problem.n, problem.k, sm_count, gpu_name, batches)
         (pairs if c.tile_tag in selectable else fillers if c.tile_tag in WAVE_FILL_TILES else others).append(pred)

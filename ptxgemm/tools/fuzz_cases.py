@@ -262,8 +262,10 @@ def problems(spec: dict) -> list[str]:
 BLOCK_SWAP_TAGS = tuple(Tile(schedule=s, block_m=bm, block_n=bn, splits=k, c_major="m").tag
                         for s, bm, bn in BLOCK_SCALE_TRANSPOSED_TILES for k in BLOCK_SCALE_SPLITS)
 CONFIG_STREAM = 0x5A17   # the config's draw: seed ^ this (its own stream)
-#: Stream-K tiles (GemmConfig.stream_k): single CTAs of both shapes, a pair sharing B, a narrow tile.
-STREAM_K_TAGS = ("coop128x256sk", "coop256x128sk", "coop128x256c2sk", "coop128x128sk")
+#: Stream-K tiles (GemmConfig.stream_k): single CTAs of both shapes, a pair sharing B, a narrow tile; the last two
+#: with the full wave folded into the tail (GemmConfig.sk_wave), at the fuzzer's sizes mostly with a capped grid.
+STREAM_K_TAGS = ("coop128x256sk", "coop256x128sk", "coop128x256c2sk", "coop128x128sk", "coop128x128skw",
+                 "coop128x256c2skw")
 #: Serpentine tiles (GemmConfig.k_serpentine): small ones, so that a capped grid makes several passes, and the lean
 #: 256x192 tile that the selection takes for long k-loops.
 SERPENTINE_TAGS = ("coop128x128skz", "pp64x128z", "coop256x192skz")
