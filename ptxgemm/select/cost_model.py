@@ -108,11 +108,11 @@ MEMORY = {
 # (CANDIDATE_TILES x CLUSTER_SHAPES), including those the model leaves out because they measured weaker
 # (pp128x192, pp64x256, and 2-CTA clusters of pingpong tiles).
 SELECTABLE = ("coop128x256", "coop128x256c2", "coop256x128", "coop256x128c2", "coop256x192", "pp128x128", "pp64x128",
-              "pp128x16t", "pp128x32t", "pp128x64t", "pp64x128c2", "coop128x192", "coop128x128")
+              "pp128x16t", "pp128x32t", "pp128x64t", "pp64x128c2", "coop128x192")
 # SELECTABLE tiles added after WAVE_FILL_TILES' rule was measured (issue 47): they win where the model predicts them
 # faster, and last in a tie, but do not raise the fill a WAVE_FILL_TILES tile must beat (at 3000x5000x2048 with B
 # K-major coop128x192 would tie pp128x192's 98% and hand the tie back to coop128x256, measured 3% slower).
-LATE_SELECTABLE = ("coop128x192", "coop128x128")
+LATE_SELECTABLE = ("coop128x192",)
 TIE_FRACTION = 0.03
 # Within a tie, a long k-loop (K >= MULTICAST_MIN_K) goes to the cooperative 128x256 tile in cluster pairs sharing B
 # (each CTA loads half of B's panel and multicasts it): measured under sustained, power-limited load on the H100 over
@@ -273,6 +273,11 @@ SK_WAVE_MIN_GAIN = 0.02
 # M (the H100's 128 and 256 x 14336 x 4096; the H200's 256x1536x4096 and 128x896x4096) the tail lost to split-K
 # pingpong tiles by 12-20%: a side that short is split-K's ground (its partial tiles are few and small).
 SK_ALL_MIN_K_TILES = 32
+# ... and shares of at least SK_ALL_MIN_SHARE k-tiles: a shorter share is mostly the launch's ramp and the fix-up.
+# Measured on the H200 (run 40, `.scratch`-free summary in perf-notes, issue 47): 896x896x4096 all tail, shares of
+# 17-24 k-tiles, ran 19.0-23.1 us in every cooperative tile against pp64x128's 16.0; 896x896x16384, shares of 96,
+# coop128x128sk 49.4 against split-K's 52.3.
+SK_ALL_MIN_SHARE = 32
 SK_ALL_MIN_SIDE = 512
 SK_L2_BYTES_PER_NS = 24.0
 SK_MIN_K_TILES = 16
@@ -553,7 +558,8 @@ def with_stream_k(config: GemmConfig, m: int, n: int, k: int, sm_count: int, gpu
     sched = schedule.plan_for(sk, m, n, k, sm_count, batches=batches)
     if not sched.sk_units or sched.k_tiles < SK_MIN_K_TILES:
         return config      # no tail, or a short loop
-    if not sched.dp_units and (sched.k_tiles < SK_ALL_MIN_K_TILES or min(m, n) < SK_ALL_MIN_SIDE):
+    if not sched.dp_units and (sched.k_tiles < SK_ALL_MIN_K_TILES or min(m, n) < SK_ALL_MIN_SIDE
+                               or sched.sk_per < SK_ALL_MIN_SHARE):
         return config      # all tail (fewer units than clusters) on a small or short problem: split-K's ground
     best, best_steps = config, steps_per_cta(sched) * (1 - SK_MIN_GAIN)
     for form in (sk, dataclasses.replace(sk, sk_wave=True)):
@@ -665,7 +671,7 @@ def _ranked(problem: Problem, sm_count: int, gpu_name: str = "", batches: int = 
         if c is None or c.cluster_size > sm_count or not _cluster_fills(c, problem.m):
             continue
         pred = (predict(c, problem.m, problem.n, problem.k, sm_count, gpu_name, batches), c)
-        if c.cooperative and c.splits == 1:
+        if c.cooperative and c.splits == 1 and pred[0].steps <= 2:
             # one step: the stream-K form of a small grid competes with split-K as it would run (with_stream_k)
             pred = _with_tail(*pred, problem.m, problem.n, problem.k, sm_count, gpu_name, batches)
         (pairs if c.tile_tag in selectable else fillers if c.tile_tag in WAVE_FILL_TILES else others).append(pred)
