@@ -528,3 +528,25 @@ def test_cli_select_refuses_fp8_with_b_mn_major_naming_the_option(capsys):
     assert out == "" and err.count("\n") == 1
     assert err.startswith("python -m ptxgemm select: error: --b-major: mn with --in-dtype float8_e4m3fn: fp8 "
                           "operands are K-major only"), err
+
+
+@pytest.mark.stream_k
+@pytest.mark.parametrize("shape, tag", [((4864, 896, 4096), "coop256x128skw"), ((896, 4864, 4096), "coop128x256skw"),
+                                        ((4864, 896, 16384), "coop256x128skw"), ((896, 4864, 16384), "coop128x256skw")])
+def test_a_thin_tail_takes_a_full_wave_with_it(shape, tag):
+    """Issue 47's weight gradients of the Qwen2-0.5B MLP (dW = dY^T X, both operands M/N-major): every cooperative
+    candidate ranked as it runs with its tail, the tail taking the last full wave where that spreads it over every
+    SM (GemmConfig.sk_wave). Measured on the H200 (runs 40-41): 4864x896x4096 coop256x128skw 54.5-55.2 us against
+    the old pick coop256x192sk's 64.5-65.2; 896x4864x16384 coop128x256skw 182.8-185.9 against 218.8-219.6."""
+    h200 = S.DeviceModel("NVIDIA H200", 132)
+    assert select_config(*shape, a_major="mn", b_major="mn", device=h200).tag == tag
+
+
+@pytest.mark.stream_k
+def test_short_sides_and_short_shares_keep_split_k_or_whole_tiles():
+    """The all-tail form needs sides of SK_ALL_MIN_SIDE and shares of SK_ALL_MIN_SHARE k-tiles (H200, runs 40-41:
+    896x896x4096's all-tail tiles ran 19.0-23.1 us against pp64x128's 16.0; 512x4096x14336's coop128x256sk 90.7-91.7
+    against pp128x128's 84.7)."""
+    h200 = S.DeviceModel("NVIDIA H200", 132)
+    assert select_config(896, 896, 4096, a_major="mn", b_major="mn", device=h200).tag == "pp64x128"
+    assert select_config(512, 4096, 14336, device=h200).tag == "pp128x128"

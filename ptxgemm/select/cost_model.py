@@ -274,11 +274,13 @@ SK_WAVE_MIN_GAIN = 0.02
 # pingpong tiles by 12-20%: a side that short is split-K's ground (its partial tiles are few and small).
 SK_ALL_MIN_K_TILES = 32
 # ... and shares of at least SK_ALL_MIN_SHARE k-tiles: a shorter share is mostly the launch's ramp and the fix-up.
-# Measured on the H200 (run 40, `.scratch`-free summary in perf-notes, issue 47): 896x896x4096 all tail, shares of
-# 17-24 k-tiles, ran 19.0-23.1 us in every cooperative tile against pp64x128's 16.0; 896x896x16384, shares of 96,
-# coop128x128sk 49.4 against split-K's 52.3.
+# Measured on the H200 (run 40, perf-notes issue 47): 896x896x4096 all tail, shares of 17-24 k-tiles, ran
+# 19.0-23.1 us in every cooperative tile against pp64x128's 16.0; 896x896x16384, shares of 68-96, 49.4-52.3 against
+# split-K's 52.3.
 SK_ALL_MIN_SHARE = 32
-SK_ALL_MIN_SIDE = 512
+# Once the busiest CTA's loads were counted per share (predict), the H200's 512x4096x14336 took the all-tail form and
+# ran coop128x256sk 90.7-91.7 us against pp128x128's 84.7 (runs 40-41): a side of 512 is short too.
+SK_ALL_MIN_SIDE = 768
 SK_L2_BYTES_PER_NS = 24.0
 SK_MIN_K_TILES = 16
 SK_DTYPES = ("bfloat16", "float16")   # measured with bf16 (docs/perf-notes.md, issue 26 step 9); fp8's k-tiles are
