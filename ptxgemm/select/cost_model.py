@@ -264,6 +264,12 @@ SK_MIN_GAIN = 0.005
 # or two each. Where the plain tail's shares already cover every cluster the two walks cost the same k-tiles, and
 # the plain one, measured, stays.
 SK_WAVE_MIN_GAIN = 0.02
+# The ranking sees a cooperative candidate with its tail where its whole units take at most MAX_TAIL_RANKED_STEPS
+# steps per SM: there the tail decides the time (4864x896x4096: 3 waves of 128x128 or 2 of 256x128, the tail a
+# third of it). Longer grids are ranked by their whole units and get the tail after the ranking: ranked with their
+# tails, 4096x14336x16384 (A M-major) and 16384x896x151936 moved to coop256x192 forms measured 2.5% slower than
+# their picks (H200, run 40, perf-notes issue 47).
+MAX_TAIL_RANKED_STEPS = 2
 # ... but a grid of fewer units than clusters, all of it run as the tail, on a product whose sides are both at least
 # SK_ALL_MIN_SIDE and SK_ALL_MIN_K_TILES k-tiles per unit: the weight gradients of a small model's layers, dW = dY^T X with
 # the tokens as K, whose few output tiles leave most SMs idle. Measured on the H200 beside split-K and the unsplit
@@ -673,8 +679,8 @@ def _ranked(problem: Problem, sm_count: int, gpu_name: str = "", batches: int = 
         if c is None or c.cluster_size > sm_count or not _cluster_fills(c, problem.m):
             continue
         pred = (predict(c, problem.m, problem.n, problem.k, sm_count, gpu_name, batches), c)
-        if c.cooperative and c.splits == 1 and pred[0].steps <= 2:
-            # one step: the stream-K form of a small grid competes with split-K as it would run (with_stream_k)
+        if c.cooperative and c.splits == 1 and pred[0].steps <= MAX_TAIL_RANKED_STEPS:
+            # a short grid: its stream-K form competes with split-K and the other tiles as it would run (with_stream_k)
             pred = _with_tail(*pred, problem.m, problem.n, problem.k, sm_count, gpu_name, batches)
         (pairs if c.tile_tag in selectable else fillers if c.tile_tag in WAVE_FILL_TILES else others).append(pred)
     if not pairs:
