@@ -531,8 +531,10 @@ def test_cli_select_refuses_fp8_with_b_mn_major_naming_the_option(capsys):
 
 
 @pytest.mark.stream_k
-@pytest.mark.parametrize("shape, tag", [((4864, 896, 4096), "coop256x128skw"), ((896, 4864, 4096), "coop128x256skw"),
-                                        ((4864, 896, 16384), "coop256x128skw"), ((896, 4864, 16384), "coop128x256skw")])
+@pytest.mark.parametrize("shape, tag", [((4864, 896, 4096), "coop256x128skw"),
+                                        ((896, 4864, 4096), "coop128x256skw"),
+                                        ((4864, 896, 16384), "coop256x128skw"),
+                                        ((896, 4864, 16384), "coop128x256skw")])
 def test_a_thin_tail_takes_a_full_wave_with_it(shape, tag):
     """Issue 47's weight gradients of the Qwen2-0.5B MLP (dW = dY^T X, both operands M/N-major): every cooperative
     candidate of one or two steps ranked as it runs with its tail, the tail taking the last full wave where that spreads it over every

@@ -143,14 +143,14 @@ class Tile(Part, TileLayout):
     def tag(self) -> str:
         """The tile choice in a few characters: 'pp128x128', 'coop256x128c2' (cluster_m 2), 'coop128x256cn2'
         (cluster_n 2), 'pp128x192g16rns5' (group 16, raster n, 5 stages), 'pp64x128k4' (split-K 4),
-        'coop128x256c2sk' (stream-K tail), 'coop128x128skw' (the tail with a full wave), 'coop128x256c2skz' (and the serpentine k-loop), 'pp128x16t' (transposed
-        store: swap-AB)."""
+        'coop128x256c2sk' (stream-K tail), 'coop128x128skw' (the tail with a full wave), 'coop128x256c2skz' (and the
+        serpentine k-loop), 'pp128x16t' (transposed store: swap-AB)."""
         return self._tag(with_walk=True)
 
     @property
     def tile_tag(self) -> str:
-        """The tag without the split count, the stream-K tail (with or without its wave) or the serpentine k-loop: what the cost model's per-tile
-        tables are keyed by."""
+        """The tag without the split count, the stream-K tail (with or without its wave) or the serpentine k-loop:
+        what the cost model's per-tile tables are keyed by."""
         return self._tag(with_walk=False)
 
     def _tag(self, with_walk: bool) -> str:
