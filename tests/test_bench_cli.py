@@ -668,3 +668,33 @@ def test_the_pdl_report_names_both_ways_and_the_speedup():
     text = launch_ab.format_report({"gpu": "NVIDIA H200", "rounds": 15, "rows": [row]})
     assert "4096x896x896" in text and "coop256x128" in text and "1.029" in text and "1.067" in text
     assert [w for w, _ in launch_ab.WAYS] == ["pdl", "no_pdl"]
+
+
+def test_a_run_cut_short_leaves_the_rows_it_measured(monkeypatch, tmp_path):
+    """The bench writes each row to <stem>.rows.jsonl as it is measured (ptxgemm/bench/row_log.py): a run that dies on
+    its second shape leaves the first row and what the run was; a finished run leaves its JSON and no lines."""
+    from ptxgemm.bench import modes as bench_modes, row_log
+    from ptxgemm.runtime import timing
+
+    _fake_gpu(monkeypatch, H100, {}, lambda: None)
+    mode = bench_modes.mode_from_options("float8_e4m3fn", "tensor", "none")
+    shapes = [(96, 384, 300), (130, 256, 512)]
+    assert bench_modes.run_mode_bench(shapes, 2, mode, out=tmp_path, name="whole") == 0
+    assert (tmp_path / "bench_h100_fp8_tensor_whole.json").exists()
+    assert not list(tmp_path.glob("*" + row_log.SUFFIX))
+
+    timed = timing.time_interleaved
+    calls = []
+
+    def dies_on_the_second_shape(launchers, rounds, warmup=3):
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("the device's time limit")
+        return timed(launchers, rounds, warmup)
+    monkeypatch.setattr(timing, "time_interleaved", dies_on_the_second_shape)
+    with pytest.raises(RuntimeError, match="time limit"):
+        bench_modes.run_mode_bench(shapes, 2, mode, out=tmp_path, name="cut")
+    assert not (tmp_path / "bench_h100_fp8_tensor_cut.json").exists()
+    run, rows = row_log.read(tmp_path / f"bench_h100_fp8_tensor_cut{row_log.SUFFIX}")
+    assert run["gpu"] == H100 and run["mode"] == mode.slug and run["rounds"] == 2
+    assert [(r["M"], r["N"], r["K"]) for r in rows] == shapes[:1] and rows[0]["ptxgemm_ms"] == 1.0

@@ -23,6 +23,7 @@ import json
 from pathlib import Path
 
 from . import deepgemm_peer, grouped_shapes, kernel_time
+from .row_log import RowLog
 from .suite import geomean
 
 METHOD = ("burst: L2 flushed before each launch, CUDA events around it, implementations interleaved, median of "
@@ -205,7 +206,12 @@ def run(rounds: int, in_dtype: str, out_dir: str, name: str | None, variants: st
         return 0
     # with DeepGEMM beside it: its own 10 shapes only (the cases its published table has), the run kept short
     cases = [c for c in grouped_shapes.CASES if dg is None or c.published_tflops]
+    path = Path(out_dir) / (f"bench_{gpu.replace(' ', '_')}_grouped_{in_dtype}"
+                            f"{'_' + scaling if scaling != 'tensor' else ''}{'_' + name if name else ''}.json")
+    log = RowLog(out_dir, path.stem, {"gpu": gpu, "set": "grouped", "in_dtype": in_dtype, "scaling": scaling,
+                                      "rounds": rounds, "method": METHOD})
     for case in cases:
+        log.sync(rows)   # the last case's rows (a case adds one per peer, or its refusal)
         if case.layout == "k" and ("k" in grouped_call.UNVERIFIED or in_dtype == "float8_e4m3fn"):
             continue   # the k form runs once its GPU tests pass, and reads 16-bit operands only
         a, b, counts = _inputs(torch, case, in_dtype)
@@ -311,6 +317,7 @@ def run(rounds: int, in_dtype: str, out_dir: str, name: str | None, variants: st
                   flush=True)
         del a, b, counts, plan, peers, mine, timed, launchers   # the variants' plans hold a and b too
         torch.cuda.empty_cache()
+    log.sync(rows)
     summary = {}
     for peer in sorted({r["peer"] for r in rows if "peer" in r}):
         sp = [r["speedup"] for r in rows if r.get("peer") == peer]
@@ -335,11 +342,9 @@ def run(rounds: int, in_dtype: str, out_dir: str, name: str | None, variants: st
             print(f"{key}: geomean {summary[key]['geomean']:.3f} over {len(vs)} of DeepGEMM's shapes "
                   f"(min {summary[key]['min']:.3f})")
     Path(out_dir).mkdir(parents=True, exist_ok=True)
-    slug = gpu.replace(" ", "_")
-    path = Path(out_dir) / (f"bench_{slug}_grouped_{in_dtype}{'_' + scaling if scaling != 'tensor' else ''}"
-                            f"{'_' + name if name else ''}.json")
     path.write_text(json.dumps({"gpu": gpu, "method": METHOD, "method_kernel": kernel_time.METHOD_KERNEL,
                                 "rounds": rounds, "rows": rows,
                                 "summary": summary, "published_source": grouped_shapes.DEEPGEMM_SOURCE}, indent=1))
+    log.close()
     print(f"wrote {path}")
     return 0

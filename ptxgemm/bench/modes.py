@@ -45,6 +45,7 @@ from ..kernel.config import SCALE_BLOCK
 from ..runtime import arrays, driver, timing
 from .fp8_peers import (SCALED_MM_BLOCK_PEER, SCALED_MM_PEER, PeerRefused, ScaledMmBlockImpl, ScaledMmImpl)
 from . import deepgemm, deepgemm_peer, kernel_time
+from .row_log import RowLog
 from .suite import (PtxgemmImpl, QUICK_SHAPES, SAMPLE_ROWS, SAMPLE_SEED, SQUARE_LLM_SHAPES, float64_reference, geomean,
                     geomeans, gpu_slug, group_of, max_err, read_clocks, rel_err, require_device, sample_rows, torch_rows)
 
@@ -515,6 +516,9 @@ def run_mode_bench(shapes, rounds: int, mode: Mode, config=None, out="bench_out"
     print("-" * len(header))
     print(legend)
     rows, peer_dtypes = [], []
+    stem = f"bench_{gpu_slug(info.name)}_{mode.slug}" + (f"_{name}" if name else "")
+    log = RowLog(out, stem, {"gpu": info.name, "mode": mode.slug, "peer": peer, "config": config_desc,
+                             "rounds": rounds, "deepgemm": deepgemm_peer.describe(dg) if dg is not None else None})
     rng = np.random.default_rng(0)
     for m, n, k in shapes:
         p = Problem(m, n, k, mode, b_major, rng, torch)
@@ -546,6 +550,7 @@ def run_mode_bench(shapes, rounds: int, mode: Mode, config=None, out="bench_out"
                **(epilogue_row(p, impls, times, errs, refused) if mode.fused else
                   peer_row(p, impls, times, errs, refused, worst, warm, kernel)), "rel_err_rows": len(picked)}
         rows.append(row)
+        log.add(row)
         if row.get("peer_dtypes") and row["peer_dtypes"] not in peer_dtypes:
             peer_dtypes.append(row["peer_dtypes"])
         print(_line(mode, row), flush=True)
@@ -625,8 +630,8 @@ def run_mode_bench(shapes, rounds: int, mode: Mode, config=None, out="bench_out"
         result["peer_options"] = "out_dtype=torch.bfloat16, use_fast_accum=False (torch's default)"
     out_dir = Path(out)
     out_dir.mkdir(parents=True, exist_ok=True)
-    stem = f"bench_{gpu_slug(info.name)}_{mode.slug}" + (f"_{name}" if name else "")
     (out_dir / f"{stem}.json").write_text(json.dumps(result, indent=1))
+    log.close()
     plot(rows, mode, out_dir / f"{stem}.png", info.name)
     print(f"wrote {out_dir / (stem + '.json')} and {out_dir / (stem + '.png')}")
     return 0

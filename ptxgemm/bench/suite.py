@@ -41,6 +41,7 @@ from ..errors import ConfigError
 from ..kernel.config import GemmConfig
 from ..runtime import arrays, driver, timing
 from ..select import cost_model as select
+from .row_log import RowLog
 
 # --- shapes ------------------------------------------------------------------------------------------------------
 K_SWEEP = (64, 128, 256, 512, 1024, 2048)
@@ -339,6 +340,9 @@ def run_bench(shapes, rounds: int, config=None, variant_configs=(), out="bench_o
     print(header)
     print("-" * len(header))
     print("(ratio = cuBLAS ms / ptxgemm ms: above 1, ptxgemm is faster)")
+    stem = f"bench_{gpu_slug(info.name)}" + (f"_{name}" if name else "")
+    log = RowLog(out, stem, {"gpu": info.name, "set": "suite", "config": config_desc, "rounds": rounds,
+                             "b_major": b_major, "method": METHOD})
     rng = np.random.default_rng(0)
     for m, n, k in shapes:
         a = rng.standard_normal((m, k), dtype=np.float32).astype(ml_dtypes.bfloat16)
@@ -402,6 +406,7 @@ def run_bench(shapes, rounds: int, config=None, variant_configs=(), out="bench_o
             if held:   # the board, not the power limit, set a window's clock: its figures do not measure kernels
                 row["sustained_held_down"] = held
         rows.append(row)
+        log.add(row)
         ratio = row["ratio"] if row["ratio"] is not None else float("nan")
         print(f"{m:>6} {n:>6} {k:>6} | {row['config']:<14} | {ours:>10.4f} {row['ptxgemm_tflops']:>8.1f} | "
               f"{(theirs or float('nan')):>10.4f} {(row['cublas_tflops'] or float('nan')):>8.1f} | "
@@ -480,8 +485,8 @@ def run_bench(shapes, rounds: int, config=None, variant_configs=(), out="bench_o
               "summary": summary, "rows": rows}
     out_dir = Path(out)
     out_dir.mkdir(parents=True, exist_ok=True)
-    stem = f"bench_{gpu_slug(info.name)}" + (f"_{name}" if name else "")
     (out_dir / f"{stem}.json").write_text(json.dumps(result, indent=1))
+    log.close()
     plot(rows, out_dir / f"{stem}.png", info.name)
     print(f"wrote {out_dir / (stem + '.json')} and {out_dir / (stem + '.png')}")
     return 0

@@ -22,6 +22,7 @@ from pathlib import Path
 from ..errors import ConfigError
 from .suite import (METHOD, SAMPLE_ROWS, SAMPLE_SEED, geomean, gpu_slug, read_clocks, rel_err, require_device,
                     sample_rows)
+from .row_log import RowLog
 from .transformer_models import DIMS
 
 
@@ -249,8 +250,13 @@ def run(rounds: int, out_dir="bench_out", name: str | None = None, models=tuple(
           f"(cuBLAS through torch.matmul); ptxgemm config: {config_desc}; {len(todo)} GEMMs, {rounds} rounds, "
           f"median; ratio = cuBLAS ms / ptxgemm ms (above 1, ptxgemm is faster)", flush=True)
     rows = []
+    stem = f"bench_{gpu_slug(info.name)}_training" + (f"_{name}" if name else "")
+    log = RowLog(out_dir, stem, {"gpu": info.name, "set": "training", "config": config_desc, "rounds": rounds,
+                                 "variants": [c.tag for c in variant_configs], "models": list(models),
+                                 "tokens": list(tokens), "method": METHOD})
     for row in todo:
         rows.append(measure(torch, row, rounds, config, variant_configs, gen))
+        log.add(rows[-1])
         print(_line(rows[-1]), flush=True)
         torch.cuda.empty_cache()   # the next row's operands differ in size; give the last one's back
     fig = figures(rows)
@@ -267,8 +273,9 @@ def run(rounds: int, out_dir="bench_out", name: str | None = None, models=tuple(
               "models": list(models), "tokens": list(tokens), "date": time.strftime("%Y-%m-%d %H:%M:%S"),
               "geomean": fig["geomean"], "min_ratio": fig["min_ratio"], "checks": fig["checks"],
               "summary": fig, "rows": rows}
-    path = Path(out_dir) / (f"bench_{gpu_slug(info.name)}_training" + (f"_{name}" if name else "") + ".json")
+    path = Path(out_dir) / f"{stem}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=1))
+    log.close()
     print(f"wrote {path}")
     return 0
