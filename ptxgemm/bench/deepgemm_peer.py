@@ -40,7 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import ConfigError, ToolchainError
-from .fp8_peers import torch_fp8
+from .fp8_peers import PeerRefused, torch_fp8
 from .suite import torch_rows
 
 NAME = "DeepGEMM"
@@ -58,8 +58,9 @@ BUILD_TIMEOUT_S = 900
 GROUPED_FORMS = ("contiguous", "masked")   # its m-grouped forms; its k-grouped GEMM takes per-channel scales
 
 
-class DeepGemmRefused(Exception):
-    """DeepGEMM does not run this problem (its dtype or layout rules); the row says why and goes on without it."""
+class DeepGemmRefused(PeerRefused):
+    """DeepGEMM does not run this problem (its dtype or layout rules): a peer's refusal, which the row records and
+    goes on without it (modes._prepare)."""
 
 
 def source_dir(given: str) -> Path | None:
@@ -234,9 +235,8 @@ class DeepGemmDenseImpl:
 
 def grouped_launcher(dg, torch, case, a, b, scales):
     """(launcher, its output) of DeepGEMM's grouped fp8 GEMM on the grouped bench's tensors: a (total_M, K) or
-    (G, M_max, K) fp8, b (G, K, N) the K-major view, blockwise scales sa (rows, kb), sb (G, kb, nb)."""
-    if case.layout not in GROUPED_FORMS:
-        raise DeepGemmRefused(f"the {case.layout} form: DeepGEMM's k-grouped GEMM takes per-channel scales")
+    (G, M_max, K) fp8, b (G, K, N) the K-major view, blockwise scales sa (rows, kb), sb (G, kb, nb). For a case of
+    GROUPED_FORMS (the caller picks them: DeepGEMM's k-grouped GEMM takes per-channel scales)."""
     sa, sb = scales
     bk = b.transpose(1, 2).contiguous()      # (G, N, K): the bytes b views (contiguous already: no copy)
     tsa = mn_major_scales(dg, sa.contiguous())

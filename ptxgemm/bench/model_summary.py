@@ -64,12 +64,12 @@ def format_summary(summary) -> str:
              f"{'plans/step':>10}  {'host ms ptx/peer':>16}"]
     for s in summary:
         r, host = s["ratio"], s["host_ms_per_step"]
-        spread = "-" if r is None else f"{r['min']:.3f} / {r['median']:.3f} / {r['max']:.3f}"
+        ratio = "-" if r is None else f"{r['min']:.3f} / {r['median']:.3f} / {r['max']:.3f}"
         plans = "-" if s["plans_made_per_step_max"] is None else f"{s['plans_made_per_step_max']:.2f}"
         ms = "/".join("-" if host[p] is None else f"{host[p]:.2f}" for p in (OURS, s["peer"]))
         label = s["model"] + (f" ({s['sweep']})" if s["sweep"] else "")
         lines.append(f"{label:<22}{s['phase']:<11}{'compiled' if s['compiled'] else 'eager':<9}{s['peer']:<11}"
-                     f"{0 if r is None else r['n']:>4}  {spread:<23}{plans:>10}  {ms:>16}")
+                     f"{0 if r is None else r['n']:>4}  {ratio:<23}{plans:>10}  {ms:>16}")
     lines.append("ratio: ptxgemm's tokens/s over the peer's, the order-balanced pairs' median per run "
                  "(transformer_models.headline_ratio); above 1, ptxgemm is faster")
     return "\n".join(lines)

@@ -349,7 +349,7 @@ def _prepare(impls, p: Problem) -> tuple[dict, dict]:
     for impl in impls:
         try:
             launchers[impl.name] = impl.prepare(p)
-        except (PeerRefused, deepgemm_peer.DeepGemmRefused) as e:
+        except PeerRefused as e:   # torch's peers', and DeepGEMM's (deepgemm_peer.DeepGemmRefused)
             refused[impl.name] = str(e)
         except ConfigError as e:   # a fixed variant that cannot run this shape is left out of its row
             if not getattr(impl, "variant", False):

@@ -25,8 +25,7 @@ GPU_BENCH_OPTIONS = (("quick", "--quick"), ("rounds", "--rounds"), ("shapes", "-
                      ("summarize_out", "--summarize-out"), ("b_major", "--b-major"), ("in_dtype", "--in-dtype"),
                      ("scaling", "--scaling"), ("epilogue", "--epilogue"), ("sustained", "--sustained"),
                      ("sustained_gap", "--sustained-gap"), ("fastcu", "--fastcu"), ("deepgemm", "--deepgemm"),
-                     ("tokens", "--tokens"),
-                     ("models", "--models"))
+                     ("tokens", "--tokens"), ("models", "--models"))
 # --set training's own options (dest, flag): which of its GEMMs to time
 TRAINING_OPTIONS = (("tokens", "--tokens"), ("models", "--models"))
 # what the benchmark compares; --summarize reads it from each file instead
@@ -102,9 +101,9 @@ def add_arguments(p) -> None:
                         "its extension built there once; or 'installed': the deep_gemm this Python imports) beside "
                         "ptxgemm in the same process, on the same values, by kernel durations with and without the L2 "
                         "flush (its bench_kineto's method) and burst; fp8 e4m3 blockwise only: --in-dtype "
-                        "float8_e4m3fn --scaling block, with --set deepgemm, --shapes or --set grouped (then DeepGEMM's 10 "
-                        "grouped shapes only). The command "
-                        "starts again once with libstdc++ preloaded (ptxgemm/bench/deepgemm_peer.py says why) (default off)")
+                        "float8_e4m3fn --scaling block, with --set deepgemm, --shapes or --set grouped (then "
+                        "DeepGEMM's 10 grouped shapes only). The command starts again once with libstdc++ preloaded "
+                        "(ptxgemm/bench/deepgemm_peer.py says why) (default off)")
     p.add_argument("--small-m", action="store_true",
                    help="the small-M suite: M in {1, 16, 64, 128, 256, 512} x (N, K) in {(4096, 4096), (8192, 8192), "
                         "(14336, 4096), (4096, 14336)} (default off)")

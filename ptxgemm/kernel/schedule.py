@@ -107,6 +107,12 @@ class Schedule:
             return self.k_tiles
         return max(math.ceil(self.sk_units * self.k_tiles / self.clusters), math.ceil(self.k_tiles / SK_MAX_SHARES))
 
+    @property
+    def sk_busiest_units(self) -> float:
+        """The busiest cluster's work under the stream-K tail, in units: its whole units and its share (a fraction of
+        a unit; with sk_wave one to two units). What the cost model counts its k-tiles and its loads by."""
+        return self.dp_units / self.clusters + self.sk_per / self.k_tiles
+
     def cluster_walk(self, cluster: int) -> list[tuple[int, int, int]]:
         """The (unit, first k-tile, k-tiles) cluster `cluster` runs, in order: the walk the kernel's roles make."""
         walk = [(u, 0, self.k_tiles) for u in range(cluster, self.dp_units, self.clusters)]

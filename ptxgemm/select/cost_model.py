@@ -484,7 +484,7 @@ def predict(config: GemmConfig, m: int, n: int, k: int, sm_count: int, gpu_name:
         compute += steps * fixup_ns(config, sched.splits, gpu_name)
     # the busiest CTA's loads: under the stream-K tail its whole units and its share, not whole steps (a share of a
     # unit and a k-tile or two loads half of what a third step would)
-    loaded_steps = sched.dp_units / sched.clusters + sched.sk_per / sched.k_tiles if sched.sk_units else steps
+    loaded_steps = sched.sk_busiest_units if sched.sk_units else steps
     memory = memory_ns(config, sched, loaded_steps, m, n, k, batches, gpu_name)
     total = combine(compute, memory, gpu_name)
     area = batches * sched.tiles_m * config.block_m * sched.tiles_n * config.block_n
@@ -570,8 +570,9 @@ def with_stream_k(config: GemmConfig, m: int, n: int, k: int, sm_count: int, gpu
                                or sched.sk_per < SK_ALL_MIN_SHARE):
         return config      # all tail (fewer units than clusters) on a small or short problem: split-K's ground
     best, best_steps = config, steps_per_cta(sched) * (1 - SK_MIN_GAIN)
-    for form in (sk, dataclasses.replace(sk, sk_wave=True)):
-        form_sched = schedule.plan_for(form, m, n, k, sm_count, batches=batches)
+    wave = dataclasses.replace(sk, sk_wave=True)
+    wave_sched = schedule.plan_for(wave, m, n, k, sm_count, batches=batches)
+    for form, form_sched in ((sk, sched), (wave, wave_sched)):
         if form.sk_wave and form_sched.sk_units == sched.sk_units:
             continue       # no full wave to fold in: the same walk as the plain tail
         steps = sk_steps(form, form_sched, gpu_name)
@@ -599,7 +600,7 @@ def sk_steps(config: GemmConfig, sched, gpu_name: str = "") -> float:
     the fix-up (two partial tiles through L2 at SK_L2_BYTES_PER_NS)."""
     ktile_ns, epilogue_ns = tables(gpu_name)
     unit_ns = sched.k_tiles * ktile_ns[config.tile_tag] + epilogue_ns[config.tile_tag]
-    return sched.dp_units / sched.clusters + sched.sk_per / sched.k_tiles + sk_fixup_ns(config) / unit_ns
+    return sched.sk_busiest_units + sk_fixup_ns(config) / unit_ns
 
 
 def sk_fixup_ns(config: GemmConfig) -> float:
