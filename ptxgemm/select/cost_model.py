@@ -242,6 +242,13 @@ SPLIT_TIE_FRACTION = 0.10
 # (384 tiles in 3 steps, 97% full) 12.9 us against coop128x256's 15.6 (192 in 2, 73%).
 SHORT_K_TILES = 4
 SHORT_K_DTYPES = ("bfloat16", "float16")   # measured with bf16; fp8's ties keep their own rules (FP8_*)
+# Among memory-bound ties of the same padded work, the candidate with more units (up to one per SM) goes first: each
+# CTA streams its own operand panels, so a grid that leaves SMs idle draws less of the bandwidth and pays each
+# tile's ramp and store on fewer SMs. Measured on the H200 beside each other (docs/results/h200/bench/
+# bench_h200_issue47_explore48.json, two runs, burst, issue 47): 16384x128x896 coop256x128 (64 units) 18.3 / 17.8 us
+# against pp64x128's (256) 16.4 / 15.8; 4096x1536x256 coop256x192 (128) 12.6 / 12.0 against pp128x128's (384)
+# 11.8 / 11.0; 4096x896x128 coop256x128 (112) 8.8 / 8.0 against coop128x128's 8.4 / 7.8.
+BUSY_TIE_DTYPES = SHORT_K_DTYPES
 
 # The stream-K tail (GemmConfig.stream_k; ptxgemm/kernel/templates/streamk.ptx.j2). Whole units leave the last wave
 # partly idle (4096x4096x14336 in cluster pairs: 256 units on 66 clusters, 3.88 waves timed as 4). A cooperative
@@ -448,6 +455,7 @@ class Prediction:
     memory_bound: bool = False   # the memory model's time exceeds the compute model's
     padded_area: int = 0         # output elements the tiles compute, padding included (every problem's)
     wave_fill: float = 1.0       # units / (steps x clusters): how full the busiest CTA's steps keep the grid
+    busy_ctas: int = 0           # CTAs with work in the first step (min(units, clusters) x the cluster's CTAs)
 
     def row(self, tag: str | None = None) -> dict:
         """The table row; `tag`: the config's tag where the selection adds what the model does not time."""
@@ -490,7 +498,7 @@ def predict(config: GemmConfig, m: int, n: int, k: int, sm_count: int, gpu_name:
     area = batches * sched.tiles_m * config.block_m * sched.tiles_n * config.block_n
     return Prediction(config.tag, sched.tiles_m, sched.tiles_n, sched.k_tiles, steps, sched.k_tiles * base_ns,
                       epi_ns, float(total), bool(memory > compute), area,
-                      sched.waves / steps)
+                      sched.waves / steps, min(sched.units, sched.clusters) * config.cluster_size)
 
 
 # A dense operand whose lines are not whole 128-byte L2 lines (K or M/N not a multiple of 64 bf16 elements) makes
@@ -709,11 +717,14 @@ def _ranked(problem: Problem, sm_count: int, gpu_name: str = "", batches: int = 
         order = selectable.index(c.tile_tag) if c.tile_tag in selectable else len(selectable)
         if c.tile_tag == first and c.tile_tag in long_k:
             order = -1
-        if p.memory_bound:   # tied on streaming the same bytes: the least padded work, the fewest splits, the fewest
-            # straddled L2 lines; a short k-loop first the fullest waves (SHORT_K_TILES)
+        if p.memory_bound:   # tied on streaming the same bytes: the least padded work, the most SMs streaming
+            # (BUSY_TIES), the fewest splits, the fewest straddled L2 lines; a short k-loop first the fullest waves
+            # (SHORT_K_TILES)
             short = p.k_tiles * c.splits <= SHORT_K_TILES and c.in_dtype in SHORT_K_DTYPES
-            fill = -round(p.wave_fill, 2) if short else 0
-            return (0, p.padded_area, fill, c.splits,
+            fill = -round(p.wave_fill * p.busy_ctas / sm_count, 2) if short else 0
+            busy = (-round(p.busy_ctas / sm_count, 1) if c.in_dtype in BUSY_TIE_DTYPES and not c.transposed_store
+                    else 0)
+            return (0, p.padded_area, fill, c.splits, busy,
                     misaligned_factor(c, *_kernel_mnk(c, problem.m, problem.n, problem.k)), order)
         return (0, 0, order, c.splits, 0, 0)
 
