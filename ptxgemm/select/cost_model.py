@@ -68,8 +68,8 @@ EPILOGUE_NS = {
 KTILE_NS_H200 = {
     "coop128x128": 362, "coop128x256": 685, "coop128x256c2": 681, "coop256x128": 695, "coop256x128c2": 712, "coop256x192": 1000,
     "pp128x128": 397, "pp128x192": 572, "pp64x128": 243, "pp64x256": 420,
-    # transposed tiles: not measured on the H200; the H100's fits scaled by pp128x128's ratio (397 / 457)
-    "pp128x16t": 252, "pp128x32t": 270, "pp128x64t": 284, "pp64x16t": 140}
+    # transposed tiles: fitted with MEMORY["H200"] (below)
+    "pp128x16t": 236, "pp128x32t": 256, "pp128x64t": 273, "pp64x16t": 139}
 EPILOGUE_NS_H200 = {
     "coop128x128": 770, "coop128x256": 1600, "coop128x256c2": 1630, "coop256x128": 1680, "coop256x128c2": 1620, "coop256x192": 2750,
     "pp128x128": 1330, "pp128x192": 2020, "pp64x128": 660, "pp64x256": 1290,
@@ -112,7 +112,9 @@ SELECTABLE = ("coop128x256", "coop128x256c2", "coop256x128", "coop256x128c2", "c
 # SELECTABLE tiles added after WAVE_FILL_TILES' rule was measured (issue 47): they win where the model predicts them
 # faster, and last in a tie, but do not raise the fill a WAVE_FILL_TILES tile must beat (at 3000x5000x2048 with B
 # K-major coop128x192 would tie pp128x192's 98% and hand the tie back to coop128x256, measured 3% slower).
-LATE_SELECTABLE = ("coop128x192",)
+LATE_SELECTABLE = ("coop128x192", "coop128x128", "pp64x64")
+NARROW_N_TILES = ("pp64x64",)
+NARROW_N_MAX = 1024
 TIE_FRACTION = 0.03
 # Within a tie, a long k-loop (K >= MULTICAST_MIN_K) goes to the cooperative 128x256 tile in cluster pairs sharing B
 # (each CTA loads half of B's panel and multicasts it): measured under sustained, power-limited load on the H100 over
@@ -277,6 +279,20 @@ SK_WAVE_MIN_GAIN = 0.02
 # tails, 4096x14336x16384 (A M-major) and 16384x896x151936 moved to coop256x192 forms measured 2.5% slower than
 # their picks (H200, run 40, perf-notes issue 47).
 MAX_TAIL_RANKED_STEPS = 2
+# The cooperative 128x128 tile is selectable on short grids only, of at most SHORT_GRID_MAX_STEPS steps of its whole
+# units, where it is ranked with its tail and, as LATE_SELECTABLE, wins only by more than TIE_FRACTION. Its units
+# are a quarter of 256x128's, so its tail and its last wave are finer; on longer grids the wider tiles' bytes per
+# FLOP decide. Measured on the H200, burst, side by side (bench_h200_issue47_explore48.json, two runs; run 40 in
+# bench_h200_issue47_r40-r42.json): 1536x1536x4096 coop128x128skw 33.0 / 32.4 us against coop128x256sk's 36.2 /
+# 35.5; 4864x896x4096 51.7 / 52.5 against coop256x128skw's 54.4 / 54.7; 896x896x16384 coop128x128sk 48.5 / 49.2
+# against coop128x192sk's 50.7 / 52.9; but 4096x896x4864 (2 steps) coop128x128sk 56.1 against coop128x256's 53.0
+# (the model keeps coop128x256 there), and on long grids 2-8% behind (4096x1536x8960 151.4 against coop256x192's
+# 140.4; 4096x896x151936 1888 against coop256x128sk's 1617).
+SHORT_GRID_TILES = ("coop128x128",)
+SHORT_GRID_MAX_STEPS = 3
+# ... and on products whose sides are both at least SHORT_GRID_MIN_SIDE, where it was measured (small M, 256 and 512
+# rows, is the pingpong and split-K tiles' ground, as for SK_ALL_MIN_SIDE)
+SHORT_GRID_MIN_SIDE = 768
 # ... but a grid of fewer units than clusters, all of it run as the tail, on a product whose sides are both at least
 # SK_ALL_MIN_SIDE and SK_ALL_MIN_K_TILES k-tiles per unit: the weight gradients of a small model's layers, dW = dY^T X with
 # the tokens as K, whose few output tiles leave most SMs idle. Measured on the H200 beside split-K and the unsplit
@@ -688,10 +704,19 @@ def _ranked(problem: Problem, sm_count: int, gpu_name: str = "", batches: int = 
         if c is None or c.cluster_size > sm_count or not _cluster_fills(c, problem.m):
             continue
         pred = (predict(c, problem.m, problem.n, problem.k, sm_count, gpu_name, batches), c)
-        if c.cooperative and c.splits == 1 and pred[0].steps <= MAX_TAIL_RANKED_STEPS:
+        short_grid = c.tile_tag in SHORT_GRID_TILES
+        if short_grid and min(problem.m, problem.n) < SHORT_GRID_MIN_SIDE:
+            continue       # small M or N: the pingpong and split-K tiles' ground
+        if c.tile_tag in NARROW_N_TILES and (pred[0].steps > 1 or problem.n > NARROW_N_MAX):
+            continue       # a wide output or more than one wave: the 64x128 tile's ground (NARROW_N_TILES)
+        if c.cooperative and c.splits == 1 and pred[0].steps <= (SHORT_GRID_MAX_STEPS if short_grid
+                                                                 else MAX_TAIL_RANKED_STEPS):
             # a short grid: its stream-K form competes with split-K and the other tiles as it would run (with_stream_k)
             pred = _with_tail(*pred, problem.m, problem.n, problem.k, sm_count, gpu_name, batches)
-        (pairs if c.tile_tag in selectable else fillers if c.tile_tag in WAVE_FILL_TILES else others).append(pred)
+        elif short_grid:
+            continue       # a longer grid: the wider tiles' (bench_h200_issue47_r40-r42.json)
+        (pairs if c.tile_tag in selectable or short_grid or c.tile_tag in NARROW_N_TILES else fillers if c.tile_tag in WAVE_FILL_TILES
+         else others).append(pred)
     if not pairs:
         pairs, fillers = others, []
     if not pairs:
@@ -724,7 +749,8 @@ def _ranked(problem: Problem, sm_count: int, gpu_name: str = "", batches: int = 
             fill = -round(p.wave_fill * p.busy_ctas / sm_count, 2) if short else 0
             busy = (-round(p.busy_ctas / sm_count, 1) if c.in_dtype in BUSY_TIE_DTYPES and not c.transposed_store
                     else 0)
-            return (0, p.padded_area, fill, c.splits, busy,
+            finer = int(c.cooperative) if short else 0
+            return (0, p.padded_area, fill, finer, c.splits, busy,
                     misaligned_factor(c, *_kernel_mnk(c, problem.m, problem.n, problem.k)), order)
         return (0, 0, order, c.splits, 0, 0)
 
