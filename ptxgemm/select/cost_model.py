@@ -73,7 +73,7 @@ KTILE_NS_H200 = {
 EPILOGUE_NS_H200 = {
     "coop128x128": 770, "coop128x256": 1600, "coop128x256c2": 1630, "coop256x128": 1680, "coop256x128c2": 1620, "coop256x192": 2750,
     "pp128x128": 1330, "pp128x192": 2020, "pp64x128": 660, "pp64x256": 1290,
-    "pp128x16t": 3830, "pp128x32t": 3830, "pp128x64t": 2510, "pp64x16t": 1990}   # (scaled by 1330 / 1730)
+    "pp128x16t": 4543, "pp128x32t": 4097, "pp128x64t": 612, "pp64x16t": 2223}
 # The cooperative 128x192 tile (issue 47): fitted (`python -m ptxgemm fit tiles`, ptxgemm/select/fitting.py, the points above 30 us) to the H200 runs of the
 # training set with 17 variants side by side (docs/results/h200/bench/bench_h200_training_explore_*.json, 45 GEMMs of
 # Qwen2-0.5B, Qwen2-1.5B and Llama-3-8B widths at 4096 tokens; RMS log error 7%). The same fit gave the tables'
@@ -94,9 +94,13 @@ GPU_TABLES = {"H200": (KTILE_NS_H200, EPILOGUE_NS_H200)}
 MEMORY = {
     "H100": {"dram_bytes_per_ns": 2496, "sm_bytes_per_ns": 102, "l2_sm_bytes_per_ns": 16.2, "latency_ns": 10000,
              "overlap_p": 7.8},
-    # H200: not fitted; the H100's with DRAM scaled by the two GPUs' peak bandwidths (4.8 / 3.35 TB/s)
-    "H200": {"dram_bytes_per_ns": 3576, "sm_bytes_per_ns": 102, "l2_sm_bytes_per_ns": 16.2, "latency_ns": 10000,
-             "overlap_p": 7.8},
+    # H200: fitted the same way (RMS 14%, 624 samples) to docs/results/h200/bench/bench_h200_issue47_smallm_explore48.json,
+    # the small-M suite with the same 23 variants and the 64x64 pingpong, split and not (issue 47, run 48), with the
+    # transposed tiles' KTILE_NS_H200 / EPILOGUE_NS_H200. Before it, the H100's constants with DRAM scaled by the two
+    # GPUs' peak bandwidths: the per-SM load rate was the H100's 102 B/ns where a trace of an H200 SM streaming one
+    # k-loop read 136 (issue 47, run 44), which overcharged the narrower tiles' extra loads
+    "H200": {"dram_bytes_per_ns": 3282, "sm_bytes_per_ns": 115.5, "l2_sm_bytes_per_ns": 19.1, "latency_ns": 9196,
+             "overlap_p": 6.7},
 }
 
 # What select_config chooses among, strongest first (measured in bench_h100_issue9_fit.json: the cooperative 128x256
