@@ -68,12 +68,12 @@ EPILOGUE_NS = {
 KTILE_NS_H200 = {
     "coop128x128": 362, "coop128x256": 685, "coop128x256c2": 681, "coop256x128": 695, "coop256x128c2": 712, "coop256x192": 1000,
     "pp128x128": 397, "pp128x192": 572, "pp64x128": 243, "pp64x256": 420,
-    # transposed tiles: fitted with MEMORY["H200"] (below)
-    "pp128x16t": 236, "pp128x32t": 256, "pp128x64t": 273, "pp64x16t": 139}
+    # transposed tiles: not measured on the H200; the H100's fits scaled by pp128x128's ratio (397 / 457)
+    "pp128x16t": 252, "pp128x32t": 270, "pp128x64t": 284, "pp64x16t": 140}
 EPILOGUE_NS_H200 = {
     "coop128x128": 770, "coop128x256": 1600, "coop128x256c2": 1630, "coop256x128": 1680, "coop256x128c2": 1620, "coop256x192": 2750,
     "pp128x128": 1330, "pp128x192": 2020, "pp64x128": 660, "pp64x256": 1290,
-    "pp128x16t": 4543, "pp128x32t": 4097, "pp128x64t": 612, "pp64x16t": 2223}
+    "pp128x16t": 3830, "pp128x32t": 3830, "pp128x64t": 2510, "pp64x16t": 1990}   # (scaled by 1330 / 1730)
 # The cooperative 128x192 tile (issue 47): fitted (`python -m ptxgemm fit tiles`, ptxgemm/select/fitting.py, the points above 30 us) to the H200 runs of the
 # training set with 17 variants side by side (docs/results/h200/bench/bench_h200_training_explore_*.json, 45 GEMMs of
 # Qwen2-0.5B, Qwen2-1.5B and Llama-3-8B widths at 4096 tokens; RMS log error 7%). The same fit gave the tables'
@@ -94,13 +94,15 @@ GPU_TABLES = {"H200": (KTILE_NS_H200, EPILOGUE_NS_H200)}
 MEMORY = {
     "H100": {"dram_bytes_per_ns": 2496, "sm_bytes_per_ns": 102, "l2_sm_bytes_per_ns": 16.2, "latency_ns": 10000,
              "overlap_p": 7.8},
-    # H200: fitted the same way (RMS 14%, 624 samples) to docs/results/h200/bench/bench_h200_issue47_smallm_explore48.json,
-    # the small-M suite with the same 23 variants and the 64x64 pingpong, split and not (issue 47, run 48), with the
-    # transposed tiles' KTILE_NS_H200 / EPILOGUE_NS_H200. Before it, the H100's constants with DRAM scaled by the two
-    # GPUs' peak bandwidths: the per-SM load rate was the H100's 102 B/ns where a trace of an H200 SM streaming one
-    # k-loop read 136 (issue 47, run 44), which overcharged the narrower tiles' extra loads
-    "H200": {"dram_bytes_per_ns": 3282, "sm_bytes_per_ns": 115.5, "l2_sm_bytes_per_ns": 19.1, "latency_ns": 9196,
-             "overlap_p": 6.7},
+    # H200: the H100's with DRAM scaled by the two GPUs' peak bandwidths (4.8 / 3.35 TB/s), and the per-SM load rate
+    # refitted: `fit memory` on the H200's small-M suite with the same 23 variants and the 64x64 pingpong (issue 47,
+    # run 48: docs/results/h200/bench/bench_h200_issue47_smallm_explore48.json) put it at 115.5 B/ns (110-116 with
+    # the training rows and run 50's picks added; a trace of one SM streaming its k-loop read 136, run 44). The H100's
+    # 102 had overcharged the narrower tiles' extra loads (1536x1536x4096: coop128x128skw 33.0 us against the pick's
+    # 36.2). The fit's other constants are not taken: with them 14 picks at decode-sized M and N <= 1024 moved to
+    # tiles measured 10-27% slower (run 50, docs/results/h200/bench/bench_h200_issue47_picks_r50.json)
+    "H200": {"dram_bytes_per_ns": 3576, "sm_bytes_per_ns": 115.5, "l2_sm_bytes_per_ns": 16.2, "latency_ns": 10000,
+             "overlap_p": 7.8, "load_latency_ns": 1400},
 }
 
 # What select_config chooses among, strongest first (measured in bench_h100_issue9_fit.json: the cooperative 128x256
@@ -119,6 +121,9 @@ SELECTABLE = ("coop128x256", "coop128x256c2", "coop256x128", "coop256x128c2", "c
 LATE_SELECTABLE = ("coop128x192", "coop128x128", "pp64x64")
 NARROW_N_TILES = ("pp64x64",)
 NARROW_N_MAX = 1024
+NARROW_N_MIN_M = 128
+DEEP_RING_TILES = ("pp64x64",)
+NARROW_DTYPES = DEEP_RING_DTYPES = ("bfloat16", "float16")
 TIE_FRACTION = 0.03
 # Within a tie, a long k-loop (K >= MULTICAST_MIN_K) goes to the cooperative 128x256 tile in cluster pairs sharing B
 # (each CTA loads half of B's panel and multicasts it): measured under sustained, power-limited load on the H100 over
@@ -255,6 +260,7 @@ SHORT_K_DTYPES = ("bfloat16", "float16")   # measured with bf16; fp8's ties keep
 # against pp64x128's (256) 16.4 / 15.8; 4096x1536x256 coop256x192 (128) 12.6 / 12.0 against pp128x128's (384)
 # 11.8 / 11.0; 4096x896x128 coop256x128 (112) 8.8 / 8.0 against coop128x128's 8.4 / 7.8.
 BUSY_TIE_DTYPES = SHORT_K_DTYPES
+BUSY_TIE_MIN_M = 128
 
 # The stream-K tail (GemmConfig.stream_k; ptxgemm/kernel/templates/streamk.ptx.j2). Whole units leave the last wave
 # partly idle (4096x4096x14336 in cluster pairs: 256 units on 66 clusters, 3.88 waves timed as 4). A cooperative
@@ -570,7 +576,18 @@ def memory_ns(config: GemmConfig, sched, steps: float, m: int, n: int, k: int, b
     dram = batches * ((m * k + k * n) * config.in_itemsize + m * n * config.out_itemsize)
     rows = min(config.block_m, m) + min(config.block_n, n)
     cta = steps * sched.k_tiles * rows * config.block_k * config.in_itemsize
-    return bw["latency_ns"] + max(dram / bw["dram_bytes_per_ns"], cta / bw["sm_bytes_per_ns"])
+    return bw["latency_ns"] + max(dram / bw["dram_bytes_per_ns"], cta / cta_load_rate(config, gpu_name))
+
+
+def cta_load_rate(config: GemmConfig, gpu_name: str = "") -> float:
+    """Bytes per ns one CTA loads: sm_bytes_per_ns, or less where its ring (as the selection runs it: with_deep_ring)
+    keeps fewer bytes in flight than that rate needs over load_latency_ns (Little's law; a GPU without
+    load_latency_ns in MEMORY: no such bound)."""
+    bw = bandwidths(gpu_name)
+    latency = bw.get("load_latency_ns")
+    if not latency or config.transposed_store:
+        return bw["sm_bytes_per_ns"]
+    return min(bw["sm_bytes_per_ns"], with_deep_ring(config).num_stages * config.stage_bytes / latency)
 
 
 def fixup_ns(config: GemmConfig, splits: int, gpu_name: str = ""):
@@ -621,6 +638,15 @@ def with_serpentine(config: GemmConfig, m: int, n: int, k: int, sm_count: int, b
     m, n, k = _kernel_mnk(config, m, n, k)
     sched = schedule.plan_for(turned, m, n, k, sm_count, batches=batches)
     return turned if sched.dp_units >= SERPENTINE_MIN_PASSES * sched.clusters else config
+
+
+def with_deep_ring(config: GemmConfig) -> GemmConfig:
+    """`config` with the deepest load ring shared memory holds where its tile is one of DEEP_RING_TILES (16-bit,
+    no `stages` of its own); else `config` itself."""
+    if (config.tile_tag not in DEEP_RING_TILES or config.stages is not None
+            or config.in_dtype not in DEEP_RING_DTYPES or config.most_stages <= config.num_stages):
+        return config
+    return dataclasses.replace(config, stages=config.most_stages)
 
 
 def sk_steps(config: GemmConfig, sched, gpu_name: str = "") -> float:
@@ -708,18 +734,19 @@ def _ranked(problem: Problem, sm_count: int, gpu_name: str = "", batches: int = 
         if c is None or c.cluster_size > sm_count or not _cluster_fills(c, problem.m):
             continue
         pred = (predict(c, problem.m, problem.n, problem.k, sm_count, gpu_name, batches), c)
-        short_grid = c.tile_tag in SHORT_GRID_TILES
+        short_grid = c.tile_tag in SHORT_GRID_TILES and problem.in_dtype in NARROW_DTYPES
         if short_grid and min(problem.m, problem.n) < SHORT_GRID_MIN_SIDE:
             continue       # small M or N: the pingpong and split-K tiles' ground
-        if c.tile_tag in NARROW_N_TILES and (pred[0].steps > 1 or problem.n > NARROW_N_MAX):
-            continue       # a wide output or more than one wave: the 64x128 tile's ground (NARROW_N_TILES)
+        narrow_n = c.tile_tag in NARROW_N_TILES and problem.in_dtype in NARROW_DTYPES
+        if narrow_n and (pred[0].steps > 1 or problem.n > NARROW_N_MAX or problem.m < NARROW_N_MIN_M):
+            continue       # a wide output, a decode-sized M or more than one wave: not its ground (NARROW_N_TILES)
         if c.cooperative and c.splits == 1 and pred[0].steps <= (SHORT_GRID_MAX_STEPS if short_grid
                                                                  else MAX_TAIL_RANKED_STEPS):
             # a short grid: its stream-K form competes with split-K and the other tiles as it would run (with_stream_k)
             pred = _with_tail(*pred, problem.m, problem.n, problem.k, sm_count, gpu_name, batches)
         elif short_grid:
             continue       # a longer grid: the wider tiles' (bench_h200_issue47_r40-r42.json)
-        (pairs if c.tile_tag in selectable or short_grid or c.tile_tag in NARROW_N_TILES else fillers if c.tile_tag in WAVE_FILL_TILES
+        (pairs if c.tile_tag in selectable or short_grid or narrow_n else fillers if c.tile_tag in WAVE_FILL_TILES
          else others).append(pred)
     if not pairs:
         pairs, fillers = others, []
@@ -743,18 +770,20 @@ def _ranked(problem: Problem, sm_count: int, gpu_name: str = "", batches: int = 
             return (2, p.total_ns, 0, 0, 0)
         if p.total_ns > fastest * (1 + TIE_FRACTION):
             return (1, p.total_ns, 0, 0, 0)
-        order = selectable.index(c.tile_tag) if c.tile_tag in selectable else len(selectable)
+        order = (selectable.index(c.tile_tag) if c.tile_tag in selectable
+                 else selectable.index(LATE_SELECTABLE[0]) - 0.5 if c.tile_tag in SHORT_GRID_TILES
+                 else len(selectable))
         if c.tile_tag == first and c.tile_tag in long_k:
             order = -1
         if p.memory_bound:   # tied on streaming the same bytes: the least padded work, the most SMs streaming
             # (BUSY_TIES), the fewest splits, the fewest straddled L2 lines; a short k-loop first the fullest waves
             # (SHORT_K_TILES)
             short = p.k_tiles * c.splits <= SHORT_K_TILES and c.in_dtype in SHORT_K_DTYPES
-            fill = -round(p.wave_fill * p.busy_ctas / sm_count, 2) if short else 0
-            busy = (-round(p.busy_ctas / sm_count, 1) if c.in_dtype in BUSY_TIE_DTYPES and not c.transposed_store
-                    else 0)
-            finer = int(c.cooperative) if short else 0
-            return (0, p.padded_area, fill, finer, c.splits, busy,
+            fill = -round(p.wave_fill, 2) if short else 0
+            busy = (-round(p.busy_ctas / sm_count, 1) if c.in_dtype in BUSY_TIE_DTYPES
+                    and problem.m >= BUSY_TIE_MIN_M else 0)
+            overlapped = int(c.cooperative) if short else 0
+            return (0, p.padded_area, overlapped, fill, c.splits, busy,
                     misaligned_factor(c, *_kernel_mnk(c, problem.m, problem.n, problem.k)), order)
         return (0, 0, order, c.splits, 0, 0)
 
@@ -860,7 +889,7 @@ def preferences(m: int, n: int, k: int, in_dtype: str = "bfloat16", out_dtype: s
     for _, config in _ranked(problem, device.sm_count, str(device.name), batches, epilogue):
         # the tail decided for the configs the caller takes, not for every candidate ranked
         tail = with_stream_k(config, m, n, k, device.sm_count, str(device.name), batches)
-        yield with_serpentine(tail, m, n, k, device.sm_count, batches), "cost model"
+        yield with_deep_ring(with_serpentine(tail, m, n, k, device.sm_count, batches)), "cost model"
 
 
 def choose(m: int, n: int, k: int, in_dtype: str = "bfloat16", out_dtype: str | None = None, a_major: str = "k",
