@@ -260,7 +260,7 @@ SHORT_K_DTYPES = ("bfloat16", "float16")   # measured with bf16; fp8's ties keep
 # against pp64x128's (256) 16.4 / 15.8; 4096x1536x256 coop256x192 (128) 12.6 / 12.0 against pp128x128's (384)
 # 11.8 / 11.0; 4096x896x128 coop256x128 (112) 8.8 / 8.0 against coop128x128's 8.4 / 7.8.
 BUSY_TIE_DTYPES = SHORT_K_DTYPES
-BUSY_TIE_MIN_M = 128
+BUSY_TIE_MIN_M = 512
 
 # The stream-K tail (GemmConfig.stream_k; ptxgemm/kernel/templates/streamk.ptx.j2). Whole units leave the last wave
 # partly idle (4096x4096x14336 in cluster pairs: 256 units on 66 clusters, 3.88 waves timed as 4). A cooperative
