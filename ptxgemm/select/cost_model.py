@@ -83,6 +83,20 @@ EPILOGUE_NS_H200 = {
 # GPUs' coop128x256 entries (657 / 685 and 2260 / 1600).
 KTILE_NS_H200["coop128x192"], EPILOGUE_NS_H200["coop128x192"] = 538, 1420
 KTILE_NS["coop128x192"], EPILOGUE_NS["coop128x192"] = 516, 2010
+# The cooperative 128x224 tile (issue 47): N = 896 (Qwen2-0.5B's width) in four whole tiles where 128x256 pads it by
+# an eighth. Its costs are the 128x256 tile's scaled by area (224 / 256), which its times fit within 1-5% (H200, run
+# 52, docs/results/h200/bench/bench_h200_issue47_explore52.json: 4096x896x4864 48.0 us against coop128x256's 52.3,
+# 16384x896x4864 182.8-191.5 against 201.6-207.6, 4096x896x896 14.6-14.8 against the pick's 15.6-15.8).
+# It is offered only where it takes N in whole tiles and 128x256 does not (WHOLE_N_TILES), for 16-bit operands with A
+# K-major (forward and dX GEMMs): in the weight gradients (A M-major) its stream-K forms lost to the 128x128 tile's
+# (4864x896x4096 coop128x224skw 54.0-54.8 us against coop128x128skw's 51.5), and where a longer grid's waves
+# alone favored it the model had not been measured.
+W224_AREA = 224 / 256
+WHOLE_N_TILES = ("coop128x224",)
+KTILE_NS_H200["coop128x224"], EPILOGUE_NS_H200["coop128x224"] = (round(KTILE_NS_H200["coop128x256"] * W224_AREA),
+                                                                round(EPILOGUE_NS_H200["coop128x256"] * W224_AREA))
+KTILE_NS["coop128x224"], EPILOGUE_NS["coop128x224"] = (round(KTILE_NS["coop128x256"] * W224_AREA),
+                                                      round(EPILOGUE_NS["coop128x256"] * W224_AREA))
 GPU_TABLES = {"H200": (KTILE_NS_H200, EPILOGUE_NS_H200)}
 
 # The memory model's constants (memory_ns, fixup_ns), per GPU name substring.
@@ -114,14 +128,20 @@ MEMORY = {
 # (CANDIDATE_TILES x CLUSTER_SHAPES), including those the model leaves out because they measured weaker
 # (pp128x192, pp64x256, and 2-CTA clusters of pingpong tiles).
 SELECTABLE = ("coop128x256", "coop128x256c2", "coop256x128", "coop256x128c2", "coop256x192", "pp128x128", "pp64x128",
-              "pp128x16t", "pp128x32t", "pp128x64t", "pp64x128c2", "coop128x192")
+              "pp128x16t", "pp128x32t", "pp128x64t", "pp64x128c2", "coop128x192", "coop128x224")
 # SELECTABLE tiles added after WAVE_FILL_TILES' rule was measured (issue 47): they win where the model predicts them
 # faster, and last in a tie, but do not raise the fill a WAVE_FILL_TILES tile must beat (at 3000x5000x2048 with B
 # K-major coop128x192 would tie pp128x192's 98% and hand the tie back to coop128x256, measured 3% slower).
-LATE_SELECTABLE = ("coop128x192", "coop128x128", "pp64x64")
+LATE_SELECTABLE = ("coop128x192", "coop128x224", "coop128x128", "pp64x64")
 NARROW_N_TILES = ("pp64x64",)
 NARROW_N_MAX = 1024
 NARROW_N_MIN_M = 128
+# ... and of its split counts the fewest whose units still fill NARROW_MIN_FILL of the SMs, where the model would
+# split further: with the deep ring (DEEP_RING_TILES) a CTA streams its longer k-range faster than the model's per-SM
+# rate, and each split more is one more partial for the final to add. Measured on the H200 (runs 49 and 52, burst,
+# side by side): 128x896x16384 pp64x64k3s13 (84 units) 20.2-20.9 us against pp64x64k4s13's (112) 20.6-21.7;
+# 128x896x4096 10.3-11.0 against 10.6-11.2; two splits (56 units) lost at 16384 (22.6-23.5).
+NARROW_MIN_FILL = 0.6
 DEEP_RING_TILES = ("pp64x64",)
 NARROW_DTYPES = DEEP_RING_DTYPES = ("bfloat16", "float16")
 TIE_FRACTION = 0.03
@@ -339,7 +359,7 @@ SERPENTINE_DTYPES = SK_DTYPES
 CANDIDATE_TILES = (
     ("pingpong", 128, 128), ("pingpong", 128, 192), ("pingpong", 64, 256), ("pingpong", 64, 128),
     ("cooperative", 256, 128), ("cooperative", 128, 256), ("cooperative", 256, 192), ("cooperative", 128, 128),
-    ("cooperative", 128, 192),
+    ("cooperative", 128, 192), ("cooperative", 128, 224),
     # tiles that are not whole 64-column panels, for shapes whose N they divide better (e.g. N = 4160 = 20 x 208)
     ("pingpong", 128, 160), ("cooperative", 128, 208), ("cooperative", 256, 160),
     # twice the tiles of pp64x128 where M is 64 or less: selectable only for fp8 at M <= FP8_NARROW_MAX_M (below)
@@ -737,6 +757,9 @@ def _ranked(problem: Problem, sm_count: int, gpu_name: str = "", batches: int = 
         short_grid = c.tile_tag in SHORT_GRID_TILES and problem.in_dtype in NARROW_DTYPES
         if short_grid and min(problem.m, problem.n) < SHORT_GRID_MIN_SIDE:
             continue       # small M or N: the pingpong and split-K tiles' ground
+        if c.tile_tag in WHOLE_N_TILES and not (problem.in_dtype in NARROW_DTYPES and problem.a_major == "k"
+                                                and problem.n % c.block_n == 0 and problem.n % 256):
+            continue       # only where it takes N in whole tiles that 128x256 pads (WHOLE_N_TILES)
         narrow_n = c.tile_tag in NARROW_N_TILES and problem.in_dtype in NARROW_DTYPES
         if narrow_n and (pred[0].steps > 1 or problem.n > NARROW_N_MAX or problem.m < NARROW_N_MIN_M):
             continue       # a wide output, a decode-sized M or more than one wave: not its ground (NARROW_N_TILES)
@@ -771,7 +794,7 @@ def _ranked(problem: Problem, sm_count: int, gpu_name: str = "", batches: int = 
         if p.total_ns > fastest * (1 + TIE_FRACTION):
             return (1, p.total_ns, 0, 0, 0)
         order = (selectable.index(c.tile_tag) if c.tile_tag in selectable
-                 else selectable.index(LATE_SELECTABLE[0]) - 0.5 if c.tile_tag in SHORT_GRID_TILES
+                 else -0.5 if c.tile_tag in SHORT_GRID_TILES + NARROW_N_TILES
                  else len(selectable))
         if c.tile_tag == first and c.tile_tag in long_k:
             order = -1
@@ -788,7 +811,22 @@ def _ranked(problem: Problem, sm_count: int, gpu_name: str = "", batches: int = 
         return (0, 0, order, c.splits, 0, 0)
 
     pairs += fillers
-    return _fewer_splits_first(sorted(pairs, key=rank))
+    return _narrow_fewest_splits(_fewer_splits_first(sorted(pairs, key=rank)), sm_count)
+
+
+def _narrow_fewest_splits(ranked: list, sm_count: int) -> list:
+    """`ranked` with its first candidate, where it is a NARROW_N_TILES tile that splits K, behind the same tile with
+    the fewest splits whose units still fill NARROW_MIN_FILL of the SMs (NARROW_MIN_FILL says why)."""
+    top_pred, top = ranked[0]
+    if top.tile_tag not in NARROW_N_TILES or top.splits == 1:
+        return ranked
+    tiles = top_pred.tiles_m * top_pred.tiles_n
+    fewer = [(i, c) for i, (p, c) in enumerate(ranked) if c.tile_tag == top.tile_tag and c.splits < top.splits
+             and tiles * c.splits >= NARROW_MIN_FILL * sm_count]
+    if not fewer:
+        return ranked
+    i = min(fewer, key=lambda ic: ic[1].splits)[0]
+    return [ranked[i]] + ranked[:i] + ranked[i + 1:]
 
 
 def _fewer_splits_first(ranked: list) -> list:
@@ -920,7 +958,7 @@ def explain(m: int, n: int, k: int, in_dtype: str = "bfloat16", out_dtype: str |
     rows = []
     for p, c in _ranked(problem, device.sm_count, str(device.name)):
         pred, tail = _with_tail(p, c, m, n, k, device.sm_count, str(device.name))
-        turned = with_serpentine(tail, m, n, k, device.sm_count)
+        turned = with_deep_ring(with_serpentine(tail, m, n, k, device.sm_count))
         rows.append(pred.row(None if turned is tail else turned.tag))
     return rows
 
