@@ -85,7 +85,7 @@ KTILE_NS_H200["coop128x192"], EPILOGUE_NS_H200["coop128x192"] = 538, 1420
 KTILE_NS["coop128x192"], EPILOGUE_NS["coop128x192"] = 516, 2010
 # The cooperative 128x224 tile (issue 47): N = 896 (Qwen2-0.5B's width) in four whole tiles where 128x256 pads it by
 # an eighth. Its costs are the 128x256 tile's scaled by area (224 / 256), which its times fit within 1-5% (H200, run
-# 52, docs/results/h200/bench/bench_h200_issue47_explore52.json: 4096x896x4864 48.0 us against coop128x256's 52.3,
+# 52, docs/results/h200/bench/bench_h200_issue47_r40-r53.json.gz: r52_explore52: 4096x896x4864 48.0 us against coop128x256's 52.3,
 # 16384x896x4864 182.8-191.5 against 201.6-207.6, 4096x896x896 14.6-14.8 against the pick's 15.6-15.8).
 # It is offered only where it takes N in whole tiles and 128x256 does not (WHOLE_N_TILES), for 16-bit operands with A
 # K-major (forward and dX GEMMs): in the weight gradients (A M-major) its stream-K forms lost to the 128x128 tile's
@@ -108,13 +108,17 @@ GPU_TABLES = {"H200": (KTILE_NS_H200, EPILOGUE_NS_H200)}
 MEMORY = {
     "H100": {"dram_bytes_per_ns": 2496, "sm_bytes_per_ns": 102, "l2_sm_bytes_per_ns": 16.2, "latency_ns": 10000,
              "overlap_p": 7.8},
-    # H200: the H100's with DRAM scaled by the two GPUs' peak bandwidths (4.8 / 3.35 TB/s), and the per-SM load rate
-    # refitted: `fit memory` on the H200's small-M suite with the same 23 variants and the 64x64 pingpong (issue 47,
-    # run 48: docs/results/h200/bench/bench_h200_issue47_smallm_explore48.json) put it at 115.5 B/ns (110-116 with
-    # the training rows and run 50's picks added; a trace of one SM streaming its k-loop read 136, run 44). The H100's
-    # 102 had overcharged the narrower tiles' extra loads (1536x1536x4096: coop128x128skw 33.0 us against the pick's
-    # 36.2). The fit's other constants are not taken: with them 14 picks at decode-sized M and N <= 1024 moved to
-    # tiles measured 10-27% slower (run 50, docs/results/h200/bench/bench_h200_issue47_picks_r50.json)
+    # H200: the H100's with DRAM scaled by the two GPUs' peak bandwidths (4.8 / 3.35 TB/s), and two terms of its own
+    # (issue 47). sm_bytes_per_ns refitted: `fit memory` on the H200's small-M suite with the same 23 variants and
+    # the 64x64 pingpong (run 48: docs/results/h200/bench/bench_h200_issue47_smallm_explore48.json) put it at 115.5
+    # B/ns (110-116 with the training rows and run 50's picks added; a trace of one SM streaming its k-loop read 136,
+    # run 44). The H100's 102 had overcharged the narrower tiles' extra loads (1536x1536x4096: coop128x128skw 33.0 us
+    # against the pick's 36.2). The fit's other constants are not taken: with them 14 picks at decode-sized M and
+    # N <= 1024 moved to tiles measured 10-27% slower (run 50, docs/results/h200/bench/bench_h200_issue47_r40-r53.json.gz,
+    # r50_ab50). load_latency_ns: a CTA's ring bounds its load rate (cta_load_rate), 1400 ns by the fit over
+    # sm_bytes_per_ns and it together (RMS 17.7% to 17.6% on the bf16 runs, 6.9% to 6.2% on run 50's fp8 ones); it is
+    # what keeps the 64x64 pingpong's 8-stage ring (128 KiB in flight: 64x4096x14336 fp8 unsplit 30.6 us against
+    # split in two 26.0) from looking as fast as its deep ring (DEEP_RING_TILES)
     "H200": {"dram_bytes_per_ns": 3576, "sm_bytes_per_ns": 115.5, "l2_sm_bytes_per_ns": 16.2, "latency_ns": 10000,
              "overlap_p": 7.8, "load_latency_ns": 1400},
 }
@@ -133,6 +137,15 @@ SELECTABLE = ("coop128x256", "coop128x256c2", "coop256x128", "coop256x128c2", "c
 # faster, and last in a tie, but do not raise the fill a WAVE_FILL_TILES tile must beat (at 3000x5000x2048 with B
 # K-major coop128x192 would tie pp128x192's 98% and hand the tie back to coop128x256, measured 3% slower).
 LATE_SELECTABLE = ("coop128x192", "coop128x224", "coop128x128", "pp64x64")
+# The 64x64 pingpong is selectable for a narrow output (N <= NARROW_N_MAX, M >= NARROW_N_MIN_M, 16-bit) whose units
+# take one wave: the k/v projections of grouped-query attention (N 128-256) and the weight gradients of narrow layers
+# (128 x 896 x tokens). Twice the 64x128 tile's units at the same splits, or the same units with half the splits,
+# each CTA streaming half the B panel. It runs with the deep ring (DEEP_RING_TILES), and goes first in a tie.
+# Measured on the H200 beside the old picks (run 50, burst, side by side, bench_h200_issue47_r40-r53.json.gz: r50_ab50;
+# 18 such shapes 1.10-1.37x faster, e.g. 512x1024x256 5.6-6.2 us against pp64x128k2's 7.6-8.4, 128x896x4096 10.4-10.5
+# against pp64x128k6's 12.1-12.3) and where it lost: at decode-sized M (the transposed tiles' ground) and wider N
+# (the small-M suite, run 48: 64x4096x14336 unsplit 47.8 against pp64x128k2's 42.2), and at two shapes left to it
+# (2048x128x16384 35.9 against pp64x128k4's 32.0; 256x128x16384 14.2 against pp128x16tk8's 13.4).
 NARROW_N_TILES = ("pp64x64",)
 NARROW_N_MAX = 1024
 NARROW_N_MIN_M = 128
@@ -142,8 +155,13 @@ NARROW_N_MIN_M = 128
 # side by side): 128x896x16384 pp64x64k3s13 (84 units) 20.2-20.9 us against pp64x64k4s13's (112) 20.6-21.7;
 # 128x896x4096 10.3-11.0 against 10.6-11.2; two splits (56 units) lost at 16384 (22.6-23.5).
 NARROW_MIN_FILL = 0.6
+# The tiles the selection gives the deepest ring shared memory holds (with_deep_ring; kernel/layout.py, FILL_STAGES):
+# 13 stages of the 64x64 pingpong keep 208 KiB in flight, as 8 of the 64x128's keep 192. Measured on the H200 beside
+# 8 stages (run 49, bench_h200_issue47_r40-r53.json.gz: r49_explore49): 128x896x16384 pp64x64k3 20.2 us against
+# 22.9, k2 22.6 against 26.6; 16384x128x896 unsplit 17.5-17.9 against 18.5-19.1; at 256x1536 with 4 and 6 splits
+# (3-5 waves of units) it lost 8-10%, where the narrow rule above does not offer the tile.
 DEEP_RING_TILES = ("pp64x64",)
-NARROW_DTYPES = DEEP_RING_DTYPES = ("bfloat16", "float16")
+NARROW_DTYPES = DEEP_RING_DTYPES = ("bfloat16", "float16")   # measured with bf16; fp8 keeps its own rules (FP8_*)
 TIE_FRACTION = 0.03
 # Within a tie, a long k-loop (K >= MULTICAST_MIN_K) goes to the cooperative 128x256 tile in cluster pairs sharing B
 # (each CTA loads half of B's panel and multicasts it): measured under sustained, power-limited load on the H100 over
@@ -276,7 +294,7 @@ SHORT_K_DTYPES = ("bfloat16", "float16")   # measured with bf16; fp8's ties keep
 # Among memory-bound ties of the same padded work, the candidate with more units (up to one per SM) goes first: each
 # CTA streams its own operand panels, so a grid that leaves SMs idle draws less of the bandwidth and pays each
 # tile's ramp and store on fewer SMs. Measured on the H200 beside each other (docs/results/h200/bench/
-# bench_h200_issue47_explore48.json, two runs, burst, issue 47): 16384x128x896 coop256x128 (64 units) 18.3 / 17.8 us
+# bench_h200_issue47_r40-r53.json.gz: r48_explore48, two runs, burst, issue 47): 16384x128x896 coop256x128 (64 units) 18.3 / 17.8 us
 # against pp64x128's (256) 16.4 / 15.8; 4096x1536x256 coop256x192 (128) 12.6 / 12.0 against pp128x128's (384)
 # 11.8 / 11.0; 4096x896x128 coop256x128 (112) 8.8 / 8.0 against coop128x128's 8.4 / 7.8.
 BUSY_TIE_DTYPES = SHORT_K_DTYPES
@@ -312,8 +330,8 @@ MAX_TAIL_RANKED_STEPS = 2
 # The cooperative 128x128 tile is selectable on short grids only, of at most SHORT_GRID_MAX_STEPS steps of its whole
 # units, where it is ranked with its tail and, as LATE_SELECTABLE, wins only by more than TIE_FRACTION. Its units
 # are a quarter of 256x128's, so its tail and its last wave are finer; on longer grids the wider tiles' bytes per
-# FLOP decide. Measured on the H200, burst, side by side (bench_h200_issue47_explore48.json, two runs; run 40 in
-# bench_h200_issue47_r40-r42.json): 1536x1536x4096 coop128x128skw 33.0 / 32.4 us against coop128x256sk's 36.2 /
+# FLOP decide. Measured on the H200, burst, side by side (bench_h200_issue47_r40-r53.json.gz: r48_explore48, two runs; run 40 in
+# bench_h200_issue47_r40-r53.json.gz): 1536x1536x4096 coop128x128skw 33.0 / 32.4 us against coop128x256sk's 36.2 /
 # 35.5; 4864x896x4096 51.7 / 52.5 against coop256x128skw's 54.4 / 54.7; 896x896x16384 coop128x128sk 48.5 / 49.2
 # against coop128x192sk's 50.7 / 52.9; but 4096x896x4864 (2 steps) coop128x128sk 56.1 against coop128x256's 53.0
 # (the model keeps coop128x256 there), and on long grids 2-8% behind (4096x1536x8960 151.4 against coop256x192's
@@ -768,7 +786,7 @@ def _ranked(problem: Problem, sm_count: int, gpu_name: str = "", batches: int = 
             # a short grid: its stream-K form competes with split-K and the other tiles as it would run (with_stream_k)
             pred = _with_tail(*pred, problem.m, problem.n, problem.k, sm_count, gpu_name, batches)
         elif short_grid:
-            continue       # a longer grid: the wider tiles' (bench_h200_issue47_r40-r42.json)
+            continue       # a longer grid: the wider tiles' (bench_h200_issue47_r40-r53.json.gz)
         (pairs if c.tile_tag in selectable or short_grid or narrow_n else fillers if c.tile_tag in WAVE_FILL_TILES
          else others).append(pred)
     if not pairs:
