@@ -94,6 +94,26 @@ def test_config_derives_stages_and_smem():
     assert GemmConfig(block_m=64, block_n=256).acc_registers == 128
 
 
+def test_a_deep_ring_is_asked_for_and_reserves_its_own_barriers():
+    """A config without `stages` fills shared memory up to FILL_STAGES (8), with barriers reserved for 8, so the
+    default configs' layouts stay as they were; `stages` may ask for up to MAX_STAGES (16) where they fit
+    (most_stages), each stage past 8 reserving its two barriers; more than fit is refused, naming the limit."""
+    from ptxgemm.kernel.hardware import MAX_STAGES
+    from ptxgemm.kernel.layout import FILL_STAGES
+
+    narrow = GemmConfig(block_m=64, block_n=64)
+    assert narrow.num_stages == FILL_STAGES == 8 and narrow.barrier_bytes == 2 * 8 * 8
+    assert narrow.most_stages == 13 < MAX_STAGES
+    deep = GemmConfig(block_m=64, block_n=64, stages=13)
+    assert deep.barrier_bytes == 2 * 13 * 8 and deep.smem_empty == deep.smem_full + 13 * 8
+    assert deep.smem_bytes <= 232448
+    with pytest.raises(ConfigError, match=r"stages: 14 stages .* \(at most 13\)"):
+        GemmConfig(block_m=64, block_n=64, stages=14)
+    with pytest.raises(ConfigError, match="stages: must be in 2..16"):
+        GemmConfig(block_m=64, block_n=64, stages=17)
+    assert GemmConfig(stages=6).barrier_bytes == GemmConfig().barrier_bytes   # the default tile keeps its layout
+
+
 def test_cooperative_config_splits_the_tile_between_the_consumers():
     """Both consumers share each tile: each holds half of its rows, a stage is released by both consumers' 8 warps,
     and the epilogue stages panel slots (not the whole tile) so that four stages fit at 256x128."""

@@ -73,8 +73,8 @@ def config_from(fields: dict):
 
 
 def selection_configs() -> list[GemmConfig]:
-    """Every candidate of the selection for every dtype pair and layout, and the epilogue variants the selection can
-    attach on the common layouts (A K-major; B either way)."""
+    """Every candidate of the selection for every dtype pair and layout (with the deep ring where the selection gives
+    one), and the epilogue variants the selection can attach on the common layouts (A K-major; B either way)."""
     found = {}
     for in_dtype, out_dtype, (a_major, b_major) in itertools.product(
             INPUT_DTYPES, (None,) + OUTPUT_DTYPES, itertools.product(("k", "mn"), repeat=2)):
@@ -84,6 +84,7 @@ def selection_configs() -> list[GemmConfig]:
             continue
         for config in base:
             found[config] = None
+            found[select.with_deep_ring(config)] = None   # the deep ring the selection gives DEEP_RING_TILES
             if a_major != "k":
                 continue
             for epilogue in EPILOGUES:

@@ -5,6 +5,7 @@ Every test injects its device (an object with .name and .sm_count), so nothing h
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import subprocess
@@ -28,6 +29,7 @@ BF16_TAGS = {"pp128x128", "pp128x128c2", "pp128x192", "pp64x256", "pp64x256c2", 
              "coop128x128cn2", "pp128x160", "pp128x160cn2", "coop128x208", "coop128x208cn2", "coop256x160",
              "coop256x160cn2", "pp64x64", "pp64x64c2", "pp64x64cn2", "coop128x192", "coop128x192cn2",
              # transposed tiles (swap-AB); split-K variants of any tile share its tile tag
+             "coop128x224", "coop128x224cn2",
              "pp128x16t", "pp128x32t", "pp128x64t", "pp64x16t", "pp64x32t", "pp64x64t"}
 
 
@@ -285,7 +287,9 @@ def test_the_lean_tile_goes_first_from_lean_min_k(shape, b_major, monkeypatch):
 
 def test_explain_is_sorted_and_matches_the_selection():
     rows = S.explain(8448, 9216, 1024, device=H100)
-    assert {GemmConfig.from_tag(r["tag"]).tile_tag for r in rows} == BF16_TAGS & set(S.SELECTABLE + S.WAVE_FILL_TILES)
+    # (a WHOLE_N_TILES tile only where it takes N whole: not 9216)
+    assert {GemmConfig.from_tag(r["tag"]).tile_tag for r in rows} == \
+        BF16_TAGS & set(S.SELECTABLE + S.WAVE_FILL_TILES) - set(S.WHOLE_N_TILES)
     assert set(rows[0]) == {"tag", "tiles", "k_tiles", "steps_per_cta", "predicted_us"}
     assert select_config(8448, 9216, 1024, device=H100).tag == rows[0]["tag"]
     table = S.format_table(rows, chosen=rows[0]["tag"])
@@ -305,7 +309,9 @@ def test_select_config_returns_a_candidate_for_every_shape(in_dtype, out_dtype, 
     again = full_run.pick(len(SHAPES) // 8, len(SHAPES), "shapes whose selection is run twice (deterministic)")
     for i, (m, n, k) in enumerate(SHAPES):
         cfg = select_config(m, n, k, in_dtype, out_dtype, a_major, b_major, device=H100)
-        assert allowed.get(cfg.tag) == cfg, (m, n, k)
+        # a candidate, with the deep ring where the selection gives its tile one (S.with_deep_ring)
+        base = allowed.get(dataclasses.replace(cfg, stages=None).tag)
+        assert base is not None and S.with_deep_ring(base) == cfg, (m, n, k)
         if i % (len(SHAPES) // again) == 0:
             assert select_config(m, n, k, in_dtype, out_dtype, a_major, b_major, device=H100) == cfg
 
@@ -531,15 +537,17 @@ def test_cli_select_refuses_fp8_with_b_mn_major_naming_the_option(capsys):
 
 
 @pytest.mark.stream_k
-@pytest.mark.parametrize("shape, tag", [((4864, 896, 4096), "coop256x128skw"),
-                                        ((896, 4864, 4096), "coop128x256skw"),
-                                        ((4864, 896, 16384), "coop256x128skw"),
+@pytest.mark.parametrize("shape, tag", [((4864, 896, 4096), "coop128x128skw"),
+                                        ((896, 4864, 4096), "coop128x128skw"),
+                                        ((4864, 896, 16384), "coop128x128skw"),
                                         ((896, 4864, 16384), "coop128x256skw")])
 def test_a_thin_tail_takes_a_full_wave_with_it(shape, tag):
     """Issue 47's weight gradients of the Qwen2-0.5B MLP (dW = dY^T X, both operands M/N-major): every cooperative
     candidate of one or two steps ranked as it runs with its tail, the tail taking the last full wave where that spreads it over every
     SM (GemmConfig.sk_wave). Measured on the H200 (runs 40-41): 4864x896x4096 coop256x128skw 54.5-55.2 us against
-    the old pick coop256x192sk's 64.5-65.2; 896x4864x16384 coop128x256skw 182.8-185.9 against 218.8-219.6."""
+    the old pick coop256x192sk's 64.5-65.2; 896x4864x16384 coop128x256skw 182.8-185.9 against 218.8-219.6. Since
+    the short grids' 128x128 tile (SHORT_GRID_TILES, run 50): 4864x896x4096 coop128x128skw 52.4-52.6; first in a tie
+    (run 52: 4864x896x16384 183.5-184.5 against coop256x128skw's 182.0-182.4)."""
     h200 = S.DeviceModel("NVIDIA H200", 132)
     assert select_config(*shape, a_major="mn", b_major="mn", device=h200).tag == tag
 
@@ -555,10 +563,105 @@ def test_short_sides_and_short_shares_keep_split_k_or_whole_tiles():
 
 
 @pytest.mark.stream_k
-@pytest.mark.parametrize("shape, a_major, tile", [((4096, 14336, 16384), "mn", "coop128x256"),
-                                                  ((16384, 896, 151936), "k", "coop256x128")])
+@pytest.mark.parametrize("shape, a_major, tile", [((4096, 14336, 16384), "mn", "coop128x256c2"),
+                                                  ((16384, 896, 151936), "k", "coop128x224")])
 def test_long_grids_are_ranked_by_their_whole_units(shape, a_major, tile):
     """Only candidates of at most MAX_TAIL_RANKED_STEPS steps are ranked with their tails: ranked so, these two took
-    coop256x192 forms measured 2.5% slower on the H200 (run 40, perf-notes issue 47)."""
+    coop256x192 forms measured 2.5% slower on the H200 (run 40, perf-notes issue 47). (The first takes the cluster
+    pair sharing B, MULTICAST_FIRST, since the H200's per-SM load rate was refitted; the second N = 896's whole
+    224-wide tiles, WHOLE_N_TILES.)"""
     h200 = S.DeviceModel("NVIDIA H200", 132)
     assert select_config(*shape, a_major=a_major, b_major="mn", device=h200).tile_tag == tile
+
+
+# ---- issue 47, run 50: the narrow tiles, the short grids' 128x128 tile, the ties of small launches
+
+H200 = S.DeviceModel("NVIDIA H200", 132)
+
+
+@pytest.mark.parametrize("shape, layout, tag", [((128, 896, 4096), ("mn", "mn"), "pp64x64k3s13"),
+                                                ((128, 896, 16384), ("mn", "mn"), "pp64x64k3s13"),
+                                                ((1024, 512, 896), ("k", "k"), "pp64x64s13"),
+                                                ((4096, 128, 896), ("k", "k"), "pp64x64s13")])
+def test_a_narrow_output_in_one_wave_takes_the_64x64_pingpong_with_its_deep_ring(shape, layout, tag):
+    """NARROW_N_TILES, DEEP_RING_TILES and NARROW_MIN_FILL, measured on the H200 against the old picks (run 50,
+    burst, side by side): 128x896x4096 pp64x64k4s13 10.4-10.5 us against pp64x128k6's 12.1-12.3 (k3: 10.3-11.0,
+    runs 49 and 52); 128x896x16384 21.3 against pp64x128k8's 22.4-22.8 (k3: 20.2-20.9); 1024x512x896 7.1-7.3 against
+    pp64x128k2's 8.9-9.0; 4096x128x896 8.3-8.8 against pp64x128k2's 10.1-10.2 and pp128x32t's 8.5-9.0 (runs 50-51)."""
+    assert select_config(*shape, a_major=layout[0], b_major=layout[1], device=H200).tag == tag
+
+
+@pytest.mark.parametrize("shape, layout", [((64, 512, 4096), ("k", "mn")),      # decode-sized M: the transposed tiles'
+                                           ((256, 1536, 4096), ("mn", "mn")),   # N past NARROW_N_MAX
+                                           ((4096, 896, 896), ("k", "k"))])     # more than one wave of 64x64 tiles
+def test_the_64x64_pingpong_stays_off_its_ground(shape, layout):
+    assert select_config(*shape, a_major=layout[0], b_major=layout[1], device=H200).tile_tag != "pp64x64"
+
+
+def test_the_deep_ring_is_the_selections_and_16_bit_only():
+    """with_deep_ring fills shared memory with stages for DEEP_RING_TILES only, never past what the config holds,
+    never where the caller set stages, and not for fp8 (not measured)."""
+    pp = GemmConfig(block_m=64, block_n=64, splits=3, a_major="mn", b_major="mn")
+    deep = S.with_deep_ring(pp)
+    assert deep.stages == pp.most_stages == 13 and pp.num_stages == 8
+    assert S.with_deep_ring(dataclasses.replace(pp, stages=4)).stages == 4
+    assert S.with_deep_ring(GemmConfig(block_m=64, block_n=128)) == GemmConfig(block_m=64, block_n=128)
+    fp8 = GemmConfig(block_m=64, block_n=64, in_dtype="float8_e4m3fn", out_dtype="bfloat16", b_major="k")
+    assert S.with_deep_ring(fp8) == fp8
+
+
+def test_a_ring_keeps_a_ctas_loads_in_flight():
+    """cta_load_rate: the H200's per-SM rate, or the bytes a ring keeps in flight over load_latency_ns where that is
+    less (the 64x64 pingpong at 8 stages, 128 KiB); the deep ring the selection gives it streams at the full rate;
+    the H100 has no such bound (its model is unchanged)."""
+    bw = S.bandwidths("NVIDIA H200")
+    pp = GemmConfig(block_m=64, block_n=64, stages=8)
+    assert S.cta_load_rate(pp, "NVIDIA H200") == pytest.approx(8 * pp.stage_bytes / bw["load_latency_ns"])
+    assert S.cta_load_rate(pp, "NVIDIA H200") < bw["sm_bytes_per_ns"]
+    assert S.cta_load_rate(GemmConfig(block_m=64, block_n=64), "NVIDIA H200") == bw["sm_bytes_per_ns"]
+    assert S.cta_load_rate(GemmConfig(schedule="cooperative", block_m=128, block_n=256), "NVIDIA H200") == \
+        bw["sm_bytes_per_ns"]
+    assert S.cta_load_rate(pp, "NVIDIA H100 80GB HBM3") == S.bandwidths("H100")["sm_bytes_per_ns"]
+
+
+@pytest.mark.stream_k
+@pytest.mark.parametrize("shape, tag", [((1536, 1536, 4096), "coop128x128skw"), ((896, 896, 16384), "coop128x128sk"),
+                                        ((896, 4864, 4096), "coop128x128skw")])
+def test_a_short_grid_takes_the_128x128_tile_with_its_tail(shape, tag):
+    """SHORT_GRID_TILES (H200, run 50): 1536x1536x4096 coop128x128skw 32.6-32.8 us against coop128x256sk's 35.8;
+    896x896x16384 coop128x128sk 48.1 against coop128x192sk's 52.6-53.2; first in a tie (896x4864x4096, run 48:
+    coop128x128skw 51.0-51.7 against coop128x256skw's 53.9-54.5)."""
+    assert select_config(*shape, a_major="mn", b_major="mn", device=H200).tag == tag
+
+
+@pytest.mark.parametrize("shape, b_major", [((4096, 1536, 8960), "mn"), ((4096, 896, 151936), "mn"),
+                                            ((512, 4096, 14336), "mn")])
+def test_long_grids_and_short_sides_keep_the_wider_tiles(shape, b_major):
+    """The 128x128 tile lost 2-8% on long grids (run 40: 4096x1536x8960, 4096x896x151936), and small M is not its
+    ground (SHORT_GRID_MIN_SIDE)."""
+    assert select_config(*shape, b_major=b_major, device=H200).tile_tag != "coop128x128"
+
+
+@pytest.mark.parametrize("shape, layout, tag", [((16384, 128, 896), ("k", "k"), "pp128x128"),
+                                                ((4096, 1536, 256), ("k", "mn"), "pp128x128")])
+def test_small_launches_break_ties_by_streaming_ctas_and_overlapped_stores(shape, layout, tag):
+    """BUSY_TIE_* and the short k-loop's pingpong first (run 50, burst, side by side): 16384x128x896 pp128x128
+    16.0-16.1 us against coop256x128's (64 CTAs) 17.7-17.9; 4096x1536x256 11.0-11.1 against coop256x192's
+    11.8-11.9."""
+    assert select_config(*shape, a_major=layout[0], b_major=layout[1], device=H200).tag == tag
+
+
+@pytest.mark.parametrize("shape, b_major", [((4096, 896, 896), "k"), ((4096, 896, 4864), "mn"),
+                                            ((16384, 896, 4864), "k")])
+def test_n_896_takes_four_whole_224_wide_tiles(shape, b_major):
+    """WHOLE_N_TILES (H200, run 52, burst, side by side): 4096x896x4864 coop128x224 48.0 us against coop128x256's
+    52.2-52.8; 16384x896x4864 182.8-191.5 against 201.6-207.6; 4096x896x896 14.6-14.8 against coop256x128's
+    15.6-15.8."""
+    assert select_config(*shape, b_major=b_major, device=H200).tile_tag == "coop128x224"
+
+
+@pytest.mark.parametrize("shape, a_major, b_major", [((4864, 896, 4096), "mn", "mn"), ((4096, 4096, 4096), "k", "mn"),
+                                                     ((4096, 1792, 4096), "k", "mn")])
+def test_the_224_wide_tile_only_where_it_takes_n_whole_and_128x256_does_not(shape, a_major, b_major):
+    """Not for A M-major (its tails lost to the 128x128 tile's), nor where 256 divides N (1792 = 7 x 256)."""
+    assert select_config(*shape, a_major=a_major, b_major=b_major, device=H200).tile_tag != "coop128x224"

@@ -36,14 +36,16 @@ DTYPE_SLOTS = (("bfloat16", "bfloat16"), ("float16", "float32"), ("float16", "fl
 SPLIT_FAMILIES = ({"block_m": 64, "block_n": 128, "splits": 3}, {"block_m": 128, "block_n": 128, "splits": 2},
                   {"block_m": 64, "block_n": 256, "splits": 4},
                   {"schedule": "cooperative", "block_m": 128, "block_n": 256, "splits": 2},
-                  {"schedule": "cooperative", "block_m": 256, "block_n": 128, "splits": 3})
+                  {"schedule": "cooperative", "block_m": 256, "block_n": 128, "splits": 3},
+                  # the deep ring the selection gives the 64x64 pingpong (cost_model.DEEP_RING_TILES): 13 stages
+                  {"block_m": 64, "block_n": 64, "splits": 3, "stages": 13})
 TRANSPOSED_FAMILIES = ({"block_m": 128, "block_n": 16, "c_major": "m"},
                        {"block_m": 128, "block_n": 32, "c_major": "m", "splits": 3},
                        {"block_m": 128, "block_n": 64, "c_major": "m", "splits": 2},
                        {"block_m": 64, "block_n": 16, "c_major": "m", "splits": 4},
                        {"block_m": 64, "block_n": 64, "c_major": "m"})
 NARROW_FAMILIES = ({"block_m": 64, "block_n": 32}, {"block_m": 128, "block_n": 16, "splits": 2},
-                   {"block_m": 128, "block_n": 48})
+                   {"block_m": 128, "block_n": 48}, {"block_m": 64, "block_n": 64, "stages": 13})
 FAMILIES = SPLIT_FAMILIES + TRANSPOSED_FAMILIES + NARROW_FAMILIES
 
 

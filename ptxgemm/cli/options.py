@@ -9,6 +9,8 @@ import os
 from pathlib import Path
 
 from ..errors import ConfigError
+from ..kernel.hardware import MAX_STAGES
+from ..kernel.layout import FILL_STAGES
 from ..kernel.config import (FP8_DTYPES, GemmConfig, INPUT_DTYPES, MAJORS, OUTPUT_DTYPES, RASTERS, SCHEDULES,
                              default_out_dtype)
 
@@ -38,7 +40,8 @@ def add_config_arguments(group) -> None:
     group.add_argument("--block-n", type=int, default=None,
                        help=f"tile columns, a multiple of 16 in 16..256 (default {d.block_n})")
     group.add_argument("--stages", type=int, default=None,
-                       help="load pipeline stages, 2..8 (default: as many as fit in shared memory)")
+                       help=f"load pipeline stages, 2..{MAX_STAGES} where they fit (default: as many as fit in "
+                            f"shared memory, up to {FILL_STAGES})")
     group.add_argument("--group-m", type=int, default=None,
                        help=f"tile-rows (raster m) or tile-columns (raster n) per rasterization group, 1..64 "
                             f"(default {d.group_m})")

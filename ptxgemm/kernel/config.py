@@ -372,7 +372,7 @@ def _trace_rules(cfg: GemmConfig) -> None:
 def _shared_memory_rules(cfg: GemmConfig) -> None:
     """every part: the stages (tile, operands) beside the epilogue buffer (tile, operands, fusion) and the grouped
     kernel's tables in shared memory."""
-    most = cfg.max_stages
+    most = cfg.most_stages
     if most < 2:
         raise ConfigError(f"block_m x block_n: {cfg.block_m}x{cfg.block_n} leaves room for fewer than 2 stages"
                           + (f" beside the {cfg.source_bytes} B source tile" if cfg.source_bytes else ""))

@@ -19,6 +19,13 @@ BARRIER_EPILOGUE_SYNC = (1, 2)     # the 128 threads of consumer 0 / 1 around th
 BARRIER_MMA_ORDER = (3, 4)         # pingpong: consumer g waits on [g] before its mainloop; the other arrives on it
 BARRIER_EPILOGUE_ORDER = (5, 6)    # pingpong: same, for the epilogue (one shared C staging buffer)
 FLAG_BYTES = 4                     # split-K: one u32 arrival counter per output tile (and consumer half)
+# A config without `stages` fills shared memory with stages up to this many: 192 KiB of operands in flight for the
+# 64x128 pingpong and the cooperative tiles alike. A deeper ring (up to MAX_STAGES) is asked for by `stages`: the
+# selection gives one to the 64x64 pingpong, whose 16 KiB stages would otherwise keep only 128 KiB in flight
+# (select/cost_model.py, DEEP_RING_TILES). Measured on the H200 (issue 47, run 49): 13 stages against 8 ran the
+# 64x64 pingpong's one-wave split-K weight gradients up to 12% faster, but the transposed tiles' small-M streams
+# 1.5% slower on average (up to 18%), so the default stays.
+FILL_STAGES = 8
 
 
 def itemsize(name: str) -> int:
@@ -217,8 +224,14 @@ class KernelLayout(TileLayout):
 
     @property
     def barrier_bytes(self) -> int:
-        # full[] and empty[], sized for the largest ring; the source tile's full and empty
-        return 2 * MAX_STAGES * MBARRIER_BYTES + (2 * MBARRIER_BYTES if self.has_source else 0)
+        # full[] and empty[], sized for the largest ring a default config fills (FILL_STAGES) or for the stages asked
+        # for, so that a config's default ring does not depend on itself; the source tile's full and empty
+        return (2 * self._ring_capacity(self.stages) * MBARRIER_BYTES
+                + (2 * MBARRIER_BYTES if self.has_source else 0))
+
+    @staticmethod
+    def _ring_capacity(stages: int | None) -> int:
+        return max(FILL_STAGES, stages or 0)
 
     # --- the fused epilogue -------------------------------------------------------------------------------
     @property
@@ -276,18 +289,30 @@ class KernelLayout(TileLayout):
 
     @property
     def num_stages(self) -> int:
-        """Pipeline depth: `stages` if given, else as many stages as shared memory holds."""
+        """Pipeline depth: `stages` if given, else as many stages as shared memory holds, up to FILL_STAGES."""
         return self.stages if self.stages is not None else self.max_stages
 
     @property
     def max_stages(self) -> int:
-        """The most stages shared memory holds (up to MAX_STAGES) beside the least epilogue buffer: the cooperative
-        epilogue makes do with one panel slot per consumer, so stages come first."""
+        """The stages a config without `stages` gets: as many as shared memory holds beside the least epilogue
+        buffer, up to FILL_STAGES (the cooperative epilogue makes do with one panel slot per consumer, so stages come
+        first)."""
+        return min(FILL_STAGES, self._room_for_stages(FILL_STAGES) // self.stage_bytes)
+
+    @property
+    def most_stages(self) -> int:
+        """The deepest ring shared memory holds beside the least epilogue buffer, up to MAX_STAGES (each stage past
+        FILL_STAGES also takes its two barriers' bytes): what `stages` may ask for."""
+        return max((s for s in range(2, MAX_STAGES + 1) if s * self.stage_bytes <= self._room_for_stages(s)),
+                   default=min(FILL_STAGES, self._room_for_stages(FILL_STAGES) // self.stage_bytes))
+
+    def _room_for_stages(self, stages: int) -> int:
+        """Shared memory left for a ring of `stages` (its barriers reserved) beside the least epilogue buffer."""
         least_epilogue = (CONSUMERS * self.epi_panel_bytes if self.cooperative
                           else self.epi_panels * self.epi_panel_bytes)
-        room = (SMEM_PER_BLOCK_OPTIN - least_epilogue - self.source_bytes - self.barrier_bytes
+        return (SMEM_PER_BLOCK_OPTIN - least_epilogue - self.source_bytes
+                - 2 * self._ring_capacity(stages) * MBARRIER_BYTES - (2 * MBARRIER_BYTES if self.has_source else 0)
                 - self.group_table_bytes)
-        return min(MAX_STAGES, room // self.stage_bytes)
 
     # --- split-K -----------------------------------------------------------------------------------------
     @property

@@ -83,6 +83,20 @@ EPILOGUE_NS_H200 = {
 # GPUs' coop128x256 entries (657 / 685 and 2260 / 1600).
 KTILE_NS_H200["coop128x192"], EPILOGUE_NS_H200["coop128x192"] = 538, 1420
 KTILE_NS["coop128x192"], EPILOGUE_NS["coop128x192"] = 516, 2010
+# The cooperative 128x224 tile (issue 47): N = 896 (Qwen2-0.5B's width) in four whole tiles where 128x256 pads it by
+# an eighth. Its costs are the 128x256 tile's scaled by area (224 / 256), which its times fit within 1-5% (H200, run
+# 52, docs/results/h200/bench/bench_h200_issue47_r40-r53.json.gz: r52_explore52: 4096x896x4864 48.0 us against coop128x256's 52.3,
+# 16384x896x4864 182.8-191.5 against 201.6-207.6, 4096x896x896 14.6-14.8 against the pick's 15.6-15.8).
+# It is offered only where it takes N in whole tiles and 128x256 does not (WHOLE_N_TILES), for 16-bit operands with A
+# K-major (forward and dX GEMMs): in the weight gradients (A M-major) its stream-K forms lost to the 128x128 tile's
+# (4864x896x4096 coop128x224skw 54.0-54.8 us against coop128x128skw's 51.5), and where a longer grid's waves
+# alone favored it the model had not been measured.
+W224_AREA = 224 / 256
+WHOLE_N_TILES = ("coop128x224",)
+KTILE_NS_H200["coop128x224"], EPILOGUE_NS_H200["coop128x224"] = (round(KTILE_NS_H200["coop128x256"] * W224_AREA),
+                                                                round(EPILOGUE_NS_H200["coop128x256"] * W224_AREA))
+KTILE_NS["coop128x224"], EPILOGUE_NS["coop128x224"] = (round(KTILE_NS["coop128x256"] * W224_AREA),
+                                                      round(EPILOGUE_NS["coop128x256"] * W224_AREA))
 GPU_TABLES = {"H200": (KTILE_NS_H200, EPILOGUE_NS_H200)}
 
 # The memory model's constants (memory_ns, fixup_ns), per GPU name substring.
@@ -94,9 +108,19 @@ GPU_TABLES = {"H200": (KTILE_NS_H200, EPILOGUE_NS_H200)}
 MEMORY = {
     "H100": {"dram_bytes_per_ns": 2496, "sm_bytes_per_ns": 102, "l2_sm_bytes_per_ns": 16.2, "latency_ns": 10000,
              "overlap_p": 7.8},
-    # H200: not fitted; the H100's with DRAM scaled by the two GPUs' peak bandwidths (4.8 / 3.35 TB/s)
-    "H200": {"dram_bytes_per_ns": 3576, "sm_bytes_per_ns": 102, "l2_sm_bytes_per_ns": 16.2, "latency_ns": 10000,
-             "overlap_p": 7.8},
+    # H200: the H100's with DRAM scaled by the two GPUs' peak bandwidths (4.8 / 3.35 TB/s), and two terms of its own
+    # (issue 47). sm_bytes_per_ns refitted: `fit memory` on the H200's small-M suite with the same 23 variants and
+    # the 64x64 pingpong (run 48: docs/results/h200/bench/bench_h200_issue47_smallm_explore48.json) put it at 115.5
+    # B/ns (110-116 with the training rows and run 50's picks added; a trace of one SM streaming its k-loop read 136,
+    # run 44). The H100's 102 had overcharged the narrower tiles' extra loads (1536x1536x4096: coop128x128skw 33.0 us
+    # against the pick's 36.2). The fit's other constants are not taken: with them 14 picks at decode-sized M and
+    # N <= 1024 moved to tiles measured 10-27% slower (run 50, docs/results/h200/bench/bench_h200_issue47_r40-r53.json.gz,
+    # r50_ab50). load_latency_ns: a CTA's ring bounds its load rate (cta_load_rate), 1400 ns by the fit over
+    # sm_bytes_per_ns and it together (RMS 17.7% to 17.6% on the bf16 runs, 6.9% to 6.2% on run 50's fp8 ones); it is
+    # what keeps the 64x64 pingpong's 8-stage ring (128 KiB in flight: 64x4096x14336 fp8 unsplit 30.6 us against
+    # split in two 26.0) from looking as fast as its deep ring (DEEP_RING_TILES)
+    "H200": {"dram_bytes_per_ns": 3576, "sm_bytes_per_ns": 115.5, "l2_sm_bytes_per_ns": 16.2, "latency_ns": 10000,
+             "overlap_p": 7.8, "load_latency_ns": 1400},
 }
 
 # What select_config chooses among, strongest first (measured in bench_h100_issue9_fit.json: the cooperative 128x256
@@ -108,11 +132,36 @@ MEMORY = {
 # (CANDIDATE_TILES x CLUSTER_SHAPES), including those the model leaves out because they measured weaker
 # (pp128x192, pp64x256, and 2-CTA clusters of pingpong tiles).
 SELECTABLE = ("coop128x256", "coop128x256c2", "coop256x128", "coop256x128c2", "coop256x192", "pp128x128", "pp64x128",
-              "pp128x16t", "pp128x32t", "pp128x64t", "pp64x128c2", "coop128x192")
+              "pp128x16t", "pp128x32t", "pp128x64t", "pp64x128c2", "coop128x192", "coop128x224")
 # SELECTABLE tiles added after WAVE_FILL_TILES' rule was measured (issue 47): they win where the model predicts them
 # faster, and last in a tie, but do not raise the fill a WAVE_FILL_TILES tile must beat (at 3000x5000x2048 with B
 # K-major coop128x192 would tie pp128x192's 98% and hand the tie back to coop128x256, measured 3% slower).
-LATE_SELECTABLE = ("coop128x192",)
+LATE_SELECTABLE = ("coop128x192", "coop128x224", "coop128x128", "pp64x64")
+# The 64x64 pingpong is selectable for a narrow output (N <= NARROW_N_MAX, M >= NARROW_N_MIN_M, 16-bit) whose units
+# take one wave: the k/v projections of grouped-query attention (N 128-256) and the weight gradients of narrow layers
+# (128 x 896 x tokens). Twice the 64x128 tile's units at the same splits, or the same units with half the splits,
+# each CTA streaming half the B panel. It runs with the deep ring (DEEP_RING_TILES), and goes first in a tie.
+# Measured on the H200 beside the old picks (run 50, burst, side by side, bench_h200_issue47_r40-r53.json.gz: r50_ab50;
+# 18 such shapes 1.10-1.37x faster, e.g. 512x1024x256 5.6-6.2 us against pp64x128k2's 7.6-8.4, 128x896x4096 10.4-10.5
+# against pp64x128k6's 12.1-12.3) and where it lost: at decode-sized M (the transposed tiles' ground) and wider N
+# (the small-M suite, run 48: 64x4096x14336 unsplit 47.8 against pp64x128k2's 42.2), and at two shapes left to it
+# (2048x128x16384 35.9 against pp64x128k4's 32.0; 256x128x16384 14.2 against pp128x16tk8's 13.4).
+NARROW_N_TILES = ("pp64x64",)
+NARROW_N_MAX = 1024
+NARROW_N_MIN_M = 128
+# ... and of its split counts the fewest whose units still fill NARROW_MIN_FILL of the SMs, where the model would
+# split further: with the deep ring (DEEP_RING_TILES) a CTA streams its longer k-range faster than the model's per-SM
+# rate, and each split more is one more partial for the final to add. Measured on the H200 (runs 49 and 52, burst,
+# side by side): 128x896x16384 pp64x64k3s13 (84 units) 20.2-20.9 us against pp64x64k4s13's (112) 20.6-21.7;
+# 128x896x4096 10.3-11.0 against 10.6-11.2; two splits (56 units) lost at 16384 (22.6-23.5).
+NARROW_MIN_FILL = 0.6
+# The tiles the selection gives the deepest ring shared memory holds (with_deep_ring; kernel/layout.py, FILL_STAGES):
+# 13 stages of the 64x64 pingpong keep 208 KiB in flight, as 8 of the 64x128's keep 192. Measured on the H200 beside
+# 8 stages (run 49, bench_h200_issue47_r40-r53.json.gz: r49_explore49): 128x896x16384 pp64x64k3 20.2 us against
+# 22.9, k2 22.6 against 26.6; 16384x128x896 unsplit 17.5-17.9 against 18.5-19.1; at 256x1536 with 4 and 6 splits
+# (3-5 waves of units) it lost 8-10%, where the narrow rule above does not offer the tile.
+DEEP_RING_TILES = ("pp64x64",)
+NARROW_DTYPES = DEEP_RING_DTYPES = ("bfloat16", "float16")   # measured with bf16; fp8 keeps its own rules (FP8_*)
 TIE_FRACTION = 0.03
 # Within a tie, a long k-loop (K >= MULTICAST_MIN_K) goes to the cooperative 128x256 tile in cluster pairs sharing B
 # (each CTA loads half of B's panel and multicasts it): measured under sustained, power-limited load on the H100 over
@@ -242,6 +291,14 @@ SPLIT_TIE_FRACTION = 0.10
 # (384 tiles in 3 steps, 97% full) 12.9 us against coop128x256's 15.6 (192 in 2, 73%).
 SHORT_K_TILES = 4
 SHORT_K_DTYPES = ("bfloat16", "float16")   # measured with bf16; fp8's ties keep their own rules (FP8_*)
+# Among memory-bound ties of the same padded work, the candidate with more units (up to one per SM) goes first: each
+# CTA streams its own operand panels, so a grid that leaves SMs idle draws less of the bandwidth and pays each
+# tile's ramp and store on fewer SMs. Measured on the H200 beside each other (docs/results/h200/bench/
+# bench_h200_issue47_r40-r53.json.gz: r48_explore48, two runs, burst, issue 47): 16384x128x896 coop256x128 (64 units) 18.3 / 17.8 us
+# against pp64x128's (256) 16.4 / 15.8; 4096x1536x256 coop256x192 (128) 12.6 / 12.0 against pp128x128's (384)
+# 11.8 / 11.0; 4096x896x128 coop256x128 (112) 8.8 / 8.0 against coop128x128's 8.4 / 7.8.
+BUSY_TIE_DTYPES = SHORT_K_DTYPES
+BUSY_TIE_MIN_M = 512
 
 # The stream-K tail (GemmConfig.stream_k; ptxgemm/kernel/templates/streamk.ptx.j2). Whole units leave the last wave
 # partly idle (4096x4096x14336 in cluster pairs: 256 units on 66 clusters, 3.88 waves timed as 4). A cooperative
@@ -270,6 +327,20 @@ SK_WAVE_MIN_GAIN = 0.02
 # tails, 4096x14336x16384 (A M-major) and 16384x896x151936 moved to coop256x192 forms measured 2.5% slower than
 # their picks (H200, run 40, perf-notes issue 47).
 MAX_TAIL_RANKED_STEPS = 2
+# The cooperative 128x128 tile is selectable on short grids only, of at most SHORT_GRID_MAX_STEPS steps of its whole
+# units, where it is ranked with its tail and, as LATE_SELECTABLE, wins only by more than TIE_FRACTION. Its units
+# are a quarter of 256x128's, so its tail and its last wave are finer; on longer grids the wider tiles' bytes per
+# FLOP decide. Measured on the H200, burst, side by side (bench_h200_issue47_r40-r53.json.gz: r48_explore48, two runs; run 40 in
+# bench_h200_issue47_r40-r53.json.gz): 1536x1536x4096 coop128x128skw 33.0 / 32.4 us against coop128x256sk's 36.2 /
+# 35.5; 4864x896x4096 51.7 / 52.5 against coop256x128skw's 54.4 / 54.7; 896x896x16384 coop128x128sk 48.5 / 49.2
+# against coop128x192sk's 50.7 / 52.9; but 4096x896x4864 (2 steps) coop128x128sk 56.1 against coop128x256's 53.0
+# (the model keeps coop128x256 there), and on long grids 2-8% behind (4096x1536x8960 151.4 against coop256x192's
+# 140.4; 4096x896x151936 1888 against coop256x128sk's 1617).
+SHORT_GRID_TILES = ("coop128x128",)
+SHORT_GRID_MAX_STEPS = 3
+# ... and on products whose sides are both at least SHORT_GRID_MIN_SIDE, where it was measured (small M, 256 and 512
+# rows, is the pingpong and split-K tiles' ground, as for SK_ALL_MIN_SIDE)
+SHORT_GRID_MIN_SIDE = 768
 # ... but a grid of fewer units than clusters, all of it run as the tail, on a product whose sides are both at least
 # SK_ALL_MIN_SIDE and SK_ALL_MIN_K_TILES k-tiles per unit: the weight gradients of a small model's layers, dW = dY^T X with
 # the tokens as K, whose few output tiles leave most SMs idle. Measured on the H200 beside split-K and the unsplit
@@ -306,7 +377,7 @@ SERPENTINE_DTYPES = SK_DTYPES
 CANDIDATE_TILES = (
     ("pingpong", 128, 128), ("pingpong", 128, 192), ("pingpong", 64, 256), ("pingpong", 64, 128),
     ("cooperative", 256, 128), ("cooperative", 128, 256), ("cooperative", 256, 192), ("cooperative", 128, 128),
-    ("cooperative", 128, 192),
+    ("cooperative", 128, 192), ("cooperative", 128, 224),
     # tiles that are not whole 64-column panels, for shapes whose N they divide better (e.g. N = 4160 = 20 x 208)
     ("pingpong", 128, 160), ("cooperative", 128, 208), ("cooperative", 256, 160),
     # twice the tiles of pp64x128 where M is 64 or less: selectable only for fp8 at M <= FP8_NARROW_MAX_M (below)
@@ -448,6 +519,7 @@ class Prediction:
     memory_bound: bool = False   # the memory model's time exceeds the compute model's
     padded_area: int = 0         # output elements the tiles compute, padding included (every problem's)
     wave_fill: float = 1.0       # units / (steps x clusters): how full the busiest CTA's steps keep the grid
+    busy_ctas: int = 0           # CTAs with work in the first step (min(units, clusters) x the cluster's CTAs)
 
     def row(self, tag: str | None = None) -> dict:
         """The table row; `tag`: the config's tag where the selection adds what the model does not time."""
@@ -490,7 +562,7 @@ def predict(config: GemmConfig, m: int, n: int, k: int, sm_count: int, gpu_name:
     area = batches * sched.tiles_m * config.block_m * sched.tiles_n * config.block_n
     return Prediction(config.tag, sched.tiles_m, sched.tiles_n, sched.k_tiles, steps, sched.k_tiles * base_ns,
                       epi_ns, float(total), bool(memory > compute), area,
-                      sched.waves / steps)
+                      sched.waves / steps, min(sched.units, sched.clusters) * config.cluster_size)
 
 
 # A dense operand whose lines are not whole 128-byte L2 lines (K or M/N not a multiple of 64 bf16 elements) makes
@@ -542,7 +614,18 @@ def memory_ns(config: GemmConfig, sched, steps: float, m: int, n: int, k: int, b
     dram = batches * ((m * k + k * n) * config.in_itemsize + m * n * config.out_itemsize)
     rows = min(config.block_m, m) + min(config.block_n, n)
     cta = steps * sched.k_tiles * rows * config.block_k * config.in_itemsize
-    return bw["latency_ns"] + max(dram / bw["dram_bytes_per_ns"], cta / bw["sm_bytes_per_ns"])
+    return bw["latency_ns"] + max(dram / bw["dram_bytes_per_ns"], cta / cta_load_rate(config, gpu_name))
+
+
+def cta_load_rate(config: GemmConfig, gpu_name: str = "") -> float:
+    """Bytes per ns one CTA loads: sm_bytes_per_ns, or less where its ring (as the selection runs it: with_deep_ring)
+    keeps fewer bytes in flight than that rate needs over load_latency_ns (Little's law; a GPU without
+    load_latency_ns in MEMORY: no such bound)."""
+    bw = bandwidths(gpu_name)
+    latency = bw.get("load_latency_ns")
+    if not latency or config.transposed_store:
+        return bw["sm_bytes_per_ns"]
+    return min(bw["sm_bytes_per_ns"], with_deep_ring(config).num_stages * config.stage_bytes / latency)
 
 
 def fixup_ns(config: GemmConfig, splits: int, gpu_name: str = ""):
@@ -593,6 +676,15 @@ def with_serpentine(config: GemmConfig, m: int, n: int, k: int, sm_count: int, b
     m, n, k = _kernel_mnk(config, m, n, k)
     sched = schedule.plan_for(turned, m, n, k, sm_count, batches=batches)
     return turned if sched.dp_units >= SERPENTINE_MIN_PASSES * sched.clusters else config
+
+
+def with_deep_ring(config: GemmConfig) -> GemmConfig:
+    """`config` with the deepest load ring shared memory holds where its tile is one of DEEP_RING_TILES (16-bit,
+    no `stages` of its own); else `config` itself."""
+    if (config.tile_tag not in DEEP_RING_TILES or config.stages is not None
+            or config.in_dtype not in DEEP_RING_DTYPES or config.most_stages <= config.num_stages):
+        return config
+    return dataclasses.replace(config, stages=config.most_stages)
 
 
 def sk_steps(config: GemmConfig, sched, gpu_name: str = "") -> float:
@@ -680,10 +772,23 @@ def _ranked(problem: Problem, sm_count: int, gpu_name: str = "", batches: int = 
         if c is None or c.cluster_size > sm_count or not _cluster_fills(c, problem.m):
             continue
         pred = (predict(c, problem.m, problem.n, problem.k, sm_count, gpu_name, batches), c)
-        if c.cooperative and c.splits == 1 and pred[0].steps <= MAX_TAIL_RANKED_STEPS:
+        short_grid = c.tile_tag in SHORT_GRID_TILES and problem.in_dtype in NARROW_DTYPES
+        if short_grid and min(problem.m, problem.n) < SHORT_GRID_MIN_SIDE:
+            continue       # small M or N: the pingpong and split-K tiles' ground
+        if c.tile_tag in WHOLE_N_TILES and not (problem.in_dtype in NARROW_DTYPES and problem.a_major == "k"
+                                                and problem.n % c.block_n == 0 and problem.n % 256):
+            continue       # only where it takes N in whole tiles that 128x256 pads (WHOLE_N_TILES)
+        narrow_n = c.tile_tag in NARROW_N_TILES and problem.in_dtype in NARROW_DTYPES
+        if narrow_n and (pred[0].steps > 1 or problem.n > NARROW_N_MAX or problem.m < NARROW_N_MIN_M):
+            continue       # a wide output, a decode-sized M or more than one wave: not its ground (NARROW_N_TILES)
+        if c.cooperative and c.splits == 1 and pred[0].steps <= (SHORT_GRID_MAX_STEPS if short_grid
+                                                                 else MAX_TAIL_RANKED_STEPS):
             # a short grid: its stream-K form competes with split-K and the other tiles as it would run (with_stream_k)
             pred = _with_tail(*pred, problem.m, problem.n, problem.k, sm_count, gpu_name, batches)
-        (pairs if c.tile_tag in selectable else fillers if c.tile_tag in WAVE_FILL_TILES else others).append(pred)
+        elif short_grid:
+            continue       # a longer grid: the wider tiles' (bench_h200_issue47_r40-r53.json.gz)
+        (pairs if c.tile_tag in selectable or short_grid or narrow_n else fillers if c.tile_tag in WAVE_FILL_TILES
+         else others).append(pred)
     if not pairs:
         pairs, fillers = others, []
     if not pairs:
@@ -706,19 +811,40 @@ def _ranked(problem: Problem, sm_count: int, gpu_name: str = "", batches: int = 
             return (2, p.total_ns, 0, 0, 0)
         if p.total_ns > fastest * (1 + TIE_FRACTION):
             return (1, p.total_ns, 0, 0, 0)
-        order = selectable.index(c.tile_tag) if c.tile_tag in selectable else len(selectable)
+        order = (selectable.index(c.tile_tag) if c.tile_tag in selectable
+                 else -0.5 if c.tile_tag in SHORT_GRID_TILES + NARROW_N_TILES
+                 else len(selectable))
         if c.tile_tag == first and c.tile_tag in long_k:
             order = -1
-        if p.memory_bound:   # tied on streaming the same bytes: the least padded work, the fewest splits, the fewest
-            # straddled L2 lines; a short k-loop first the fullest waves (SHORT_K_TILES)
+        if p.memory_bound:   # tied on streaming the same bytes: the least padded work, the most SMs streaming
+            # (BUSY_TIES), the fewest splits, the fewest straddled L2 lines; a short k-loop first the fullest waves
+            # (SHORT_K_TILES)
             short = p.k_tiles * c.splits <= SHORT_K_TILES and c.in_dtype in SHORT_K_DTYPES
             fill = -round(p.wave_fill, 2) if short else 0
-            return (0, p.padded_area, fill, c.splits,
+            busy = (-round(p.busy_ctas / sm_count, 1) if c.in_dtype in BUSY_TIE_DTYPES
+                    and problem.m >= BUSY_TIE_MIN_M else 0)
+            overlapped = int(c.cooperative) if short else 0
+            return (0, p.padded_area, overlapped, fill, c.splits, busy,
                     misaligned_factor(c, *_kernel_mnk(c, problem.m, problem.n, problem.k)), order)
         return (0, 0, order, c.splits, 0, 0)
 
     pairs += fillers
-    return _fewer_splits_first(sorted(pairs, key=rank))
+    return _narrow_fewest_splits(_fewer_splits_first(sorted(pairs, key=rank)), sm_count)
+
+
+def _narrow_fewest_splits(ranked: list, sm_count: int) -> list:
+    """`ranked` with its first candidate, where it is a NARROW_N_TILES tile that splits K, behind the same tile with
+    the fewest splits whose units still fill NARROW_MIN_FILL of the SMs (NARROW_MIN_FILL says why)."""
+    top_pred, top = ranked[0]
+    if top.tile_tag not in NARROW_N_TILES or top.splits == 1:
+        return ranked
+    tiles = top_pred.tiles_m * top_pred.tiles_n
+    fewer = [(i, c) for i, (p, c) in enumerate(ranked) if c.tile_tag == top.tile_tag and c.splits < top.splits
+             and tiles * c.splits >= NARROW_MIN_FILL * sm_count]
+    if not fewer:
+        return ranked
+    i = min(fewer, key=lambda ic: ic[1].splits)[0]
+    return [ranked[i]] + ranked[:i] + ranked[i + 1:]
 
 
 def _fewer_splits_first(ranked: list) -> list:
@@ -819,7 +945,7 @@ def preferences(m: int, n: int, k: int, in_dtype: str = "bfloat16", out_dtype: s
     for _, config in _ranked(problem, device.sm_count, str(device.name), batches, epilogue):
         # the tail decided for the configs the caller takes, not for every candidate ranked
         tail = with_stream_k(config, m, n, k, device.sm_count, str(device.name), batches)
-        yield with_serpentine(tail, m, n, k, device.sm_count, batches), "cost model"
+        yield with_deep_ring(with_serpentine(tail, m, n, k, device.sm_count, batches)), "cost model"
 
 
 def choose(m: int, n: int, k: int, in_dtype: str = "bfloat16", out_dtype: str | None = None, a_major: str = "k",
@@ -850,7 +976,7 @@ def explain(m: int, n: int, k: int, in_dtype: str = "bfloat16", out_dtype: str |
     rows = []
     for p, c in _ranked(problem, device.sm_count, str(device.name)):
         pred, tail = _with_tail(p, c, m, n, k, device.sm_count, str(device.name))
-        turned = with_serpentine(tail, m, n, k, device.sm_count)
+        turned = with_deep_ring(with_serpentine(tail, m, n, k, device.sm_count))
         rows.append(pred.row(None if turned is tail else turned.tag))
     return rows
 

@@ -241,15 +241,15 @@ def apply(ptx: str, mutant: Mutant) -> str:
     return "\n".join(lines)
 
 
-_UNSEEN = "not observed on the H100 (docs/results/h100/mutants/mutants_h100.json): "
+_UNSEEN = "not observed on the H100 (docs/results/h100/mutants/mutants_h100.json.gz): "
 
 
 #: (kind, mutations, text found in the call-site template line) -> why the mutant survives. Written from device runs;
 #: a survivor not listed here is "unexplained", and the command exits 1 (the GPU test fails on it).
 _UNSEEN_SPLIT = "not observed on the H100 (docs/results/h100/mutants/mutants_split_h100.json): "
-_UNSEEN_GROUPED = "not observed on the H100 (docs/results/h100/mutants/mutants_grouped_h100.json): "
-_UNSEEN_GROUPED_K = "not observed on the H100 (docs/results/h100/mutants/mutants_grouped_k_h100.json): "
-_UNSEEN_WIDE = "not observed on the H100 (docs/results/h100/mutants/mutants_blockwise_wide_h100.json): "
+_UNSEEN_GROUPED = "not observed on the H100 (docs/results/h100/mutants/mutants_grouped_h100.json.gz): "
+_UNSEEN_GROUPED_K = "not observed on the H100 (docs/results/h100/mutants/mutants_grouped_k_h100.json.gz): "
+_UNSEEN_WIDE = "not observed on the H100 (docs/results/h100/mutants/mutants_blockwise_wide_h100.json.gz): "
 _UNSEEN_SK = "not observed on the H100 (docs/results/h100/mutants/mutants_stream_k_h100.json): "
 
 
