@@ -55,6 +55,8 @@ CASES = (
     ("pp128x128", (260, 390, 1152), "pingpong, one set over two row blocks per consumer"),
     ("coop128x192cn2", (260, 600, 1536), "one set in a cluster pair multicasting A; every copy of the promotion"),
     ("coop256x128c2", (1040, 260, 1280), "one set in a cluster pair multicasting B"),
+    ("coop256x128cn2", (520, 520, 1664), "one set over two row blocks in a cluster pair multicasting A: the "
+                                         "selection's pick at M = 4096 (BLOCK_SCALE_PAIR_A_TILES)"),
     ("coop128x160k2", (260, 330, 1920), "one set, split-K 2 of 15 k-tiles: 8 and 7"),
     ("coop128x112", (260, 460, 1280), "two sets with a second B block (t = 16, 32, 48, 64; 112: one block)"),
     # swap-AB (the transposed store; a row-major out computes C^T = B^T A^T): the kernel's rows are the caller's N

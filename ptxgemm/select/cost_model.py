@@ -248,6 +248,13 @@ BLOCK_SCALE_SPLITS = (1, 2, 3, 4)
 # coop256x128, H100, turns_h100_run3/run4.json): 4096x7168x16384 1220-1230 against 1123-1205 TFLOP/s, 4096x4096x7168
 # 1243-1264 against 1133-1195; at K 1536-2048 the two were within 1%.
 BLOCK_SCALE_MULTICAST_MIN_K = 4096
+# ... but the 256-row tile goes, within its tie and at any K, to the pair sharing A (cn2, DeepGEMM's pair): each
+# CTA of a 256x128 tile reads twice as many A rows per k-tile as B columns, so halving A's traffic saves more than
+# halving B's. Measured on the H200 (run 32, flushed kernel durations, one run, perf-notes issue 49), cn2 against
+# the selection's pick: 4096x7168x16384 732.8 us against c2's 759.1, 4096x4096x7168 180.3 against 181.5,
+# 4096x24576x1536 246.7 against the single CTA's 249.3, 4096x32768x512 138.6 against 140.6, 4096x7168x2048 95.8
+# against 96.3. The H100 is not measured: the rule is the H200's.
+BLOCK_SCALE_PAIR_A_TILES = ("coop256x128",)
 # Small M (DeepGEMM's M = 64 and 128 shapes) is memory-bound: the model predicts most candidates within the tie, and
 # the tie used to go to the most CTAs with work, which picked split counts leaving a second, partial wave
 # (64x7168x16384: pp64x128k3, 168 units on 132 SMs, 206-208 TFLOP/s burst, where pp64x128k2's 112 in one wave ran
@@ -883,7 +890,8 @@ def blockwise_candidates(problem: Problem) -> list[GemmConfig]:
 def _ranked_blockwise(problem: Problem, sm_count: int, gpu_name: str, batches: int, epilogue: tuple):
     """_ranked for blockwise scaling: the BLOCK_SCALE_TILES candidates by predicted time, ties (TIE_FRACTION) to
     fuller waves (memory-bound predictions), then more CTAs with work, then the least padded work, then the earlier
-    tile, then fewer splits, then (K >= BLOCK_SCALE_MULTICAST_MIN_K) a cluster pair sharing B; at decode-sized M,
+    tile, then fewer splits, then for BLOCK_SCALE_PAIR_A_TILES a cluster pair sharing A, then (K >=
+    BLOCK_SCALE_MULTICAST_MIN_K) a cluster pair sharing B; at decode-sized M,
     BLOCK_SCALE_SWAP_TILE ahead of an unsplit first pick."""
     order = [f"{TAG_SCHEDULE[s]}{bm}x{bn}" for s, bm, bn in BLOCK_SCALE_TILES]
     small_m = problem.m <= BLOCK_SCALE_WIDE_MIN_M
@@ -918,11 +926,13 @@ def _ranked_blockwise(problem: Problem, sm_count: int, gpu_name: str, batches: i
             return (1, p.total_ns, 0, 0, 0, 0)
         busy = min(p.tiles_m * p.tiles_n * c.splits, sm_count)   # CTAs with work: each streams its own B columns
         pair_first = c.cluster_m > 1 and problem.k >= BLOCK_SCALE_MULTICAST_MIN_K
+        pair_a_first = c.cluster_n > 1 and base in BLOCK_SCALE_PAIR_A_TILES
         # a split whose k-range is short loses more to the fix-up than fuller waves give back (64x24576x1536:
         # pp64x128k2 169 TFLOP/s against pp64x128's 186), so only splits of BLOCK_SCALE_FILL_MIN_K_TILES count
         fill = (round(p.wave_fill, 2) if c.splits == 1 or p.k_tiles >= BLOCK_SCALE_FILL_MIN_K_TILES else 0.0) \
             if p.memory_bound else 1.0
-        return (0, -fill, -busy, p.padded_area, order.index(base), c.splits, not pair_first, c.cluster_size)
+        return (0, -fill, -busy, p.padded_area, order.index(base), c.splits, not pair_a_first, not pair_first,
+                c.cluster_size)
     ranked = sorted(pairs, key=rank)
     if swapped is not None and ranked[0][1].splits == 1:   # decode-sized M, a short k-loop: the swap-AB tile first
         ranked.insert(0, (predict(swapped, problem.m, problem.n, problem.k, sm_count, gpu_name, batches), swapped))
