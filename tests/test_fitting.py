@@ -9,7 +9,7 @@ import pytest
 from ptxgemm.errors import ConfigError
 from ptxgemm.kernel import schedule
 from ptxgemm.kernel.config import GemmConfig
-from ptxgemm.select import cost_model, fitting
+from ptxgemm.select import cost_model, fitting, memory_model
 
 RESULTS = Path(__file__).resolve().parent.parent / "docs" / "results"
 SHAPES = [(m, n, k) for m in (512, 2048, 4096, 8192) for n in (1024, 4096) for k in (1024, 4096, 8192)]
@@ -75,8 +75,8 @@ def test_fit_memory_leaves_the_models_tables_as_they_were(tmp_path, monkeypatch)
 
     monkeypatch.setattr(scipy_optimize, "minimize", one_step)
     gpu = "NVIDIA H100 80GB HBM3"
-    before = json.dumps([cost_model.tables(gpu), cost_model.bandwidths(gpu)], sort_keys=True)
+    before = json.dumps([cost_model.tables(gpu), memory_model.bandwidths(gpu)], sort_keys=True)
     run = RESULTS / "h100/select/bench_h100_issue11_explore.json"
     got = fitting.fit_memory([run], 132)
-    assert seen and got["samples"] > 0 and got["dram_bytes_per_ns"] > cost_model.bandwidths(gpu)["dram_bytes_per_ns"]
-    assert json.dumps([cost_model.tables(gpu), cost_model.bandwidths(gpu)], sort_keys=True) == before
+    assert seen and got["samples"] > 0 and got["dram_bytes_per_ns"] > memory_model.bandwidths(gpu)["dram_bytes_per_ns"]
+    assert json.dumps([cost_model.tables(gpu), memory_model.bandwidths(gpu)], sort_keys=True) == before

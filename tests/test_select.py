@@ -17,7 +17,7 @@ import pytest
 import full_run
 from ptxgemm import GemmConfig, select_config
 from ptxgemm.errors import ConfigError
-from ptxgemm.select import cost_model as S, tune_cache
+from ptxgemm.select import cost_model as S, memory_model as M, tune_cache
 from ptxgemm.select.problem import Problem
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -152,7 +152,7 @@ def test_model_tables_are_positive_and_keyed_alike():
 def compute_only(monkeypatch):
     """The memory model out of the way (no latency, unbounded bandwidth): predictions are the compute model's."""
     for key, value in (("latency_ns", 0.0), ("dram_bytes_per_ns", 1e15), ("sm_bytes_per_ns", 1e15)):
-        monkeypatch.setitem(S.MEMORY["H100"], key, value)
+        monkeypatch.setitem(M.MEMORY["H100"], key, value)
 
 
 def test_pingpong_prediction_hides_all_but_the_last_epilogue(compute_only):
@@ -195,9 +195,9 @@ def test_unknown_tag_is_a_config_error():
 def test_the_tables_drive_the_choice(monkeypatch):
     """Refitting a table changes the selection: the model has no other opinion (with the memory model out of the
     way: a compute table cannot make a launch faster than its memory traffic)."""
-    monkeypatch.setitem(S.MEMORY["H100"], "latency_ns", 0.0)
-    monkeypatch.setitem(S.MEMORY["H100"], "dram_bytes_per_ns", 1e12)
-    monkeypatch.setitem(S.MEMORY["H100"], "sm_bytes_per_ns", 1e12)
+    monkeypatch.setitem(M.MEMORY["H100"], "latency_ns", 0.0)
+    monkeypatch.setitem(M.MEMORY["H100"], "dram_bytes_per_ns", 1e12)
+    monkeypatch.setitem(M.MEMORY["H100"], "sm_bytes_per_ns", 1e12)
     shape = (4096, 4096, 4096)
     monkeypatch.setitem(S.KTILE_NS, "coop256x192", 1.0)
     assert select_config(*shape, device=H100).tag == "coop256x192"
@@ -464,7 +464,7 @@ def test_split_k_counts_units_and_fixup():
     p1, p4 = S.predict(base, 64, 4096, 4096, 132), S.predict(split, 64, 4096, 4096, 132)
     assert (p1.steps, p1.k_tiles) == (1, 64) and (p4.steps, p4.k_tiles) == (1, 16)
     assert p4.total_ns < p1.total_ns
-    assert S.fixup_ns(split, 4) > 0
+    assert M.fixup_ns(split, 4) > 0
 
 
 def test_misaligned_lines_cost_unless_multicast():
@@ -472,9 +472,9 @@ def test_misaligned_lines_cost_unless_multicast():
     half of it per CTA."""
     one = GemmConfig(schedule="cooperative", block_m=128, block_n=256)
     pair = GemmConfig(schedule="cooperative", block_m=128, block_n=256, cluster_m=2)
-    assert S.misaligned_factor(one, 3000, 5056, 2048) == 1.0
-    f1, f2 = S.misaligned_factor(one, 3000, 5000, 2048), S.misaligned_factor(pair, 3000, 5000, 2048)
-    assert f1 == pytest.approx(1 + S.MISALIGNED_COST * 2 / 3) and f2 == pytest.approx(1 + S.MISALIGNED_COST / 3)
+    assert M.misaligned_factor(one, 3000, 5056, 2048) == 1.0
+    f1, f2 = M.misaligned_factor(one, 3000, 5000, 2048), M.misaligned_factor(pair, 3000, 5000, 2048)
+    assert f1 == pytest.approx(1 + M.MISALIGNED_COST * 2 / 3) and f2 == pytest.approx(1 + M.MISALIGNED_COST / 3)
     assert select_config(3000, 5000, 2048, device=H100).cluster_m == 2
 
 
@@ -614,14 +614,14 @@ def test_a_ring_keeps_a_ctas_loads_in_flight():
     """cta_load_rate: the H200's per-SM rate, or the bytes a ring keeps in flight over load_latency_ns where that is
     less (the 64x64 pingpong at 8 stages, 128 KiB); the deep ring the selection gives it streams at the full rate;
     the H100 has no such bound (its model is unchanged)."""
-    bw = S.bandwidths("NVIDIA H200")
+    bw = M.bandwidths("NVIDIA H200")
     pp = GemmConfig(block_m=64, block_n=64, stages=8)
-    assert S.cta_load_rate(pp, "NVIDIA H200") == pytest.approx(8 * pp.stage_bytes / bw["load_latency_ns"])
-    assert S.cta_load_rate(pp, "NVIDIA H200") < bw["sm_bytes_per_ns"]
-    assert S.cta_load_rate(GemmConfig(block_m=64, block_n=64), "NVIDIA H200") == bw["sm_bytes_per_ns"]
-    assert S.cta_load_rate(GemmConfig(schedule="cooperative", block_m=128, block_n=256), "NVIDIA H200") == \
+    assert M.cta_load_rate(pp, "NVIDIA H200") == pytest.approx(8 * pp.stage_bytes / bw["load_latency_ns"])
+    assert M.cta_load_rate(pp, "NVIDIA H200") < bw["sm_bytes_per_ns"]
+    assert M.cta_load_rate(S.with_deep_ring(GemmConfig(block_m=64, block_n=64)), "NVIDIA H200") == bw["sm_bytes_per_ns"]
+    assert M.cta_load_rate(GemmConfig(schedule="cooperative", block_m=128, block_n=256), "NVIDIA H200") == \
         bw["sm_bytes_per_ns"]
-    assert S.cta_load_rate(pp, "NVIDIA H100 80GB HBM3") == S.bandwidths("H100")["sm_bytes_per_ns"]
+    assert M.cta_load_rate(pp, "NVIDIA H100 80GB HBM3") == M.bandwidths("H100")["sm_bytes_per_ns"]
 
 
 @pytest.mark.stream_k

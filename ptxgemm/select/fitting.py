@@ -1,6 +1,6 @@
 """The cost model's constants refitted from measured runs (`python -m ptxgemm fit`; no GPU needed).
 
-The selection's tables (ptxgemm.select.cost_model: KTILE_NS and EPILOGUE_NS per config tag and GPU, MEMORY per GPU)
+The selection's tables (ptxgemm.select.cost_model: KTILE_NS and EPILOGUE_NS per config tag and GPU; memory_model: MEMORY per GPU)
 are fitted to benchmark runs in which every candidate ran side by side (`bench --variants`) or to a tune cache
 (`tune` stores every candidate's time). This module is that fit, kept beside the model it feeds, so a new GPU or a new
 tile gets its constants the way the current ones were got:
@@ -12,7 +12,7 @@ tile gets its constants the way the current ones were got:
   Powell's method on the mean squared log error of `cost_model.predict`. It needs scipy (a developer's tool, not a
   dependency of the library), and leaves the module's tables as they were.
 
-Both print what to paste into cost_model.py; neither changes the selection by itself.
+Both print what to paste into cost_model.py or memory_model.py; neither changes the selection by itself.
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ import numpy as np
 from ..errors import ConfigError
 from ..kernel import schedule
 from ..kernel.config import GemmConfig
-from . import cost_model
+from . import cost_model, memory_model
 
 #: the epilogue costs tried per tag (ns per output tile): every 10 ns up to 6 us, above any fitted so far
 EPILOGUE_GRID_NS = np.linspace(0.0, 6000.0, 601)
@@ -113,7 +113,7 @@ def fit_memory(files, sm_count: int) -> dict:
     configs = {t: GemmConfig.from_tag(t) for t in {p[3] for p in points}}
     transposed = sorted({c.tile_tag for c in configs.values() if c.transposed_store})
     ktile, epilogue = cost_model.tables(gpu)
-    memory = cost_model.bandwidths(gpu)
+    memory = memory_model.bandwidths(gpu)
     names = [*MEMORY_KEYS, *(f"kt:{t}" for t in transposed), *(f"ep:{t}" for t in transposed)]
 
     # each fitted constant's place in the model's tables: (table, key), in `names`' order
