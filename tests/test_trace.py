@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from ptxgemm.errors import ConfigError
 from ptxgemm.kernel import trace_format as F
 from ptxgemm.kernel.trace_format import (CONSUMER0, CONSUMER1, EMPTY_ACQUIRED, EPILOGUE_START, MAINLOOP_START,
                                          MMA_ISSUED, MMA_RETIRED, ORDER_ACQUIRED, PRODUCER, ROLE_END, ROLE_START,
@@ -500,3 +502,41 @@ def test_cooperative_and_split_k_pngs(tmp_path):
     assert "split-K" in " ".join(T.LEGEND[key][1] for key in coop.legend_keys())
     with pytest.raises(ValueError, match="sm_count must be >= 1"):
         T.plot_compare([pingpong, coop], tmp_path / "x.png", sm_count=0)
+
+
+# ---- the command's config: --config, tile options, or the selection's pick (CPU: decided before the GPU)
+
+def _trace_configs(*argv):
+    from ptxgemm.cli import trace as trace_cli
+    from ptxgemm.cli.main import build_parser
+
+    args = build_parser(["trace"]).parse_args(["trace", "--out", "unused", *argv])
+    return trace_cli._configs(args)
+
+
+def test_trace_takes_a_config_tag_with_splits_and_stages():
+    """--config names any tile the selection could give, split-K and the deep ring included (issue 47: the
+    128x896x16384 weight gradient's pp64x64k3s13, which the tile options cannot name)."""
+    config, compared, variants = _trace_configs("--m", "128", "--n", "896", "--k", "16384", "--a-major", "mn",
+                                                "--b-major", "mn", "--config", "pp64x64k3s13", "--also", "splits=4")
+    assert (config.tag, config.a_major, config.b_major) == ("pp64x64k3s13", "mn", "mn") and not compared
+    assert [v.tag for v in variants] == ["pp64x64k4s13"]
+
+
+def test_trace_without_a_config_traces_the_selections_pick():
+    from ptxgemm.select import cost_model
+
+    config, _, _ = _trace_configs("--m", "4096", "--n", "4096", "--k", "4096")
+    assert config == cost_model.select_config(4096, 4096, 4096, device=cost_model.DEFAULT_DEVICE)
+    config, _, _ = _trace_configs("--m", "16", "--n", "4096", "--k", "4096")   # a swap-AB pick is passed over
+    assert not config.transposed_store
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--config", "pp64x64k3s13", "--block-m", "64"], "--config: the tag names the tile options itself"),
+    (["--config", "pp64x64k3s13", "--compare", "pingpong,cooperative"], "so --config cannot be given"),
+    (["--config", "pp64x64q"], "config tag: 'pp64x64q' is not"),
+])
+def test_trace_refuses_a_config_it_cannot_run_naming_the_option(argv, words):
+    with pytest.raises(ConfigError, match=re.escape(words)):
+        _trace_configs("--m", "128", "--n", "896", "--k", "4096", *argv)

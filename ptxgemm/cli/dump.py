@@ -39,10 +39,7 @@ def add_arguments(p) -> None:
         shape.add_argument(f"--{dim}", type=int, default=None,
                            help=f"problem size {dim.upper()}, >= 1 (required with --kernel gemm; no default)")
     group = p.add_argument_group("GEMM configuration (--kernel gemm)")
-    group.add_argument("--config", default=None, metavar="TAG",
-                       help="the config as a GemmConfig tag <pp|coop><block_m>x<block_n>[c2][cn2][g<group_m>]"
-                            "[r<m|n|h>][s<stages>], e.g. pp128x128 or coop256x128c2; not with tile options "
-                            "(default: the tile options below if any is given, else ptxgemm's selection)")
+    options.add_config_tag_argument(group)
     options.add_config_arguments(group)
     group.add_argument("--grouped", default=None, choices=GROUPED_FORMS,
                        help="the grouped kernel (gemm_grouped.ptx.j2) of this form: contiguous, masked or k (the "
@@ -109,26 +106,18 @@ def gemm_config(args, m: int, n: int, k: int, device) -> tuple[GemmConfig, str]:
     """(config, where it came from). --config TAG names one; tile options describe one (GemmConfig's defaults for
     the rest); with neither, ptxgemm.select.cost_model picks it for this shape, as GemmPlan would. The operand options
     (dtypes, majors) and --debug/--trace apply in every case."""
-    tiles = options.given(args, options.TILE_OPTIONS)
     operands, build = options.operand_fields(args), options.build_fields(args)
-    if args.config is not None and tiles:
-        raise ConfigError(f"--config: the tag names the tile options itself; give --config or {', '.join(tiles)}, "
-                          f"not both")
     if args.grouped:   # the grouped kernel: its own default tile (the k form reads both operands MN-major)
-        grouped = {"grouped": args.grouped}
         if args.grouped == "k":
             operands.update(a_major=args.a_major or "mn", b_major=args.b_major or "mn")
-        if args.config is not None:
-            return GemmConfig.from_tag(args.config, **operands, **build, **grouped), "--config, --grouped"
-        if tiles:
-            return (dataclasses.replace(options.config_from_args(args), **operands, **grouped),
-                    f"tile options {' '.join(tiles)}")
-        return (GemmConfig.from_tag(GROUPED_DEFAULT_TAG, **operands, **build, **grouped),
+        named = options.named_config(args, operands, grouped=args.grouped)
+        if named is not None:
+            return named[0], f"{named[1]}, --grouped"
+        return (GemmConfig.from_tag(GROUPED_DEFAULT_TAG, **operands, **build, grouped=args.grouped),
                 f"--grouped: the grouped kernel's widest tile, {GROUPED_DEFAULT_TAG}")
-    if args.config is not None:
-        return GemmConfig.from_tag(args.config, **operands, **build), "--config"
-    if tiles:
-        return options.config_from_args(args), f"tile options {' '.join(tiles)}"
+    named = options.named_config(args, operands)
+    if named is not None:
+        return named
     config, source = select.choose(m, n, k, **operands, device=device)
     return dataclasses.replace(config, **build), f"selected: {source}"
 

@@ -108,6 +108,33 @@ def build_fields(args) -> dict:
     return {name: bool(getattr(args, name, False)) for name in BUILD_FLAGS}
 
 
+def add_config_tag_argument(group) -> None:
+    """--config TAG: the tile as a GemmConfig tag, instead of the tile options (named_config)."""
+    group.add_argument("--config", default=None, metavar="TAG",
+                       help="the config as a GemmConfig tag <pp|coop><block_m>x<block_n>[t][c2][cn2][g<group_m>]"
+                            "[r<m|n|h>][k<splits>][sk[w]][z][s<stages>], e.g. pp128x128, coop256x128c2 or "
+                            "pp64x64k3s13; not with tile options (default: the tile options if any is given, else "
+                            "ptxgemm's selection for the shape)")
+
+
+def named_config(args, operands: dict | None = None, **fields) -> tuple[GemmConfig, str] | None:
+    """(config, where it came from) as --config TAG or the tile options name it, with `operands` (default: the
+    operand options, operand_fields), the build switches and `fields`; None where neither is given. Both at once is a
+    ConfigError naming --config: the tag names the tile options itself."""
+    tiles = given(args, TILE_OPTIONS)
+    tag = getattr(args, "config", None)
+    if tag is not None and tiles:
+        raise ConfigError(f"--config: the tag names the tile options itself; give --config or {', '.join(tiles)}, "
+                          f"not both")
+    ops = operand_fields(args) if operands is None else operands
+    if tag is not None:
+        return GemmConfig.from_tag(tag, **ops, **build_fields(args), **fields), "--config"
+    if tiles:
+        tile = {d: getattr(args, d) for d in TILE_OPTIONS if getattr(args, d, None) is not None}
+        return GemmConfig(**tile, **ops, **build_fields(args), **fields), f"tile options {' '.join(tiles)}"
+    return None
+
+
 def config_from_args(args) -> GemmConfig:
     """The GemmConfig the options describe: GemmConfig's defaults for every option not given (ConfigError names a
     bad value)."""

@@ -47,19 +47,24 @@ def add_arguments(p) -> None:
     p.add_argument("--window-us", type=float, default=None,
                    help="also write compare_zoom.png: this many microseconds around the middle of the kernels, the "
                         "same stretch in every panel (default: none)")
-    options.add_config_arguments(p.add_argument_group("GEMM configuration"))
+    group = p.add_argument_group("GEMM configuration (default: ptxgemm's selection for the shape, as run() would "
+                                 "pick it, the transposed-store picks passed over)")
+    options.add_config_tag_argument(group)
+    options.add_config_arguments(group)
 
 
 def _configs(args) -> tuple[GemmConfig, list, list]:
     """(the first config to trace, the compared schedules' other picks, the --also variants of the first)."""
     if not args.compare:
-        config = options.config_from_args(args)
+        named = options.named_config(args)
+        config = named[0] if named is not None else tracing.selected_config(args.m, args.n, args.k,
+                                                                            options.operand_fields(args))
         return config, [], [tracing.config_variant(config, spec) for spec in args.also]
     schedules = [s.strip() for s in args.compare.split(",") if s.strip()]
     if len(schedules) < 2 or len(set(schedules)) != len(schedules) or not set(schedules) <= set(SCHEDULES):
         raise ConfigError(f"--compare: must name two or more of {', '.join(SCHEDULES)}, each once "
                           f"(e.g. pingpong,cooperative), got {args.compare!r}")
-    tile = options.given(args, options.TILE_OPTIONS)
+    tile = options.given(args, options.TILE_OPTIONS) + (["--config"] if args.config is not None else [])
     if tile:
         raise ConfigError(f"--compare: the selection picks each schedule's tile, so {', '.join(tile)} cannot be "
                           f"given with it (leave them out, or trace one config with --also variants)")

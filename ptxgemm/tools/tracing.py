@@ -135,6 +135,19 @@ def config_variant(base: GemmConfig, spec: str) -> GemmConfig:
     return dataclasses.replace(base, **changes)
 
 
+def selected_config(m: int, n: int, k: int, operands: dict, device=None) -> GemmConfig:
+    """The config the selection prefers for this problem (ptxgemm.select.cost_model.preferences, split-K, the
+    stream-K tail and the deep ring included) with `operands`' dtypes and majors, passing over swap-AB picks (c_major
+    'm'): a trace runs the problem as given."""
+    from ..select import cost_model as model
+
+    for config, _ in model.preferences(m, n, k, **operands, device=device):
+        if not config.transposed_store:
+            return config
+    raise ConfigError(f"the selection has no config for {m}x{n}x{k} that stores C as given "
+                      f"({', '.join(f'{k}={v}' for k, v in operands.items())}); name one with --config")
+
+
 def schedule_picks(m: int, n: int, k: int, operands: dict, schedules, device=None) -> list[GemmConfig]:
     """Per schedule in `schedules`, the config the selection prefers among that schedule's for this problem
     (ptxgemm.select.cost_model.preferences: the tune cache's winner, then the cost model's ranking; split-K included),
