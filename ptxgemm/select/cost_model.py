@@ -92,8 +92,9 @@ KTILE_NS["coop128x192"], EPILOGUE_NS["coop128x192"] = 516, 2010
 # K-major (forward and dX GEMMs): in the weight gradients (A M-major) its stream-K forms lost to the 128x128 tile's
 # (4864x896x4096 coop128x224skw 54.0-54.8 us against coop128x128skw's 51.5), and where a longer grid's waves
 # alone favored it the model had not been measured.
-W224_AREA = 224 / 256
 WHOLE_N_TILES = ("coop128x224",)
+WHOLE_N_WIDER = 256                 # the wider tile's N, 128x256's: where it divides N, it takes N whole itself
+W224_AREA = 224 / WHOLE_N_WIDER
 KTILE_NS_H200["coop128x224"], EPILOGUE_NS_H200["coop128x224"] = (round(KTILE_NS_H200["coop128x256"] * W224_AREA),
                                                                 round(EPILOGUE_NS_H200["coop128x256"] * W224_AREA))
 KTILE_NS["coop128x224"], EPILOGUE_NS["coop128x224"] = (round(KTILE_NS["coop128x256"] * W224_AREA),
@@ -692,23 +693,13 @@ def _ranked(problem: Problem, sm_count: int, gpu_name: str = "", batches: int = 
         if c is None or c.cluster_size > sm_count or not _cluster_fills(c, problem.m):
             continue
         pred = (predict(c, problem.m, problem.n, problem.k, sm_count, gpu_name, batches), c)
-        short_grid = c.tile_tag in SHORT_GRID_TILES and problem.in_dtype in NARROW_DTYPES
-        if short_grid and min(problem.m, problem.n) < SHORT_GRID_MIN_SIDE:
-            continue       # small M or N: the pingpong and split-K tiles' ground
-        if c.tile_tag in WHOLE_N_TILES and not (problem.in_dtype in NARROW_DTYPES and problem.a_major == "k"
-                                                and problem.n % c.block_n == 0 and problem.n % 256):
-            continue       # only where it takes N in whole tiles that 128x256 pads (WHOLE_N_TILES)
-        narrow_n = c.tile_tag in NARROW_N_TILES and problem.in_dtype in NARROW_DTYPES
-        if narrow_n and (pred[0].steps > 1 or problem.n > NARROW_N_MAX or problem.m < NARROW_N_MIN_M):
-            continue       # a wide output, a decode-sized M or more than one wave: not its ground (NARROW_N_TILES)
-        if c.cooperative and c.splits == 1 and pred[0].steps <= (SHORT_GRID_MAX_STEPS if short_grid
-                                                                 else MAX_TAIL_RANKED_STEPS):
+        offered = _offered_where_measured(c, pred[0].steps, problem)   # None: SELECTABLE decides
+        tail_steps = SHORT_GRID_MAX_STEPS if c.tile_tag in SHORT_GRID_TILES else MAX_TAIL_RANKED_STEPS
+        if c.cooperative and c.splits == 1 and pred[0].steps <= tail_steps:
             # a short grid: its stream-K form competes with split-K and the other tiles as it would run (with_stream_k)
             pred = _with_tail(*pred, problem.m, problem.n, problem.k, sm_count, gpu_name, batches)
-        elif short_grid:
-            continue       # a longer grid: the wider tiles' (bench_h200_issue47_r40-r53.json.gz)
-        (pairs if c.tile_tag in selectable or short_grid or narrow_n else fillers if c.tile_tag in WAVE_FILL_TILES
-         else others).append(pred)
+        (pairs if offered or (offered is None and c.tile_tag in selectable) else
+         fillers if c.tile_tag in WAVE_FILL_TILES else others).append(pred)
     if not pairs:
         pairs, fillers = others, []
     if not pairs:
@@ -750,6 +741,23 @@ def _ranked(problem: Problem, sm_count: int, gpu_name: str = "", batches: int = 
 
     pairs += fillers
     return _narrow_fewest_splits(_fewer_splits_first(sorted(pairs, key=rank)), sm_count)
+
+
+def _offered_where_measured(config: GemmConfig, steps: int, problem: Problem) -> bool | None:
+    """Whether a tile that is selectable only where it was measured to win (with 16-bit operands) is offered for
+    `problem`: NARROW_N_TILES for a narrow output in one wave, SHORT_GRID_TILES on a short grid (`steps` of its whole
+    units) with long sides, WHOLE_N_TILES where it takes N whole and 128x256 does not. None where no such rule
+    applies (SELECTABLE decides). A tile not offered joins the candidates taken only when no selectable one fits."""
+    tile = config.tile_tag
+    sixteen = problem.in_dtype in NARROW_DTYPES
+    if tile in NARROW_N_TILES and sixteen:   # (fp8 has the tile by its own rule: FP8_NARROW_TILE)
+        return steps <= 1 and problem.n <= NARROW_N_MAX and problem.m >= NARROW_N_MIN_M
+    if tile in SHORT_GRID_TILES and sixteen:
+        return steps <= SHORT_GRID_MAX_STEPS and min(problem.m, problem.n) >= SHORT_GRID_MIN_SIDE
+    if tile in WHOLE_N_TILES:
+        return (sixteen and problem.a_major == "k" and problem.n % config.block_n == 0
+                and problem.n % WHOLE_N_WIDER != 0)
+    return None
 
 
 def _narrow_fewest_splits(ranked: list, sm_count: int) -> list:
