@@ -130,16 +130,20 @@ def named_config(args, operands: dict | None = None, **fields) -> tuple[GemmConf
     if tag is not None:
         return GemmConfig.from_tag(tag, **ops, **build_fields(args), **fields), "--config"
     if tiles:
-        tile = {d: getattr(args, d) for d in TILE_OPTIONS if getattr(args, d, None) is not None}
-        return GemmConfig(**tile, **ops, **build_fields(args), **fields), f"tile options {' '.join(tiles)}"
+        config = GemmConfig(**_tile_fields(args), **ops, **build_fields(args), **fields)
+        return config, f"tile options {' '.join(tiles)}"
     return None
 
 
 def config_from_args(args) -> GemmConfig:
     """The GemmConfig the options describe: GemmConfig's defaults for every option not given (ConfigError names a
     bad value)."""
-    tile = {d: getattr(args, d) for d in TILE_OPTIONS if getattr(args, d, None) is not None}
-    return GemmConfig(**tile, **operand_fields(args), **build_fields(args))
+    return GemmConfig(**_tile_fields(args), **operand_fields(args), **build_fields(args))
+
+
+def _tile_fields(args) -> dict:
+    """The tile options given, as GemmConfig fields."""
+    return {d: getattr(args, d) for d in TILE_OPTIONS if getattr(args, d, None) is not None}
 
 
 def add_problem_arguments(p) -> None:

@@ -7,6 +7,8 @@ templates, the host reads the same properties, and the PTX and the launch can ne
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from .grouped_walk import SORT_DEFAULT_MAX_GROUPS
@@ -28,6 +30,7 @@ FLAG_BYTES = 4                     # split-K: one u32 arrival counter per output
 FILL_STAGES = 8
 
 
+@functools.lru_cache(maxsize=None)   # the selection asks it for every candidate's every layout number
 def itemsize(name: str) -> int:
     """Bytes per element of a dtype named as numpy names it (bfloat16 and fp8 too)."""
     import ml_dtypes  # noqa: F401
@@ -226,12 +229,11 @@ class KernelLayout(TileLayout):
     def barrier_bytes(self) -> int:
         # full[] and empty[], sized for the largest ring a default config fills (FILL_STAGES) or for the stages asked
         # for, so that a config's default ring does not depend on itself; the source tile's full and empty
-        return (2 * self._ring_capacity(self.stages) * MBARRIER_BYTES
-                + (2 * MBARRIER_BYTES if self.has_source else 0))
+        return self._barrier_bytes_for(self.stages)
 
-    @staticmethod
-    def _ring_capacity(stages: int | None) -> int:
-        return max(FILL_STAGES, stages or 0)
+    def _barrier_bytes_for(self, stages: int | None) -> int:
+        """barrier_bytes for a ring of `stages` (None: a default config's, FILL_STAGES)."""
+        return 2 * max(FILL_STAGES, stages or 0) * MBARRIER_BYTES + (2 * MBARRIER_BYTES if self.has_source else 0)
 
     # --- the fused epilogue -------------------------------------------------------------------------------
     @property
@@ -303,16 +305,19 @@ class KernelLayout(TileLayout):
     def most_stages(self) -> int:
         """The deepest ring shared memory holds beside the least epilogue buffer, up to MAX_STAGES (each stage past
         FILL_STAGES also takes its two barriers' bytes): what `stages` may ask for."""
-        return max((s for s in range(2, MAX_STAGES + 1) if s * self.stage_bytes <= self._room_for_stages(s)),
-                   default=min(FILL_STAGES, self._room_for_stages(FILL_STAGES) // self.stage_bytes))
+        filled = self.max_stages
+        if filled < FILL_STAGES:
+            return filled            # a deeper ring cannot fit where a default one does not fill FILL_STAGES
+        # past FILL_STAGES each stage also reserves its full and empty barriers
+        deep = (self._room_for_stages(0) + 2 * FILL_STAGES * MBARRIER_BYTES) // (self.stage_bytes + 2 * MBARRIER_BYTES)
+        return max(filled, min(MAX_STAGES, deep))
 
     def _room_for_stages(self, stages: int) -> int:
         """Shared memory left for a ring of `stages` (its barriers reserved) beside the least epilogue buffer."""
         least_epilogue = (CONSUMERS * self.epi_panel_bytes if self.cooperative
                           else self.epi_panels * self.epi_panel_bytes)
         return (SMEM_PER_BLOCK_OPTIN - least_epilogue - self.source_bytes
-                - 2 * self._ring_capacity(stages) * MBARRIER_BYTES - (2 * MBARRIER_BYTES if self.has_source else 0)
-                - self.group_table_bytes)
+                - self._barrier_bytes_for(stages) - self.group_table_bytes)
 
     # --- split-K -----------------------------------------------------------------------------------------
     @property

@@ -772,6 +772,11 @@ def _narrow_fewest_splits(ranked: list, sm_count: int) -> list:
     if not fewer:
         return ranked
     i = min(fewer, key=lambda ic: ic[1].splits)[0]
+    return _to_front(ranked, i)
+
+
+def _to_front(ranked: list, i: int) -> list:
+    """`ranked` with its i-th candidate first, the others in their order."""
     return [ranked[i]] + ranked[:i] + ranked[i + 1:]
 
 
@@ -786,7 +791,7 @@ def _fewer_splits_first(ranked: list) -> list:
         if (c.splits < top.splits and p.tiles_m * p.tiles_n * c.splits >= units
                 and p.total_ns <= top_pred.total_ns * (1 + SPLIT_TIE_FRACTION) and c.tile_tag not in WAVE_FILL_TILES
                 and c.transposed_store == top.transposed_store):
-            return [ranked[i]] + ranked[:i] + ranked[i + 1:]
+            return _to_front(ranked, i)
     return ranked
 
 

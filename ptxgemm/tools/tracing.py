@@ -135,35 +135,39 @@ def config_variant(base: GemmConfig, spec: str) -> GemmConfig:
     return dataclasses.replace(base, **changes)
 
 
-def selected_config(m: int, n: int, k: int, operands: dict, device=None) -> GemmConfig:
-    """The config the selection prefers for this problem (ptxgemm.select.cost_model.preferences, split-K, the
-    stream-K tail and the deep ring included) with `operands`' dtypes and majors, passing over swap-AB picks (c_major
-    'm'): a trace runs the problem as given."""
+def _traceable_picks(m: int, n: int, k: int, operands: dict, device=None):
+    """The selection's configs for this problem, most preferred first (ptxgemm.select.cost_model.preferences: the
+    tune cache's winner, then the cost model's ranking; split-K, the stream-K tail and the deep ring included), with
+    `operands`' dtypes and majors, swap-AB picks (c_major 'm') passed over: a trace runs the problem as given."""
     from ..select import cost_model as model
 
-    for config, _ in model.preferences(m, n, k, **operands, device=device):
-        if not config.transposed_store:
-            return config
-    raise ConfigError(f"the selection has no config for {m}x{n}x{k} that stores C as given "
-                      f"({', '.join(f'{k}={v}' for k, v in operands.items())}); name one with --config")
+    return (config for config, _ in model.preferences(m, n, k, **operands, device=device)
+            if not config.transposed_store)
+
+
+def _problem_words(m: int, n: int, k: int, operands: dict) -> str:
+    return f"{m}x{n}x{k} ({', '.join(f'{name}={v}' for name, v in operands.items())})"
+
+
+def selected_config(m: int, n: int, k: int, operands: dict, device=None) -> GemmConfig:
+    """The config the selection prefers for this problem among those a trace can run (_traceable_picks)."""
+    config = next(_traceable_picks(m, n, k, operands, device), None)
+    if config is None:
+        raise ConfigError(f"the selection has no config for {_problem_words(m, n, k, operands)} that stores C as "
+                          f"given; name one with --config")
+    return config
 
 
 def schedule_picks(m: int, n: int, k: int, operands: dict, schedules, device=None) -> list[GemmConfig]:
     """Per schedule in `schedules`, the config the selection prefers among that schedule's for this problem
-    (ptxgemm.select.cost_model.preferences: the tune cache's winner, then the cost model's ranking; split-K included),
-    with `operands`' dtypes and majors: the two schedules at their best on one problem, for side-by-side traces.
-    Swap-AB picks (c_major 'm') are passed over: a trace runs the problem as given."""
-    from ..select import cost_model as model
-
+    (_traceable_picks): the two schedules at their best on one problem, for side-by-side traces."""
     picks = []
     for schedule in schedules:
-        for config, _ in model.preferences(m, n, k, **operands, device=device):
-            if config.schedule == schedule and not config.transposed_store:
-                picks.append(config)
-                break
-        else:
-            raise ConfigError(f"--compare: the selection has no {schedule} config for {m}x{n}x{k} "
-                              f"({', '.join(f'{k}={v}' for k, v in operands.items())})")
+        pick = next((c for c in _traceable_picks(m, n, k, operands, device) if c.schedule == schedule), None)
+        if pick is None:
+            raise ConfigError(f"--compare: the selection has no {schedule} config for "
+                              f"{_problem_words(m, n, k, operands)}")
+        picks.append(pick)
     return picks
 
 
