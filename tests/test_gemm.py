@@ -288,3 +288,20 @@ def test_consumer_k_loop_stays_lean(config):
     assert loop["hgmma"] == config.k_steps * config.m_halves
     assert loop["r2ur"] == 0
     assert loop["instructions"] <= K_LOOP_BUDGET[config]
+
+
+def test_the_split_k_final_loads_two_partials_at_once_where_registers_allow():
+    """fixup_batch: the 64-row tiles (at most 64 accumulators per thread) add their partials two at a time, the
+    loads of both issued before the adds (splitk.ptx.j2's add_partials), the 128-row tiles one at a time, whose PTX
+    is what it was (tests/test_ptx_hashes.py)."""
+    from ptxgemm.toolchain.kernels import render_gemm
+
+    narrow, wide = GemmConfig(block_m=64, block_n=128, splits=4), GemmConfig(splits=4)
+    assert (narrow.fixup_batch, wide.fixup_batch) == (2, 1)
+    ptx = render_gemm(narrow)
+    body = ptx[ptx.index("_ADD_BATCH:"):]
+    body = body[:body.index("_ADD:")]
+    loads, adds = body.count("ld.global.cg.v4.f32"), body.count("add.f32")
+    assert loads == 2 * narrow.partial_quads and adds == 2 * 4 * narrow.partial_quads
+    assert body.rindex("ld.global.cg.v4.f32") < body.index("add.f32")    # every load before the first add
+    assert "_ADD_BATCH:" not in render_gemm(wide)

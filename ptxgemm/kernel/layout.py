@@ -21,6 +21,10 @@ BARRIER_EPILOGUE_SYNC = (1, 2)     # the 128 threads of consumer 0 / 1 around th
 BARRIER_MMA_ORDER = (3, 4)         # pingpong: consumer g waits on [g] before its mainloop; the other arrives on it
 BARRIER_EPILOGUE_ORDER = (5, 6)    # pingpong: same, for the epilogue (one shared C staging buffer)
 FLAG_BYTES = 4                     # split-K: one u32 arrival counter per output tile (and consumer half)
+# split-K's final holds its accumulators and the values of the partials it loads at once in registers: at most this
+# many 32-bit values (the 64x128 pingpong's 64 accumulators and two partials' 128; the 128-row tiles' 128
+# accumulators take one partial at a time, as before)
+FIXUP_REGISTER_BUDGET = 192
 # A config without `stages` fills shared memory with stages up to this many: 192 KiB of operands in flight for the
 # 64x128 pingpong and the cooperative tiles alike. A deeper ring (up to MAX_STAGES) is asked for by `stages`: the
 # selection gives one to the 64x64 pingpong, whose 16 KiB stages would otherwise keep only 128 KiB in flight
@@ -330,6 +334,13 @@ class KernelLayout(TileLayout):
     def partial_quads(self) -> int:
         """float4 stores per thread per partial tile."""
         return self.acc_registers // 4
+
+    @property
+    def fixup_batch(self) -> int:
+        """Partial tiles a split-K final loads at once before adding them in split order (splitk.ptx.j2): two where
+        the accumulators and two partials' values fit FIXUP_REGISTER_BUDGET, so the second's loads are in flight
+        under the first's (one L2 round trip per two partials); else one."""
+        return 2 if 3 * self.acc_registers <= FIXUP_REGISTER_BUDGET else 1
 
     # --- shared-memory map (byte offsets from the 1024-aligned dynamic smem base) -------------------------
     @property
