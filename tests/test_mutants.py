@@ -115,7 +115,7 @@ def test_split_k_synchronization_is_found_and_its_weakened_forms_assemble():
 
 
 @pytest.mark.parametrize("preset", ["default", "epilogue", "cooperative-epilogue", "blockwise", "blockwise-swapped",
-                                    "split", "grouped", "grouped-masked", "grouped-k"])
+                                    "split", "split-pairs", "grouped", "grouped-masked", "grouped-k"])
 def test_presets_enumerate_with_every_line_traced_to_its_template(preset):
     """No GPU: each preset's debug build renders, its source map lines up with the plain render (a Jinja comment on
     an instruction line once broke that), and every synchronization instruction has mutants."""
@@ -178,3 +178,18 @@ def test_a_workload_run_is_guarded_and_frees_its_output():
     lost = Out(fails=True)
     assert _guarded(raises(CudaError("CUDA_ERROR_ILLEGAL_INSTRUCTION", "running")), lost)[1].startswith("CUDA error")
     assert lost.freed == 1 and out.freed == 3
+
+
+def test_the_split_pairs_preset_runs_the_final_that_adds_two_partials_at_once():
+    """The split-K mutants (tests/test_splitk_gpu.py) also run on a final that adds its partials two at a time
+    (cfg.fixup_batch 2): with 4 splits it takes a pair, then the last one alone, so the publish, the poll, its sync
+    and the reset are broken around both loops. Each such instruction has its mutants there."""
+    from ptxgemm.cli.mutants import MUTANT_PRESETS
+
+    cfg = GemmConfig(**MUTANT_PRESETS["split-pairs"])
+    assert cfg.fixup_batch == 2 and cfg.splits - 1 > cfg.fixup_batch and (cfg.splits - 1) % cfg.fixup_batch
+    ptx, found = mutant_catalog.enumerate_mutants(cfg)
+    assert "_ADD_BATCH:" in ptx
+    kinds = {(m.kind, m.mutation) for m in found if mutant_catalog.in_template(m, "splitk.ptx.j2")}
+    assert {("red.release", "deleted"), ("ld.acquire", "skipped"), ("st.relaxed", "deleted"),
+            ("bar.sync", "deleted")} <= kinds

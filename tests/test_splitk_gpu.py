@@ -187,10 +187,12 @@ def test_small_m_with_the_default_selection(m, nk):
 
 @gpu
 def test_mutants_of_the_split_k_fix_up_are_killed(tmp_path):
-    """Every synchronization instruction split-K adds (splitk.ptx.j2), in the pingpong and the cooperative kernel,
-    broken: the publish (red.release) deleted, the final's poll (ld.acquire) passing at once, the sync that passes
-    the poll on to the 128 threads deleted, the flag's reset deleted, each caught on the mutation tester's workloads
+    """Every synchronization instruction split-K adds (splitk.ptx.j2), in the pingpong and the cooperative kernel and
+    in the 64-row pingpong whose final adds the partials two at a time (cfg.fixup_batch), broken: the publish
+    (red.release) deleted, the final's poll (ld.acquire) passing at once, the sync that passes the poll on to the 128
+    threads deleted, the flag's reset deleted, each caught on the mutation tester's workloads
     (ptxgemm.tools.mutants: 2 launches each with the workspace poisoned in between, so a flag left set lets the second
     launch's final read NaN partials). The sync before the publish is caught, or survives with the reason written
     in ptxgemm.tools.mutants (a latent race); the weakened forms likewise (the command's exit status checks that)."""
-    assert_fix_up_mutants_killed(("split", "cooperative-split"), "splitk.ptx.j2", tmp_path / "mutants.json")
+    assert_fix_up_mutants_killed(("split", "cooperative-split", "split-pairs"), "splitk.ptx.j2",
+                                 tmp_path / "mutants.json")
