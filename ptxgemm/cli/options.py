@@ -126,24 +126,20 @@ def named_config(args, operands: dict | None = None, **fields) -> tuple[GemmConf
     if tag is not None and tiles:
         raise ConfigError(f"--config: the tag names the tile options itself; give --config or {', '.join(tiles)}, "
                           f"not both")
-    ops = operand_fields(args) if operands is None else operands
     if tag is not None:
+        ops = operand_fields(args) if operands is None else operands
         return GemmConfig.from_tag(tag, **ops, **build_fields(args), **fields), "--config"
     if tiles:
-        config = GemmConfig(**_tile_fields(args), **ops, **build_fields(args), **fields)
-        return config, f"tile options {' '.join(tiles)}"
+        return config_from_args(args, operands, **fields), f"tile options {' '.join(tiles)}"
     return None
 
 
-def config_from_args(args) -> GemmConfig:
-    """The GemmConfig the options describe: GemmConfig's defaults for every option not given (ConfigError names a
-    bad value)."""
-    return GemmConfig(**_tile_fields(args), **operand_fields(args), **build_fields(args))
-
-
-def _tile_fields(args) -> dict:
-    """The tile options given, as GemmConfig fields."""
-    return {d: getattr(args, d) for d in TILE_OPTIONS if getattr(args, d, None) is not None}
+def config_from_args(args, operands: dict | None = None, **fields) -> GemmConfig:
+    """The GemmConfig the options describe, with `operands` (default: the operand options, operand_fields) and
+    `fields`: GemmConfig's defaults for every option not given (ConfigError names a bad value)."""
+    tile = {d: getattr(args, d) for d in TILE_OPTIONS if getattr(args, d, None) is not None}
+    ops = operand_fields(args) if operands is None else operands
+    return GemmConfig(**tile, **ops, **build_fields(args), **fields)
 
 
 def add_problem_arguments(p) -> None:
