@@ -202,8 +202,9 @@ def test_the_producer_copied_a_scales_arrive_is_mutated_and_counted_in_the_full_
     (its count+1 and count-1 mutants stand for a count that forgets them). tests/test_blockwise_gpu.py runs them."""
     from ptxgemm.cli.mutants import MUTANT_PRESETS
 
-    cfg = GemmConfig(**MUTANT_PRESETS["blockwise-wide"])
+    cfg = GemmConfig(**MUTANT_PRESETS["blockwise-narrow"])
     assert cfg.bs_a_in_smem and cfg.full_arrivals == 33
+    assert not GemmConfig(**MUTANT_PRESETS["blockwise-wide"]).bs_a_in_smem   # its ring would lose a stage
     ptx, found = mutant_catalog.enumerate_mutants(cfg)
     arrives = [m for m in found if m.kind == "cp.async.mbarrier.arrive"]
     assert {m.mutation for m in arrives} == {"deleted", "counted"} and len(arrives) == 2

@@ -181,8 +181,30 @@ class KernelLayout(TileLayout):
         consumer thread loading its rows' scales from global memory two k-tiles ahead (issue 49: ~8 instructions of
         64-bit address arithmetic per k-tile per consumer warp, and the L1 traffic ncu saw). Dense, unswapped
         blockwise kernels only: swapped ones index A's scales by the tile's columns, the grouped kernel's rows run
-        per group (both keep the loads)."""
-        return self.block_scale and not self.block_scale_swapped and self.grouped is None
+        per group (both keep the loads). And only where the slots cost nothing (_bs_a_slots_free): measured on the
+        H200 (runs 60-62, DeepGEMM's dense set, flushed kernel durations), the 64-row pingpong tiles of its M = 64
+        and 128 rows gained 4-9% with them, while the 256x128 tiles, whose ring they cut from 4 stages to 3, lost
+        2-3.5% at M = 4096, and the 128x128 cooperative tile, whose epilogue they cut to one panel slot, about 2%."""
+        return (self.block_scale and not self.block_scale_swapped and self.grouped is None
+                and self._bs_a_slots_free)
+
+    @property
+    def _bs_a_slots_free(self) -> bool:
+        """Whether A's scale slots (block_m fp32 per stage) fit beside the ring without costing it a stage or the
+        cooperative epilogue a panel slot: the same counts with and without them."""
+        slot = self.block_m * SCALE_BYTES
+        if self.stages is None:
+            room = self._room_for_stages(FILL_STAGES)
+            stages = min(FILL_STAGES, room // self.stage_bytes)
+            if min(FILL_STAGES, room // (self.stage_bytes + slot)) < stages:
+                return False
+        else:
+            stages = self.stages
+            if stages * (self.stage_bytes + slot) > self._room_for_stages(stages):
+                return False
+        return (not self.cooperative
+                or self._cooperative_slots_for(stages, self.stage_bytes + slot)
+                == self._cooperative_slots_for(stages, self.stage_bytes))
 
     @property
     def bs_a_slot_bytes(self) -> int:
@@ -252,8 +274,11 @@ class KernelLayout(TileLayout):
         return self._cooperative_slots(self.num_stages)
 
     def _cooperative_slots(self, stages: int) -> int:
+        return self._cooperative_slots_for(stages, self.ring_stage_bytes)
+
+    def _cooperative_slots_for(self, stages: int, ring_stage_bytes: int) -> int:
         room = (SMEM_PER_BLOCK_OPTIN - self.barrier_bytes - self.source_bytes - self.group_table_bytes
-                - stages * self.ring_stage_bytes)
+                - stages * ring_stage_bytes)
         fit = room // (CONSUMERS * self.epi_panel_bytes)
         return max((d for d in range(1, self.epi_panels + 1) if self.epi_panels % d == 0 and d <= fit), default=0)
 
