@@ -166,6 +166,28 @@ def test_the_cases_leave_the_two_set_loop_through_every_drain():
     assert named == set(range(unroll.pop()))
 
 
+def test_the_one_set_loop_probes_the_next_stage_under_its_last_promotion():
+    """No GPU: each copy of the one-set loop probes the next k-tile's full barrier (mbarrier.test_wait) right after it
+    releases its own stage, before its last row block's promotion, and skips its own wait where the previous copy's
+    probe read true; the two-set loop has no probe. ptxas keeps the probe ahead of the FFMAs (the SASS of
+    coop256x128cn2: SYNCS.PHASECHK.TRANS64 among the first FFMAs of the promotion, the blocking TRYWAIT after them)."""
+    import ptxgemm
+
+    one = _config("coop256x128cn2")
+    ptx = ptxgemm.render_gemm(one)
+    assert one.bs_product_sets == 1
+    assert ptx.count("mbarrier.test_wait.parity") == one.bs_unroll
+    assert ptx.count("@%p_full_ready bra BS_FULL_READY_ONE_") == one.bs_unroll
+    body = ptx[ptx.index("BS_K_ONE:"):ptx.index("BS_K_ONE_DONE:")]
+    for copy in body.split("BS_FULL_READY_ONE_")[1:]:
+        probe = copy.find("mbarrier.test_wait")
+        if probe < 0:
+            continue
+        # after the release (the empty arrive), before the promotion's first fma
+        assert copy.rfind("mbarrier.arrive", 0, probe) >= 0 and copy.find("fma.rn.f32", probe) > probe
+    assert "mbarrier.test_wait" not in ptxgemm.render_gemm(_config("pp64x128"))
+
+
 def _problem(rng, m, n, k):
     """Random fp8 operands (B K-major), random positive blockwise scales and a NaN-poisoned bf16 out: the host
     arrays, the scale arguments, and the out."""

@@ -218,3 +218,17 @@ def test_the_producer_copied_a_scales_arrive_is_mutated_and_counted_in_the_full_
     swapped = GemmConfig(**MUTANT_PRESETS["blockwise-swapped"])
     assert not swapped.bs_a_in_smem
     assert not any(m.kind == "cp.async.mbarrier.arrive" for m in mutant_catalog.enumerate_mutants(swapped)[1])
+
+
+def test_the_one_set_loops_probe_has_mutants():
+    """The blockwise one-set loop's probe of the next stage (pipeline.consumer_probe: mbarrier.test_wait, standing for
+    the next k-tile's wait when it reads true) is a synchronization instruction: made to read true at once, or asked
+    about the other phase, in every copy of the loop; both assemble."""
+    from ptxgemm.cli.mutants import MUTANT_PRESETS
+
+    cfg = GemmConfig(**MUTANT_PRESETS["blockwise-wide"])
+    ptx, found = mutant_catalog.enumerate_mutants(cfg)
+    probes = [m for m in found if m.kind == "mbarrier.test_wait"]
+    assert len(probes) == 2 * cfg.bs_unroll and {m.mutation for m in probes} == {"skipped", "wrong parity"}
+    for m in probes[:2]:
+        compiler.compile_ptx(mutant_catalog.apply(ptx, m))

@@ -114,6 +114,9 @@ def _delete_exchange(m):
 SYNC_KINDS = (
     SyncKind("mbarrier.init", "mbarrier.init", (("count+1", _init_plus), ("count-1", _init_minus))),
     SyncKind("mbarrier.try_wait", "mbarrier.try_wait", (("skipped", _wait_skipped), ("wrong parity", _wait_wrong_parity))),
+    # a probe that stands for a wait when it reads true (pipeline.consumer_probe): made to read true at once, or asked
+    # about the other phase
+    SyncKind("mbarrier.test_wait", "mbarrier.test_wait", (("skipped", _wait_skipped), ("wrong parity", _wait_wrong_parity))),
     SyncKind("mbarrier.arrive.expect_tx", "mbarrier.arrive.expect_tx", (DELETE, ("bytes/2", _bytes_halved))),
     SyncKind("mbarrier.arrive", "mbarrier.arrive", (DELETE,)),
     # blockwise scaling's A scales copied by the producer's warp 0 (blockscale.ptx.j2's producer_copy_a): each lane's
