@@ -59,6 +59,28 @@ CASES = (
                                          "selection's pick at M = 4096 (BLOCK_SCALE_PAIR_A_TILES)"),
     ("coop128x160k2", (260, 330, 1920), "one set, split-K 2 of 15 k-tiles: 8 and 7"),
     ("coop128x112", (260, 460, 1280), "two sets with a second B block (t = 16, 32, 48, 64; 112: one block)"),
+    # A's scales brought by the producer's warp 0 into a slot per stage (cfg.bs_a_in_smem: the unswapped tiles
+    # whose ring and epilogue keep their counts with the slots, e.g. the 64-row pingpong and coop128x192); these aim
+    # at it: rows past M (the copies clamp them to M - 1), split-K's last range past K (the copies' k-block clamped
+    # to the table's last), the ring wrapping, the pingpong two-set loop and the cooperative one-set loop
+    ("pp64x128", (100, 390, 1408), "two sets, A's scales in shared memory: rows past M, 11 k-tiles, the ring "
+                                   "wraps"),
+    ("pp64x128k3", (100, 260, 2944), "two sets, split-K 3 of 23 k-tiles: 8, 8 and 7, the last range past K, A's "
+                                     "scales in shared memory"),
+    ("pp64x64k2", (130, 200, 2432), "two sets, split-K 2 of 19 k-tiles: 10 and 9, the last range past K, A's "
+                                    "scales in shared memory: rows past M"),
+    ("coop128x192", (300, 400, 2176), "one set, A's scales in shared memory: rows past M, 17 k-tiles, the ring "
+                                      "wraps"),
+    # ... and the tiles whose ring or epilogue the slots would cut keep the consumers' loads: the 256-row tiles (4
+    # stages), the pingpong and cooperative 128x128 (6 stages; 2 epilogue panel slots)
+    ("coop256x128", (777, 390, 2304), "one set, A's scales loaded by the consumers: rows past M, 18 k-tiles"),
+    ("coop256x128k2", (390, 260, 2944), "one set, split-K 2 of 23 k-tiles: 12 and 11, the last range past K, "
+                                        "A's scales loaded by the consumers"),
+    ("coop256x128c2", (1100, 390, 1664), "one set in a pair multicasting B, A's scales loaded by the consumers: "
+                                         "the last pair's second tile row wholly past M"),
+    ("pp128x128", (300, 390, 1408), "pingpong, one set, A's scales loaded by the consumers: rows past M"),
+    ("coop128x128", (300, 390, 2944), "two sets (drain 2), A's scales loaded by the consumers: rows past M, 23 "
+                                      "k-tiles"),
     # swap-AB (the transposed store; a row-major out computes C^T = B^T A^T): the kernel's rows are the caller's N
     # and take B's 128x128 scales, its columns the caller's rows, each with its own A scale
     ("pp64x32t", (40, 328, 1408), "swap-AB, 11 k-tiles: rows over three of B's scale blocks (the last partial), "
@@ -111,6 +133,15 @@ def test_each_case_exercises_what_it_claims(tag, shape, why):
     assert s.units > _ctas(cfg), s.describe()   # a CTA runs several units: the sets carry across tiles
     assert ("one set" in why) == (cfg.bs_product_sets == 1)
     assert ("swap-AB" in why) == cfg.block_scale_swapped
+    if "A's scales in shared memory" in why:   # brought by the producer's warp 0 (the other cases run either path)
+        assert cfg.bs_a_in_smem
+    if "A's scales loaded by the consumers" in why:
+        assert not cfg.bs_a_in_smem
+    assert not (cfg.bs_a_in_smem and cfg.block_scale_swapped)
+    if "rows past M" in why:
+        assert shape[0] % cfg.block_m
+    if "wholly past M" in why:   # the pair's tile rows: the last pair's second lies below M
+        assert -(-shape[0] // cfg.block_m) % cfg.cluster_m
     # the planner computes the problem swapped only where TMA can write the C-order out's transpose in place (its
     # rows whole 16-byte lines): otherwise it stages the out and the kernel takes the scales unswapped
     m, n, k = shape
@@ -133,6 +164,28 @@ def test_the_cases_leave_the_two_set_loop_through_every_drain():
     assert len(unroll) == 1
     named = {int(d) for _, _, why in CASES for d in re.findall(r"drain (\d)", why)}
     assert named == set(range(unroll.pop()))
+
+
+def test_the_one_set_loop_probes_the_next_stage_under_its_last_promotion():
+    """No GPU: each copy of the one-set loop probes the next k-tile's full barrier (mbarrier.test_wait) right after it
+    releases its own stage, before its last row block's promotion, and skips its own wait where the previous copy's
+    probe read true; the two-set loop has no probe. ptxas keeps the probe ahead of the FFMAs (the SASS of
+    coop256x128cn2: SYNCS.PHASECHK.TRANS64 among the first FFMAs of the promotion, the blocking TRYWAIT after them)."""
+    import ptxgemm
+
+    one = _config("coop256x128cn2")
+    ptx = ptxgemm.render_gemm(one)
+    assert one.bs_product_sets == 1
+    assert ptx.count("mbarrier.test_wait.parity") == one.bs_unroll
+    assert ptx.count("@%p_full_ready bra BS_FULL_READY_ONE_") == one.bs_unroll
+    body = ptx[ptx.index("BS_K_ONE:"):ptx.index("BS_K_ONE_DONE:")]
+    for copy in body.split("BS_FULL_READY_ONE_")[1:]:
+        probe = copy.find("mbarrier.test_wait")
+        if probe < 0:
+            continue
+        # after the release (the empty arrive), before the promotion's first fma
+        assert copy.rfind("mbarrier.arrive", 0, probe) >= 0 and copy.find("fma.rn.f32", probe) > probe
+    assert "mbarrier.test_wait" not in ptxgemm.render_gemm(_config("pp64x128"))
 
 
 def _problem(rng, m, n, k):
@@ -193,3 +246,25 @@ def test_the_selection_runs_a_decode_sized_problem_swapped():
     plan.launch()
     verdict = _verdict(a, b, args, out)
     assert verdict.ok, f"{plan.config.describe()}: {verdict}"
+
+
+@gpu
+def test_mutants_of_the_a_scales_arrive_and_the_full_count_are_killed(tmp_path):
+    """A's scales brought by the producer (cfg.bs_a_in_smem): each copying lane's cp.async.mbarrier.arrive.noinc
+    deleted or made to count itself, and every barrier's init count one more or one less (the full barriers' count
+    holds the 32 copying lanes besides the leader's arrive), on the pingpong 64x128 tile (preset blockwise-narrow):
+    each caught, as a stall or a wrong result."""
+    import json
+    import subprocess
+    import sys
+
+    out = tmp_path / "mutants.json"
+    proc = subprocess.run([sys.executable, "-m", "ptxgemm", "mutants", "--preset", "blockwise-narrow", "--kind",
+                           "cp.async.mbarrier.arrive", "--kind", "mbarrier.init", "--json", str(out)],
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    records = json.loads(out.read_text())["configs"][0]["mutants"]
+    arrives = [r for r in records if r["instruction"].startswith("cp.async.mbarrier.arrive.noinc")]
+    full = [r for r in records if r["instruction"].startswith("mbarrier.init") and "[%full_bar], 33;" in r["instruction"]]
+    assert len(arrives) == 2 and full, records
+    assert all(r["status"] == "killed" for r in arrives + full), [r for r in arrives + full if r["status"] != "killed"]

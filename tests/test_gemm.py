@@ -114,6 +114,39 @@ def test_a_deep_ring_is_asked_for_and_reserves_its_own_barriers():
     assert GemmConfig(stages=6).barrier_bytes == GemmConfig().barrier_bytes   # the default tile keeps its layout
 
 
+def test_blockwise_a_scales_take_a_slot_per_stage_where_it_costs_nothing():
+    """Dense unswapped blockwise kernels bring A's scales with the stage (cfg.bs_a_in_smem) where the slots (block_m
+    fp32 per stage) leave the ring its stages and the cooperative epilogue its panel slots: the full barriers then
+    wait for warp 0's 32 copying lanes besides the leader. The 256-row tiles (4 stages, 3 with the slots), the
+    128x128 tiles (6 stages; 2 epilogue panel slots), swapped and grouped kernels keep the consumers' loads and
+    their layout."""
+    fp8 = dict(in_dtype="float8_e4m3fn", a_major="k", b_major="k", block_scale=True)
+    narrow = GemmConfig.from_tag("pp64x128k2", **fp8)
+    assert narrow.bs_a_in_smem and (narrow.bs_a_slot_bytes, narrow.bs_a_rows_per_copier) == (256, 2)
+    assert narrow.num_stages == 8 and narrow.full_arrivals == 33 and narrow.ring_stage_bytes == 24576 + 256
+    assert narrow.smem_full == narrow.smem_bs_a + 8 * 256 and narrow.smem_bs_a == narrow.smem_source + narrow.source_bytes
+    assert narrow.smem_bytes <= 232448 and narrow.smem_bs_a % 16 == 0
+    wide192 = GemmConfig.from_tag("coop128x192", **fp8)
+    assert wide192.bs_a_in_smem and wide192.num_stages == 5 and wide192.epi_slots == 1
+    for tag, stages, slots in (("coop256x128c2", 4, 1), ("coop128x128", 6, 2), ("pp128x128", 6, None)):
+        kept = GemmConfig.from_tag(tag, **fp8)
+        assert not kept.bs_a_in_smem and kept.num_stages == stages and kept.full_arrivals == 1, tag
+        assert slots is None or kept.epi_slots == slots, tag
+        assert kept.smem_full == kept.smem_bs_a and kept.bs_a_slot_bytes == 0, tag
+    plain = GemmConfig.from_tag("pp64x128k2")
+    assert not plain.bs_a_in_smem and plain.full_arrivals == 1 and plain.smem_full == plain.smem_bs_a
+    swapped = GemmConfig.from_tag("pp64x32t", **fp8, block_scale_swapped=True)
+    assert not swapped.bs_a_in_smem and swapped.bs_a_slot_bytes == 0 and swapped.full_arrivals == 1
+    grouped = GemmConfig.from_tag("coop128x128", **fp8, grouped="contiguous")
+    assert not grouped.bs_a_in_smem and grouped.full_arrivals == 1
+    ptx = ptxgemm.render_gemm(narrow)
+    assert ptx.count(f"mbarrier.init.shared::cta.b64 [%full_bar], {narrow.full_arrivals};") == narrow.num_stages
+    assert ptx.count("cp.async.ca.shared.global") == narrow.bs_a_rows_per_copier
+    assert "ld.shared.f32 %bs_sa_" in ptx and "ld.global.nc.f32 %bs_sa_" not in ptx
+    for kept in (swapped, GemmConfig.from_tag("coop256x128c2", **fp8)):
+        assert "ld.global.nc.f32 %bs_sa_" in ptxgemm.render_gemm(kept)
+
+
 def test_cooperative_config_splits_the_tile_between_the_consumers():
     """Both consumers share each tile: each holds half of its rows, a stage is released by both consumers' 8 warps,
     and the epilogue stages panel slots (not the whole tile) so that four stages fit at 256x128."""

@@ -193,3 +193,42 @@ def test_the_split_pairs_preset_runs_the_final_that_adds_two_partials_at_once():
     kinds = {(m.kind, m.mutation) for m in found if mutant_catalog.in_template(m, "splitk.ptx.j2")}
     assert {("red.release", "deleted"), ("ld.acquire", "skipped"), ("st.relaxed", "deleted"),
             ("bar.sync", "deleted")} <= kinds
+
+
+def test_the_producer_copied_a_scales_arrive_is_mutated_and_counted_in_the_full_init():
+    """Blockwise scaling with A's scales brought by the producer's warp 0 (cfg.bs_a_in_smem): each lane's
+    cp.async.mbarrier.arrive.noinc on the stage's full barrier is deleted, or made to count itself (no .noinc: the
+    arrival the init holds for it never comes), and every full barrier's init count holds the copiers' arrivals
+    (its count+1 and count-1 mutants stand for a count that forgets them). tests/test_blockwise_gpu.py runs them."""
+    from ptxgemm.cli.mutants import MUTANT_PRESETS
+
+    cfg = GemmConfig(**MUTANT_PRESETS["blockwise-narrow"])
+    assert cfg.bs_a_in_smem and cfg.full_arrivals == 33
+    assert not GemmConfig(**MUTANT_PRESETS["blockwise-wide"]).bs_a_in_smem   # its ring would lose a stage
+    ptx, found = mutant_catalog.enumerate_mutants(cfg)
+    arrives = [m for m in found if m.kind == "cp.async.mbarrier.arrive"]
+    assert {m.mutation for m in arrives} == {"deleted", "counted"} and len(arrives) == 2
+    assert all(mutant_catalog.in_template(m, "blockscale.ptx.j2") for m in arrives)
+    counted = next(m for m in arrives if m.mutation == "counted")
+    assert ".noinc" not in mutant_catalog.apply(ptx, counted).split("\n")[counted.ptx_line - 1]
+    compiler.compile_ptx(mutant_catalog.apply(ptx, counted))
+    full_inits = [m for m in found if m.kind == "mbarrier.init" and "[%full_bar], 33;" in m.instruction]
+    assert len(full_inits) == 2 * cfg.num_stages   # count+1 and count-1 of each stage's
+    # the swapped blockwise kernel keeps its global loads of A's scales: no such arrive, full counts 1
+    swapped = GemmConfig(**MUTANT_PRESETS["blockwise-swapped"])
+    assert not swapped.bs_a_in_smem
+    assert not any(m.kind == "cp.async.mbarrier.arrive" for m in mutant_catalog.enumerate_mutants(swapped)[1])
+
+
+def test_the_one_set_loops_probe_has_mutants():
+    """The blockwise one-set loop's probe of the next stage (pipeline.consumer_probe: mbarrier.test_wait, standing for
+    the next k-tile's wait when it reads true) is a synchronization instruction: made to read true at once, or asked
+    about the other phase, in every copy of the loop; both assemble."""
+    from ptxgemm.cli.mutants import MUTANT_PRESETS
+
+    cfg = GemmConfig(**MUTANT_PRESETS["blockwise-wide"])
+    ptx, found = mutant_catalog.enumerate_mutants(cfg)
+    probes = [m for m in found if m.kind == "mbarrier.test_wait"]
+    assert len(probes) == 2 * cfg.bs_unroll and {m.mutation for m in probes} == {"skipped", "wrong parity"}
+    for m in probes[:2]:
+        compiler.compile_ptx(mutant_catalog.apply(ptx, m))

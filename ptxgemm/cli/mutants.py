@@ -40,6 +40,13 @@ MUTANT_PRESETS = {"default": {}, "cluster": {"cluster_m": 2},
                   # in turn, the stage released after the second
                   "blockwise-wide": {"schedule": "cooperative", "block_m": 256, "block_n": 128,
                                      "in_dtype": "float8_e4m3fn", "b_major": "k", "block_scale": True},
+                  # issue 49's A scales brought by the producer's warp 0 (cfg.bs_a_in_smem): the pingpong two-set
+                  # loop, each lane's cp.async.mbarrier.arrive.noinc on the stage's full barrier. A 3-stage ring: a
+                  # full count one short leaves one arrival over per phase, which reaches the next use of the barrier,
+                  # so the error grows by one each time a stage comes round; its ring must come round more often
+                  # than the full count (33) in the workloads' k-loops for the stage to be read before it landed
+                  "blockwise-narrow": {"block_m": 64, "block_n": 128, "in_dtype": "float8_e4m3fn", "b_major": "k",
+                                       "block_scale": True, "stages": 3},
                   # issue 24's swap-AB under blockwise scales: the pingpong two-set loop with the tables' axes
                   # traded (the workloads' C-order outs make GemmPlan swap the problem, as the preset says)
                   "blockwise-swapped": {"block_m": 64, "block_n": 32, "c_major": "m", "in_dtype": "float8_e4m3fn",
@@ -81,6 +88,8 @@ def add_arguments(p) -> None:
                         "relu, "
                         "'blockwise' the fp8 cooperative 128x128 with blockwise scales (two product sets), "
                         "'blockwise-wide' the fp8 cooperative 256x128 with blockwise scales (one product set), "
+                        "'blockwise-narrow' the fp8 pingpong 64x128 with blockwise scales (A's scales brought by "
+                        "the producer into shared memory), "
                         "'blockwise-swapped' the fp8 pingpong 64x32 swap-AB tile with blockwise scales (the "
                         "problem swapped, the scale tables' axes traded), "
                         "'grouped' the grouped kernel "

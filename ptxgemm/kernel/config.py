@@ -252,7 +252,7 @@ class GemmConfig(KernelLayout):
             "stages": self.num_stages,
             "smem_bytes": self.smem_bytes,
             "smem_map": {"a": self.smem_a, "b": self.smem_b, "c": self.smem_c, "source": self.smem_source,
-                         "full_barriers": self.smem_full, "empty_barriers": self.smem_empty,
+                         "a_scales": self.smem_bs_a, "full_barriers": self.smem_full, "empty_barriers": self.smem_empty,
                          "source_barriers": self.smem_src_full, "end": self.smem_bytes},
             "stage_bytes": self.stage_bytes,
             "epilogue_bytes": self.epilogue_bytes,
@@ -377,7 +377,7 @@ def _shared_memory_rules(cfg: GemmConfig) -> None:
         raise ConfigError(f"block_m x block_n: {cfg.block_m}x{cfg.block_n} leaves room for fewer than 2 stages"
                           + (f" beside the {cfg.source_bytes} B source tile" if cfg.source_bytes else ""))
     if cfg.stages is not None and cfg.stages > most:
-        raise ConfigError(f"stages: {cfg.stages} stages of {cfg.stage_bytes} B plus the {cfg.epilogue_bytes} B "
+        raise ConfigError(f"stages: {cfg.stages} stages of {cfg.ring_stage_bytes} B plus the {cfg.epilogue_bytes} B "
                           f"epilogue buffer exceed {SMEM_PER_BLOCK_OPTIN} B of shared memory (at most {most})")
 
 

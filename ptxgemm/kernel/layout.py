@@ -13,7 +13,7 @@ import numpy as np
 
 from .grouped_walk import SORT_DEFAULT_MAX_GROUPS
 from .hardware import (CONSUMERS, MAX_GROUPS, MAX_STAGES, MBARRIER_BYTES, REGISTERS_PER_SM, SMEM_PER_BLOCK_OPTIN,
-                       SWIZZLE_BYTES, WARPGROUP_THREADS, WARPS_PER_WARPGROUP, WGMMA_K_BYTES, WGMMA_M)
+                       SWIZZLE_BYTES, WARP_LANES, WARPGROUP_THREADS, WARPS_PER_WARPGROUP, WGMMA_K_BYTES, WGMMA_M)
 
 # Named barrier ids (bar.sync / bar.arrive). 0 is the whole CTA (init only).
 BARRIER_CTA = 0
@@ -32,6 +32,7 @@ FIXUP_REGISTER_BUDGET = 192
 # 64x64 pingpong's one-wave split-K weight gradients up to 12% faster, but the transposed tiles' small-M streams
 # 1.5% slower on average (up to 18%), so the default stays.
 FILL_STAGES = 8
+SCALE_BYTES = 4                    # blockwise scaling: one fp32 scale
 
 
 @functools.lru_cache(maxsize=None)   # the selection asks it for every candidate's every layout number
@@ -167,6 +168,68 @@ class KernelLayout(TileLayout):
         return self.a_stage_bytes + self.b_stage_bytes
 
     @property
+    def ring_stage_bytes(self) -> int:
+        """Shared memory one stage of the ring takes: its operands and, with A's scales in shared memory, their slot
+        (what the stage counts divide by)."""
+        return self.stage_bytes + self.bs_a_slot_bytes
+
+    # --- blockwise scaling: A's scales brought with the stage (blockscale.ptx.j2) ------------------------------
+    @property
+    def bs_a_in_smem(self) -> bool:
+        """Whether the producer brings each stage's A scales (one fp32 per tile row, of the stage's k-block) into a
+        slot beside the stage, where the consumers read them after the full wait they make anyway, instead of every
+        consumer thread loading its rows' scales from global memory two k-tiles ahead (issue 49: ~8 instructions of
+        64-bit address arithmetic per k-tile per consumer warp, and the L1 traffic ncu saw). Dense, unswapped
+        blockwise kernels only: swapped ones index A's scales by the tile's columns, the grouped kernel's rows run
+        per group (both keep the loads). And only where the slots cost nothing (_bs_a_slots_free): measured on the
+        H200 (runs 60-62, DeepGEMM's dense set, flushed kernel durations), the 64-row pingpong tiles of its M = 64
+        and 128 rows gained 4-9% with them, while the 256x128 tiles, whose ring they cut from 4 stages to 3, lost
+        2-3.5% at M = 4096, and the 128x128 cooperative tile, whose epilogue they cut to one panel slot, about 2%."""
+        return (self.block_scale and not self.block_scale_swapped and self.grouped is None
+                and self._bs_a_slots_free)
+
+    @property
+    def _bs_a_slots_free(self) -> bool:
+        """Whether A's scale slots (block_m fp32 per stage) fit beside the ring without costing it a stage or the
+        cooperative epilogue a panel slot: the same counts with and without them."""
+        slot = self.block_m * SCALE_BYTES
+        if self.stages is None:
+            room = self._room_for_stages(FILL_STAGES)
+            stages = min(FILL_STAGES, room // self.stage_bytes)
+            if min(FILL_STAGES, room // (self.stage_bytes + slot)) < stages:
+                return False
+        else:
+            stages = self.stages
+            if stages * (self.stage_bytes + slot) > self._room_for_stages(stages):
+                return False
+        return (not self.cooperative
+                or self._cooperative_slots_for(stages, self.stage_bytes + slot)
+                == self._cooperative_slots_for(stages, self.stage_bytes))
+
+    @property
+    def bs_a_slot_bytes(self) -> int:
+        """One stage's A scales: block_m fp32 (rows past M hold row M - 1's); 0 without bs_a_in_smem."""
+        return self.block_m * SCALE_BYTES if self.bs_a_in_smem else 0
+
+    @property
+    def bs_a_copiers(self) -> int:
+        """Producer threads that copy a stage's A scales (the whole of warp 0, whose lane 0 also issues the TMA
+        loads), each arriving once per stage on its full barrier; 0 without bs_a_in_smem."""
+        return WARP_LANES if self.bs_a_in_smem else 0
+
+    @property
+    def bs_a_rows_per_copier(self) -> int:
+        """Scales each copier copies per stage: rows lane, lane + 32, ... of the tile."""
+        return self.block_m // WARP_LANES
+
+    @property
+    def full_arrivals(self) -> int:
+        """Arrivals that complete a stage's full barrier (besides its TMA bytes): the producer leader's
+        arrive.expect_tx and, with A's scales in shared memory, each copier's cp.async.mbarrier.arrive.noinc (noinc:
+        the arrive does not add itself to the pending count, so the init count holds it)."""
+        return 1 + self.bs_a_copiers
+
+    @property
     def epi_panel_cols(self) -> int:
         """Output columns per 128-byte swizzle panel of the C staging buffer (64 for 16-bit, 32 for fp32)."""
         return SWIZZLE_BYTES // self.out_itemsize
@@ -211,8 +274,11 @@ class KernelLayout(TileLayout):
         return self._cooperative_slots(self.num_stages)
 
     def _cooperative_slots(self, stages: int) -> int:
+        return self._cooperative_slots_for(stages, self.ring_stage_bytes)
+
+    def _cooperative_slots_for(self, stages: int, ring_stage_bytes: int) -> int:
         room = (SMEM_PER_BLOCK_OPTIN - self.barrier_bytes - self.source_bytes - self.group_table_bytes
-                - stages * self.stage_bytes)
+                - stages * ring_stage_bytes)
         fit = room // (CONSUMERS * self.epi_panel_bytes)
         return max((d for d in range(1, self.epi_panels + 1) if self.epi_panels % d == 0 and d <= fit), default=0)
 
@@ -303,7 +369,7 @@ class KernelLayout(TileLayout):
         """The stages a config without `stages` gets: as many as shared memory holds beside the least epilogue
         buffer, up to FILL_STAGES (the cooperative epilogue makes do with one panel slot per consumer, so stages come
         first)."""
-        return min(FILL_STAGES, self._room_for_stages(FILL_STAGES) // self.stage_bytes)
+        return min(FILL_STAGES, self._room_for_stages(FILL_STAGES) // self.ring_stage_bytes)
 
     @property
     def most_stages(self) -> int:
@@ -313,7 +379,8 @@ class KernelLayout(TileLayout):
         if filled < FILL_STAGES:
             return filled            # a deeper ring cannot fit where a default one does not fill FILL_STAGES
         # past FILL_STAGES each stage also reserves its full and empty barriers
-        deep = (self._room_for_stages(0) + 2 * FILL_STAGES * MBARRIER_BYTES) // (self.stage_bytes + 2 * MBARRIER_BYTES)
+        deep = ((self._room_for_stages(0) + 2 * FILL_STAGES * MBARRIER_BYTES)
+                // (self.ring_stage_bytes + 2 * MBARRIER_BYTES))
         return max(filled, min(MAX_STAGES, deep))
 
     def _room_for_stages(self, stages: int) -> int:
@@ -360,8 +427,13 @@ class KernelLayout(TileLayout):
         return self.smem_c + self.epilogue_bytes
 
     @property
-    def smem_full(self) -> int:
+    def smem_bs_a(self) -> int:
+        """The stages' A scale slots (bs_a_in_smem), stage s's at smem_bs_a + s * bs_a_slot_bytes; empty otherwise."""
         return self.smem_source + self.source_bytes
+
+    @property
+    def smem_full(self) -> int:
+        return self.smem_bs_a + self.num_stages * self.bs_a_slot_bytes
 
     @property
     def smem_empty(self) -> int:

@@ -8,7 +8,8 @@ import math
 from . import grouped_walk, trace_format
 from .config import GELU_CUBIC, GemmConfig, PTX_FLOAT_TYPES, PTX_VERSION, SCALE_BLOCK, SCALE_LOOKAHEAD, WGMMA_TYPES
 from .hardware import DESC_ADDRESS_MASK, FULL_WARP_MASK, MBARRIER_BYTES, SWIZZLE_BYTES, WARP_LANES, WARPGROUP_THREADS
-from .layout import BARRIER_CTA, BARRIER_EPILOGUE_ORDER, BARRIER_EPILOGUE_SYNC, BARRIER_MMA_ORDER, FLAG_BYTES, itemsize
+from .layout import (BARRIER_CTA, BARRIER_EPILOGUE_ORDER, BARRIER_EPILOGUE_SYNC, BARRIER_MMA_ORDER, FLAG_BYTES,
+                     SCALE_BYTES, itemsize)
 from .schedule import SK_MAX_SHARES
 from .stall_format import STALL_CODES
 
@@ -60,6 +61,7 @@ def template_params(cfg: GemmConfig) -> dict:
         "sk_max_shares": SK_MAX_SHARES,                       # stream-K: a unit is cut into at most this many shares
         "quad_stride": WARPGROUP_THREADS * 16,
         "scale_block": SCALE_BLOCK,
+        "scale_bytes": SCALE_BYTES,
         "scale_lookahead": SCALE_LOOKAHEAD,
         "warp_lanes": WARP_LANES,
         "full_warp_mask": FULL_WARP_MASK,

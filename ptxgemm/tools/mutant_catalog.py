@@ -82,6 +82,12 @@ def _relaxed(m):
     return None if op == m["op"] else _replace_args(m, m["args"], op=op)
 
 
+def _arrive_counted(m):
+    """A cp.async arrive without .noinc: it adds itself to the barrier's pending count before it arrives, so the
+    arrival the init count holds for it never comes."""
+    return None if ".noinc" not in m["op"] else _replace_args(m, m["args"], op=m["op"].replace(".noinc", "", 1))
+
+
 def _load_passes(m):
     """A polled load that reads the value the wait wants at once (all ones: at least any target)."""
     dest = m["args"].split(",")[0].strip()
@@ -108,8 +114,14 @@ def _delete_exchange(m):
 SYNC_KINDS = (
     SyncKind("mbarrier.init", "mbarrier.init", (("count+1", _init_plus), ("count-1", _init_minus))),
     SyncKind("mbarrier.try_wait", "mbarrier.try_wait", (("skipped", _wait_skipped), ("wrong parity", _wait_wrong_parity))),
+    # a probe that stands for a wait when it reads true (pipeline.consumer_probe): made to read true at once, or asked
+    # about the other phase
+    SyncKind("mbarrier.test_wait", "mbarrier.test_wait", (("skipped", _wait_skipped), ("wrong parity", _wait_wrong_parity))),
     SyncKind("mbarrier.arrive.expect_tx", "mbarrier.arrive.expect_tx", (DELETE, ("bytes/2", _bytes_halved))),
     SyncKind("mbarrier.arrive", "mbarrier.arrive", (DELETE,)),
+    # blockwise scaling's A scales copied by the producer's warp 0 (blockscale.ptx.j2's producer_copy_a): each lane's
+    # arrive on the stage's full barrier once its cp.async copies landed, counted in the barrier's init (noinc)
+    SyncKind("cp.async.mbarrier.arrive", "cp.async.mbarrier.arrive", (DELETE, ("counted", _arrive_counted))),
     SyncKind("bar.sync", "bar.sync", (DELETE, ("count weakened", _count_weakened))),
     SyncKind("bar.arrive", "bar.arrive", (DELETE,)),
     SyncKind("barrier.cluster", "barrier.cluster", (DELETE,)),
