@@ -194,9 +194,8 @@ class KernelLayout(TileLayout):
         cooperative epilogue a panel slot: the same counts with and without them."""
         slot = self.block_m * SCALE_BYTES
         if self.stages is None:
-            room = self._room_for_stages(FILL_STAGES)
-            stages = min(FILL_STAGES, room // self.stage_bytes)
-            if min(FILL_STAGES, room // (self.stage_bytes + slot)) < stages:
+            stages = self._filled_stages(self.stage_bytes)
+            if self._filled_stages(self.stage_bytes + slot) < stages:
                 return False
         else:
             stages = self.stages
@@ -369,7 +368,11 @@ class KernelLayout(TileLayout):
         """The stages a config without `stages` gets: as many as shared memory holds beside the least epilogue
         buffer, up to FILL_STAGES (the cooperative epilogue makes do with one panel slot per consumer, so stages come
         first)."""
-        return min(FILL_STAGES, self._room_for_stages(FILL_STAGES) // self.ring_stage_bytes)
+        return self._filled_stages(self.ring_stage_bytes)
+
+    def _filled_stages(self, ring_stage_bytes: int) -> int:
+        """max_stages for a ring whose stages take `ring_stage_bytes` each."""
+        return min(FILL_STAGES, self._room_for_stages(FILL_STAGES) // ring_stage_bytes)
 
     @property
     def most_stages(self) -> int:
