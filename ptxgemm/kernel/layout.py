@@ -164,14 +164,15 @@ class KernelLayout(TileLayout):
 
     @property
     def stage_bytes(self) -> int:
-        """Bytes one stage's TMA loads deliver: the full boxes, even where they hang past the matrix (zero fill)."""
-        return self.a_stage_bytes + self.b_stage_bytes
+        """Bytes one stage's TMA loads deliver: the full boxes, even where they hang past the matrix (zero fill);
+        with A's scales M-major (block_scale_a_mn), their box too."""
+        return self.a_stage_bytes + self.b_stage_bytes + (self.bs_a_slot_bytes if self.block_scale_a_mn else 0)
 
     @property
     def ring_stage_bytes(self) -> int:
         """Shared memory one stage of the ring takes: its operands and, with A's scales in shared memory, their slot
         (what the stage counts divide by)."""
-        return self.stage_bytes + self.bs_a_slot_bytes
+        return self.a_stage_bytes + self.b_stage_bytes + self.bs_a_slot_bytes
 
     # --- blockwise scaling: A's scales brought with the stage (blockscale.ptx.j2) ------------------------------
     @property
@@ -184,26 +185,27 @@ class KernelLayout(TileLayout):
         per group (both keep the loads). And only where the slots cost nothing (_bs_a_slots_free): measured on the
         H200 (runs 60-62, DeepGEMM's dense set, flushed kernel durations), the 64-row pingpong tiles of its M = 64
         and 128 rows gained 4-9% with them, while the 256x128 tiles, whose ring they cut from 4 stages to 3, lost
-        2-3.5% at M = 4096, and the 128x128 cooperative tile, whose epilogue they cut to one panel slot, about 2%."""
+        2-3.5% at M = 4096, and the 128x128 cooperative tile, whose epilogue they cut to one panel slot, about 2%.
+        With A's scales M-major (block_scale_a_mn) always: a TMA box brings them, and the slot is what that costs."""
         return (self.block_scale and not self.block_scale_swapped and self.grouped is None
-                and self._bs_a_slots_free)
+                and (self.block_scale_a_mn or self._bs_a_slots_free))
 
     @property
     def _bs_a_slots_free(self) -> bool:
         """Whether A's scale slots (block_m fp32 per stage) fit beside the ring without costing it a stage or the
         cooperative epilogue a panel slot: the same counts with and without them."""
-        slot = self.block_m * SCALE_BYTES
+        slot, operands = self.block_m * SCALE_BYTES, self.a_stage_bytes + self.b_stage_bytes
         if self.stages is None:
-            stages = self._filled_stages(self.stage_bytes)
-            if self._filled_stages(self.stage_bytes + slot) < stages:
+            stages = self._filled_stages(operands)
+            if self._filled_stages(operands + slot) < stages:
                 return False
         else:
             stages = self.stages
-            if stages * (self.stage_bytes + slot) > self._room_for_stages(stages):
+            if stages * (operands + slot) > self._room_for_stages(stages):
                 return False
         return (not self.cooperative
-                or self._cooperative_slots_for(stages, self.stage_bytes + slot)
-                == self._cooperative_slots_for(stages, self.stage_bytes))
+                or self._cooperative_slots_for(stages, operands + slot)
+                == self._cooperative_slots_for(stages, operands))
 
     @property
     def bs_a_slot_bytes(self) -> int:
@@ -213,8 +215,9 @@ class KernelLayout(TileLayout):
     @property
     def bs_a_copiers(self) -> int:
         """Producer threads that copy a stage's A scales (the whole of warp 0, whose lane 0 also issues the TMA
-        loads), each arriving once per stage on its full barrier; 0 without bs_a_in_smem."""
-        return WARP_LANES if self.bs_a_in_smem else 0
+        loads), each arriving once per stage on its full barrier; 0 without bs_a_in_smem, and 0 with A's scales
+        M-major (the leader's TMA box brings them, counted in stage_bytes)."""
+        return WARP_LANES if self.bs_a_in_smem and not self.block_scale_a_mn else 0
 
     @property
     def bs_a_rows_per_copier(self) -> int:
