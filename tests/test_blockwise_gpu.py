@@ -372,3 +372,21 @@ def test_mutants_of_the_a_scales_arrive_and_the_full_count_are_killed(tmp_path):
     full = [r for r in records if r["instruction"].startswith("mbarrier.init") and "[%full_bar], 33;" in r["instruction"]]
     assert len(arrives) == 2 and full, records
     assert all(r["status"] == "killed" for r in arrives + full), [r for r in arrives + full if r["status"] != "killed"]
+
+
+@gpu
+def test_mutants_of_the_m_major_scale_box_are_killed(tmp_path):
+    """A's M-major scales by the producer's TMA box (cfg.block_scale_a_mn, preset blockwise-mn: coop256x128, 3
+    stages): the stage's expect_tx deleted, halved, or without the box's bytes ("scale box uncounted": the consumers
+    may read the slot before it lands): each caught, as a stall or a wrong result."""
+    import json
+    import subprocess
+    import sys
+
+    out = tmp_path / "mutants.json"
+    proc = subprocess.run([sys.executable, "-m", "ptxgemm", "mutants", "--preset", "blockwise-mn", "--kind",
+                           "mbarrier.arrive.expect_tx", "--json", str(out)], capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    records = json.loads(out.read_text())["configs"][0]["mutants"]
+    assert {r["mutation"] for r in records} >= {"deleted", "bytes/2", "scale box uncounted"}, records
+    assert all(r["status"] == "killed" for r in records), [r for r in records if r["status"] != "killed"]

@@ -232,3 +232,27 @@ def test_the_one_set_loops_probe_has_mutants():
     assert len(probes) == 2 * cfg.bs_unroll and {m.mutation for m in probes} == {"skipped", "wrong parity"}
     for m in probes[:2]:
         compiler.compile_ptx(mutant_catalog.apply(ptx, m))
+
+
+def test_the_m_major_scale_box_is_counted_in_the_stage_expect_tx(tmp_path):
+    """Blockwise scaling with A's scales M-major (cfg.block_scale_a_mn): the producer's leader loads them with one TMA
+    box a stage, its bytes in the stage's expect_tx; the mutant that leaves them out ("scale box uncounted") lets the
+    consumers read the slot before the box lands, and assembles. The worker hands such configs their scale_a M-major
+    (a padded (kb, ld) table, viewed back). tests/test_blockwise_gpu.py runs the mutants."""
+    from ptxgemm.cli.mutants import MUTANT_PRESETS
+    from ptxgemm.tools import mutant_worker
+
+    cfg = GemmConfig(**MUTANT_PRESETS["blockwise-mn"])
+    assert cfg.block_scale_a_mn and cfg.bs_a_copiers == 0 and cfg.full_arrivals == 1
+    ptx, found = mutant_catalog.enumerate_mutants(cfg)
+    box = [m for m in found if m.mutation == "scale box uncounted"]
+    assert len(box) == 1 and f", {cfg.stage_bytes};" in box[0].instruction
+    line = mutant_catalog.apply(ptx, box[0]).split("\n")[box[0].ptx_line - 1]
+    assert f", {cfg.stage_bytes - cfg.block_m * 4};" in line
+    compiler.compile_ptx(mutant_catalog.apply(ptx, box[0]))
+    assert not any(m.mutation == "scale box uncounted"
+                   for m in mutant_catalog.enumerate_mutants(GemmConfig(**MUTANT_PRESETS["blockwise-wide"]))[1])
+    jobs = mutant_worker.prepare_workloads(cfg, tmp_path, mutant_worker.workloads_for(cfg)[:1])
+    spec = jobs[0]["arrays"]["scale_a"]
+    m, kb, ld = spec["m_major"]
+    assert ld % 4 == 0 and ld >= m and mutant_worker.np.load(spec["path"]).shape == (kb, ld)

@@ -258,6 +258,16 @@ def _epilogue_args(config: GemmConfig, w: Workload, rng) -> dict:
     return args
 
 
+def _m_major_table(scales: np.ndarray) -> tuple[np.ndarray, tuple[int, int, int]]:
+    """A blockwise scale_a (M, kb) as the C-order (kb, ld) table whose transpose is its M-major layout (ld: M padded to
+    a multiple of 4, the 16-byte column stride TMA reads), and (M, kb, ld) to view it back with."""
+    m, kb = scales.shape
+    ld = -(-m // 4) * 4
+    table = np.zeros((kb, ld), scales.dtype)
+    table[:, :m] = scales.T
+    return table, (m, kb, ld)
+
+
 def _raw(arr: np.ndarray) -> np.ndarray:
     """An array as its raw words: .npy has no bfloat16 or fp8 (they would load back as void)."""
     return arr.view(np.dtype(f"u{arr.dtype.itemsize}"))
@@ -287,6 +297,8 @@ def prepare_workloads(config: GemmConfig, directory: Path, workloads=WORKLOADS) 
         for name, value in args.items():
             if isinstance(value, np.ndarray):
                 arrays[name] = {"path": str(directory / f"w{i}_{name}.npy"), "dtype": value.dtype.name}
+                if name == "scale_a" and config.block_scale_a_mn:   # M-major: saved as its padded (kb, ld) table
+                    value, arrays[name]["m_major"] = _m_major_table(value)
                 np.save(arrays[name]["path"], _raw(value))
             else:
                 scalars[name] = value
@@ -419,6 +431,9 @@ def worker_main() -> int:
         epi = dict(job.get("scalars", {}))
         for name, spec in job.get("arrays", {}).items():
             epi[name] = ptxgemm.to_device(np.load(spec["path"]).view(accuracy.DTYPES.get(spec["dtype"], spec["dtype"])))
+            if "m_major" in spec:   # the padded table, viewed (M, kb) with its rows adjacent
+                m, kb, ld = spec["m_major"]
+                epi[name] = epi[name].view((m, kb), (4, 4 * ld))
         loaded.append((ptxgemm.to_device(np.load(p["a"]).view(in_dtype)), ptxgemm.to_device(np.load(p["b"]).view(b_dtype)),
                        np.load(p["ref"], mmap_mode="r"), np.load(p["bound"], mmap_mode="r"), epi))
     _emit(event="ready")
