@@ -233,7 +233,10 @@ def _c_contiguous(arr, name: str) -> None:
         expect.append(acc)
         acc *= e
     if any(e > 1 and s != x for e, s, x in zip(arr.shape, arr.strides, reversed(expect))):
-        raise ConfigError(f"{name}: a blockwise scale table must be C-contiguous, got strides {tuple(arr.strides)}")
+        also = (" or M-major (rows adjacent, each k-block's column a multiple of 16 bytes on: DeepGEMM's and torch's "
+                "layout)") if name == "scale_a" else ""
+        raise ConfigError(f"{name}: a blockwise scale table must be C-contiguous{also}, got strides "
+                          f"{tuple(arr.strides)}")
 
 
 def _m_major(arr, name: str) -> bool:

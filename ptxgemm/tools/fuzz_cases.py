@@ -63,6 +63,9 @@ ENTRIES = ("run", "matmul", "plan")
 ARRAY_KINDS = ("host", "device", "torch", "cupy")
 LAYOUTS = ("C", "F", "sliced", "reversed", "offset", "transposed", "broadcast")
 VECTOR_LAYOUTS = ("C", "offset")              # bias and scale vectors: unit stride along their length
+#: blockwise scale_a tables: C-contiguous, or M-major with its columns padded to 16 bytes (DeepGEMM's and torch's
+#: layout, which the kernel reads by TMA)
+BLOCK_A_LAYOUTS = ("C", "M")
 TILE_EDGES = (63, 64, 65, 127, 128, 129, 191, 192, 193, 255, 256, 257)
 DTYPE_PAIRS = (("bfloat16", "bfloat16"), ("float16", "float16"), ("float8_e4m3fn", "float8_e4m3fn"),
                ("float8_e5m2", "float8_e5m2"), ("float8_e4m3fn", "float8_e5m2"), ("float8_e5m2", "float8_e4m3fn"))
@@ -207,7 +210,8 @@ def problems(spec: dict) -> list[str]:
             forms.append(None if s is None else s["form"])
             if s is None:
                 continue
-            if s["form"] not in SCALE_FORMS or s.get("layout", "C") not in VECTOR_LAYOUTS:
+            layouts = BLOCK_A_LAYOUTS if (s["form"], name) == ("block", "scale_a") else VECTOR_LAYOUTS
+            if s["form"] not in SCALE_FORMS or s.get("layout", "C") not in layouts:
                 p.append(f"{name}: form")
             if s["form"] in TENSOR_SCALES and not (isinstance(s["value"], float) and 0 < s["value"]):
                 p.append(f"{name}: value")
@@ -402,7 +406,7 @@ def draw_spec(rng: np.random.Generator, *, max_flops: float, entries=ENTRIES, ar
         spec["activation"] = str(rng.choice(ACTIVATIONS))
     blockable = (ad in FP8_DTYPES and bd in FP8_DTYPES and not a_b and not b_b and not a_vec and not b_vec)
     if blockable and rng.random() < 0.25:
-        spec["scale_a"] = {"form": "block", "value": None, "layout": "C"}
+        spec["scale_a"] = {"form": "block", "value": None, "layout": str(rng.choice(BLOCK_A_LAYOUTS))}
         spec["scale_b"] = {"form": "block", "value": None, "layout": "C"}
     else:
         for name, vec in (("scale_a", a_vec), ("scale_b", b_vec)):
