@@ -231,7 +231,7 @@ def test_a_config_is_five_parts_read_and_made_by_its_flat_fields():
     assert debug.debug and debug.instrumentation == Instrumentation(debug=True) and debug.tile is cfg.tile
     assert cfg.replace(debug=True) == debug != cfg and hash(dataclasses.replace(debug, debug=False)) == hash(cfg)
     assert GemmConfig(tile=cfg.tile, fusion=Fusion(bias="col"), activation="gelu", in_dtype="float16") == cfg
-    assert GemmConfig(**cfg.fields()) == cfg and list(cfg.fields()) == list(FIELD_PARTS) and len(FIELD_PARTS) == 37
+    assert GemmConfig(**cfg.fields()) == cfg and list(cfg.fields()) == list(FIELD_PARTS) and len(FIELD_PARTS) == 38
     assert {GemmConfig(block_n=192): 1}[GemmConfig(block_n=np.int64(192))] == 1   # value-based keys
     assert pickle.loads(pickle.dumps(cfg)) == cfg and copy.deepcopy(cfg) == cfg and eval(repr(cfg)) == cfg
     assert repr(GemmConfig(block_n=192)) == "GemmConfig(block_n=192)"

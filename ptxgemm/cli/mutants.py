@@ -95,6 +95,8 @@ def add_arguments(p) -> None:
                         "'blockwise-wide' the fp8 cooperative 256x128 with blockwise scales (one product set), "
                         "'blockwise-narrow' the fp8 pingpong 64x128 with blockwise scales (A's scales brought by "
                         "the producer into shared memory), "
+                        "'blockwise-mn' the fp8 cooperative 256x128 with blockwise scales, A's M-major by one TMA box "
+                        "a stage, "
                         "'blockwise-swapped' the fp8 pingpong 64x32 swap-AB tile with blockwise scales (the "
                         "problem swapped, the scale tables' axes traded), "
                         "'grouped' the grouped kernel "

@@ -243,12 +243,13 @@ def _m_major(arr, name: str) -> bool:
     """Whether scale_a's table (M, ceil(K/128)) is M-major, as DeepGEMM's get_mn_major_tma_aligned_tensor and torch's
     blockwise scaled_mm lay it out: rows adjacent (stride 4 bytes), each k-block's column a stride of at least M
     rows on. The kernel reads it by TMA, so that stride is a multiple of 16 bytes and the table 16-byte aligned
-    (ConfigError otherwise). A table C-contiguous as well (one row, or one k-block) is read as C-contiguous."""
+    (ConfigError otherwise). A table C-contiguous as well (one k-block, or one row with its k-blocks adjacent) is read
+    as C-contiguous; one row with its k-blocks 16-byte strided is M-major."""
     m, kb = (int(e) for e in arr.shape)
     item = np.dtype(arr.dtype).itemsize
     row, col = (int(s) for s in arr.strides)
-    if m * kb == 0 or m == 1 or kb == 1 or row != item:
-        return False
+    if m * kb == 0 or kb == 1 or (m > 1 and row != item) or col == item:
+        return False   # empty, one k-block (both layouts at once), rows apart, or one row C-contiguous
     if col < item * m:
         return False   # neither layout: _c_contiguous names the rule
     if col % TMA_ALIGN or arr.ptr % TMA_ALIGN:

@@ -24,8 +24,9 @@ What the strategies cover (draw_spec):
 - the epilogue: alpha (1.0 or +-[0.25, 2)), c with beta (+-[0.25, 2), any output dtype and layout), bias (N,),
   (1, N) or (M, 1) in every VECTOR_DTYPES, contiguous or starting one element in, each activation, scale_a and
   scale_b as a Python float, a numpy float32, a float32 array of shape (1,) or (1, 1), rowwise 1-D or 2-D vectors
-  (contiguous or offset), or blockwise tables (both; fp8, 2-D operands); each independently often absent;
-- an explicit `config` only where blockwise scales and no c: one of the swap-AB blockwise tiles (BLOCK_SWAP_TAGS,
+  (contiguous or offset), or blockwise tables (both; fp8, 2-D operands; scale_a C-contiguous or M-major with its
+  columns padded to 16 bytes); each independently often absent;
+- an explicit `config` only where blockwise scales (scale_a C-contiguous) and no c: one of the swap-AB blockwise tiles (BLOCK_SWAP_TAGS,
   of which the selection picks only unsplit pp64x32t, at M <= 32) in 40% of those cases, drawn from a stream of
   its own so that every other field of a seed is what it was before configs were drawn; and where neither
   blockwise scales nor c: a stream-K tile (STREAM_K_TAGS: at the fuzzer's sizes the selection rarely takes the
@@ -229,6 +230,8 @@ def problems(spec: dict) -> list[str]:
             p.append("config: only without c")
         elif config is not None and (config in BLOCK_SWAP_TAGS) != ("block" in forms):
             p.append("config: a swap-AB blockwise tile with blockwise scales, else a stream-K or serpentine tile")
+        elif config in BLOCK_SWAP_TAGS and spec["scale_a"].get("layout") == "M":
+            p.append("config: a swap-AB tile reads A's scales per thread, so scale_a C-contiguous")
         elif config is not None and config not in BLOCK_SWAP_TAGS + WALK_TAGS:
             p.append("config: a swap-AB blockwise tile, a stream-K or a serpentine tile")
         elif config in WIDE_ACC_TAGS and not _plain_epilogue(spec):
@@ -430,7 +433,8 @@ def draw_spec(rng: np.random.Generator, *, max_flops: float, entries=ENTRIES, ar
             spec["out"] = {"dtype": od, "layout": _layout(rng, rnd, "out", kind)}
             if entry == "plan" or rng.random() < 0.5:
                 spec["out_dtype"] = None
-    if spec["scale_a"] is not None and spec["scale_a"]["form"] == "block" and spec["c"] is None:
+    if (spec["scale_a"] is not None and spec["scale_a"]["form"] == "block" and spec["c"] is None
+            and spec["scale_a"]["layout"] == "C"):   # a swap-AB tile reads A's scales per thread: not M-major
         pick = np.random.default_rng(spec["seed"] ^ CONFIG_STREAM)
         if pick.random() < 0.4:
             spec["config"] = str(pick.choice(BLOCK_SWAP_TAGS))
