@@ -275,6 +275,22 @@ def test_the_one_set_loop_probes_the_next_stage_under_its_last_promotion():
     assert "mbarrier.test_wait" not in ptxgemm.render_gemm(_config("pp64x128"))
 
 
+@pytest.mark.parametrize("tag", ["coop256x128cn2", "coop128x192", "pp64x64k3", "pp64x128", "pp64x32t"])
+def test_b_scales_first_picks_wait_for_the_first_wgmmas(tag):
+    """No GPU: at a tile's start the consumer loads B's first batch of scales, and the shfl that picks a k-tile's
+    scale from it waits for that load; so no shfl may stand between the batch's load and the tile's first wgmma (in
+    both loops: the one-set and the two-set), or the load's latency delays the first issue (issue 49, the short-K
+    rows). Checked in the PTX; the SASS keeps the order (behind a branch ptxas does not move them across)."""
+    import ptxgemm
+
+    for a_mn in (False, True) if not tag.endswith("t") else (False,):
+        ptx = ptxgemm.render_gemm(_config(tag, a_mn=a_mn))
+        start = ptx.index("// B's scales of k-tiles 0..")
+        first_mma = ptx.index("wgmma.mma_async", start)
+        assert "shfl.sync.idx" not in ptx[start:first_mma], (tag, a_mn)
+        assert "shfl.sync.idx" in ptx[first_mma:ptx.index("fma.rn.f32", first_mma)], (tag, a_mn)
+
+
 def _problem(rng, m, n, k):
     """Random fp8 operands (B K-major), random positive blockwise scales and a NaN-poisoned bf16 out: the host
     arrays, the scale arguments, and the out."""
