@@ -186,12 +186,15 @@ def test_each_m_major_case_exercises_what_it_claims(tag, shape, why):
     cfg = _config(tag, a_mn=True)
     s = plan_for(cfg, *shape, 132, _ctas(cfg))
     k_blocks = -(-shape[2] // SCALE_BLOCK)
-    assert cfg.bs_a_in_smem and cfg.bs_a_copiers == 0 and cfg.full_arrivals == 1
-    assert cfg.stage_bytes == cfg.a_stage_bytes + cfg.b_stage_bytes + cfg.block_m * 4 == cfg.ring_stage_bytes
+    assert cfg.bs_a_in_smem and cfg.bs_a_copiers == 0 and cfg.full_arrivals == 1 + cfg.bs_b_in_smem
+    assert cfg.stage_bytes == cfg.a_stage_bytes + cfg.b_stage_bytes + cfg.block_m * 4
+    assert cfg.ring_stage_bytes == cfg.stage_bytes + cfg.bs_b_slot_bytes
     assert cfg.smem_bs_a % 128 == 0    # TMA's shared-memory destination alignment
     assert _m_major_ld(shape[0]) != shape[0] or shape[0] % 4 == 0
     ptx = __import__("ptxgemm").render_gemm(cfg)
-    assert "tmap_scale_a" in ptx and "cp.async.ca" not in ptx and "cp.async.mbarrier.arrive" not in ptx
+    # no copying lanes for A: the only cp.async are the leader's of B's scales (cfg.bs_b_in_smem), one arrive
+    assert "tmap_scale_a" in ptx and "%bsp_row" not in ptx
+    assert ptx.count("cp.async.mbarrier.arrive") == int(cfg.bs_b_in_smem)
     if "split-K" in why:
         assert s.splits == cfg.splits > 1 and s.splits * s.k_tiles >= k_blocks
         if "past K" in why:
@@ -275,7 +278,7 @@ def test_the_one_set_loop_probes_the_next_stage_under_its_last_promotion():
     assert "mbarrier.test_wait" not in ptxgemm.render_gemm(_config("pp64x128"))
 
 
-@pytest.mark.parametrize("tag", ["coop256x128cn2", "coop128x192", "pp64x64k3", "pp64x128", "pp64x32t"])
+@pytest.mark.parametrize("tag", ["coop256x128cn2", "coop256x128", "coop128x192", "pp64x64k3", "pp64x128", "pp64x32t"])
 def test_b_scales_first_picks_wait_for_the_first_wgmmas(tag):
     """No GPU: at a tile's start the consumer loads B's first batch of scales, and the shfl that picks a k-tile's
     scale from it waits for that load; so no shfl may stand between the batch's load and the tile's first wgmma (in
@@ -284,7 +287,11 @@ def test_b_scales_first_picks_wait_for_the_first_wgmmas(tag):
     import ptxgemm
 
     for a_mn in (False, True) if not tag.endswith("t") else (False,):
-        ptx = ptxgemm.render_gemm(_config(tag, a_mn=a_mn))
+        cfg = _config(tag, a_mn=a_mn)
+        ptx = ptxgemm.render_gemm(cfg)
+        if cfg.bs_b_in_smem:   # B's scales come with the stage: no batch, no pick, read from the slot after the wait
+            assert "shfl.sync.idx.b32 %bs_sb" not in ptx and f"+{cfg.smem_bs_b}]" in ptx, (tag, a_mn)
+            continue
         start = ptx.index("// B's scales of k-tiles 0..")
         first_mma = ptx.index("wgmma.mma_async", start)
         assert "shfl.sync.idx" not in ptx[start:first_mma], (tag, a_mn)
@@ -389,8 +396,8 @@ def test_mutants_of_the_a_scales_arrive_and_the_full_count_are_killed(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     records = json.loads(out.read_text())["configs"][0]["mutants"]
     arrives = [r for r in records if r["instruction"].startswith("cp.async.mbarrier.arrive.noinc")]
-    full = [r for r in records if r["instruction"].startswith("mbarrier.init") and "[%full_bar], 33;" in r["instruction"]]
-    assert len(arrives) == 2 and full, records
+    full = [r for r in records if r["instruction"].startswith("mbarrier.init") and "[%full_bar], 34;" in r["instruction"]]
+    assert len(arrives) == 4 and full, records   # the copying lanes' arrive and the leader's after B's copies
     assert all(r["status"] == "killed" for r in arrives + full), [r for r in arrives + full if r["status"] != "killed"]
 
 
@@ -398,15 +405,17 @@ def test_mutants_of_the_a_scales_arrive_and_the_full_count_are_killed(tmp_path):
 def test_mutants_of_the_m_major_scale_box_are_killed(tmp_path):
     """A's M-major scales by the producer's TMA box (cfg.block_scale_a_mn, preset blockwise-mn: coop256x128, 3
     stages): the stage's expect_tx deleted, halved, or without the box's bytes ("scale box uncounted": the consumers
-    may read the slot before it lands): each caught, as a stall or a wrong result."""
+    may read the slot before it lands); and the leader's arrive once its copies of B's scales landed
+    (cfg.bs_b_in_smem) deleted or made to count itself: each caught, as a stall or a wrong result."""
     import json
     import subprocess
     import sys
 
     out = tmp_path / "mutants.json"
     proc = subprocess.run([sys.executable, "-m", "ptxgemm", "mutants", "--preset", "blockwise-mn", "--kind",
-                           "mbarrier.arrive.expect_tx", "--json", str(out)], capture_output=True, text=True, timeout=900)
+                           "mbarrier.arrive.expect_tx", "--kind", "cp.async.mbarrier.arrive", "--json", str(out)],
+                          capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     records = json.loads(out.read_text())["configs"][0]["mutants"]
-    assert {r["mutation"] for r in records} >= {"deleted", "bytes/2", "scale box uncounted"}, records
+    assert {r["mutation"] for r in records} >= {"deleted", "bytes/2", "scale box uncounted", "counted"}, records
     assert all(r["status"] == "killed" for r in records), [r for r in records if r["status"] != "killed"]

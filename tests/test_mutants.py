@@ -203,16 +203,17 @@ def test_the_producer_copied_a_scales_arrive_is_mutated_and_counted_in_the_full_
     from ptxgemm.cli.mutants import MUTANT_PRESETS
 
     cfg = GemmConfig(**MUTANT_PRESETS["blockwise-narrow"])
-    assert cfg.bs_a_in_smem and cfg.full_arrivals == 33
+    assert cfg.bs_a_in_smem and cfg.full_arrivals == 34   # the leader's arrive, 32 lanes' A copies, its B copies
     assert not GemmConfig(**MUTANT_PRESETS["blockwise-wide"]).bs_a_in_smem   # its ring would lose a stage
     ptx, found = mutant_catalog.enumerate_mutants(cfg)
     arrives = [m for m in found if m.kind == "cp.async.mbarrier.arrive"]
-    assert {m.mutation for m in arrives} == {"deleted", "counted"} and len(arrives) == 2
+    # the copying lanes' arrive and the leader's after its copies of B's scales (cfg.bs_b_in_smem), two mutants each
+    assert {m.mutation for m in arrives} == {"deleted", "counted"} and len(arrives) == 4
     assert all(mutant_catalog.in_template(m, "blockscale.ptx.j2") for m in arrives)
     counted = next(m for m in arrives if m.mutation == "counted")
     assert ".noinc" not in mutant_catalog.apply(ptx, counted).split("\n")[counted.ptx_line - 1]
     compiler.compile_ptx(mutant_catalog.apply(ptx, counted))
-    full_inits = [m for m in found if m.kind == "mbarrier.init" and "[%full_bar], 33;" in m.instruction]
+    full_inits = [m for m in found if m.kind == "mbarrier.init" and "[%full_bar], 34;" in m.instruction]
     assert len(full_inits) == 2 * cfg.num_stages   # count+1 and count-1 of each stage's
     # the swapped blockwise kernel keeps its global loads of A's scales: no such arrive, full counts 1
     swapped = GemmConfig(**MUTANT_PRESETS["blockwise-swapped"])
@@ -243,7 +244,7 @@ def test_the_m_major_scale_box_is_counted_in_the_stage_expect_tx(tmp_path):
     from ptxgemm.tools import mutant_worker
 
     cfg = GemmConfig(**MUTANT_PRESETS["blockwise-mn"])
-    assert cfg.block_scale_a_mn and cfg.bs_a_copiers == 0 and cfg.full_arrivals == 1
+    assert cfg.block_scale_a_mn and cfg.bs_a_copiers == 0 and cfg.full_arrivals == 2   # + the leader's B copies
     ptx, found = mutant_catalog.enumerate_mutants(cfg)
     box = [m for m in found if m.mutation == "scale box uncounted"]
     assert len(box) == 1 and f", {cfg.stage_bytes};" in box[0].instruction

@@ -253,7 +253,7 @@ class GemmConfig(KernelLayout):
             "stages": self.num_stages,
             "smem_bytes": self.smem_bytes,
             "smem_map": {"a": self.smem_a, "b": self.smem_b, "c": self.smem_c, "source": self.smem_source,
-                         "a_scales": self.smem_bs_a, "full_barriers": self.smem_full, "empty_barriers": self.smem_empty,
+                         "a_scales": self.smem_bs_a, "b_scales": self.smem_bs_b, "full_barriers": self.smem_full, "empty_barriers": self.smem_empty,
                          "source_barriers": self.smem_src_full, "end": self.smem_bytes},
             "stage_bytes": self.stage_bytes,
             "epilogue_bytes": self.epilogue_bytes,
