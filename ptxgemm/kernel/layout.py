@@ -171,8 +171,8 @@ class KernelLayout(TileLayout):
 
     @property
     def ring_stage_bytes(self) -> int:
-        """Shared memory one stage of the ring takes: its operands and, with A's scales in shared memory, their slot
-        (what the stage counts divide by)."""
+        """Shared memory one stage of the ring takes: its operands and, with the scales in shared memory, A's slot
+        and B's (what the stage counts divide by)."""
         return self.a_stage_bytes + self.b_stage_bytes + self.bs_a_slot_bytes + self.bs_b_slot_bytes
 
     # --- blockwise scaling: A's scales brought with the stage (blockscale.ptx.j2) ------------------------------
@@ -193,8 +193,8 @@ class KernelLayout(TileLayout):
 
     @property
     def _bs_a_slots_free(self) -> bool:
-        """Whether A's scale slots (block_m fp32 per stage) fit beside the ring without costing it a stage or the
-        cooperative epilogue a panel slot: the same counts with and without them."""
+        """Whether the scale slots (A's block_m fp32 and B's BS_B_SLOT_BYTES per stage) fit beside the ring without
+        costing it a stage or the cooperative epilogue a panel slot: the same counts with and without them."""
         slot, operands = self.block_m * SCALE_BYTES + BS_B_SLOT_BYTES, self.a_stage_bytes + self.b_stage_bytes
         if self.stages is None:
             stages = self._filled_stages(operands)
