@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from ptxgemm.kernel import codegen
-from ptxgemm.kernel.config import GemmConfig
+from ptxgemm.kernel.config import SCALE_BLOCK, GemmConfig
 from ptxgemm.kernel.params import template_params
 from ptxgemm.toolchain import compiler
 from ptxgemm.tools import mutant_catalog
@@ -257,3 +257,11 @@ def test_the_m_major_scale_box_is_counted_in_the_stage_expect_tx(tmp_path):
     spec = jobs[0]["arrays"]["scale_a"]
     m, kb, ld = spec["m_major"]
     assert ld % 4 == 0 and ld >= m and mutant_worker.np.load(spec["path"]).shape == (kb, ld)
+    # every workload's table is one the plan reads M-major (one k-block is both layouts, read C-contiguous: the
+    # worker's plan would then demand a config without the box, and the unmutated build fail its own workloads)
+    from types import SimpleNamespace
+    from ptxgemm.plan.epilogue import _m_major
+    for w in mutant_worker.workloads_for(cfg):
+        kb, ld = -(-w.k // SCALE_BLOCK), -(-w.m // 4) * 4
+        table = SimpleNamespace(shape=(w.m, kb), strides=(4, 4 * ld), dtype=mutant_worker.np.float32, ptr=0)
+        assert _m_major(table, "scale_a"), w

@@ -122,7 +122,12 @@ def block_scale_workloads(config: GemmConfig) -> tuple[Workload, ...]:
     unrun (the two-set loop's third and fourth drains survived their deletion on WORKLOADS alone, whose tiles have
     1 and 10 k-tiles). The added ones are small grids with ragged edges and K a few elements short of whole
     k-tiles (a multiple of 16, as the fp8 rows' TMA needs)."""
-    k_tiles = [-(-w.k // config.block_k) for w in WORKLOADS]
+    base = WORKLOADS
+    if config.block_scale_a_mn:   # one k-block's table is both layouts at once, and the plan reads it C-contiguous
+        # (plan.epilogue._m_major), so where WORKLOADS has K of one block, K spans two: 144, a whole k-tile and one
+        # 16 elements long (TMA fills the rest with zeros)
+        base = tuple(w if w.k > SCALE_BLOCK else dataclasses.replace(w, k=SCALE_BLOCK + 16) for w in WORKLOADS)
+    k_tiles = [-(-w.k // config.block_k) for w in base]
     ends = {(n - 1) % config.bs_unroll for n in k_tiles}
     added = []
     n = max(k_tiles)
@@ -134,7 +139,7 @@ def block_scale_workloads(config: GemmConfig) -> tuple[Workload, ...]:
                                   13 + len(added)))
     if config.block_scale_swapped:
         added.append(_decode_workload(config))
-    return WORKLOADS + tuple(added)
+    return base + tuple(added)
 
 
 def _decode_workload(config: GemmConfig) -> Workload:
