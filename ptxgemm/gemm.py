@@ -32,7 +32,7 @@ from .kernel.layout import FLAG_BYTES
 from .plan import binding, operands
 from .plan.cache import COUNTERS, PlanCache, now_ns
 from .plan.call import CallPlan, parse_epilogue, plan_call
-from .plan.epilogue import check_values
+from .plan.epilogue import Epilogue, check_values
 from .plan.checks import check_config, check_dtypes, check_out_dtype, dtype_name, result_shape
 from .runtime import arrays, devices, driver, patch, relayout, tensormap
 from .runtime.arrays import as_device_array, call_device
@@ -109,9 +109,10 @@ def _map_spec(op: operands.Operand, box, dtype, **options):
                          tuple(box), **options)
 
 
-def tensor_map_specs(lay: operands.MatmulPlan, cfg: GemmConfig) -> dict:
+def tensor_map_specs(lay: operands.MatmulPlan, cfg: GemmConfig, epi: Epilogue | None = None) -> dict:
     """The kernel's tensor maps as validated specs (ptxgemm.runtime.tensormap checks every driver rule on construction,
-    without a GPU), by kernel parameter name, for a layout bound to memory (operands.bind)."""
+    without a GPU), by kernel parameter name, for a layout bound to memory (operands.bind); `epi`, the call's
+    epilogue, where the config reads one of its tables by TMA (A's M-major blockwise scales)."""
     specs = {"tmap_a": _operand_map(lay.a, cfg.a_major == "k", cfg.a_rows_per_cta, cfg.block_k, cfg.in_dtype),
              "tmap_b": _operand_map(lay.b, cfg.b_major == "k", cfg.b_rows_per_cta, cfg.block_k, cfg.b_type),
              # one store box per panel: of one consumer's rows (the whole tile in pingpong, a half in cooperative),
@@ -123,6 +124,11 @@ def tensor_map_specs(lay: operands.MatmulPlan, cfg: GemmConfig) -> dict:
     if cfg.has_source:  # the epilogue's S: one box per 128-byte panel of the whole tile's rows, 128B-swizzled
         specs["tmap_source"] = _map_spec(lay.s, (cfg.src_panel_cols, cfg.block_m, 1), cfg.source_dtype,
                                          l2_promotion=LOAD_L2_PROMOTION)
+    if cfg.block_scale_a_mn:   # A's scales, M-major: one box of the tile's rows of one k-block per stage
+        table = epi.block_a
+        specs["tmap_scale_a"] = TensorMapSpec(table.ptr, np.dtype(np.float32), tuple(int(e) for e in table.shape),
+                                              (int(table.strides[1]),), (cfg.block_m, 1), swizzle="none",
+                                              l2_promotion=LOAD_L2_PROMOTION)
     return specs
 
 
@@ -340,9 +346,10 @@ class GemmPlan(BoundLaunches):
         """Tensor maps (each encoded at this call's address, its slot kept), schedule and packed arguments of the
         GEMM launch."""
 
-        maps = encode_bound(tensor_map_specs(lay, cfg), ptrs, self._slots)
+        maps = encode_bound(tensor_map_specs(lay, cfg, self.epilogue), ptrs, self._slots)
         self.tmap_a, self.tmap_b, self.tmap_c = maps["tmap_a"], maps["tmap_b"], maps["tmap_c"]
         self.tmap_c_tail, self.tmap_source = maps.get("tmap_c_tail"), maps.get("tmap_source")
+        self.tmap_scale_a = maps.get("tmap_scale_a")
         self.schedule = sched = schedule.plan_for(cfg, lay.m, lay.n, lay.k, info.sm_count, ctas, lay.batches)
         self.tiles_m, self.tiles_n, self.k_tiles = sched.tiles_m, sched.tiles_n, sched.k_tiles
         self.clusters, self.grid = sched.clusters, sched.grid
@@ -352,6 +359,7 @@ class GemmPlan(BoundLaunches):
             debug_ptr = self.records.device_pointer
         args = [self.tmap_a, self.tmap_b, self.tmap_c, *([self.tmap_c_tail] if self.tmap_c_tail else []),
                 *([self.tmap_source] if self.tmap_source else []),
+                *([self.tmap_scale_a] if self.tmap_scale_a else []),
                 *self.epilogue.kernel_args(lay.swapped, lay.k),
                 ctypes.c_uint32(lay.m), ctypes.c_uint32(lay.n),
                 ctypes.c_uint32(sched.cluster_rows), ctypes.c_uint32(sched.cluster_cols), ctypes.c_uint32(self.k_tiles),

@@ -9,8 +9,10 @@ short by K (TMA fills zeros), several tiles per consumer on 3 CTAs (the sets and
 tile), and split-K ranges of which the last runs past K (its scale reads are clamped to the table's last block), every
 copy of the promotion of the 144-, 160- and 192-column tiles, and the one set over two row blocks of the 256x128 and
 pingpong 128x128 tiles, and the swap-AB tiles with the problem swapped (the scale tables' axes traded), given and as
-the selection picks them. Inputs are random (never zero), scales random positive, the output NaN-poisoned, every
-element checked against ptxgemm.accuracy's bound.
+the selection picks them. CASES_MN run the unswapped tiles with scale_a M-major (rows adjacent, each k-block's column
+padded to 16 bytes, DeepGEMM's and torch's layout), read by the producer's TMA box per stage. Inputs are random
+(never zero), scales random positive, the output NaN-poisoned, every element checked against ptxgemm.accuracy's
+bound.
 """
 from __future__ import annotations
 
@@ -90,18 +92,37 @@ CASES = (
     ("pp64x64tk2", (100, 392, 1920), "swap-AB with split-K 2 of 15 k-tiles: 8 and 7"),
 )
 
+#: scale_a M-major (GemmConfig.block_scale_a_mn): (tile tag, (M, N, K), what the case is for); M is never a
+#: multiple of 4 where rows run past M, so the table's columns are padded (its column stride is not M)
+CASES_MN = (
+    ("pp64x128", (101, 390, 1408), "two sets, A's M-major scales by TMA: rows past M, 11 k-tiles, the ring wraps"),
+    ("pp64x64k4", (64, 330, 7168), "split-K 4 at M = 64: DeepGEMM's small-M class, A's M-major scales by TMA"),
+    ("pp64x64k2", (130, 200, 2432), "split-K 2 of 19 k-tiles: 10 and 9, the last range past K, A's M-major scales "
+                                    "by TMA: rows past M"),
+    ("coop128x128", (301, 390, 2944), "two sets (drain 2), A's M-major scales by TMA: rows past M, 23 k-tiles"),
+    ("coop128x192", (301, 400, 2176), "one set, A's M-major scales by TMA: rows past M, 17 k-tiles, the ring wraps"),
+    ("pp128x128", (301, 390, 1408), "pingpong, one set, A's M-major scales by TMA: rows past M"),
+    ("coop256x128", (777, 390, 2304), "one set, A's M-major scales by TMA: rows past M, 18 k-tiles"),
+    ("coop256x128k2", (390, 260, 2944), "one set, split-K 2 of 23 k-tiles: 12 and 11, the last range past K, A's "
+                                        "M-major scales by TMA"),
+    ("coop256x128cn2", (521, 520, 1664), "one set in a cluster pair multicasting A, A's M-major scales by TMA: "
+                                         "each CTA loads its own"),
+    ("coop256x128c2", (1101, 390, 1664), "one set in a pair multicasting B, A's M-major scales by TMA: the last "
+                                         "pair's second tile row wholly past M"),
+)
+
 
 def _ctas(cfg: GemmConfig) -> int:
     """CTAS, rounded up to whole clusters."""
     return -(-CTAS // cfg.cluster_size) * cfg.cluster_size
 
 
-def _config(tag: str) -> GemmConfig:
+def _config(tag: str, a_mn: bool = False) -> GemmConfig:
     """The tag's config as GemmPlan completes it for these cases' C-order outputs: a transposed tile swaps the
-    problem, and the scale tables' axes with it."""
+    problem, and the scale tables' axes with it; `a_mn`: scale_a M-major."""
     base = GemmConfig.from_tag(tag)
     return dataclasses.replace(base, in_dtype=FP8, out_dtype="bfloat16", a_major="k", b_major="k", block_scale=True,
-                               block_scale_swapped=base.transposed_store)
+                               block_scale_swapped=base.transposed_store, block_scale_a_mn=a_mn)
 
 
 def _kernel_shape(cfg: GemmConfig, shape):
@@ -158,6 +179,75 @@ def test_each_case_exercises_what_it_claims(tag, shape, why):
         assert len(starts) > 1 and cfg.bs_b_boundaries[0] == cfg.block_n
 
 
+@pytest.mark.parametrize("tag, shape, why", CASES_MN, ids=[f"{c[0]}-{'x'.join(map(str, c[1]))}" for c in CASES_MN])
+def test_each_m_major_case_exercises_what_it_claims(tag, shape, why):
+    """No GPU: the M-major cases run the TMA box (no copying lanes, its bytes in the stage's), with their table's
+    columns padded, and what each names."""
+    cfg = _config(tag, a_mn=True)
+    s = plan_for(cfg, *shape, 132, _ctas(cfg))
+    k_blocks = -(-shape[2] // SCALE_BLOCK)
+    assert cfg.bs_a_in_smem and cfg.bs_a_copiers == 0 and cfg.full_arrivals == 1 + cfg.bs_b_in_smem
+    assert cfg.stage_bytes == cfg.a_stage_bytes + cfg.b_stage_bytes + cfg.block_m * 4
+    assert cfg.ring_stage_bytes == cfg.stage_bytes + cfg.bs_b_slot_bytes
+    assert cfg.smem_bs_a % 128 == 0    # TMA's shared-memory destination alignment
+    assert _m_major_ld(shape[0]) != shape[0] or shape[0] % 4 == 0
+    ptx = __import__("ptxgemm").render_gemm(cfg)
+    # no copying lanes for A: the only cp.async are the leader's of B's scales (cfg.bs_b_in_smem), one arrive
+    assert "tmap_scale_a" in ptx and "%bsp_row" not in ptx
+    assert ptx.count("cp.async.mbarrier.arrive") == int(cfg.bs_b_in_smem)
+    if "split-K" in why:
+        assert s.splits == cfg.splits > 1 and s.splits * s.k_tiles >= k_blocks
+        if "past K" in why:
+            assert s.splits * s.k_tiles > k_blocks
+    else:
+        assert s.k_tiles == k_blocks
+    if "ring wraps" in why:
+        assert s.k_tiles > cfg.num_stages
+    if "rows past M" in why:
+        assert shape[0] % cfg.block_m and shape[0] % 4
+    if "wholly past M" in why:
+        assert -(-shape[0] // cfg.block_m) % cfg.cluster_m
+    assert ("one set" in why) == (cfg.bs_product_sets == 1)
+    assert s.units > _ctas(cfg), s.describe()
+
+
+def test_an_m_major_scale_a_is_planned_unswapped_and_a_misaligned_one_refused():
+    """No GPU (the emulator's plan): an M-major scale_a selects the unswapped kernel with the TMA box even at a
+    decode-sized M (the swap-AB kernel reads A's scales per thread), equals the C-contiguous table's result, and a
+    column stride that is not a multiple of 16 bytes is refused, naming the rule."""
+    from ptxgemm.errors import ConfigError
+    from ptxgemm.tools import emulator
+
+    rng = np.random.default_rng(77)
+    for m, n, k in ((24, 1032, 640), (130, 260, 1408)):
+        a = random_matrix(rng, m, k, FP8)
+        b = random_matrix(rng, k, n, FP8, order="F")
+        kb, nb = -(-k // SCALE_BLOCK), -(-n // SCALE_BLOCK)
+        sa = rng.uniform(0.5, 2.0, (m, kb)).astype(np.float32)
+        sb = rng.uniform(0.5, 2.0, (kb, nb)).astype(np.float32)
+        padded = np.zeros((kb, _m_major_ld(m)), np.float32)
+        padded[:, :m] = sa.T
+        sa_mn = padded.T[:m]
+        out = emulator.HostArray.empty((m, n), np.dtype(accuracy.DTYPES["bfloat16"]))
+        plan = emulator.GemmPlan(emulator._as_host(a, "a"), emulator._as_host(b, "b"), out, scale_a=sa_mn, scale_b=sb)
+        assert plan.config.block_scale_a_mn and not plan.config.block_scale_swapped, plan.config.describe()
+        plan.launch()
+        rows = emulator.matmul(a, b, scale_a=sa, scale_b=sb)
+        assert np.array_equal(out.numpy().view(np.uint16), rows.view(np.uint16))
+        if m == 24:   # a swap-AB tile given (the out's transpose is writable: the problem would swap)
+            with pytest.raises(ConfigError, match=r"block_scale_a_mn: .* unswapped kernel only"):
+                emulator.matmul(a, b, scale_a=sa_mn, scale_b=sb, config=GemmConfig.from_tag("pp64x32t"))
+    with pytest.raises(ConfigError, match=r"scale_a: an M-major .* multiple of 16 bytes"):
+        emulator.matmul(a[:6], b, scale_a=np.asfortranarray(sa[:6]), scale_b=sb)
+
+
+
+def _m_major_ld(m: int) -> int:
+    """The column stride (elements) of an M-major scale_a: M padded to a multiple of 4 (16 bytes), as DeepGEMM's
+    get_mn_major_tma_aligned_tensor pads it."""
+    return -(-m // 4) * 4
+
+
 def test_the_cases_leave_the_two_set_loop_through_every_drain():
     two_set = [_config(tag) for tag, _, _ in CASES if _config(tag).bs_product_sets == 2]
     unroll = {c.bs_unroll for c in two_set}
@@ -186,6 +276,26 @@ def test_the_one_set_loop_probes_the_next_stage_under_its_last_promotion():
         # after the release (the empty arrive), before the promotion's first fma
         assert copy.rfind("mbarrier.arrive", 0, probe) >= 0 and copy.find("fma.rn.f32", probe) > probe
     assert "mbarrier.test_wait" not in ptxgemm.render_gemm(_config("pp64x128"))
+
+
+@pytest.mark.parametrize("tag", ["coop256x128cn2", "coop256x128", "coop128x192", "pp64x64k3", "pp64x128", "pp64x32t"])
+def test_b_scales_first_picks_wait_for_the_first_wgmmas(tag):
+    """No GPU: at a tile's start the consumer loads B's first batch of scales, and the shfl that picks a k-tile's
+    scale from it waits for that load; so no shfl may stand between the batch's load and the tile's first wgmma (in
+    both loops: the one-set and the two-set), or the load's latency delays the first issue (issue 49, the short-K
+    rows). Checked in the PTX; the SASS keeps the order (behind a branch ptxas does not move them across)."""
+    import ptxgemm
+
+    for a_mn in (False, True) if not tag.endswith("t") else (False,):
+        cfg = _config(tag, a_mn=a_mn)
+        ptx = ptxgemm.render_gemm(cfg)
+        if cfg.bs_b_in_smem:   # B's scales come with the stage: no batch, no pick, read from the slot after the wait
+            assert "shfl.sync.idx.b32 %bs_sb" not in ptx and f"+{cfg.smem_bs_b}]" in ptx, (tag, a_mn)
+            continue
+        start = ptx.index("// B's scales of k-tiles 0..")
+        first_mma = ptx.index("wgmma.mma_async", start)
+        assert "shfl.sync.idx" not in ptx[start:first_mma], (tag, a_mn)
+        assert "shfl.sync.idx" in ptx[first_mma:ptx.index("fma.rn.f32", first_mma)], (tag, a_mn)
 
 
 def _problem(rng, m, n, k):
@@ -233,6 +343,27 @@ def test_blockwise_case(tag, shape, why):
 
 
 @gpu
+@pytest.mark.parametrize("tag, shape, why", CASES_MN, ids=[f"{c[0]}-{'x'.join(map(str, c[1]))}" for c in CASES_MN])
+def test_blockwise_m_major_case(tag, shape, why):
+    import ptxgemm
+
+    m, n, k = shape
+    a, b, args, out = _problem(np.random.default_rng(zlib.crc32(f"mn{tag}{shape}".encode())), *shape)
+    kb = args["scale_a"].shape[1]
+    padded = np.full((kb, _m_major_ld(m)), np.nan, np.float32)   # the padding is never read
+    padded[:, :m] = args["scale_a"].T
+    table = ptxgemm.to_device(padded)
+    scale_a = table.view((m, kb), (4, 4 * _m_major_ld(m)))
+    cfg = _config(tag, a_mn=True)
+    plan = ptxgemm.GemmPlan(ptxgemm.to_device(a), ptxgemm.to_device(b), out, GemmConfig.from_tag(tag),
+                            ctas=_ctas(cfg), scale_a=scale_a, scale_b=ptxgemm.to_device(args["scale_b"]))
+    assert plan.config == cfg, plan.config.describe()
+    plan.launch()
+    verdict = _verdict(a, b, args, out)
+    assert verdict.ok, f"{why}; {cfg.describe()}: {verdict}"
+
+
+@gpu
 def test_the_selection_runs_a_decode_sized_problem_swapped():
     """No config: at M = 24 with a short k-loop the selection puts pp64x32t (select.cost_model.BLOCK_SCALE_SWAP_TILE)
     ahead of an unsplit first pick, the planner swaps the problem, and the result is within the bound. Where this
@@ -265,6 +396,26 @@ def test_mutants_of_the_a_scales_arrive_and_the_full_count_are_killed(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     records = json.loads(out.read_text())["configs"][0]["mutants"]
     arrives = [r for r in records if r["instruction"].startswith("cp.async.mbarrier.arrive.noinc")]
-    full = [r for r in records if r["instruction"].startswith("mbarrier.init") and "[%full_bar], 33;" in r["instruction"]]
-    assert len(arrives) == 2 and full, records
+    full = [r for r in records if r["instruction"].startswith("mbarrier.init") and "[%full_bar], 34;" in r["instruction"]]
+    assert len(arrives) == 4 and full, records   # the copying lanes' arrive and the leader's after B's copies
     assert all(r["status"] == "killed" for r in arrives + full), [r for r in arrives + full if r["status"] != "killed"]
+
+
+@gpu
+def test_mutants_of_the_m_major_scale_box_are_killed(tmp_path):
+    """A's M-major scales by the producer's TMA box (cfg.block_scale_a_mn, preset blockwise-mn: coop256x128, 3
+    stages): the stage's expect_tx deleted, halved, or without the box's bytes ("scale box uncounted": the consumers
+    may read the slot before it lands); and the leader's arrive once its copies of B's scales landed
+    (cfg.bs_b_in_smem) deleted or made to count itself: each caught, as a stall or a wrong result."""
+    import json
+    import subprocess
+    import sys
+
+    out = tmp_path / "mutants.json"
+    proc = subprocess.run([sys.executable, "-m", "ptxgemm", "mutants", "--preset", "blockwise-mn", "--kind",
+                           "mbarrier.arrive.expect_tx", "--kind", "cp.async.mbarrier.arrive", "--json", str(out)],
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    records = json.loads(out.read_text())["configs"][0]["mutants"]
+    assert {r["mutation"] for r in records} >= {"deleted", "bytes/2", "scale box uncounted", "counted"}, records
+    assert all(r["status"] == "killed" for r in records), [r for r in records if r["status"] != "killed"]

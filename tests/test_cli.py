@@ -65,7 +65,8 @@ def test_the_walk_sees_every_command_and_its_options():
     assert {"--quick", "--rounds", "--shapes", "--set", "--small-m", "--b-major", "--out", "--name", "--config", "--variants",
             "--use-tune-cache",
             "--summarize", "--summarize-out", "--host", "--shape", "--run-shape", "--calls", "--repeats",
-            "--json", "--in-dtype", "--scaling", "--epilogue", "--sustained", "--sustained-gap", "--fastcu",
+            "--json", "--in-dtype", "--scaling", "--scale-a-major", "--epilogue", "--sustained", "--sustained-gap",
+            "--fastcu",
             "--deepgemm", "--tokens", "--models", "--pdl"} == seen["bench"]
     assert {"--mode", "--direction", "--rows", "--cols", "--simulate", "--json"} == seen["swizzle-probe"]
     assert {"--op", "--pattern", "--kernel", "--addresses", "--json", "--layout", "--row-bytes", "--pad"} \

@@ -123,8 +123,11 @@ def test_blockwise_a_scales_take_a_slot_per_stage_where_it_costs_nothing():
     fp8 = dict(in_dtype="float8_e4m3fn", a_major="k", b_major="k", block_scale=True)
     narrow = GemmConfig.from_tag("pp64x128k2", **fp8)
     assert narrow.bs_a_in_smem and (narrow.bs_a_slot_bytes, narrow.bs_a_rows_per_copier) == (256, 2)
-    assert narrow.num_stages == 8 and narrow.full_arrivals == 33 and narrow.ring_stage_bytes == 24576 + 256
-    assert narrow.smem_full == narrow.smem_bs_a + 8 * 256 and narrow.smem_bs_a == narrow.smem_source + narrow.source_bytes
+    # ... and B's, 16 bytes a stage, the leader's copies arriving once more on the full barrier (cfg.bs_b_in_smem)
+    assert narrow.bs_b_in_smem and narrow.bs_b_slot_bytes == 16
+    assert narrow.num_stages == 8 and narrow.full_arrivals == 34 and narrow.ring_stage_bytes == 24576 + 256 + 16
+    assert narrow.smem_bs_b == narrow.smem_bs_a + 8 * 256 and narrow.smem_full == narrow.smem_bs_b + 8 * 16
+    assert narrow.smem_bs_a == narrow.smem_source + narrow.source_bytes
     assert narrow.smem_bytes <= 232448 and narrow.smem_bs_a % 16 == 0
     wide192 = GemmConfig.from_tag("coop128x192", **fp8)
     assert wide192.bs_a_in_smem and wide192.num_stages == 5 and wide192.epi_slots == 1
@@ -132,7 +135,7 @@ def test_blockwise_a_scales_take_a_slot_per_stage_where_it_costs_nothing():
         kept = GemmConfig.from_tag(tag, **fp8)
         assert not kept.bs_a_in_smem and kept.num_stages == stages and kept.full_arrivals == 1, tag
         assert slots is None or kept.epi_slots == slots, tag
-        assert kept.smem_full == kept.smem_bs_a and kept.bs_a_slot_bytes == 0, tag
+        assert kept.smem_full == kept.smem_bs_a and kept.bs_a_slot_bytes == kept.bs_b_slot_bytes == 0, tag
     plain = GemmConfig.from_tag("pp64x128k2")
     assert not plain.bs_a_in_smem and plain.full_arrivals == 1 and plain.smem_full == plain.smem_bs_a
     swapped = GemmConfig.from_tag("pp64x32t", **fp8, block_scale_swapped=True)
@@ -141,7 +144,7 @@ def test_blockwise_a_scales_take_a_slot_per_stage_where_it_costs_nothing():
     assert not grouped.bs_a_in_smem and grouped.full_arrivals == 1
     ptx = ptxgemm.render_gemm(narrow)
     assert ptx.count(f"mbarrier.init.shared::cta.b64 [%full_bar], {narrow.full_arrivals};") == narrow.num_stages
-    assert ptx.count("cp.async.ca.shared.global") == narrow.bs_a_rows_per_copier
+    assert ptx.count("cp.async.ca.shared.global") == narrow.bs_a_rows_per_copier + 1   # and the leader's B copy
     assert "ld.shared.f32 %bs_sa_" in ptx and "ld.global.nc.f32 %bs_sa_" not in ptx
     for kept in (swapped, GemmConfig.from_tag("coop256x128c2", **fp8)):
         assert "ld.global.nc.f32 %bs_sa_" in ptxgemm.render_gemm(kept)
@@ -231,7 +234,7 @@ def test_a_config_is_five_parts_read_and_made_by_its_flat_fields():
     assert debug.debug and debug.instrumentation == Instrumentation(debug=True) and debug.tile is cfg.tile
     assert cfg.replace(debug=True) == debug != cfg and hash(dataclasses.replace(debug, debug=False)) == hash(cfg)
     assert GemmConfig(tile=cfg.tile, fusion=Fusion(bias="col"), activation="gelu", in_dtype="float16") == cfg
-    assert GemmConfig(**cfg.fields()) == cfg and list(cfg.fields()) == list(FIELD_PARTS) and len(FIELD_PARTS) == 37
+    assert GemmConfig(**cfg.fields()) == cfg and list(cfg.fields()) == list(FIELD_PARTS) and len(FIELD_PARTS) == 38
     assert {GemmConfig(block_n=192): 1}[GemmConfig(block_n=np.int64(192))] == 1   # value-based keys
     assert pickle.loads(pickle.dumps(cfg)) == cfg and copy.deepcopy(cfg) == cfg and eval(repr(cfg)) == cfg
     assert repr(GemmConfig(block_n=192)) == "GemmConfig(block_n=192)"

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from ptxgemm.kernel import codegen
-from ptxgemm.kernel.config import GemmConfig
+from ptxgemm.kernel.config import SCALE_BLOCK, GemmConfig
 from ptxgemm.kernel.params import template_params
 from ptxgemm.toolchain import compiler
 from ptxgemm.tools import mutant_catalog
@@ -203,16 +203,17 @@ def test_the_producer_copied_a_scales_arrive_is_mutated_and_counted_in_the_full_
     from ptxgemm.cli.mutants import MUTANT_PRESETS
 
     cfg = GemmConfig(**MUTANT_PRESETS["blockwise-narrow"])
-    assert cfg.bs_a_in_smem and cfg.full_arrivals == 33
+    assert cfg.bs_a_in_smem and cfg.full_arrivals == 34   # the leader's arrive, 32 lanes' A copies, its B copies
     assert not GemmConfig(**MUTANT_PRESETS["blockwise-wide"]).bs_a_in_smem   # its ring would lose a stage
     ptx, found = mutant_catalog.enumerate_mutants(cfg)
     arrives = [m for m in found if m.kind == "cp.async.mbarrier.arrive"]
-    assert {m.mutation for m in arrives} == {"deleted", "counted"} and len(arrives) == 2
+    # the copying lanes' arrive and the leader's after its copies of B's scales (cfg.bs_b_in_smem), two mutants each
+    assert {m.mutation for m in arrives} == {"deleted", "counted"} and len(arrives) == 4
     assert all(mutant_catalog.in_template(m, "blockscale.ptx.j2") for m in arrives)
     counted = next(m for m in arrives if m.mutation == "counted")
     assert ".noinc" not in mutant_catalog.apply(ptx, counted).split("\n")[counted.ptx_line - 1]
     compiler.compile_ptx(mutant_catalog.apply(ptx, counted))
-    full_inits = [m for m in found if m.kind == "mbarrier.init" and "[%full_bar], 33;" in m.instruction]
+    full_inits = [m for m in found if m.kind == "mbarrier.init" and "[%full_bar], 34;" in m.instruction]
     assert len(full_inits) == 2 * cfg.num_stages   # count+1 and count-1 of each stage's
     # the swapped blockwise kernel keeps its global loads of A's scales: no such arrive, full counts 1
     swapped = GemmConfig(**MUTANT_PRESETS["blockwise-swapped"])
@@ -232,3 +233,35 @@ def test_the_one_set_loops_probe_has_mutants():
     assert len(probes) == 2 * cfg.bs_unroll and {m.mutation for m in probes} == {"skipped", "wrong parity"}
     for m in probes[:2]:
         compiler.compile_ptx(mutant_catalog.apply(ptx, m))
+
+
+def test_the_m_major_scale_box_is_counted_in_the_stage_expect_tx(tmp_path):
+    """Blockwise scaling with A's scales M-major (cfg.block_scale_a_mn): the producer's leader loads them with one TMA
+    box a stage, its bytes in the stage's expect_tx; the mutant that leaves them out ("scale box uncounted") lets the
+    consumers read the slot before the box lands, and assembles. The worker hands such configs their scale_a M-major
+    (a padded (kb, ld) table, viewed back). tests/test_blockwise_gpu.py runs the mutants."""
+    from ptxgemm.cli.mutants import MUTANT_PRESETS
+    from ptxgemm.tools import mutant_worker
+
+    cfg = GemmConfig(**MUTANT_PRESETS["blockwise-mn"])
+    assert cfg.block_scale_a_mn and cfg.bs_a_copiers == 0 and cfg.full_arrivals == 2   # + the leader's B copies
+    ptx, found = mutant_catalog.enumerate_mutants(cfg)
+    box = [m for m in found if m.mutation == "scale box uncounted"]
+    assert len(box) == 1 and f", {cfg.stage_bytes};" in box[0].instruction
+    line = mutant_catalog.apply(ptx, box[0]).split("\n")[box[0].ptx_line - 1]
+    assert f", {cfg.stage_bytes - cfg.block_m * 4};" in line
+    compiler.compile_ptx(mutant_catalog.apply(ptx, box[0]))
+    assert not any(m.mutation == "scale box uncounted"
+                   for m in mutant_catalog.enumerate_mutants(GemmConfig(**MUTANT_PRESETS["blockwise-wide"]))[1])
+    jobs = mutant_worker.prepare_workloads(cfg, tmp_path, mutant_worker.workloads_for(cfg)[:1])
+    spec = jobs[0]["arrays"]["scale_a"]
+    m, kb, ld = spec["m_major"]
+    assert ld % 4 == 0 and ld >= m and mutant_worker.np.load(spec["path"]).shape == (kb, ld)
+    # every workload's table is one the plan reads M-major (one k-block is both layouts, read C-contiguous: the
+    # worker's plan would then demand a config without the box, and the unmutated build fail its own workloads)
+    from types import SimpleNamespace
+    from ptxgemm.plan.epilogue import _m_major
+    for w in mutant_worker.workloads_for(cfg):
+        kb, ld = -(-w.k // SCALE_BLOCK), -(-w.m // 4) * 4
+        table = SimpleNamespace(shape=(w.m, kb), strides=(4, 4 * ld), dtype=mutant_worker.np.float32, ptr=0)
+        assert _m_major(table, "scale_a"), w

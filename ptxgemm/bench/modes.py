@@ -79,6 +79,8 @@ class Mode:
     in_dtype: str = "bfloat16"
     scaling: str | None = None
     epilogue: str = "none"
+    scale_a_major: str = "k"      # blockwise: ptxgemm's scale_a C-contiguous ("k") or M-major ("m": DeepGEMM's and
+    #                               torch's layout, its columns padded to 16 bytes), the same values either way
 
     @property
     def fp8(self) -> bool:
@@ -105,6 +107,8 @@ class Mode:
             parts.append(self.scaling)
         if self.fused:
             parts.append(self.epilogue)
+        if self.scale_a_major == "m":
+            parts.append("amn")
         return "_".join(parts)
 
     @property
@@ -113,12 +117,14 @@ class Mode:
 
     def describe(self) -> str:
         text = self.in_dtype + (f", {self.scaling} scaling" if self.scaling else "")
+        text += ", scale_a M-major" if self.scale_a_major == "m" else ""
         return text + (f", epilogue {self.epilogue}" if self.fused else "")
 
 
-def mode_from_options(in_dtype: str | None, scaling: str | None, epilogue: str | None) -> Mode:
-    """The Mode of bench's --in-dtype, --scaling and --epilogue (None: not given); ConfigError naming the option
-    of a combination that is not benchmarked. Called before any GPU work."""
+def mode_from_options(in_dtype: str | None, scaling: str | None, epilogue: str | None,
+                      scale_a_major: str | None = None) -> Mode:
+    """The Mode of bench's --in-dtype, --scaling, --epilogue and --scale-a-major (None: not given); ConfigError
+    naming the option of a combination that is not benchmarked. Called before any GPU work."""
     in_dtype = in_dtype or "bfloat16"
     fp8 = in_dtype in FP8
     if scaling is not None and not fp8:
@@ -129,7 +135,9 @@ def mode_from_options(in_dtype: str | None, scaling: str | None, epilogue: str |
     if scaling == "block" and epilogue != "none":
         raise ConfigError(f"--scaling block: not with --epilogue {epilogue}: the blockwise bench's peer is ptxgemm "
                           f"bf16, and the epilogue bench times tensor or row scaling (--scaling tensor or row)")
-    return Mode(in_dtype, scaling, epilogue)
+    if scale_a_major is not None and scaling != "block":
+        raise ConfigError("--scale-a-major: the layout of blockwise scale_a tables, only with --scaling block")
+    return Mode(in_dtype, scaling, epilogue, scale_a_major or "k")
 
 
 def default_shapes(mode: Mode, quick: bool, bf16_default, bf16_quick=QUICK_SHAPES) -> list:
@@ -187,6 +195,12 @@ class Problem:
             as_device = (lambda x: torch.from_numpy(x).cuda()) if torch is not None and mode.scaling != "block" \
                 else (lambda x: arrays.DeviceArray.from_numpy(x.reshape(1) if x.ndim == 0 else x))
             self.dscale_a, self.dscale_b = as_device(self.scale_a), as_device(self.scale_b)
+            if mode.scale_a_major == "m":   # the same values M-major: (kb, M padded to 4) C-order, viewed (M, kb)
+                ld = -(-m // 4) * 4
+                table = np.zeros((self.scale_a.shape[1], ld), np.float32)
+                table[:, :m] = self.scale_a.T
+                self._scale_a_table = arrays.DeviceArray.from_numpy(table)
+                self.dscale_a = self._scale_a_table.view(self.scale_a.shape, (4, 4 * ld))
         self.bias = self.dbias = None
         if mode.fused:
             # bf16 numbers stored as float32: the fused kernel reads float32, the separate torch pass a bf16 copy,
@@ -545,6 +559,7 @@ def run_mode_bench(shapes, rounds: int, mode: Mode, config=None, out="bench_out"
                 errs[i.name], worst[i.name] = rel_err(got, want), max_err(got, want)
         row = {"M": m, "N": n, "K": k, "group": group_of(m, n, k, mode.line_elements), "in_dtype": mode.in_dtype,
                "scaling": mode.scaling, "epilogue": mode.epilogue,
+               **({"scale_a_major": mode.scale_a_major} if mode.scaling == "block" else {}),
                "config_source": "fixed (--config)" if config is not None else f"library selection (tune cache "
                                                                                f"{tune_cache})",
                **(epilogue_row(p, impls, times, errs, refused) if mode.fused else
@@ -612,6 +627,7 @@ def run_mode_bench(shapes, rounds: int, mode: Mode, config=None, out="bench_out"
         print(f"geomean fused ms / plain ms: {summary['geomean_fused_over_plain']:.3f}")
     result = {"gpu": info.name, "driver": info.driver_version_str, "sm_count": info.sm_count, "clocks": read_clocks(),
               "tune_cache": tune_cache, "in_dtype": mode.in_dtype, "scaling": mode.scaling, "epilogue": mode.epilogue,
+              **({"scale_a_major": mode.scale_a_major} if mode.scaling == "block" else {}),
               "mode": mode.slug, "peer": peer, "peer_dtypes": peer_dtypes or None,
               "ratio_means": ratio_means(mode, torch is not None),
               "implementations": [i.name for i in _impls(mode, config, torch, variants, dg)],

@@ -23,13 +23,15 @@ DEFAULT_SUSTAINED_S = 3.0
 GPU_BENCH_OPTIONS = (("quick", "--quick"), ("rounds", "--rounds"), ("shapes", "--shapes"), ("set", "--set"), ("name", "--name"),
                      ("config", "--config"), ("variants", "--variants"), ("summarize", "--summarize"),
                      ("summarize_out", "--summarize-out"), ("b_major", "--b-major"), ("in_dtype", "--in-dtype"),
-                     ("scaling", "--scaling"), ("epilogue", "--epilogue"), ("sustained", "--sustained"),
+                     ("scaling", "--scaling"), ("scale_a_major", "--scale-a-major"), ("epilogue", "--epilogue"),
+                     ("sustained", "--sustained"),
                      ("sustained_gap", "--sustained-gap"), ("fastcu", "--fastcu"), ("deepgemm", "--deepgemm"),
                      ("tokens", "--tokens"), ("models", "--models"))
 # --set training's own options (dest, flag): which of its GEMMs to time
 TRAINING_OPTIONS = (("tokens", "--tokens"), ("models", "--models"))
 # what the benchmark compares; --summarize reads it from each file instead
-MODE_OPTIONS = (("in_dtype", "--in-dtype"), ("scaling", "--scaling"), ("epilogue", "--epilogue"))
+MODE_OPTIONS = (("in_dtype", "--in-dtype"), ("scaling", "--scaling"), ("epilogue", "--epilogue"),
+                ("scale_a_major", "--scale-a-major"))
 # --host's options, which mean nothing without it; all default to None so that "given" is visible
 HOST_WAYS, HOST_LAYER = "ways", "layer"   # --host's tables: the ways in on a small shape; a linear layer's GEMM
 HOST_TABLES = (HOST_WAYS, HOST_LAYER)
@@ -119,6 +121,10 @@ def add_arguments(p) -> None:
                         "fp8 --in-dtype), row (scale_a (M,1), scale_b (1,N)) or block (1x128 per row of A, 128x128 per "
                         "block of B; the peer is then cuBLAS's blockwise fp8 GEMM through torch, or, where torch is "
                         "absent, ptxgemm bf16 on the same values: the ratio is then speed vs bf16)")
+    p.add_argument("--scale-a-major", choices=("k", "m"), default=None,
+                   help="with --scaling block: ptxgemm's scale_a C-contiguous (k, default) or M-major (m: its rows "
+                        "adjacent and its columns padded to 16 bytes, the layout DeepGEMM and torch's blockwise "
+                        "scaled_mm read, and the very bytes DeepGEMM gets), read by the kernel's TMA; same values")
     p.add_argument("--epilogue", choices=EPILOGUES, default=None,
                    help="none (default), bias-gelu, bias-relu or bias-silu: time ptxgemm with a float32 (N,) bias and "
                         "the activation fused, the plain GEMM, and the plain GEMM plus a separate torch pass "
@@ -331,7 +337,7 @@ def run_training(args, tune_cache: str) -> int:
 def _mode(args):
     """The comparison --in-dtype, --scaling and --epilogue ask for, and what does not combine with it (all checked
     before the GPU)."""
-    mode = bench_modes.mode_from_options(args.in_dtype, args.scaling, args.epilogue)
+    mode = bench_modes.mode_from_options(args.in_dtype, args.scaling, args.epilogue, args.scale_a_major)
     if mode.is_default:
         return mode
     if args.variants and mode.fused:

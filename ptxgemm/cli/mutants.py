@@ -47,6 +47,11 @@ MUTANT_PRESETS = {"default": {}, "cluster": {"cluster_m": 2},
                   # than the full count (33) in the workloads' k-loops for the stage to be read before it landed
                   "blockwise-narrow": {"block_m": 64, "block_n": 128, "in_dtype": "float8_e4m3fn", "b_major": "k",
                                        "block_scale": True, "stages": 3},
+                  # issue 49's A scales M-major, one TMA box a stage on the stage's full barrier (its bytes in the
+                  # expect_tx: the "scale box uncounted" mutant), on the 256-row tile's one-set loop (3 stages)
+                  "blockwise-mn": {"schedule": "cooperative", "block_m": 256, "block_n": 128,
+                                   "in_dtype": "float8_e4m3fn", "b_major": "k", "block_scale": True,
+                                   "block_scale_a_mn": True},
                   # issue 24's swap-AB under blockwise scales: the pingpong two-set loop with the tables' axes
                   # traded (the workloads' C-order outs make GemmPlan swap the problem, as the preset says)
                   "blockwise-swapped": {"block_m": 64, "block_n": 32, "c_major": "m", "in_dtype": "float8_e4m3fn",
@@ -90,6 +95,8 @@ def add_arguments(p) -> None:
                         "'blockwise-wide' the fp8 cooperative 256x128 with blockwise scales (one product set), "
                         "'blockwise-narrow' the fp8 pingpong 64x128 with blockwise scales (A's scales brought by "
                         "the producer into shared memory), "
+                        "'blockwise-mn' the fp8 cooperative 256x128 with blockwise scales, A's M-major by one TMA box "
+                        "a stage, "
                         "'blockwise-swapped' the fp8 pingpong 64x32 swap-AB tile with blockwise scales (the "
                         "problem swapped, the scale tables' axes traded), "
                         "'grouped' the grouped kernel "

@@ -215,7 +215,8 @@ class GemmConfig(KernelLayout):
 
     def epilogue_summary(self) -> str:
         """The fused epilogue as a formula, e.g. 'gelu(alpha*acc*r[m]*c[n] + beta*S(bfloat16) + bias[n])'."""
-        v = "acc" + (("[blockwise scaled, swapped]" if self.block_scale_swapped else "[blockwise scaled]")
+        v = "acc" + (("[blockwise scaled, swapped]" if self.block_scale_swapped else
+                      "[blockwise scaled, A's scales M-major]" if self.block_scale_a_mn else "[blockwise scaled]")
                      if self.block_scale else "")
         v = ("alpha*" if self.alpha else "") + ("s_a*s_b*" if self.device_scales else "") + v + ("*r[m]" if self.row_scale else "") + ("*c[n]" if self.col_scale else "")
         if self.has_source:
@@ -252,7 +253,7 @@ class GemmConfig(KernelLayout):
             "stages": self.num_stages,
             "smem_bytes": self.smem_bytes,
             "smem_map": {"a": self.smem_a, "b": self.smem_b, "c": self.smem_c, "source": self.smem_source,
-                         "a_scales": self.smem_bs_a, "full_barriers": self.smem_full, "empty_barriers": self.smem_empty,
+                         "a_scales": self.smem_bs_a, "b_scales": self.smem_bs_b, "full_barriers": self.smem_full, "empty_barriers": self.smem_empty,
                          "source_barriers": self.smem_src_full, "end": self.smem_bytes},
             "stage_bytes": self.stage_bytes,
             "epilogue_bytes": self.epilogue_bytes,
@@ -316,6 +317,11 @@ def _block_scale_rules(cfg: GemmConfig) -> None:
     if not cfg.fp8:
         raise ConfigError(f"block_scale: blockwise scaling is for fp8 inputs (one k-tile is one "
                           f"{SCALE_BLOCK}-wide scale block), got {cfg.in_dtype}")
+    if cfg.block_scale_a_mn and (cfg.block_scale_swapped or cfg.grouped):
+        raise ConfigError(f"block_scale_a_mn: A's M-major scales are loaded by TMA with the stage, one box of the "
+                          f"tile's rows, in the dense unswapped kernel only (a swapped kernel indexes them by its "
+                          f"columns, the grouped one by group); got {cfg.tag}"
+                          f"{', swapped' if cfg.block_scale_swapped else ''}{', grouped' if cfg.grouped else ''}")
     if cfg.block_scale_swapped:
         if cfg.cooperative or cfg.grouped or cfg.consumer_m > SCALE_BLOCK:
             raise ConfigError(f"block_scale_swapped: the swapped scales are built for pingpong tiles whose "

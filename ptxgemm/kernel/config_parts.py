@@ -85,6 +85,9 @@ class Fusion(Part):
     block_scale: bool = False     # fp8 blockwise scales: each k-tile's products promoted into the fp32 accumulators
     block_scale_swapped: bool = False  # ... of a swapped problem (C^T = B^T A^T): the kernel's rows are the caller's
                                        # N, so B's 128x128 scales index its rows and A's 1x128 ones its columns
+    block_scale_a_mn: bool = False     # ... with A's scales M-major (a row's next k-block one column stride on, the
+                                       # rows adjacent: DeepGEMM's and torch's layout): the producer loads each
+                                       # stage's block_m of them with one TMA box beside the operands
     source_dtype: str | None = None   # add beta x S, S an M x N matrix of this dtype loaded by TMA (None: no S)
     bias: str | None = None       # BIAS_AXES: add a vector along rows ("row": one value per row) or columns
     bias_dtype: str = "float32"   # VECTOR_DTYPES: the bias vector's dtype
@@ -110,6 +113,8 @@ class Fusion(Part):
                               "the block scales)")
         if self.block_scale_swapped and not self.block_scale:
             raise ConfigError("block_scale_swapped: only with block_scale")
+        if self.block_scale_a_mn and not self.block_scale:
+            raise ConfigError("block_scale_a_mn: only with block_scale")
 
 
 _GROUP_OPTIONS = ("group_capacity", "group_stream_hint", "group_store_hint", "group_sort")

@@ -33,6 +33,7 @@ FIXUP_REGISTER_BUDGET = 192
 # 1.5% slower on average (up to 18%), so the default stays.
 FILL_STAGES = 8
 SCALE_BYTES = 4                    # blockwise scaling: one fp32 scale
+BS_B_SLOT_BYTES = 16               # a stage's B scales in shared memory: the tile's two blocks', padded to 16 bytes
 
 
 @functools.lru_cache(maxsize=None)   # the selection asks it for every candidate's every layout number
@@ -164,14 +165,15 @@ class KernelLayout(TileLayout):
 
     @property
     def stage_bytes(self) -> int:
-        """Bytes one stage's TMA loads deliver: the full boxes, even where they hang past the matrix (zero fill)."""
-        return self.a_stage_bytes + self.b_stage_bytes
+        """Bytes one stage's TMA loads deliver: the full boxes, even where they hang past the matrix (zero fill);
+        with A's scales M-major (block_scale_a_mn), their box too."""
+        return self.a_stage_bytes + self.b_stage_bytes + (self.bs_a_slot_bytes if self.block_scale_a_mn else 0)
 
     @property
     def ring_stage_bytes(self) -> int:
-        """Shared memory one stage of the ring takes: its operands and, with A's scales in shared memory, their slot
-        (what the stage counts divide by)."""
-        return self.stage_bytes + self.bs_a_slot_bytes
+        """Shared memory one stage of the ring takes: its operands and, with the scales in shared memory, A's slot
+        and B's (what the stage counts divide by)."""
+        return self.a_stage_bytes + self.b_stage_bytes + self.bs_a_slot_bytes + self.bs_b_slot_bytes
 
     # --- blockwise scaling: A's scales brought with the stage (blockscale.ptx.j2) ------------------------------
     @property
@@ -184,26 +186,27 @@ class KernelLayout(TileLayout):
         per group (both keep the loads). And only where the slots cost nothing (_bs_a_slots_free): measured on the
         H200 (runs 60-62, DeepGEMM's dense set, flushed kernel durations), the 64-row pingpong tiles of its M = 64
         and 128 rows gained 4-9% with them, while the 256x128 tiles, whose ring they cut from 4 stages to 3, lost
-        2-3.5% at M = 4096, and the 128x128 cooperative tile, whose epilogue they cut to one panel slot, about 2%."""
+        2-3.5% at M = 4096, and the 128x128 cooperative tile, whose epilogue they cut to one panel slot, about 2%.
+        With A's scales M-major (block_scale_a_mn) always: a TMA box brings them, and the slot is what that costs."""
         return (self.block_scale and not self.block_scale_swapped and self.grouped is None
-                and self._bs_a_slots_free)
+                and (self.block_scale_a_mn or self._bs_a_slots_free))
 
     @property
     def _bs_a_slots_free(self) -> bool:
-        """Whether A's scale slots (block_m fp32 per stage) fit beside the ring without costing it a stage or the
-        cooperative epilogue a panel slot: the same counts with and without them."""
-        slot = self.block_m * SCALE_BYTES
+        """Whether the scale slots (A's block_m fp32 and B's BS_B_SLOT_BYTES per stage) fit beside the ring without
+        costing it a stage or the cooperative epilogue a panel slot: the same counts with and without them."""
+        slot, operands = self.block_m * SCALE_BYTES + BS_B_SLOT_BYTES, self.a_stage_bytes + self.b_stage_bytes
         if self.stages is None:
-            stages = self._filled_stages(self.stage_bytes)
-            if self._filled_stages(self.stage_bytes + slot) < stages:
+            stages = self._filled_stages(operands)
+            if self._filled_stages(operands + slot) < stages:
                 return False
         else:
             stages = self.stages
-            if stages * (self.stage_bytes + slot) > self._room_for_stages(stages):
+            if stages * (operands + slot) > self._room_for_stages(stages):
                 return False
         return (not self.cooperative
-                or self._cooperative_slots_for(stages, self.stage_bytes + slot)
-                == self._cooperative_slots_for(stages, self.stage_bytes))
+                or self._cooperative_slots_for(stages, operands + slot)
+                == self._cooperative_slots_for(stages, operands))
 
     @property
     def bs_a_slot_bytes(self) -> int:
@@ -213,8 +216,9 @@ class KernelLayout(TileLayout):
     @property
     def bs_a_copiers(self) -> int:
         """Producer threads that copy a stage's A scales (the whole of warp 0, whose lane 0 also issues the TMA
-        loads), each arriving once per stage on its full barrier; 0 without bs_a_in_smem."""
-        return WARP_LANES if self.bs_a_in_smem else 0
+        loads), each arriving once per stage on its full barrier; 0 without bs_a_in_smem, and 0 with A's scales
+        M-major (the leader's TMA box brings them, counted in stage_bytes)."""
+        return WARP_LANES if self.bs_a_in_smem and not self.block_scale_a_mn else 0
 
     @property
     def bs_a_rows_per_copier(self) -> int:
@@ -222,11 +226,26 @@ class KernelLayout(TileLayout):
         return self.block_m // WARP_LANES
 
     @property
+    def bs_b_in_smem(self) -> bool:
+        """Whether the producer's leader also brings each stage's B scales (the tile's one or two 128-column blocks
+        of the stage's k-block: 4 bytes each, cp.async) into a slot beside A's, where the consumers read them with
+        A's after the full wait: no batch of B scales per tile in the consumers, whose load at a tile's start (its
+        address needs the tile's coordinates) delayed the first promotion by an L2 round trip (issue 49, the
+        short-K rows). Wherever A's scales are in shared memory."""
+        return self.bs_a_in_smem
+
+    @property
+    def bs_b_slot_bytes(self) -> int:
+        """One stage's B scales: two fp32 (the tile's first block's and its second's), padded to 16 bytes."""
+        return BS_B_SLOT_BYTES if self.bs_b_in_smem else 0
+
+    @property
     def full_arrivals(self) -> int:
         """Arrivals that complete a stage's full barrier (besides its TMA bytes): the producer leader's
         arrive.expect_tx and, with A's scales in shared memory, each copier's cp.async.mbarrier.arrive.noinc (noinc:
-        the arrive does not add itself to the pending count, so the init count holds it)."""
-        return 1 + self.bs_a_copiers
+        the arrive does not add itself to the pending count, so the init count holds it), and with B's, the leader's
+        second one, once its copies of B's scales landed."""
+        return 1 + self.bs_a_copiers + int(self.bs_b_in_smem)
 
     @property
     def epi_panel_cols(self) -> int:
@@ -435,8 +454,13 @@ class KernelLayout(TileLayout):
         return self.smem_source + self.source_bytes
 
     @property
-    def smem_full(self) -> int:
+    def smem_bs_b(self) -> int:
+        """The stages' B scale slots (bs_b_in_smem), stage s's at smem_bs_b + s * bs_b_slot_bytes; empty otherwise."""
         return self.smem_bs_a + self.num_stages * self.bs_a_slot_bytes
+
+    @property
+    def smem_full(self) -> int:
+        return self.smem_bs_b + self.num_stages * self.bs_b_slot_bytes
 
     @property
     def smem_empty(self) -> int:

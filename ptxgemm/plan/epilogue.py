@@ -32,6 +32,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..kernel.config import ACTIVATIONS, FP8_DTYPES, OUTPUT_DTYPES, SCALE_BLOCK, VECTOR_DTYPES
+from ..kernel.hardware import TMA_ALIGN
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,6 +49,7 @@ class Epilogue:
     device_b: object = None
     block_a: object = None             # blockwise: scale_a (M, ceil(K/128)), scale_b (ceil(K/128), ceil(N/128))
     block_b: object = None
+    block_a_mn: bool = False           # scale_a M-major (rows adjacent, its columns 16-byte strided): read by TMA
 
     @property
     def plain(self) -> bool:
@@ -98,6 +100,7 @@ class Epilogue:
         return {"alpha": self.alpha != 1.0, "row_scale": rows is not None, "col_scale": cols is not None,
                 "device_scales": self.device_a is not None or self.device_b is not None,
                 "block_scale": self.block_a is not None, "block_scale_swapped": self.block_a is not None and swapped,
+                "block_scale_a_mn": self.block_a_mn,
                 "source_dtype": None if self.source is None else np.dtype(self.source.dtype).name,
                 "bias": bias, "bias_dtype": np.dtype(self.bias.dtype).name if self.bias is not None else "float32",
                 "activation": self.activation, "col_pairs": pairs}
@@ -230,7 +233,33 @@ def _c_contiguous(arr, name: str) -> None:
         expect.append(acc)
         acc *= e
     if any(e > 1 and s != x for e, s, x in zip(arr.shape, arr.strides, reversed(expect))):
-        raise ConfigError(f"{name}: a blockwise scale table must be C-contiguous, got strides {tuple(arr.strides)}")
+        also = (" or M-major (rows adjacent, each k-block's column a multiple of 16 bytes on: DeepGEMM's and torch's "
+                "layout)") if name == "scale_a" else ""
+        raise ConfigError(f"{name}: a blockwise scale table must be C-contiguous{also}, got strides "
+                          f"{tuple(arr.strides)}")
+
+
+def _m_major(arr, name: str) -> bool:
+    """Whether scale_a's table (M, ceil(K/128)) is M-major, as DeepGEMM's get_mn_major_tma_aligned_tensor and torch's
+    blockwise scaled_mm lay it out: rows adjacent (stride 4 bytes), each k-block's column a stride of at least M
+    rows on. The kernel reads it by TMA, so that stride is a multiple of 16 bytes and the table 16-byte aligned
+    (ConfigError otherwise). A table C-contiguous as well (one k-block, or one row with its k-blocks adjacent) is read
+    as C-contiguous; one row with its k-blocks 16-byte strided is M-major."""
+    m, kb = (int(e) for e in arr.shape)
+    item = np.dtype(arr.dtype).itemsize
+    row, col = (int(s) for s in arr.strides)
+    if m * kb == 0 or kb == 1 or (m > 1 and row != item) or col == item:
+        return False   # empty, one k-block (both layouts at once), rows apart, or one row C-contiguous
+    if col < item * m:
+        return False   # neither layout: _c_contiguous names the rule
+    if col % TMA_ALIGN or arr.ptr % TMA_ALIGN:
+        raise ConfigError(f"{name}: an M-major blockwise scale table (rows adjacent) is read by TMA: its column stride "
+                          f"must be a multiple of {TMA_ALIGN} bytes (M padded to a multiple of "
+                          f"{TMA_ALIGN // item}, as DeepGEMM's get_mn_major_tma_aligned_tensor and torch's "
+                          f"blockwise scaled_mm lay it out) and its address {TMA_ALIGN}-byte aligned; got "
+                          f"strides {(row, col)} at an address {arr.ptr % TMA_ALIGN} bytes past a multiple "
+                          f"of {TMA_ALIGN}")
+    return True
 
 
 def _scale(name: str, x, vector_shapes, block_shape, convert):
@@ -249,6 +278,8 @@ def _scale(name: str, x, vector_shapes, block_shape, convert):
         _unit_along(arr, 1 if shape == vector_shapes[1] and name == "scale_b" else 0, name)   # (1, N): along axis 1
         return "vector", arr
     if shape == block_shape:
+        if name == "scale_a" and _m_major(arr, name):
+            return "block_mn", arr
         _c_contiguous(arr, name)
         return "block", arr
     raise ConfigError(f"{name}: shape {shape} is none of the scalings: a number or a 1-element float32 array "
@@ -297,6 +328,9 @@ def parse(*, c=None, alpha=1.0, beta=0.0, bias=None, activation=None, scale_a=No
         kindb, b = _scale("scale_b", scale_b, ((n,), (1, n)), (kb, _blocks(n)), convert)
     # a vector or one-element shape that is also the block shape (K <= 128; M = 1 or N <= 128) is blockwise when
     # the other scale is (one element alone is a per-tensor scale: the same numbers as a one-block table)
+    a_mn = kinda == "block_mn"
+    if a_mn:
+        kinda = "block"
     if kinda == "block" and kindb in ("vector", "device") and tuple(b.shape) == (kb, _blocks(n)):
         kindb = "block"
     if kindb == "block" and kinda in ("vector", "device") and tuple(a.shape) == (m, kb):
@@ -328,4 +362,4 @@ def parse(*, c=None, alpha=1.0, beta=0.0, bias=None, activation=None, scale_a=No
                           f"range")
     return Epilogue(alpha=alpha, beta=beta, source=source, bias=vec, bias_axis=axis, activation=activation,
                     row_scale=row, col_scale=col, device_a=device_a, device_b=device_b, block_a=block_a,
-                    block_b=block_b)
+                    block_b=block_b, block_a_mn=a_mn)

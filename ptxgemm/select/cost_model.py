@@ -821,7 +821,9 @@ def _ranked_blockwise(problem: Problem, sm_count: int, gpu_name: str, batches: i
     BLOCK_SCALE_SWAP_TILE ahead of an unsplit first pick."""
     order = [f"{TAG_SCHEDULE[s]}{bm}x{bn}" for s, bm, bn in BLOCK_SCALE_TILES]
     small_m = problem.m <= BLOCK_SCALE_WIDE_MIN_M
-    swap_fits = (problem.m <= BLOCK_SCALE_SWAP_MAX_M
+    # the swap-AB kernel reads A's scales per thread, by its columns: not from an M-major table (GemmConfig's
+    # block_scale_a_mn rule)
+    swap_fits = (problem.m <= BLOCK_SCALE_SWAP_MAX_M and not dict(epilogue).get("block_scale_a_mn")
                  and problem.n * layout.itemsize(problem.out_dtype) % TMA_ALIGN == 0)
     pairs, swapped = [], None
     for c in blockwise_candidates(problem):

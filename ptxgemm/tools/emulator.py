@@ -252,7 +252,7 @@ class GemmPlan:
         self.copies_in, self.copies_out = [rebased_copy(c) for c in copies_in], [rebased_copy(c) for c in copies_out]
         self.memory = Memory(arrays + list(self.buffers.values()))
         self.maps = {name: dataclasses.replace(spec, address=rebased(spec.address))
-                     for name, spec in gemm.tensor_map_specs(self.bound, self.config).items()}
+                     for name, spec in gemm.tensor_map_specs(self.bound, self.config, self.epilogue).items()}
         lay = self.bound
         self.schedule = schedule.plan_for(self.config, lay.m, lay.n, lay.k, device.sm_count, ctas, lay.batches)
         self.params = [(name, type(value)(rebased(value.value)) if isinstance(value, ctypes.c_uint64) else value)
@@ -329,7 +329,9 @@ def kernel(lay: operands.MatmulPlan, cfg, maps: dict, params: list[tuple[str, ob
         caller_m, caller_n = (n, m) if cfg.block_scale_swapped else (m, n)
         nb = -(-caller_n // SCALE_BLOCK)
         assert param("param_scale_a_ld") == kb and param("param_scale_b_ld") == nb
-        blocks = (memory.at(param("param_scale_a"), (caller_m, kb), (4 * kb, 4), np.float32, "scale_a's table"),
+        # scale_a C-contiguous, or M-major through its map (whose address the host passes as param_scale_a too)
+        a_strides = (4, maps["tmap_scale_a"].strides[0]) if cfg.block_scale_a_mn else (4 * kb, 4)
+        blocks = (memory.at(param("param_scale_a"), (caller_m, kb), a_strides, np.float32, "scale_a's table"),
                   memory.at(param("param_scale_b"), (kb, nb), (4 * nb, 4), np.float32, "scale_b's table"))
         blocks = tuple(t.astype(np.float64) for t in blocks)
     unread = set(p) - read

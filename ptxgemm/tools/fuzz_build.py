@@ -72,6 +72,8 @@ def _scale_expr(spec: dict, name: str) -> str:
 
     kb = -(-k // SCALE_BLOCK)
     if form == "block":
+        if name == "scale_a" and s["layout"] == "M":   # M-major: a (kb, M padded to 4) table's transpose
+            return f"{uniform((kb, -(-m // 4) * 4))}.T[:{m}]"
         return uniform((m, kb) if name == "scale_a" else (kb, -(-n // SCALE_BLOCK)))
     length = m if name == "scale_a" else n
     if form == "vec":

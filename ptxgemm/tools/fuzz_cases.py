@@ -24,8 +24,9 @@ What the strategies cover (draw_spec):
 - the epilogue: alpha (1.0 or +-[0.25, 2)), c with beta (+-[0.25, 2), any output dtype and layout), bias (N,),
   (1, N) or (M, 1) in every VECTOR_DTYPES, contiguous or starting one element in, each activation, scale_a and
   scale_b as a Python float, a numpy float32, a float32 array of shape (1,) or (1, 1), rowwise 1-D or 2-D vectors
-  (contiguous or offset), or blockwise tables (both; fp8, 2-D operands); each independently often absent;
-- an explicit `config` only where blockwise scales and no c: one of the swap-AB blockwise tiles (BLOCK_SWAP_TAGS,
+  (contiguous or offset), or blockwise tables (both; fp8, 2-D operands; scale_a C-contiguous or M-major with its
+  columns padded to 16 bytes); each independently often absent;
+- an explicit `config` only where blockwise scales (scale_a C-contiguous) and no c: one of the swap-AB blockwise tiles (BLOCK_SWAP_TAGS,
   of which the selection picks only unsplit pp64x32t, at M <= 32) in 40% of those cases, drawn from a stream of
   its own so that every other field of a seed is what it was before configs were drawn; and where neither
   blockwise scales nor c: a stream-K tile (STREAM_K_TAGS: at the fuzzer's sizes the selection rarely takes the
@@ -63,6 +64,9 @@ ENTRIES = ("run", "matmul", "plan")
 ARRAY_KINDS = ("host", "device", "torch", "cupy")
 LAYOUTS = ("C", "F", "sliced", "reversed", "offset", "transposed", "broadcast")
 VECTOR_LAYOUTS = ("C", "offset")              # bias and scale vectors: unit stride along their length
+#: blockwise scale_a tables: C-contiguous, or M-major with its columns padded to 16 bytes (DeepGEMM's and torch's
+#: layout, which the kernel reads by TMA)
+BLOCK_A_LAYOUTS = ("C", "M")
 TILE_EDGES = (63, 64, 65, 127, 128, 129, 191, 192, 193, 255, 256, 257)
 DTYPE_PAIRS = (("bfloat16", "bfloat16"), ("float16", "float16"), ("float8_e4m3fn", "float8_e4m3fn"),
                ("float8_e5m2", "float8_e5m2"), ("float8_e4m3fn", "float8_e5m2"), ("float8_e5m2", "float8_e4m3fn"))
@@ -207,7 +211,8 @@ def problems(spec: dict) -> list[str]:
             forms.append(None if s is None else s["form"])
             if s is None:
                 continue
-            if s["form"] not in SCALE_FORMS or s.get("layout", "C") not in VECTOR_LAYOUTS:
+            layouts = BLOCK_A_LAYOUTS if (s["form"], name) == ("block", "scale_a") else VECTOR_LAYOUTS
+            if s["form"] not in SCALE_FORMS or s.get("layout", "C") not in layouts:
                 p.append(f"{name}: form")
             if s["form"] in TENSOR_SCALES and not (isinstance(s["value"], float) and 0 < s["value"]):
                 p.append(f"{name}: value")
@@ -225,6 +230,8 @@ def problems(spec: dict) -> list[str]:
             p.append("config: only without c")
         elif config is not None and (config in BLOCK_SWAP_TAGS) != ("block" in forms):
             p.append("config: a swap-AB blockwise tile with blockwise scales, else a stream-K or serpentine tile")
+        elif config in BLOCK_SWAP_TAGS and spec["scale_a"].get("layout") == "M":
+            p.append("config: a swap-AB tile reads A's scales per thread, so scale_a C-contiguous")
         elif config is not None and config not in BLOCK_SWAP_TAGS + WALK_TAGS:
             p.append("config: a swap-AB blockwise tile, a stream-K or a serpentine tile")
         elif config in WIDE_ACC_TAGS and not _plain_epilogue(spec):
@@ -402,7 +409,7 @@ def draw_spec(rng: np.random.Generator, *, max_flops: float, entries=ENTRIES, ar
         spec["activation"] = str(rng.choice(ACTIVATIONS))
     blockable = (ad in FP8_DTYPES and bd in FP8_DTYPES and not a_b and not b_b and not a_vec and not b_vec)
     if blockable and rng.random() < 0.25:
-        spec["scale_a"] = {"form": "block", "value": None, "layout": "C"}
+        spec["scale_a"] = {"form": "block", "value": None, "layout": str(rng.choice(BLOCK_A_LAYOUTS))}
         spec["scale_b"] = {"form": "block", "value": None, "layout": "C"}
     else:
         for name, vec in (("scale_a", a_vec), ("scale_b", b_vec)):
@@ -426,7 +433,8 @@ def draw_spec(rng: np.random.Generator, *, max_flops: float, entries=ENTRIES, ar
             spec["out"] = {"dtype": od, "layout": _layout(rng, rnd, "out", kind)}
             if entry == "plan" or rng.random() < 0.5:
                 spec["out_dtype"] = None
-    if spec["scale_a"] is not None and spec["scale_a"]["form"] == "block" and spec["c"] is None:
+    if (spec["scale_a"] is not None and spec["scale_a"]["form"] == "block" and spec["c"] is None
+            and spec["scale_a"]["layout"] == "C"):   # a swap-AB tile reads A's scales per thread: not M-major
         pick = np.random.default_rng(spec["seed"] ^ CONFIG_STREAM)
         if pick.random() < 0.4:
             spec["config"] = str(pick.choice(BLOCK_SWAP_TAGS))

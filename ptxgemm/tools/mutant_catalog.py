@@ -216,6 +216,12 @@ def enumerate_mutants(config: GemmConfig) -> tuple[str, list[Mutant]]:
             mid = f"L{number}:{kind.name}:{mutation.replace(' ', '-')}"
             mutants.append(Mutant(mid, instruction, kind.name, mutation, number, origin, replacement,
                                   _site_text(origin)))
+        if kind.name == "mbarrier.arrive.expect_tx" and cfg.block_scale_a_mn and _last_int(m["args"]) == cfg.stage_bytes:
+            # A's M-major scales (blockscale.ptx.j2's producer_load_a): the stage's expect_tx without their box, so
+            # the consumers may read the slot before it lands
+            replacement = _replace_args(m, _with_last_int(m["args"], cfg.stage_bytes - cfg.bs_a_slot_bytes))
+            mutants.append(Mutant(f"L{number}:{kind.name}:scale-box-uncounted", f"{m['op']}{m['args']};".strip(),
+                                  kind.name, "scale box uncounted", number, origin, replacement, _site_text(origin)))
     return ptx, mutants
 
 

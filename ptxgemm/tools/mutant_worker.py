@@ -122,7 +122,12 @@ def block_scale_workloads(config: GemmConfig) -> tuple[Workload, ...]:
     unrun (the two-set loop's third and fourth drains survived their deletion on WORKLOADS alone, whose tiles have
     1 and 10 k-tiles). The added ones are small grids with ragged edges and K a few elements short of whole
     k-tiles (a multiple of 16, as the fp8 rows' TMA needs)."""
-    k_tiles = [-(-w.k // config.block_k) for w in WORKLOADS]
+    base = WORKLOADS
+    if config.block_scale_a_mn:   # one k-block's table is both layouts at once, and the plan reads it C-contiguous
+        # (plan.epilogue._m_major), so where WORKLOADS has K of one block, K spans two: 144, a whole k-tile and one
+        # 16 elements long (TMA fills the rest with zeros)
+        base = tuple(w if w.k > SCALE_BLOCK else dataclasses.replace(w, k=SCALE_BLOCK + 16) for w in WORKLOADS)
+    k_tiles = [-(-w.k // config.block_k) for w in base]
     ends = {(n - 1) % config.bs_unroll for n in k_tiles}
     added = []
     n = max(k_tiles)
@@ -134,7 +139,7 @@ def block_scale_workloads(config: GemmConfig) -> tuple[Workload, ...]:
                                   13 + len(added)))
     if config.block_scale_swapped:
         added.append(_decode_workload(config))
-    return WORKLOADS + tuple(added)
+    return base + tuple(added)
 
 
 def _decode_workload(config: GemmConfig) -> Workload:
@@ -258,6 +263,16 @@ def _epilogue_args(config: GemmConfig, w: Workload, rng) -> dict:
     return args
 
 
+def _m_major_table(scales: np.ndarray) -> tuple[np.ndarray, tuple[int, int, int]]:
+    """A blockwise scale_a (M, kb) as the C-order (kb, ld) table whose transpose is its M-major layout (ld: M padded to
+    a multiple of 4, the 16-byte column stride TMA reads), and (M, kb, ld) to view it back with."""
+    m, kb = scales.shape
+    ld = -(-m // 4) * 4
+    table = np.zeros((kb, ld), scales.dtype)
+    table[:, :m] = scales.T
+    return table, (m, kb, ld)
+
+
 def _raw(arr: np.ndarray) -> np.ndarray:
     """An array as its raw words: .npy has no bfloat16 or fp8 (they would load back as void)."""
     return arr.view(np.dtype(f"u{arr.dtype.itemsize}"))
@@ -287,6 +302,8 @@ def prepare_workloads(config: GemmConfig, directory: Path, workloads=WORKLOADS) 
         for name, value in args.items():
             if isinstance(value, np.ndarray):
                 arrays[name] = {"path": str(directory / f"w{i}_{name}.npy"), "dtype": value.dtype.name}
+                if name == "scale_a" and config.block_scale_a_mn:   # M-major: saved as its padded (kb, ld) table
+                    value, arrays[name]["m_major"] = _m_major_table(value)
                 np.save(arrays[name]["path"], _raw(value))
             else:
                 scalars[name] = value
@@ -419,6 +436,9 @@ def worker_main() -> int:
         epi = dict(job.get("scalars", {}))
         for name, spec in job.get("arrays", {}).items():
             epi[name] = ptxgemm.to_device(np.load(spec["path"]).view(accuracy.DTYPES.get(spec["dtype"], spec["dtype"])))
+            if "m_major" in spec:   # the padded table, viewed (M, kb) with its rows adjacent
+                m, kb, ld = spec["m_major"]
+                epi[name] = epi[name].view((m, kb), (4, 4 * ld))
         loaded.append((ptxgemm.to_device(np.load(p["a"]).view(in_dtype)), ptxgemm.to_device(np.load(p["b"]).view(b_dtype)),
                        np.load(p["ref"], mmap_mode="r"), np.load(p["bound"], mmap_mode="r"), epi))
     _emit(event="ready")

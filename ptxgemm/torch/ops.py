@@ -266,8 +266,9 @@ def scaled_mm(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor, bias: Opti
     """act(alpha * (scale_a . a) @ (b . scale_b) + bias) for fp8 a (M, K) and b (K, N) (b K-major: the .t() of a
     row-major (N, K) weight): torch.ops.ptxgemm.scaled_mm. The scales' shapes say the scaling
     (ptxgemm.plan.epilogue): one element each (per tensor), (M, 1) and (1, N) (rowwise), or (M, ceil(K/128)) and
-    (ceil(K/128), ceil(N/128)) (blockwise: 1x128 per token, 128x128 per weight block, C-contiguous). float32
-    scales; out_dtype defaults to bfloat16. Inference: no gradient."""
+    (ceil(K/128), ceil(N/128)) (blockwise: 1x128 per token, 128x128 per weight block, C-contiguous; scale_a may be
+    M-major as torch's own blockwise scaled_mm takes it, its columns 16-byte aligned, and is then read by TMA).
+    float32 scales; out_dtype defaults to bfloat16. Inference: no gradient."""
     if eager_ok(a, b, scale_a, scale_b, bias):
         return scaled_mm_impl(a, b, scale_a, scale_b, bias, activation, alpha, out_dtype)
     return _SCALED_MM(a, b, scale_a, scale_b, bias, activation, alpha, out_dtype)
