@@ -265,3 +265,16 @@ def test_the_m_major_scale_box_is_counted_in_the_stage_expect_tx(tmp_path):
         kb, ld = -(-w.k // SCALE_BLOCK), -(-w.m // 4) * 4
         table = SimpleNamespace(shape=(w.m, kb), strides=(4, 4 * ld), dtype=mutant_worker.np.float32, ptr=0)
         assert _m_major(table, "scale_a"), w
+
+
+def test_the_exit_wait_is_explained_by_its_own_schedule():
+    """The consumers' exit wait (tma.wait_all): in the pingpong every store group was drained before the epilogue
+    order's arrive, so its mutants are redundant there; in the cooperative and grouped kernels the last tile's stores
+    are still in flight, and the reason says so. Both schedules share the exit macro, which says which it is."""
+    cases = ((GemmConfig(), "redundant"), (GemmConfig(schedule="cooperative", block_m=256), "(cooperative)"),
+             (GemmConfig(schedule="cooperative", block_m=128, block_n=256, b_major="k", grouped="contiguous",
+                         group_capacity=512), "(cooperative)"))
+    for cfg, reason in cases:
+        exits = [m for m in mutant_catalog.enumerate_mutants(cfg)[1]
+                 if m.kind == "cp.async.bulk.wait_group" and "wait_all" in m.site]
+        assert exits and all(reason in mutant_catalog.explain(m) for m in exits), (cfg.tag, exits)
