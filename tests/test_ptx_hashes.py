@@ -131,8 +131,9 @@ def load() -> list:
 
 
 #: the light run (tests/full_run.py) renders every LIGHT_STRIDE-th recorded config, and besides them the first config
-#: that holds each (field, value) the record has: about 700 of 11000, in 6 s instead of 100 s on one core
-LIGHT_STRIDE = 16
+#: that holds each (field, value) the record has: about 380 of 11400, in 5 s instead of 140 s on one core (16 gave 740,
+#: which the README's 3 minutes on 2 cores no longer had room for)
+LIGHT_STRIDE = 32
 
 
 def light_sample(entries: list) -> list:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 
+import full_run
 import pytest
 
 from ptxgemm import ConfigError, GemmConfig
@@ -21,9 +22,14 @@ def _schedule(shape, tile, sms=132, ctas=None, sk_wave=False):
     return plan_schedule(m, n, k, bm, bn, 64, cm, sms, ctas, "cooperative", cn, 1, 1, True, False, sk_wave)
 
 
+#: (shape, tile, CTAs) walked: every shape and tile on the whole grid and on 5 and 3 clusters; the light run takes
+#: every other one, so each (shape, tile) keeps one or two of its three grids and each grid size stays
+WALKS = [(s, t, c) for s, t in itertools.product(SHAPES, TILES) for c in (None, 5 * t[2] * t[3], 3 * t[2] * t[3])]
+WALKS = WALKS[::len(WALKS) // full_run.pick(len(WALKS) // 2, len(WALKS), "stream-K walks checked")]
+
+
 @pytest.mark.parametrize("sk_wave", [False, True], ids=["tail", "tail+wave"])
-@pytest.mark.parametrize("shape, tile, ctas", [(s, t, c) for s, t in itertools.product(SHAPES, TILES)
-                                               for c in (None, 5 * t[2] * t[3], 3 * t[2] * t[3])])
+@pytest.mark.parametrize("shape, tile, ctas", WALKS)
 def test_the_walk_runs_every_k_tile_once_and_each_fix_up_can_finish(shape, tile, ctas, sk_wave):
     """Every k-tile of every unit lies in exactly one segment; the full waves are whole units; each tail unit has
     one final (its first k-tile's cluster), and its partials are the next clusters', at most SK_MAX_SHARES; a
@@ -63,8 +69,14 @@ def test_the_walk_runs_every_k_tile_once_and_each_fix_up_can_finish(shape, tile,
         assert (unit in finals) == bool(parts)
 
 
+#: (shape, tile) whose tail's fronts are checked: all of them, or in the light run every other one (each shape with
+#: two of its four tiles)
+FRONTS = list(itertools.product(SHAPES, TILES))
+FRONTS = FRONTS[::len(FRONTS) // full_run.pick(len(FRONTS) // 2, len(FRONTS), "stream-K tails' fronts checked")]
+
+
 @pytest.mark.parametrize("sk_wave", [False, True], ids=["tail", "tail+wave"])
-@pytest.mark.parametrize("shape, tile", list(itertools.product(SHAPES, TILES)))
+@pytest.mark.parametrize("shape, tile", FRONTS)
 def test_the_tail_reads_k_in_a_few_common_fronts(shape, tile, sk_wave):
     """With each tail unit's k-loop rotated (Schedule.sk_rotation), every cluster's s-th k-tile of the tail is
     k-tile s + m * sk_per of K (mod k_tiles) for a small m: the clusters read K together, a few fronts apart, and
