@@ -28,6 +28,7 @@ from ptxgemm import accuracy
 from ptxgemm.kernel.config import GemmConfig, SCALE_BLOCK
 from ptxgemm.kernel.schedule import plan_for
 from ptxgemm.plan import operands
+from ptxgemm.plan.epilogue import m_major_ld, m_major_table
 
 gpu = pytest.mark.gpu
 CTAS = 3
@@ -190,7 +191,7 @@ def test_each_m_major_case_exercises_what_it_claims(tag, shape, why):
     assert cfg.stage_bytes == cfg.a_stage_bytes + cfg.b_stage_bytes + cfg.block_m * 4
     assert cfg.ring_stage_bytes == cfg.stage_bytes + cfg.bs_b_slot_bytes
     assert cfg.smem_bs_a % 128 == 0    # TMA's shared-memory destination alignment
-    assert _m_major_ld(shape[0]) != shape[0] or shape[0] % 4 == 0
+    assert m_major_ld(shape[0]) != shape[0] or shape[0] % 4 == 0
     ptx = __import__("ptxgemm").render_gemm(cfg)
     # no copying lanes for A: the only cp.async are the leader's of B's scales (cfg.bs_b_in_smem), one arrive
     assert "tmap_scale_a" in ptx and "%bsp_row" not in ptx
@@ -225,9 +226,7 @@ def test_an_m_major_scale_a_is_planned_unswapped_and_a_misaligned_one_refused():
         kb, nb = -(-k // SCALE_BLOCK), -(-n // SCALE_BLOCK)
         sa = rng.uniform(0.5, 2.0, (m, kb)).astype(np.float32)
         sb = rng.uniform(0.5, 2.0, (kb, nb)).astype(np.float32)
-        padded = np.zeros((kb, _m_major_ld(m)), np.float32)
-        padded[:, :m] = sa.T
-        sa_mn = padded.T[:m]
+        sa_mn = m_major_table(sa).T[:m]
         out = emulator.HostArray.empty((m, n), np.dtype(accuracy.DTYPES["bfloat16"]))
         plan = emulator.GemmPlan(emulator._as_host(a, "a"), emulator._as_host(b, "b"), out, scale_a=sa_mn, scale_b=sb)
         assert plan.config.block_scale_a_mn and not plan.config.block_scale_swapped, plan.config.describe()
@@ -240,12 +239,6 @@ def test_an_m_major_scale_a_is_planned_unswapped_and_a_misaligned_one_refused():
     with pytest.raises(ConfigError, match=r"scale_a: an M-major .* multiple of 16 bytes"):
         emulator.matmul(a[:6], b, scale_a=np.asfortranarray(sa[:6]), scale_b=sb)
 
-
-
-def _m_major_ld(m: int) -> int:
-    """The column stride (elements) of an M-major scale_a: M padded to a multiple of 4 (16 bytes), as DeepGEMM's
-    get_mn_major_tma_aligned_tensor pads it."""
-    return -(-m // 4) * 4
 
 
 def test_the_cases_leave_the_two_set_loop_through_every_drain():
@@ -350,10 +343,9 @@ def test_blockwise_m_major_case(tag, shape, why):
     m, n, k = shape
     a, b, args, out = _problem(np.random.default_rng(zlib.crc32(f"mn{tag}{shape}".encode())), *shape)
     kb = args["scale_a"].shape[1]
-    padded = np.full((kb, _m_major_ld(m)), np.nan, np.float32)   # the padding is never read
-    padded[:, :m] = args["scale_a"].T
+    padded = m_major_table(args["scale_a"], np.nan)   # the padding is never read
     table = ptxgemm.to_device(padded)
-    scale_a = table.view((m, kb), (4, 4 * _m_major_ld(m)))
+    scale_a = table.view((m, kb), (4, 4 * m_major_ld(m)))
     cfg = _config(tag, a_mn=True)
     plan = ptxgemm.GemmPlan(ptxgemm.to_device(a), ptxgemm.to_device(b), out, GemmConfig.from_tag(tag),
                             ctas=_ctas(cfg), scale_a=scale_a, scale_b=ptxgemm.to_device(args["scale_b"]))

@@ -261,9 +261,9 @@ def test_the_m_major_scale_box_is_counted_in_the_stage_expect_tx(tmp_path):
     # every workload's table is one the plan reads M-major (one k-block is both layouts, read C-contiguous: the
     # worker's plan would then demand a config without the box, and the unmutated build fail its own workloads)
     from types import SimpleNamespace
-    from ptxgemm.plan.epilogue import _m_major
+    from ptxgemm.plan.epilogue import _m_major, m_major_ld
     for w in mutant_worker.workloads_for(cfg):
-        kb, ld = -(-w.k // SCALE_BLOCK), -(-w.m // 4) * 4
+        kb, ld = -(-w.k // SCALE_BLOCK), m_major_ld(w.m)
         table = SimpleNamespace(shape=(w.m, kb), strides=(4, 4 * ld), dtype=mutant_worker.np.float32, ptr=0)
         assert _m_major(table, "scale_a"), w
 

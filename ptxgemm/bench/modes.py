@@ -42,6 +42,7 @@ from .. import gemm
 from ..accuracy import activation64, dequantize
 from ..errors import ConfigError
 from ..kernel.config import SCALE_BLOCK
+from ..plan.epilogue import m_major_table
 from ..runtime import arrays, driver, timing
 from .fp8_peers import (SCALED_MM_BLOCK_PEER, SCALED_MM_PEER, PeerRefused, ScaledMmBlockImpl, ScaledMmImpl)
 from . import deepgemm, deepgemm_peer, kernel_time
@@ -195,12 +196,10 @@ class Problem:
             as_device = (lambda x: torch.from_numpy(x).cuda()) if torch is not None and mode.scaling != "block" \
                 else (lambda x: arrays.DeviceArray.from_numpy(x.reshape(1) if x.ndim == 0 else x))
             self.dscale_a, self.dscale_b = as_device(self.scale_a), as_device(self.scale_b)
-            if mode.scale_a_major == "m":   # the same values M-major: (kb, M padded to 4) C-order, viewed (M, kb)
-                ld = -(-m // 4) * 4
-                table = np.zeros((self.scale_a.shape[1], ld), np.float32)
-                table[:, :m] = self.scale_a.T
+            if mode.scale_a_major == "m":   # the same values M-major: the padded table, viewed (M, kb)
+                table = m_major_table(self.scale_a)
                 self._scale_a_table = arrays.DeviceArray.from_numpy(table)
-                self.dscale_a = self._scale_a_table.view(self.scale_a.shape, (4, 4 * ld))
+                self.dscale_a = self._scale_a_table.view(self.scale_a.shape, (4, 4 * table.shape[1]))
         self.bias = self.dbias = None
         if mode.fused:
             # bf16 numbers stored as float32: the fused kernel reads float32, the separate torch pass a bf16 copy,

@@ -239,6 +239,23 @@ def _c_contiguous(arr, name: str) -> None:
                           f"{tuple(arr.strides)}")
 
 
+def m_major_ld(rows: int) -> int:
+    """The column stride, in scales, of an M-major blockwise scale_a table of `rows` rows: rows padded to a multiple
+    of TMA_ALIGN bytes, as DeepGEMM's get_mn_major_tma_aligned_tensor pads it and as _m_major requires."""
+    per = TMA_ALIGN // np.dtype(np.float32).itemsize
+    return -(-rows // per) * per
+
+
+def m_major_table(scales: np.ndarray, fill: float = 0.0) -> np.ndarray:
+    """scale_a's values (M, kb) as the C-order (kb, m_major_ld(M)) float32 table whose transpose's first M rows
+    are their M-major layout (the padding `fill`, never read): `table.T[:M]`, or a device copy viewed (M, kb) with
+    strides (4, 4 * ld)."""
+    m, kb = scales.shape
+    table = np.full((kb, m_major_ld(m)), fill, np.float32)
+    table[:, :m] = scales.T
+    return table
+
+
 def _m_major(arr, name: str) -> bool:
     """Whether scale_a's table (M, ceil(K/128)) is M-major, as DeepGEMM's get_mn_major_tma_aligned_tensor and torch's
     blockwise scaled_mm lay it out: rows adjacent (stride 4 bytes), each k-block's column a stride of at least M

@@ -11,6 +11,7 @@ import numpy as np
 
 from .. import accuracy
 from ..kernel.config import GemmConfig, SCALE_BLOCK
+from ..plan.epilogue import m_major_ld
 from .fuzz_cases import (BASE_NS, DTYPE_EXPR, LAYOUTS, a_shape, b_shape, frame_shape, out_dtype_of, problems,
                          result_shape)
 
@@ -73,7 +74,7 @@ def _scale_expr(spec: dict, name: str) -> str:
     kb = -(-k // SCALE_BLOCK)
     if form == "block":
         if name == "scale_a" and s["layout"] == "M":   # M-major: a (kb, M padded to 4) table's transpose
-            return f"{uniform((kb, -(-m // 4) * 4))}.T[:{m}]"
+            return f"{uniform((kb, m_major_ld(m)))}.T[:{m}]"
         return uniform((m, kb) if name == "scale_a" else (kb, -(-n // SCALE_BLOCK)))
     length = m if name == "scale_a" else n
     if form == "vec":

@@ -21,6 +21,7 @@ from ..errors import CudaError
 from ..gemm import GemmKernel
 from ..kernel import grouped_walk
 from ..kernel.config import GemmConfig, SCALE_BLOCK
+from ..plan.epilogue import m_major_ld, m_major_table
 from ..runtime.arrays import DeviceArray
 from ..runtime.debug import BarrierStall
 
@@ -263,16 +264,6 @@ def _epilogue_args(config: GemmConfig, w: Workload, rng) -> dict:
     return args
 
 
-def _m_major_table(scales: np.ndarray) -> tuple[np.ndarray, tuple[int, int, int]]:
-    """A blockwise scale_a (M, kb) as the C-order (kb, ld) table whose transpose is its M-major layout (ld: M padded to
-    a multiple of 4, the 16-byte column stride TMA reads), and (M, kb, ld) to view it back with."""
-    m, kb = scales.shape
-    ld = -(-m // 4) * 4
-    table = np.zeros((kb, ld), scales.dtype)
-    table[:, :m] = scales.T
-    return table, (m, kb, ld)
-
-
 def _raw(arr: np.ndarray) -> np.ndarray:
     """An array as its raw words: .npy has no bfloat16 or fp8 (they would load back as void)."""
     return arr.view(np.dtype(f"u{arr.dtype.itemsize}"))
@@ -303,7 +294,8 @@ def prepare_workloads(config: GemmConfig, directory: Path, workloads=WORKLOADS) 
             if isinstance(value, np.ndarray):
                 arrays[name] = {"path": str(directory / f"w{i}_{name}.npy"), "dtype": value.dtype.name}
                 if name == "scale_a" and config.block_scale_a_mn:   # M-major: saved as its padded (kb, ld) table
-                    value, arrays[name]["m_major"] = _m_major_table(value)
+                    arrays[name]["m_major"] = (*value.shape, m_major_ld(value.shape[0]))
+                    value = m_major_table(value)
                 np.save(arrays[name]["path"], _raw(value))
             else:
                 scalars[name] = value
