@@ -194,6 +194,32 @@ def test_cooperative_ptx_has_no_order_barriers_and_defers_the_store_wait():
     assert waits == ["0", "0"]
 
 
+def test_a_cooperative_consumer_with_a_slot_per_panel_stages_its_whole_tile_at_once():
+    """cfg.epi_whole_tile (the 3-stage 256x128 and blockwise fp8 M-major tiles, where every panel has its own slot):
+    one wait for the previous tile's stores, one fence, two barriers and one bulk group a tile, as the pingpong's
+    epilogue (and DeepGEMM's); with fewer slots than panels each panel keeps its own wait, fence, barriers and
+    group, so that a slot's next panel waits only for the store that read it."""
+    whole = GemmConfig.from_tag("coop256x128s3")
+    assert whole.epi_whole_tile and whole.epi_slots == whole.epi_panels == 2
+    fp8 = dict(in_dtype="float8_e4m3fn", b_major="k", block_scale=True, block_scale_a_mn=True)
+    assert GemmConfig.from_tag("coop256x128cn2", **fp8).epi_whole_tile
+    assert not GemmConfig.from_tag("coop256x128").epi_whole_tile            # 4 stages, one slot for two panels
+    assert not GemmConfig.from_tag("coop128x256").epi_whole_tile            # 4 panels, 2 slots
+    assert not GemmConfig.from_tag("pp128x128").epi_whole_tile              # the pingpong stages its tile anyway
+    for cfg, panels, groups in ((whole, 2, 1), (GemmConfig.from_tag("coop256x128"), 2, 2),
+                                (GemmConfig.from_tag("coop128x256"), 4, 4)):
+        body = ptxgemm.render_gemm(cfg)
+        body = body[body.index("CONSUMER:"):body.index("CONSUMER_EXIT:")]
+        epilogue = body[body.index("setp.lt.u32 %p_row_in"):]
+        assert len(re.findall(r"cp\.async\.bulk\.wait_group\.read", epilogue)) == groups, cfg.tag
+        assert epilogue.count("bar.sync    %epi_sync_bar, 128;") == 2 * groups, cfg.tag
+        assert epilogue.count("fence.proxy.async.shared::cta;") == groups, cfg.tag
+        assert epilogue.count("cp.async.bulk.commit_group;") == groups, cfg.tag
+        assert epilogue.count("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group") == panels, cfg.tag
+    # the whole tile's wait asks for every older group: the tile's stores are one group
+    assert "cp.async.bulk.wait_group.read 0;" in ptxgemm.render_gemm(whole)
+
+
 @pytest.mark.parametrize("kwargs, rule", [
     (dict(block_m=96), "block_m"), (dict(block_n=100), "block_n"), (dict(block_n=320), "block_n"),
     (dict(block_n=40), "block_n"), (dict(block_n=8), "block_n"), (dict(block_n=208), "block_m x block_n"), (dict(block_n=160, cluster_m=2), "cluster_m"),

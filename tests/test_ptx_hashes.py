@@ -169,12 +169,13 @@ def test_the_record_holds_every_selectable_config():
 
 def update(field: str) -> None:
     """Re-digest the recorded configs whose `field` is set (truthy), and add the selectable configs with it set that
-    the record lacks (a change that widens what carries the field); the others keep their recorded digest."""
-    if field not in DEFAULTS:
-        raise SystemExit(f"update: {field!r} is not a GemmConfig field")
+    the record lacks (a change that widens what carries the field); the others keep their recorded digest. `field`
+    may also be a property the config derives (`epi_whole_tile`: a change to the kernels that have it)."""
+    if field not in DEFAULTS and not isinstance(getattr(GemmConfig, field, None), property):
+        raise SystemExit(f"update: {field!r} is neither a GemmConfig field nor a property of one")
     entries, changed = load(), 0
     for entry in entries:
-        if entry[0].get(field):
+        if getattr(config_from(entry[0]), field):
             new = digest(config_from(entry[0]))
             changed += new != entry[1]
             entry[1] = new

@@ -29,6 +29,9 @@ MUTANT_PRESETS = {"default": {}, "cluster": {"cluster_m": 2},
                   "epilogue": {"source_dtype": "bfloat16", "bias": "col", "activation": "gelu", "col_pairs": True},
                   "cooperative-epilogue": {"schedule": "cooperative", "block_m": 256, "source_dtype": "float16",
                                            "bias": "row", "activation": "silu"},
+                  # the cooperative epilogue with a slot for every panel (cfg.epi_whole_tile): the whole tile staged
+                  # in one batch, one wait, fence, pair of barriers and bulk group a tile
+                  "cooperative-whole-tile": {"schedule": "cooperative", "block_m": 256, "stages": 3},
                   # the shape of the fuzzer's case that showed the source tile's read-then-reload race (issue 22):
                   # 64-row pingpong tiles, fp32 S and out (the longest S reads), column scales
                   "epilogue-fp32": {"block_m": 64, "in_dtype": "float16", "out_dtype": "float32",
@@ -89,6 +92,8 @@ def add_arguments(p) -> None:
                         "cluster_m=2, "
                         "'epilogue' the default kernel adding a bf16 source tile, a column bias and gelu, "
                         "'cooperative-epilogue' the cooperative 256x128 with an fp16 source, a row bias and silu, "
+                        "'cooperative-whole-tile' the cooperative 256x128 on 3 stages, which stages its whole tile "
+                        "at once (a slot per panel), "
                         "'epilogue-fp32' the pingpong 64x128 fp16 -> fp32 with an fp32 source, column scales and "
                         "relu, "
                         "'blockwise' the fp8 cooperative 128x128 with blockwise scales (two product sets), "

@@ -291,6 +291,14 @@ class KernelLayout(TileLayout):
             return self.epi_panels
         return self._cooperative_slots(self.num_stages)
 
+    @property
+    def epi_whole_tile(self) -> bool:
+        """Cooperative with a slot for every panel: the consumer stages its whole tile in one batch (one wait for
+        its previous tile's stores, one fence, two barriers, one bulk group a tile, as the pingpong's epilogue and
+        DeepGEMM's do) instead of panel by panel, where each panel pays its own wait, fence and barriers so that a
+        slot can be rewritten by the next panel of the same tile."""
+        return self.cooperative and not self.transposed_store and self.epi_slots == self.epi_panels > 1
+
     def _cooperative_slots(self, stages: int) -> int:
         return self._cooperative_slots_for(stages, self.ring_stage_bytes)
 
