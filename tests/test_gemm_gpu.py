@@ -175,6 +175,18 @@ def _draw_cases(n: int, seed: int, configs) -> list[Case]:
 
 
 CASES = _draw_cases(N_CASES, SEED, RANDOM_CONFIGS)
+#: cooperative tiles with a slot for every panel (cfg.epi_whole_tile: the consumer stages its whole tile at once),
+#: which no 16-bit family of the random draws reaches on 4 stages: fewer stages, 16- and 32-bit outputs, a cluster
+#: pair, ragged edges, and few CTAs so that each consumer rewrites its slots tile after tile
+WHOLE_TILE_CASES = [
+    Case(1000, 1000, 1000, "bfloat16", "bfloat16", "k", "mn", (("block_m", 256), ("schedule", "cooperative"),
+                                                                ("stages", 3)), ctas=3),
+    Case(2056, 1032, 520, "float16", "float32", "k", "k", (("block_m", 256), ("schedule", "cooperative"),
+                                                             ("stages", 2)), ctas=5),
+    Case(4104, 2056, 1024, "bfloat16", "bfloat16", "mn", "k", (("block_m", 256), ("cluster_m", 2),
+                                                                ("schedule", "cooperative"), ("stages", 3)), ctas=8),
+    Case(777, 4104, 4096, "float16", "float16", "k", "mn", (("block_m", 128), ("block_n", 128),
+                                                             ("schedule", "cooperative"), ("stages", 4)), ctas=7)]
 # Clusters of 2 CTAs (B multicast) run last, in their own test: a fault there loses the CUDA context for the rest
 # of the process, and must not hide the results of the default kernel.
 CLUSTER_CASES = _draw_cases(N_CASES // 5, SEED + 1, CLUSTER_CONFIGS)
@@ -478,6 +490,17 @@ def test_mutants_of_the_cooperative_epilogue_are_killed(tmp_path):
         assert sites and all(r["status"] == "killed" for r in sites), sites
     slot_free = [r for r in records if "the slot is free" in r["site"] and r["mutation"] == "deleted"]
     assert slot_free and all(r["status"] == "killed" for r in slot_free), slot_free
+
+
+def test_whole_tile_cases_stage_their_whole_tile():
+    """The cases below exercise what they are for: every one stages its whole tile (CPU only)."""
+    assert all(c.config.epi_whole_tile for c in WHOLE_TILE_CASES)
+
+
+@pytest.mark.parametrize("case", WHOLE_TILE_CASES, ids=str)
+@gpu
+def test_whole_tile_case(case):
+    _note(check_case(case)[1], case.out_dtype)
 
 
 @gpu
