@@ -114,8 +114,9 @@ def test_split_k_synchronization_is_found_and_its_weakened_forms_assemble():
     assert "(split-K)" in mutant_catalog.explain(pre_publish) and "before the leader's release" in mutant_catalog.explain(pre_publish)
 
 
-@pytest.mark.parametrize("preset", ["default", "epilogue", "cooperative-epilogue", "blockwise", "blockwise-swapped",
-                                    "split", "split-pairs", "grouped", "grouped-masked", "grouped-k"])
+@pytest.mark.parametrize("preset", ["default", "epilogue", "cooperative-epilogue", "cooperative-whole-tile",
+                                    "blockwise", "blockwise-swapped", "split", "split-pairs", "grouped",
+                                    "grouped-masked", "grouped-k"])
 def test_presets_enumerate_with_every_line_traced_to_its_template(preset):
     """No GPU: each preset's debug build renders, its source map lines up with the plain render (a Jinja comment on
     an instruction line once broke that), and every synchronization instruction has mutants."""
@@ -279,3 +280,20 @@ def test_the_exit_wait_is_explained_by_its_own_schedule():
         exits = [m for m in mutant_catalog.enumerate_mutants(cfg)[1]
                  if m.kind == "cp.async.bulk.wait_group" and "wait_all" in m.site]
         assert exits and all(reason in mutant_catalog.explain(m) for m in exits), (cfg.tag, exits)
+
+
+def test_the_whole_tile_epilogue_mutants_assemble():
+    """No GPU: the preset cooperative-whole-tile stages its whole tile, and each of its epilogue's mutants (the
+    ones tests/test_gemm_gpu.py runs) assembles, so the GPU test measures the kernel, not ptxas."""
+    from ptxgemm.cli.mutants import MUTANT_PRESETS
+
+    cfg = GemmConfig(**MUTANT_PRESETS["cooperative-whole-tile"])
+    assert cfg.epi_whole_tile
+    ptx, found = mutant_catalog.enumerate_mutants(cfg)
+    kinds = ("bar.sync", "cp.async.bulk.wait_group", "cp.async.bulk.commit_group", "fence.proxy.async")
+    mine = [m for m in found if m.kind in kinds and mutant_catalog.in_template(m, "gemm_cooperative.ptx.j2")]
+    assert {n for n in ("the slots are free", "the tile is complete", "have read them", "one group for the tile")
+            if any(n in m.site for m in mine)} == {"the slots are free", "the tile is complete", "have read them",
+                                                   "one group for the tile"}
+    for m in mine:
+        compiler.compile_ptx(mutant_catalog.apply(ptx, m))
