@@ -337,6 +337,11 @@ SURVIVOR_REASONS = (
      _UNSEEN + "(cooperative) the four warps of a consumer leave the slot-free barrier together and run the same "
      "stmatrix sequence, so all have written the panel before the leader's TMA store reads it; a latent race the "
      "warps' lockstep hides"),
+    ("bar.sync", ("deleted",), "the tile is complete",
+     "not observed on the H200 (run 79, tests/test_gemm_gpu.py::test_mutants_of_the_whole_tile_epilogue_are_killed): "
+     "(cooperative, whole tile) the four warps of a consumer leave the slots-free barrier together and run the same "
+     "stmatrix sequence over every panel, so all have written the tile before the leader's first TMA store reads it; "
+     "a latent race the warps' lockstep hides, as the per-panel barrier's"),
     ("bar.sync", ("deleted",), "the staging buffer is complete",
      _UNSEEN + "the four warps of a consumer leave the epilogue-order barrier together and run the same stmatrix "
      "sequence, so all have written the staging buffer before the leader's TMA store reads it; a latent race the "
