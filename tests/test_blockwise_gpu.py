@@ -110,6 +110,9 @@ CASES_MN = (
                                          "each CTA loads its own"),
     ("coop256x128c2", (1101, 390, 1664), "one set in a pair multicasting B, A's M-major scales by TMA: the last "
                                          "pair's second tile row wholly past M"),
+    ("coop128x192c2", (1101, 400, 2176), "one set in a pair multicasting B in 96-row halves (DeepGEMM's tile for "
+                                         "4096x2112x7168), A's M-major scales by TMA: the last pair's second tile "
+                                         "row wholly past M, the ring wraps"),
 )
 
 
@@ -121,7 +124,7 @@ def _ctas(cfg: GemmConfig) -> int:
 def _config(tag: str, a_mn: bool = False) -> GemmConfig:
     """The tag's config as GemmPlan completes it for these cases' C-order outputs: a transposed tile swaps the
     problem, and the scale tables' axes with it; `a_mn`: scale_a M-major."""
-    base = GemmConfig.from_tag(tag)
+    base = GemmConfig.from_tag(tag, b_major="k")   # K-major B first: a pair along M may split it where MN-major cannot
     return dataclasses.replace(base, in_dtype=FP8, out_dtype="bfloat16", a_major="k", b_major="k", block_scale=True,
                                block_scale_swapped=base.transposed_store, block_scale_a_mn=a_mn)
 
