@@ -327,7 +327,7 @@ def _verdict(a, b, args, out):
 def test_blockwise_case(tag, shape, why):
     a, b, args, out = _problem(np.random.default_rng(zlib.crc32(f"{tag}{shape}".encode())), *shape)
     cfg = _config(tag)
-    plan = _plan(a, b, args, out, GemmConfig.from_tag(tag), ctas=_ctas(cfg))
+    plan = _plan(a, b, args, out, GemmConfig.from_tag(tag, b_major="k"), ctas=_ctas(cfg))
     assert plan.config == cfg, plan.config.describe()
     plan.launch()
     verdict = _verdict(a, b, args, out)
@@ -350,7 +350,7 @@ def test_blockwise_m_major_case(tag, shape, why):
     table = ptxgemm.to_device(padded)
     scale_a = table.view((m, kb), (4, 4 * m_major_ld(m)))
     cfg = _config(tag, a_mn=True)
-    plan = ptxgemm.GemmPlan(ptxgemm.to_device(a), ptxgemm.to_device(b), out, GemmConfig.from_tag(tag),
+    plan = ptxgemm.GemmPlan(ptxgemm.to_device(a), ptxgemm.to_device(b), out, GemmConfig.from_tag(tag, b_major="k"),
                             ctas=_ctas(cfg), scale_a=scale_a, scale_b=ptxgemm.to_device(args["scale_b"]))
     assert plan.config == cfg, plan.config.describe()
     plan.launch()
