@@ -137,6 +137,7 @@ def test_summarize_reads_grouped_runs_per_case_and_peer(tmp_path):
     (("--rounds", "0"), "--rounds"),
     (("--name", "a/b"), "--name"),
     (("--variants", "pp128x256"), "--variants: block_m x block_n"),
+    (("--variants", "coop128x192c2"), "--variants: cluster_m: 2 splits MN-major B"),   # bf16's default B layout
     (("--config", "nonsense"), "--config: config tag"),
     (("--rounds", "x"), "argument --rounds: invalid int value"),
     (("--sustained", "1.5"), "--sustained: at least 2 seconds"),
@@ -698,3 +699,16 @@ def test_a_run_cut_short_leaves_the_rows_it_measured(monkeypatch, tmp_path):
     run, rows = row_log.read(tmp_path / f"bench_h100_fp8_tensor_cut{row_log.SUFFIX}")
     assert run["gpu"] == H100 and run["mode"] == mode.slug and run["rounds"] == 2
     assert [(r["M"], r["N"], r["K"]) for r in rows] == shapes[:1] and rows[0]["ptxgemm_ms"] == 1.0
+
+
+def test_variant_tags_take_the_b_layout_the_bench_gives():
+    """A tag is made with the B layout the bench will give it: fp8's K-major B lets a pair along M split it in
+    96-row halves (coop128x192c2, DeepGEMM's tile for N = 2112), which MN-major B does not; the plan completes
+    the rest from the arrays."""
+    from ptxgemm.cli.bench import _tags
+    from ptxgemm.errors import ConfigError as Refused
+
+    (pair,) = _tags("--variants", ["coop128x192c2"], b_major="k")
+    assert pair.tag == "coop128x192c2" and pair.b_rows_per_cta == 96
+    with pytest.raises(Refused, match="--variants: cluster_m"):
+        _tags("--variants", ["coop128x192c2"], b_major="mn")

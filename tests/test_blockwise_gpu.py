@@ -110,6 +110,9 @@ CASES_MN = (
                                          "each CTA loads its own"),
     ("coop256x128c2", (1101, 390, 1664), "one set in a pair multicasting B, A's M-major scales by TMA: the last "
                                          "pair's second tile row wholly past M"),
+    ("coop128x192c2", (1101, 400, 2176), "one set in a pair multicasting B in 96-row halves (DeepGEMM's tile for "
+                                         "4096x2112x7168), A's M-major scales by TMA: the last pair's second tile "
+                                         "row wholly past M, the ring wraps"),
 )
 
 
@@ -121,7 +124,7 @@ def _ctas(cfg: GemmConfig) -> int:
 def _config(tag: str, a_mn: bool = False) -> GemmConfig:
     """The tag's config as GemmPlan completes it for these cases' C-order outputs: a transposed tile swaps the
     problem, and the scale tables' axes with it; `a_mn`: scale_a M-major."""
-    base = GemmConfig.from_tag(tag)
+    base = GemmConfig.from_tag(tag, b_major="k")   # K-major B first: a pair along M may split it where MN-major cannot
     return dataclasses.replace(base, in_dtype=FP8, out_dtype="bfloat16", a_major="k", b_major="k", block_scale=True,
                                block_scale_swapped=base.transposed_store, block_scale_a_mn=a_mn)
 
@@ -324,7 +327,7 @@ def _verdict(a, b, args, out):
 def test_blockwise_case(tag, shape, why):
     a, b, args, out = _problem(np.random.default_rng(zlib.crc32(f"{tag}{shape}".encode())), *shape)
     cfg = _config(tag)
-    plan = _plan(a, b, args, out, GemmConfig.from_tag(tag), ctas=_ctas(cfg))
+    plan = _plan(a, b, args, out, GemmConfig.from_tag(tag, b_major="k"), ctas=_ctas(cfg))
     assert plan.config == cfg, plan.config.describe()
     plan.launch()
     verdict = _verdict(a, b, args, out)
@@ -347,7 +350,7 @@ def test_blockwise_m_major_case(tag, shape, why):
     table = ptxgemm.to_device(padded)
     scale_a = table.view((m, kb), (4, 4 * m_major_ld(m)))
     cfg = _config(tag, a_mn=True)
-    plan = ptxgemm.GemmPlan(ptxgemm.to_device(a), ptxgemm.to_device(b), out, GemmConfig.from_tag(tag),
+    plan = ptxgemm.GemmPlan(ptxgemm.to_device(a), ptxgemm.to_device(b), out, GemmConfig.from_tag(tag, b_major="k"),
                             ctas=_ctas(cfg), scale_a=scale_a, scale_b=ptxgemm.to_device(args["scale_b"]))
     assert plan.config == cfg, plan.config.describe()
     plan.launch()

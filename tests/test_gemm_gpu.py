@@ -187,6 +187,16 @@ WHOLE_TILE_CASES = [
                                                                 ("schedule", "cooperative"), ("stages", 3)), ctas=8),
     Case(777, 4104, 4096, "float16", "float16", "k", "mn", (("block_m", 128), ("block_n", 128),
                                                              ("schedule", "cooperative"), ("stages", 4)), ctas=7)]
+
+
+#: pairs along M whose K-major B halves are not 128-column panels (96 and 56 rows: DeepGEMM's 128x192 pair)
+PAIR_HALF_CASES = [
+    Case(1101, 1000, 1040, "bfloat16", "bfloat16", "k", "k", (("block_m", 128), ("block_n", 192), ("cluster_m", 2),
+                                                                ("schedule", "cooperative")), ctas=8),
+    Case(777, 600, 520, "float16", "float32", "mn", "k", (("block_m", 128), ("block_n", 192), ("cluster_m", 2)),
+         ctas=6),
+    Case(1030, 904, 776, "bfloat16", "bfloat16", "k", "k", (("block_m", 128), ("block_n", 112), ("cluster_m", 2)),
+         ctas=4)]
 # Clusters of 2 CTAs (B multicast) run last, in their own test: a fault there loses the CUDA context for the rest
 # of the process, and must not hide the results of the default kernel.
 CLUSTER_CASES = _draw_cases(N_CASES // 5, SEED + 1, CLUSTER_CONFIGS)
@@ -528,4 +538,12 @@ def test_mutants_of_the_whole_tile_epilogue_are_killed(tmp_path):
 @pytest.mark.parametrize("case", CLUSTER_CASES, ids=str)
 @gpu
 def test_random_cluster_case(case):
+    _note(check_case(case)[1], case.out_dtype)
+
+
+@pytest.mark.parametrize("case", PAIR_HALF_CASES, ids=str)
+@gpu
+def test_pair_half_case(case):
+    """After the cluster cases, for the same reason (a fault loses the context)."""
+    assert case.config.cluster_m == 2 and case.config.block_n % 128
     _note(check_case(case)[1], case.out_dtype)

@@ -90,13 +90,15 @@ def gpu_slug(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_") or "gpu"
 
 
-def parse_tag(spec: str):
-    """A GemmConfig from its tag ('pp128x192', 'coop256x128c2'); the old '128x192' / '128x128c2' mean pingpong."""
+def parse_tag(spec: str, **fields):
+    """A GemmConfig from its tag ('pp128x192', 'coop256x128c2'); the old '128x192' / '128x128c2' mean pingpong.
+    `fields`: the operands the bench will give it (b_major: a pair along M splits K-major B where it cannot split
+    MN-major B, so coop128x192c2 exists for K-major B only); the plan completes the rest from the arrays."""
 
     spec = spec.strip()
     if spec[:1].isdigit():
         spec = "pp" + spec
-    return GemmConfig.from_tag(spec)
+    return GemmConfig.from_tag(spec, **fields)
 
 
 def geomean(values):

@@ -201,9 +201,9 @@ def add_arguments(p) -> None:
                         f"{launch_ab.DEFAULT_ROUNDS}) and --json (default none)")
 
 
-def _tags(option: str, specs) -> list:
+def _tags(option: str, specs, **fields) -> list:
     try:
-        return [parse_tag(s) for s in specs]
+        return [parse_tag(s, **fields) for s in specs]
     except ConfigError as e:
         raise ConfigError(f"{option}: {e}") from None
 
@@ -304,8 +304,10 @@ def run(args) -> int:
               list(deepgemm.SHAPES) if args.set == "deepgemm" else
               list(bench.SQUARE_LLM_SHAPES) if args.set == "square-llm" else
               bench_modes.default_shapes(mode, args.quick, bench.default_shapes))
-    config = _tags("--config", [args.config])[0] if args.config else None
-    variants = _tags("--variants", filter(None, args.variants.split(",")))
+    # the tags with the B layout the bench gives (fp8: K-major only), so a tile that only K-major B allows is a tag
+    operands = {"b_major": args.b_major or ("k" if mode.fp8 else "mn")}
+    config = _tags("--config", [args.config], **operands)[0] if args.config else None
+    variants = _tags("--variants", filter(None, args.variants.split(",")), **operands)
     rounds = args.rounds or (7 if args.quick else 25)
     if mode.is_default:
         return bench.run_bench(shapes, rounds, config, variants, out=args.out, name=args.name, tune_cache=tune_cache,

@@ -375,6 +375,16 @@ def _trace_rules(cfg: GemmConfig) -> None:
                           "have no trace events); trace the dense GEMM of either schedule, split-K included")
 
 
+def _cluster_split_rules(cfg: GemmConfig) -> None:
+    """tile x operands: a pair along M (cluster_m 2) shares B, each CTA loading half of its rows and multicasting
+    them. MN-major B lies in 64-column panels, which the halves must not cut. K-major B lies in rows of 128 bytes,
+    and a half must start on a whole 8-row swizzle atom (1024 bytes) of the stage, as the 128B swizzle repeats:
+    Tile's own rule (block_n a multiple of 16) already makes every half so."""
+    if cfg.cluster_m == 2 and cfg.b_major == "mn" and cfg.block_n % 128:
+        raise ConfigError(f"cluster_m: 2 splits MN-major B's 64-column panels evenly between the pair, so block_n "
+                          f"must be a multiple of 128, got {cfg.block_n}")
+
+
 def _shared_memory_rules(cfg: GemmConfig) -> None:
     """every part: the stages (tile, operands) beside the epilogue buffer (tile, operands, fusion) and the grouped
     kernel's tables in shared memory."""
@@ -387,8 +397,8 @@ def _shared_memory_rules(cfg: GemmConfig) -> None:
                           f"epilogue buffer exceed {SMEM_PER_BLOCK_OPTIN} B of shared memory (at most {most})")
 
 
-_RULES = (_stream_k_rules, _serpentine_rules, _source_rules, _fused_register_rules, _block_scale_rules,
-          _grouped_rules, _trace_rules, _shared_memory_rules)
+_RULES = (_cluster_split_rules, _stream_k_rules, _serpentine_rules, _source_rules, _fused_register_rules,
+          _block_scale_rules, _grouped_rules, _trace_rules, _shared_memory_rules)
 
 # GemmConfig.block_m and the like: each flat field's default, read where a value is compared with it (describe,
 # __repr__); an instance's own value (set in __init__) hides it

@@ -120,9 +120,6 @@ class Tile(Part, TileLayout):
             raise ConfigError(f"group_m: must be in 1..64, got {self.group_m}")
         if self.cluster_m not in (1, 2):
             raise ConfigError(f"cluster_m: must be 1 or 2, got {self.cluster_m}")
-        if self.cluster_m == 2 and self.block_n % 128:
-            raise ConfigError(f"cluster_m: 2 splits B's 64-column panels evenly between the pair, so block_n must be "
-                              f"a multiple of 128, got {self.block_n}")
         if self.cluster_n not in (1, 2):
             raise ConfigError(f"cluster_n: must be 1 or 2, got {self.cluster_n}")
         if self.cluster_n == 2 and self.block_m % 128:

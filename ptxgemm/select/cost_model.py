@@ -482,6 +482,8 @@ def _candidates_for(tiles, clusters, split_tiles, transposed_tiles, splits, in_d
     found = []
     for sched, block_m, block_n, cluster_m, cluster_n, sp, c_major in shapes:
         majors = (a_major, b_major) if c_major == "n" else (b_major, a_major)
+        if cluster_m > 1 and block_n % 128:
+            continue  # a pair along M of a tile not split in 128-column halves: no measured entry (bench --variants)
         try:
             found.append(GemmConfig(schedule=sched, block_m=block_m, block_n=block_n, cluster_m=cluster_m,
                                     cluster_n=cluster_n, in_dtype=in_dtype, out_dtype=out_dtype, a_major=majors[0],
