@@ -124,12 +124,17 @@ def tensor_map_specs(lay: operands.MatmulPlan, cfg: GemmConfig, epi: Epilogue | 
     if cfg.has_source:  # the epilogue's S: one box per 128-byte panel of the whole tile's rows, 128B-swizzled
         specs["tmap_source"] = _map_spec(lay.s, (cfg.src_panel_cols, cfg.block_m, 1), cfg.source_dtype,
                                          l2_promotion=LOAD_L2_PROMOTION)
-    if cfg.block_scale_a_mn:   # A's scales, M-major: one box of the tile's rows of one k-block per stage
-        table = epi.block_a
-        specs["tmap_scale_a"] = TensorMapSpec(table.ptr, np.dtype(np.float32), tuple(int(e) for e in table.shape),
-                                              (int(table.strides[1]),), (cfg.block_m, 1), swizzle="none",
-                                              l2_promotion=LOAD_L2_PROMOTION)
+    if cfg.block_scale_a_mn:
+        specs["tmap_scale_a"] = scale_a_map(epi.block_a, cfg)
     return specs
+
+
+def scale_a_map(table, cfg: GemmConfig) -> TensorMapSpec:
+    """A's blockwise scales M-major (M rows adjacent, each k-block's column a multiple of 16 bytes on), as the
+    producer loads them: one box of the tile's block_m rows of one k-block per stage (rows past M zero-filled).
+    The dense and the contiguous grouped kernels' (whose tile rows are rows of the whole table)."""
+    return TensorMapSpec(table.ptr, np.dtype(np.float32), tuple(int(e) for e in table.shape),
+                         (int(table.strides[1]),), (cfg.block_m, 1), swizzle="none", l2_promotion=LOAD_L2_PROMOTION)
 
 
 _tile_orders: dict[tuple[int, int, int], object] = {}

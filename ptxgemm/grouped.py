@@ -25,6 +25,7 @@ import numpy as np
 
 from .errors import ConfigError
 from .gemm import (LOAD_L2_PROMOTION, MN_PANEL, cached_plan, check_stream, copy_launches, encode_bound, fix_up_buffers,
+                   scale_a_map,
                    get_kernel, own_scratch, stream_key, upload_site, uploaded, without_caller_arrays)
 from .kernel.config import GemmConfig
 from .plan import binding, grouped, grouped_call, grouped_layout
@@ -181,7 +182,8 @@ def plan_launch(a, b, *, offs=None, masked_m=None, out=None, alpha=1.0, scale_a=
     launch.layout, copies_in, copies_out = grouped_layout.bind(layout, {name: int(buf.ptr) for name, buf in
                                                                         launch.buffers.items()})
     launch.copies_in, launch.copies_out = tuple(copies_in), tuple(copies_out)
-    launch.specs, launch.c_pitch = _specs(cfg, problem, launch.layout, (call.a.dtype, call.b.dtype, out.dtype))
+    launch.specs, launch.c_pitch = _specs(cfg, problem, launch.layout, (call.a.dtype, call.b.dtype, out.dtype),
+                                          launch.epilogue)
     return launch
 
 
@@ -276,7 +278,9 @@ class GroupedPlan(BoundLaunches):
                                                         cfg, stream)
             self.sk_fixup = sk_fixup_k_tiles(cfg, str(info.name))   # what the device weighs its tail with
             fix_up = (self.sk_fixup, self.workspace.ptr, self.flags.ptr)
-        args = [maps["tmap_a"], maps["tmap_b"], maps["tmap_c"], *plan.scalars(debug_ptr, fix_up)]
+        args = [maps["tmap_a"], maps["tmap_b"], maps["tmap_c"],
+                *([maps["tmap_scale_a"]] if "tmap_scale_a" in maps else []),   # the entry's order (fusion_setup)
+                *plan.scalars(debug_ptr, fix_up)]
         self._launch = driver.PreparedLaunch(self.kernel.function, (self.grid,), (cfg.threads,), args,
                                              smem_bytes=cfg.smem_bytes,
                                              cluster=(cfg.cluster_size, 1, 1) if cfg.cluster_size > 1 else None,
@@ -297,10 +301,12 @@ class GroupedPlan(BoundLaunches):
         return 2 * self.rows * self.problem.n * self.problem.k
 
 
-def _specs(cfg: GemmConfig, problem, lay: grouped_layout.GroupedLayout, dtypes: tuple) -> tuple[dict, int]:
-    """The kernel's three tensor maps, for a bound layout (each operand in place or at its staging buffer), and C's
-    row pitch. Contiguous and masked forms: A and C as 2-D matrices of every row (a masked form's groups stacked),
-    B one matrix per group (its batch coordinate). k form: A (M, total_K) with M contiguous, B (total_K, N) with N
+def _specs(cfg: GemmConfig, problem, lay: grouped_layout.GroupedLayout, dtypes: tuple,
+           epi: Epilogue | None = None) -> tuple[dict, int]:
+    """The kernel's tensor maps, for a bound layout (each operand in place or at its staging buffer), and C's
+    row pitch; with A's blockwise scales M-major (contiguous form, `epi` the call's epilogue), their map too
+    (gemm.scale_a_map). Contiguous and masked forms: A and C as 2-D matrices of every row (a masked form's groups
+    stacked), B one matrix per group (its batch coordinate). k form: A (M, total_K) with M contiguous, B (total_K, N) with N
     contiguous, C (G, M, N), the group its batch coordinate; K is the outer axis of both operands' boxes (MN-major),
     so a group's K range starts at any element."""
     a, b, c = lay.a, lay.b, lay.c
@@ -314,13 +320,16 @@ def _specs(cfg: GemmConfig, problem, lay: grouped_layout.GroupedLayout, dtypes: 
         rows = a.view.count * a.view.rows
         dims_a, strides_a = (problem.k, rows, 1), (a.place.lead, rows * a.place.lead)
         dims_c, strides_c = (problem.n, rows, 1), (c.place.lead, rows * c.place.lead)
-    return {
+    specs = {
         "tmap_a": TensorMapSpec(a.view.ptr, da, dims_a, strides_a, ka, l2_promotion=LOAD_L2_PROMOTION),
         "tmap_b": TensorMapSpec(b.view.ptr, db, b.place.map_dims(b.view), (b.place.lead, b.place.batch), kb,
                                 l2_promotion=LOAD_L2_PROMOTION),
         "tmap_c": TensorMapSpec(c.view.ptr, dc, dims_c, strides_c, (cfg.epi_panel_cols, cfg.epi_box_rows, 1),
                                 l2_promotion="none"),
-    }, c.place.lead
+    }
+    if cfg.block_scale_a_mn:
+        specs["tmap_scale_a"] = scale_a_map(epi.block_a, cfg)
+    return specs, c.place.lead
 
 
 #: the arguments a grouped call binds, in the order of their roles (ptxgemm.plan.binding): counts is offs or masked_m

@@ -155,6 +155,8 @@ def test_summarize_reads_grouped_runs_per_case_and_peer(tmp_path):
     (("--deepgemm", "no-such-checkout", "--in-dtype", "float8_e4m3fn", "--scaling", "block", "--set", "deepgemm"),
      "--deepgemm: no-such-checkout is not a DeepGEMM checkout"),
     (("--host", "--deepgemm", "."), "--deepgemm: not with --host"),
+    (("--set", "grouped", "--in-dtype", "float8_e4m3fn", "--scale-a-major", "m"),
+     "--scale-a-major: with --scaling block only"),
 ])
 def test_bad_arguments_exit_2(args, pattern, tmp_path, bench_refuses):
     bench_refuses(args, pattern, tmp_path)

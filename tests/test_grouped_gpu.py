@@ -436,10 +436,14 @@ def test_rowwise_scales_and_bias_per_group(form, monkeypatch):
 
 
 @gpu
-@pytest.mark.parametrize("tag", [None, "coop128x128c2"])
-def test_blockwise_scales_per_group(monkeypatch, tag):
+@pytest.mark.parametrize("tag, scale_a_major", [(None, "k"), ("coop128x128c2", "k"), (None, "m"),
+                                                ("coop128x128c2", "m"), ("coop256x128", "m")])
+def test_blockwise_scales_per_group(monkeypatch, tag, scale_a_major):
     """DeepSeek-V3's recipe per expert: scale_a (total_M, ceil(K/128)) per token and 128 K, scale_b (G, ceil(K/128),
-    ceil(N/128)) per expert and 128x128 block; unaligned groups, K not a multiple of 128; also on pairs along M."""
+    ceil(N/128)) per expert and 128x128 block; unaligned groups, K not a multiple of 128; also on pairs along M.
+    scale_a M-major ("m": DeepGEMM's and torch's layout, its columns padded with NaN that is never read): the
+    producer's TMA box brings each stage's rows of the whole table (a group's first row plus the tile's), past a
+    group's end into the next group's, past the last row zeros."""
     import ptxgemm
 
     monkeypatch.setattr(grouped_call, "UNVERIFIED", {})
@@ -454,11 +458,19 @@ def test_blockwise_scales_per_group(monkeypatch, tag):
     sb = rng.uniform(0.5, 2.0, (g, kb, nb)).astype(np.float32)
     out = ptxgemm.DeviceArray.empty((a.shape[0], n), np.dtype(accuracy.DTYPES["bfloat16"]))
     out.poison()
+    if scale_a_major == "m":
+        ld = -(-sa.shape[0] // 4) * 4
+        padded = np.full((kb, ld), np.nan, np.float32)
+        padded[:, :sa.shape[0]] = sa.T
+        scale_a = ptxgemm.to_device(padded).view(sa.shape, (4, 4 * ld))
+    else:
+        scale_a = ptxgemm.to_device(sa)
     plan = ptxgemm.GroupedPlan(ptxgemm.to_device(a), _device_b(ptxgemm, b, "k"), offs=ptxgemm.to_device(counts),
-                               out=out, scale_a=ptxgemm.to_device(sa), scale_b=ptxgemm.to_device(sb),
+                               out=out, scale_a=scale_a, scale_b=ptxgemm.to_device(sb),
                                config=GemmConfig.from_tag(tag) if tag else None)
     assert plan.config.block_scale and plan.config.grouped == "contiguous"
-    assert plan.config.cluster_m == (2 if tag else 1)
+    assert plan.config.cluster_m == (2 if tag and "c2" in tag else 1)
+    assert plan.config.block_scale_a_mn == (scale_a_major == "m") == plan.config.bs_a_in_smem
     plan.launch()
     got = out.to_numpy()
     start = 0

@@ -3,10 +3,10 @@ spills, the parameters in the order the host packs them) and the dense kernels l
 from __future__ import annotations
 
 import ctypes
-
 import dataclasses
 
 import full_run
+import numpy as np
 import pytest
 
 from ptxgemm.toolchain.kernels import compile_gemm, render_gemm
@@ -715,3 +715,38 @@ def test_warp_0s_scan_and_sort_build_the_models_tables(form, sort, groups):
         per_group = grouped_walk.units_per_group(form, values, total, 0, n, cfg.block_m, cfg.block_n)
         firsts = [shared.u32(cfg.smem_group_units + 4 * (g + 1)) for g in range(groups)]
         assert firsts == list(np.cumsum(per_group)) and units == sum(per_group)
+
+
+@pytest.mark.parametrize("tag", [None, "coop128x128c2", "coop256x128"])
+def test_an_m_major_blockwise_scale_a_is_read_by_the_producers_box_in_the_contiguous_form(tag):
+    """A contiguous grouped call's scale_a (total_M, kb) M-major (DeepGEMM's and torch's layout): the config takes
+    block_scale_a_mn (A's scales by the producer's TMA box at the tile's row of the whole table; B's stay with the
+    consumers, who add each group's table offset), the plan a fourth tensor map after C's, and the emulated kernel
+    the same result as with the table C-contiguous, bit for bit; a masked call's M-major table is refused by name."""
+    import ml_dtypes
+
+    import ptxgemm
+    from ptxgemm.tools import emulator
+
+    rng = np.random.default_rng(49)
+    sizes, k, n = [200, 0, 1, 333, 130], 1008, 384
+    g, kb, nb, total = len(sizes), -(-k // 128), -(-n // 128), sum(sizes)
+    a = rng.standard_normal((total, k)).astype(ml_dtypes.float8_e4m3fn)
+    b = rng.standard_normal((g, n, k)).astype(ml_dtypes.float8_e4m3fn).transpose(0, 2, 1)
+    padded = np.full((kb, -(-total // 4) * 4), np.nan, np.float32)   # the padding is never read
+    padded[:, :total] = rng.uniform(0.5, 2.0, (kb, total))
+    sa_m, sb = padded.T[:total], rng.uniform(0.5, 2.0, (g, kb, nb)).astype(np.float32)
+    offs = np.cumsum(sizes).astype(np.int32)
+    config = GemmConfig.from_tag(tag, b_major="k") if tag else None
+    got = emulator.grouped_run(a, b, offs=offs, scale_a=sa_m, scale_b=sb, config=config)
+    want = emulator.grouped_run(a, b, offs=offs, scale_a=np.ascontiguousarray(sa_m), scale_b=sb, config=config)
+    assert np.array_equal(np.asarray(got).view(np.uint16), np.asarray(want).view(np.uint16))
+    cfg = GemmConfig.from_tag(tag or "coop128x128", in_dtype="float8_e4m3fn", b_major="k", block_scale=True,
+                              block_scale_a_mn=True, grouped="contiguous", group_capacity=8)
+    assert cfg.bs_a_in_smem and not cfg.bs_b_in_smem and cfg.full_arrivals == 1
+    ptx = ptxgemm.render_gemm(cfg)
+    assert "[%tmap_scale_a, {%m0, %bsp_kb}]" in ptx and "ld.global.nc.f32 %bs_sa_" not in ptx
+    masked_a = rng.standard_normal((g, 336, k)).astype(ml_dtypes.float8_e4m3fn)
+    table = np.zeros((kb, g * 336), np.float32).T
+    with pytest.raises(ConfigError, match="scale_a: an M-major blockwise table"):
+        emulator.grouped_run(masked_a, b, masked_m=np.array(sizes, np.int32), scale_a=table, scale_b=sb)

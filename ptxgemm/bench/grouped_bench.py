@@ -87,6 +87,15 @@ def _block_scales(torch, case, a):
     return sa, sb
 
 
+def _m_major(torch, sa):
+    """scale_a's values M-major: rows adjacent, each k-block's column padded to 16 bytes (NaN, never read), as
+    DeepGEMM's get_mn_major_tma_aligned_tensor lays them out for its own call."""
+    rows, kb = sa.shape
+    table = torch.full((kb, -(-rows // 4) * 4), float("nan"), device=sa.device, dtype=sa.dtype)
+    table[:, :rows] = sa.T
+    return table.T[:rows]
+
+
 def _row_scales(torch, case, a):
     """Random positive rowwise scales, shared by every implementation: scale_a one per row of a (a's shape without
     K), scale_b one per output column of each expert (G, N), float32 as torch._scaled_grouped_mm wants them."""
@@ -180,11 +189,12 @@ TOGGLES = ("hint", "store-hint", "stream-k", "sort")
 
 
 def run(rounds: int, in_dtype: str, out_dir: str, name: str | None, variants: str = "",
-        scaling: str = "tensor", deepgemm_dir: str | None = None) -> int:
+        scaling: str = "tensor", deepgemm_dir: str | None = None, scale_a_major: str = "k") -> int:
     """variants: "" (none), "all" (the other grouped tiles and the TOGGLES, timed beside the default), "hint" (the
     L2 hint of one-row groups' B toggled only), "store-hint" (the L2 hint of C's stores toggled only), "stream-k"
     (the stream-K tail toggled only, where the kernel takes it), "sort" (the k form's group order toggled only) or
-    tags (comma-separated: those tiles)."""
+    tags (comma-separated: those tiles). scale_a_major "m": the contiguous cases give ptxgemm's grouped kernel
+    scale_a M-major (_m_major: the same values, the layout DeepGEMM is given)."""
     import torch
 
     import ptxgemm
@@ -206,9 +216,12 @@ def run(rounds: int, in_dtype: str, out_dir: str, name: str | None, variants: st
         return 0
     # with DeepGEMM beside it: its own 10 shapes only (the cases its published table has), the run kept short
     cases = [c for c in grouped_shapes.CASES if dg is None or c.published_tflops]
+    amn = block and scale_a_major == "m"
     path = Path(out_dir) / (f"bench_{gpu.replace(' ', '_')}_grouped_{in_dtype}"
-                            f"{'_' + scaling if scaling != 'tensor' else ''}{'_' + name if name else ''}.json")
+                            f"{'_' + scaling if scaling != 'tensor' else ''}{'_amn' if amn else ''}"
+                            f"{'_' + name if name else ''}.json")
     log = RowLog(out_dir, path.stem, {"gpu": gpu, "set": "grouped", "in_dtype": in_dtype, "scaling": scaling,
+                                      **({"scale_a_major": "m (contiguous cases)"} if amn else {}),
                                       "rounds": rounds, "method": METHOD})
     for case in cases:
         log.sync(rows)   # the last case's rows (a case adds one per peer, or its refusal)
@@ -220,6 +233,8 @@ def run(rounds: int, in_dtype: str, out_dir: str, name: str | None, variants: st
                   None)
         scale = ({"scale_a": scales[0], "scale_b": scales[1]} if scales is not None else
                  {"scale_a": 1.0, "scale_b": 1.0} if in_dtype == "float8_e4m3fn" else {})
+        if block and scale_a_major == "m" and case.layout == "contiguous":
+            scale["scale_a"] = _m_major(torch, scales[0])
         plan = ptxgemm.GroupedPlan(a, b, **kw, **scale)
         mine = torch.from_dlpack(plan.out)
         peers, refused = {}, {}
@@ -343,6 +358,7 @@ def run(rounds: int, in_dtype: str, out_dir: str, name: str | None, variants: st
                   f"(min {summary[key]['min']:.3f})")
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"gpu": gpu, "method": METHOD, "method_kernel": kernel_time.METHOD_KERNEL,
+                                **({"scale_a_major": "m (contiguous cases)"} if amn else {}),
                                 "rounds": rounds, "rows": rows,
                                 "summary": summary, "published_source": grouped_shapes.DEEPGEMM_SOURCE}, indent=1))
     log.close()

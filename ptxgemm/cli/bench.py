@@ -124,7 +124,8 @@ def add_arguments(p) -> None:
     p.add_argument("--scale-a-major", choices=("k", "m"), default=None,
                    help="with --scaling block: ptxgemm's scale_a C-contiguous (k, default) or M-major (m: its rows "
                         "adjacent and its columns padded to 16 bytes, the layout DeepGEMM and torch's blockwise "
-                        "scaled_mm read, and the very bytes DeepGEMM gets), read by the kernel's TMA; same values")
+                        "scaled_mm read, and the very bytes DeepGEMM gets), read by the kernel's TMA; same values. "
+                        "With --set grouped: the contiguous cases' (the masked form takes C-contiguous tables)")
     p.add_argument("--epilogue", choices=EPILOGUES, default=None,
                    help="none (default), bias-gelu, bias-relu or bias-silu: time ptxgemm with a float32 (N,) bias and "
                         "the activation fused, the plain GEMM, and the plain GEMM plus a separate torch pass "
@@ -292,13 +293,16 @@ def run(args) -> int:
         if args.scaling in ("row", "block") and args.in_dtype != "float8_e4m3fn":
             raise ConfigError(f"--scaling: {args.scaling} with --set grouped scales fp8 operands; give --in-dtype "
                               "float8_e4m3fn")
+        if args.scale_a_major is not None and args.scaling != "block":
+            raise ConfigError("--scale-a-major: with --scaling block only (the layout of blockwise scale_a)")
         import importlib.util
 
         if importlib.util.find_spec("torch") is None:   # its peers and inputs are torch's
             raise ConfigError("--set grouped: times torch._grouped_mm and torch._scaled_grouped_mm beside ptxgemm and "
                               "makes its inputs with torch, so it needs torch (pip install 'ptxgemm[torch]')")
         return grouped_bench.run(args.rounds or 7, args.in_dtype or "bfloat16", args.out, args.name,
-                                 variants=args.variants, scaling=args.scaling or "tensor", deepgemm_dir=args.deepgemm)
+                                 variants=args.variants, scaling=args.scaling or "tensor", deepgemm_dir=args.deepgemm,
+                                 scale_a_major=args.scale_a_major or "k")
     mode = _mode(args)
     shapes = (bench.parse_shapes(args.shapes) if args.shapes else list(bench.SMALL_M_SUITE) if args.small_m else
               list(deepgemm.SHAPES) if args.set == "deepgemm" else

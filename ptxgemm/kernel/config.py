@@ -317,11 +317,13 @@ def _block_scale_rules(cfg: GemmConfig) -> None:
     if not cfg.fp8:
         raise ConfigError(f"block_scale: blockwise scaling is for fp8 inputs (one k-tile is one "
                           f"{SCALE_BLOCK}-wide scale block), got {cfg.in_dtype}")
-    if cfg.block_scale_a_mn and (cfg.block_scale_swapped or cfg.grouped):
+    if cfg.block_scale_a_mn and (cfg.block_scale_swapped or cfg.grouped not in (None, "contiguous")):
         raise ConfigError(f"block_scale_a_mn: A's M-major scales are loaded by TMA with the stage, one box of the "
-                          f"tile's rows, in the dense unswapped kernel only (a swapped kernel indexes them by its "
-                          f"columns, the grouped one by group); got {cfg.tag}"
-                          f"{', swapped' if cfg.block_scale_swapped else ''}{', grouped' if cfg.grouped else ''}")
+                          f"tile's rows, in the unswapped dense and contiguous grouped kernels only (a swapped "
+                          f"kernel indexes them by its columns; a masked group's rows start at its own matrix, "
+                          f"which one M-major table does not hold); got {cfg.tag}"
+                          f"{', swapped' if cfg.block_scale_swapped else ''}"
+                          f"{f', grouped {cfg.grouped}' if cfg.grouped else ''}")
     if cfg.block_scale_swapped:
         if cfg.cooperative or cfg.grouped or cfg.consumer_m > SCALE_BLOCK:
             raise ConfigError(f"block_scale_swapped: the swapped scales are built for pingpong tiles whose "

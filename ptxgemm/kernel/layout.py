@@ -187,9 +187,12 @@ class KernelLayout(TileLayout):
         H200 (runs 60-62, DeepGEMM's dense set, flushed kernel durations), the 64-row pingpong tiles of its M = 64
         and 128 rows gained 4-9% with them, while the 256x128 tiles, whose ring they cut from 4 stages to 3, lost
         2-3.5% at M = 4096, and the 128x128 cooperative tile, whose epilogue they cut to one panel slot, about 2%.
-        With A's scales M-major (block_scale_a_mn) always: a TMA box brings them, and the slot is what that costs."""
-        return (self.block_scale and not self.block_scale_swapped and self.grouped is None
-                and (self.block_scale_a_mn or self._bs_a_slots_free))
+        With A's scales M-major (block_scale_a_mn) always, the contiguous grouped kernel's included (its tile rows
+        are rows of A's whole table, the group's first row plus the tile's): a TMA box brings them, and the slot is
+        what that costs."""
+        if not self.block_scale or self.block_scale_swapped:
+            return False
+        return self.block_scale_a_mn or (self.grouped is None and self._bs_a_slots_free)
 
     @property
     def _bs_a_slots_free(self) -> bool:
@@ -231,8 +234,9 @@ class KernelLayout(TileLayout):
         of the stage's k-block: 4 bytes each, cp.async) into a slot beside A's, where the consumers read them with
         A's after the full wait: no batch of B scales per tile in the consumers, whose load at a tile's start (its
         address needs the tile's coordinates) delayed the first promotion by an L2 round trip (issue 49, the
-        short-K rows). Wherever A's scales are in shared memory."""
-        return self.bs_a_in_smem
+        short-K rows). Wherever A's scales are in shared memory, but in the grouped kernel: each group has its own
+        table of B's scales, whose offset the consumers' lane batches add (blockscale.tile_setup)."""
+        return self.bs_a_in_smem and self.grouped is None
 
     @property
     def bs_b_slot_bytes(self) -> int:

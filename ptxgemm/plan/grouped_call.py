@@ -142,7 +142,8 @@ def grouped_epilogue(problem: grouped.GroupedProblem, alpha, scale_a, scale_b, b
     scales: N for one vector per group, 0 for one shared by all). The grouped shapes are turned into the dense
     epilogue's (ptxgemm.plan.epilogue checks them there):
       scale_a  a number or 1 element (per tensor); one per row of a, (total_M,) or (G, M_max) [+ a trailing 1]
-               (rowwise); (total_M, kb) or (G, M_max, kb) (blockwise, kb = ceil(K / SCALE_BLOCK))
+               (rowwise); (total_M, kb) or (G, M_max, kb) (blockwise, kb = ceil(K / SCALE_BLOCK)), the
+               contiguous form's (total_M, kb) C-contiguous or M-major (DeepGEMM's and torch's layout)
       scale_b  per tensor; (N,) shared or (G, N) one per group (rowwise); (G, kb, ceil(N / SCALE_BLOCK)) (blockwise)
       bias     (N,) shared or (G, N) one per group."""
     g, n, k = problem.groups, problem.n, problem.k
@@ -189,6 +190,10 @@ def grouped_epilogue(problem: grouped.GroupedProblem, alpha, scale_a, scale_b, b
     if fused.bias is not None and fused.bias_axis != "col":
         raise ConfigError(f"bias: the grouped GEMM adds a bias per column: (N,) = ({n},) shared, or (G, N) = "
                           f"({g}, {n}) one per group; got {tuple(fused.bias.shape)}")
+    if fused.block_a_mn and problem.form != "contiguous":
+        raise ConfigError(f"scale_a: an M-major blockwise table (rows adjacent) is read by TMA in the contiguous "
+                          f"form only; a masked group's rows start at its own matrix, so pass the masked table "
+                          f"(G, M_max, kb) = ({g}, {problem.m}, {kb}) C-contiguous")
     if fused.block_a is not None:
         check_verified("blockwise")
     elif fused.row_scale is not None or fused.col_scale is not None or fused.bias is not None:

@@ -471,12 +471,12 @@ def grouped_run(a, b, *, offs=None, masked_m=None, alpha=1.0, scale_a=None, scal
 
 @functools.lru_cache(maxsize=64)
 def _scalar_names(config) -> tuple[str, ...]:
-    """The names of a kernel's scalar parameters after its three tensor maps, as its PTX entry declares them
+    """The names of a kernel's scalar parameters after its tensor maps, as its PTX entry declares them
     (rendered once per config: the fuzzer's cases share a few configs)."""
     from ..toolchain.kernels import render_gemm
     from ..kernel.codegen import entry_params
 
-    return tuple(nm for _, nm in entry_params(render_gemm(config)))[3:]
+    return tuple(nm for _, nm in entry_params(render_gemm(config)) if not nm.startswith("tmap_"))
 
 
 def _grouped_params(plan, rebased) -> dict:
@@ -524,7 +524,9 @@ def grouped_kernel(cfg, p: dict, specs: dict, memory: Memory) -> None:
     kb = nb = 0
     if cfg.block_scale:
         kb, nb = p["param_scale_a_ld"], p["param_scale_b_ld"]
-        table_a = memory.at(p["param_scale_a"], (rows_2d, kb), (4 * kb, 4), np.float32,
+        # read as the kernel reads it: row-major per thread, or M-major through its tensor map (contiguous form)
+        a_strides = (4, specs["tmap_scale_a"].strides[0]) if cfg.block_scale_a_mn else (4 * kb, 4)
+        table_a = memory.at(p["param_scale_a"], (rows_2d, kb), a_strides, np.float32,
                             "scale_a's table").astype(np.float64)
     sa, sb, sc = specs["tmap_a"], specs["tmap_b"], specs["tmap_c"]
     ia, ib, ic = sa.dtype.itemsize, sb.dtype.itemsize, sc.dtype.itemsize

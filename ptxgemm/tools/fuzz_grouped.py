@@ -107,6 +107,10 @@ def draw(rng, forms=("contiguous", "masked"), max_elements: float = MAX_ELEMENTS
         _vary_rows(spec, layout_rng)
     if spec["scaling"] == "block" and groups > 1 and spec["n"] <= 128 and spec["k"] <= 128:
         spec["n"] = 136   # one block per group is refused by name (grouped_call.grouped_epilogue): not drawn
+    if spec["scaling"] == "block" and form == "contiguous":
+        # scale_a C-contiguous or M-major (DeepGEMM's and torch's layout, read by the producer's TMA box), drawn
+        # from the case's seed so that the draws above stay what they were
+        spec["scale_a_layout"] = "M" if np.random.default_rng(spec["seed"] + 7).random() < 0.5 else "C"
     return spec
 
 
@@ -392,6 +396,11 @@ def _epilogue_arrays(spec: dict, a: np.ndarray) -> dict:
     elif spec.get("scaling") == "block":
         out["scale_a"] = rng.uniform(0.5, 2.0, (*a.shape[:-1], kb)).astype(np.float32)
         out["scale_b"] = rng.uniform(0.5, 2.0, (g, kb, nb)).astype(np.float32)
+        if spec.get("scale_a_layout") == "M":   # the same values, rows adjacent: a (kb, rows padded to 4)'s transpose
+            rows = out["scale_a"].shape[0]
+            table = np.full((kb, -(-rows // 4) * 4), np.nan, np.float32)   # the padding is never read
+            table[:, :rows] = out["scale_a"].T
+            out["scale_a"] = table.T[:rows]
     if spec.get("bias"):
         out["bias"] = rng.standard_normal((n,) if spec["bias"] == "shared" else (g, n)).astype(np.float32)
     return out
