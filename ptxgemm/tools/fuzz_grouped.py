@@ -551,6 +551,12 @@ def bad_calls(alloc) -> list[tuple[str, str, Callable[[], tuple[tuple, dict]]]]:
         ("scale_b a string", "scale_b", contiguous(scale_b="2")),
         ("scale_a one row short", "scale_a", contiguous(scale_a=lambda: dev((63,), np.float32))),
         ("scale_b of the wrong dtype", "scale_b", contiguous(scale_b=lambda: dev((2, 64), "bfloat16"))),
+        # an M-major blockwise table (rows adjacent) in the masked form, whose groups' rows start at their own
+        # matrices: read by TMA in the contiguous form only
+        ("scale_a M-major in the masked form", "scale_a", lambda: (
+            (dev((2, 16, 256), "float8_e4m3fn"), dev((2, 256, 256), "float8_e4m3fn")),
+            {"masked_m": dev((2,), i32), "scale_a": dev((2, 32), np.float32).view((32, 2), (4, 128)),
+             "scale_b": dev((2, 2, 2), np.float32)})),
         ("activation 'nope'", "activation", contiguous(activation="nope")),
         ("activation a list", "activation", contiguous(activation=["relu"])),
         ("bias one short of N", "bias", contiguous(bias=lambda: dev((63,), np.float32))),
