@@ -237,7 +237,7 @@ def test_an_m_major_scale_a_is_planned_unswapped_and_a_misaligned_one_refused():
         rows = emulator.matmul(a, b, scale_a=sa, scale_b=sb)
         assert np.array_equal(out.numpy().view(np.uint16), rows.view(np.uint16))
         if m == 24:   # a swap-AB tile given (the out's transpose is writable: the problem would swap)
-            with pytest.raises(ConfigError, match=r"block_scale_a_mn: .* unswapped kernel only"):
+            with pytest.raises(ConfigError, match=r"block_scale_a_mn: .* unswapped dense and contiguous grouped kernels only"):
                 emulator.matmul(a, b, scale_a=sa_mn, scale_b=sb, config=GemmConfig.from_tag("pp64x32t"))
     with pytest.raises(ConfigError, match=r"scale_a: an M-major .* multiple of 16 bytes"):
         emulator.matmul(a[:6], b, scale_a=np.asfortranarray(sa[:6]), scale_b=sb)
