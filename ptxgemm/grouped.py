@@ -25,8 +25,7 @@ import numpy as np
 
 from .errors import ConfigError
 from .gemm import (LOAD_L2_PROMOTION, MN_PANEL, cached_plan, check_stream, copy_launches, encode_bound, fix_up_buffers,
-                   scale_a_map,
-                   get_kernel, own_scratch, stream_key, upload_site, uploaded, without_caller_arrays)
+                   get_kernel, own_scratch, scale_a_map, stream_key, upload_site, uploaded, without_caller_arrays)
 from .kernel.config import GemmConfig
 from .plan import binding, grouped, grouped_call, grouped_layout
 from .plan.cache import COUNTERS, now_ns
@@ -306,9 +305,9 @@ def _specs(cfg: GemmConfig, problem, lay: grouped_layout.GroupedLayout, dtypes: 
     """The kernel's tensor maps, for a bound layout (each operand in place or at its staging buffer), and C's
     row pitch; with A's blockwise scales M-major (contiguous form, `epi` the call's epilogue), their map too
     (gemm.scale_a_map). Contiguous and masked forms: A and C as 2-D matrices of every row (a masked form's groups
-    stacked), B one matrix per group (its batch coordinate). k form: A (M, total_K) with M contiguous, B (total_K, N) with N
-    contiguous, C (G, M, N), the group its batch coordinate; K is the outer axis of both operands' boxes (MN-major),
-    so a group's K range starts at any element."""
+    stacked), B one matrix per group (its batch coordinate). k form: A (M, total_K) with M contiguous, B
+    (total_K, N) with N contiguous, C (G, M, N), the group its batch coordinate; K is the outer axis of both
+    operands' boxes (MN-major), so a group's K range starts at any element."""
     a, b, c = lay.a, lay.b, lay.c
     da, db, dc = dtypes
     ka = ((cfg.block_k, cfg.a_rows_per_cta, 1) if cfg.a_major == "k" else (MN_PANEL, cfg.block_k, 1))
