@@ -23,6 +23,7 @@ import json
 from pathlib import Path
 
 from . import deepgemm_peer, grouped_shapes, kernel_time
+from ..plan.epilogue import m_major_ld
 from .row_log import RowLog
 from .suite import geomean
 
@@ -91,7 +92,7 @@ def _m_major(torch, sa):
     """scale_a's values M-major: rows adjacent, each k-block's column padded to 16 bytes (NaN, never read), as
     DeepGEMM's get_mn_major_tma_aligned_tensor lays them out for its own call."""
     rows, kb = sa.shape
-    table = torch.full((kb, -(-rows // 4) * 4), float("nan"), device=sa.device, dtype=sa.dtype)
+    table = torch.full((kb, m_major_ld(rows)), float("nan"), device=sa.device, dtype=sa.dtype)
     table[:, :rows] = sa.T
     return table.T[:rows]
 

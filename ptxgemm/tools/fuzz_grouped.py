@@ -24,6 +24,7 @@ import numpy as np
 
 from .. import accuracy
 from ..errors import ConfigError
+from ..plan.epilogue import m_major_table
 from ..runtime.arrays import c_strides
 
 DTYPES = ("bfloat16", "float16", "float8_e4m3fn")
@@ -396,11 +397,8 @@ def _epilogue_arrays(spec: dict, a: np.ndarray) -> dict:
     elif spec.get("scaling") == "block":
         out["scale_a"] = rng.uniform(0.5, 2.0, (*a.shape[:-1], kb)).astype(np.float32)
         out["scale_b"] = rng.uniform(0.5, 2.0, (g, kb, nb)).astype(np.float32)
-        if spec.get("scale_a_layout") == "M":   # the same values, rows adjacent: a (kb, rows padded to 4)'s transpose
-            rows = out["scale_a"].shape[0]
-            table = np.full((kb, -(-rows // 4) * 4), np.nan, np.float32)   # the padding is never read
-            table[:, :rows] = out["scale_a"].T
-            out["scale_a"] = table.T[:rows]
+        if spec.get("scale_a_layout") == "M":   # the same values, rows adjacent (the padding NaN, never read)
+            out["scale_a"] = m_major_table(out["scale_a"], np.nan).T[:out["scale_a"].shape[0]]
     if spec.get("bias"):
         out["bias"] = rng.standard_normal((n,) if spec["bias"] == "shared" else (g, n)).astype(np.float32)
     return out
