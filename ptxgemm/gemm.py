@@ -131,10 +131,12 @@ def tensor_map_specs(lay: operands.MatmulPlan, cfg: GemmConfig, epi: Epilogue | 
 
 def scale_a_map(table, cfg: GemmConfig) -> TensorMapSpec:
     """A's blockwise scales M-major (M rows adjacent, each k-block's column a multiple of 16 bytes on), as the
-    producer loads them: one box of the tile's block_m rows of one k-block per stage (rows past M zero-filled).
-    The dense and the contiguous grouped kernels' (whose tile rows are rows of the whole table)."""
+    producer loads them: boxes of cfg.bs_a_box_rows rows of one k-block per stage (rows past M zero-filled), the
+    tile's block_m rows in the dense kernel; the contiguous grouped kernel's tile rows are rows of the whole table
+    from any row, so its boxes start on the quad of rows holding it and span a quad more (cfg.bs_a_quads)."""
     return TensorMapSpec(table.ptr, np.dtype(np.float32), tuple(int(e) for e in table.shape),
-                         (int(table.strides[1]),), (cfg.block_m, 1), swizzle="none", l2_promotion=LOAD_L2_PROMOTION)
+                         (int(table.strides[1]),), (cfg.bs_a_box_rows, 1), swizzle="none",
+                         l2_promotion=LOAD_L2_PROMOTION)
 
 
 _tile_orders: dict[tuple[int, int, int], object] = {}

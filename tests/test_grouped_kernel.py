@@ -745,8 +745,40 @@ def test_an_m_major_blockwise_scale_a_is_read_by_the_producers_box_in_the_contig
                               block_scale_a_mn=True, grouped="contiguous", group_capacity=8)
     assert cfg.bs_a_in_smem and not cfg.bs_b_in_smem and cfg.full_arrivals == 1
     ptx = ptxgemm.render_gemm(cfg)
-    assert "[%tmap_scale_a, {%m0, %bsp_kb}]" in ptx and "ld.global.nc.f32 %bs_sa_" not in ptx
+    # the boxes start on the quad holding the tile's first row (run 80: a box at row 201 faulted), the consumers
+    # read from m0 mod 4 on
+    assert "and.b32     %bsp_row, %m0, 0xFFFFFFFC;" in ptx and "and.b32     %tmp, %m0, 3;" in ptx
+    assert ptx.count("[%tmap_scale_a, {%bsp_row, %bsp_kb}]") == cfg.bs_a_boxes and "{%m0, %bsp_kb}" not in ptx
+    assert "ld.global.nc.f32 %bs_sa_" not in ptx
     masked_a = rng.standard_normal((g, 336, k)).astype(ml_dtypes.float8_e4m3fn)
     table = np.zeros((kb, g * 336), np.float32).T
     with pytest.raises(ConfigError, match="scale_a: an M-major blockwise table"):
         emulator.grouped_run(masked_a, b, masked_m=np.array(sizes, np.int32), scale_a=table, scale_b=sb)
+
+
+@pytest.mark.parametrize("tag", ["coop128x128", "coop256x128", "coop128x128c2"])
+def test_the_contiguous_forms_scale_boxes_start_aligned_and_cover_the_tile_from_any_row(tag):
+    """The contiguous grouped kernel's tile rows start at a group's first row, any row of A's M-major table. TMA faults
+    on a box whose innermost start is not 16-byte aligned (H200, run 80: groups 200, 0, 1, 333, 130 faulted, 200, 0,
+    4, 332, 132 did not), so each box starts at the quad holding the tile's first row: for every first row, every
+    box starts on a 16-byte boundary, the boxes hold the tile's block_m rows, they land inside the stage's slot,
+    each slot starts where TMA may write (128 bytes), and the expect_tx counts every box byte."""
+    from ptxgemm.kernel.hardware import TMA_ALIGN, TMA_SMEM_ALIGN
+    from ptxgemm.kernel.layout import SCALE_BYTES
+
+    cfg = GemmConfig.from_tag(tag, in_dtype="float8_e4m3fn", b_major="k", block_scale=True, block_scale_a_mn=True,
+                              grouped="contiguous", group_capacity=8)
+    assert cfg.bs_a_quads and cfg.bs_a_box_rows <= 256   # TMA's box extent
+    span = cfg.block_m // cfg.bs_a_boxes
+    for m0 in range(0, 1031):
+        first = m0 & ~(cfg.bs_a_quad_rows - 1)
+        boxes = [(first + i * span, first + i * span + cfg.bs_a_box_rows) for i in range(cfg.bs_a_boxes)]
+        assert all(lo * SCALE_BYTES % TMA_ALIGN == 0 for lo, _ in boxes), m0
+        held = set().union(*(range(lo, hi) for lo, hi in boxes))
+        assert set(range(m0, m0 + cfg.block_m)) <= held, m0
+        assert max(i * span + cfg.bs_a_box_rows for i in range(cfg.bs_a_boxes)) * SCALE_BYTES <= cfg.bs_a_slot_bytes
+    assert cfg.smem_bs_a % TMA_SMEM_ALIGN == 0 and cfg.bs_a_slot_bytes % TMA_SMEM_ALIGN == 0
+    assert cfg.stage_bytes == cfg.a_stage_bytes + cfg.b_stage_bytes + cfg.bs_a_boxes * cfg.bs_a_box_rows * SCALE_BYTES
+    assert f"mbarrier.arrive.expect_tx.shared::cta.b64 _, [%full_bar], {cfg.stage_bytes};" in render_gemm(cfg)
+    dense = dataclasses.replace(cfg, grouped=None, group_capacity=None)
+    assert not dense.bs_a_quads and dense.bs_a_boxes == 1 and dense.bs_a_box_rows == dense.block_m

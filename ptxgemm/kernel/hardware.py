@@ -11,7 +11,10 @@ SWIZZLE_PERIOD = 1024              # 8 lines x 128 B: swizzled buffers start on 
 WGMMA_M = 64                       # rows of one wgmma instruction
 WGMMA_K_BYTES = 32                 # one wgmma consumes 32 bytes of K: k16 of a 16-bit type, k32 of an 8-bit one
 MBARRIER_BYTES = 8
-TMA_ALIGN = 16                     # bytes: base address, line and batch strides of every TMA map
+TMA_ALIGN = 16                     # bytes: base address, line and batch strides of every TMA map, and where a load's
+                                   # box starts in its innermost dimension (H200, run 80: a box of fp32 scales
+                                   # starting at row 201 faulted with CUDA_ERROR_ILLEGAL_INSTRUCTION; at 200, 204 not)
+TMA_SMEM_ALIGN = 128               # bytes: a TMA load's shared-memory destination
 DESC_ADDRESS_MASK = 0x3FFFF        # a GMMA descriptor encodes bits 4..17 of the shared-memory address
 MAX_STAGES = 16                    # the deepest load ring a config may ask for (its barriers' reservation)
 WARP_LANES = 32

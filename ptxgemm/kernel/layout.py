@@ -13,7 +13,7 @@ import numpy as np
 
 from .grouped_walk import SORT_DEFAULT_MAX_GROUPS
 from .hardware import (CONSUMERS, MAX_GROUPS, MAX_STAGES, MBARRIER_BYTES, REGISTERS_PER_SM, SMEM_PER_BLOCK_OPTIN,
-                       SWIZZLE_BYTES, WARP_LANES, WARPGROUP_THREADS, WARPS_PER_WARPGROUP, WGMMA_K_BYTES, WGMMA_M)
+                       SWIZZLE_BYTES, TMA_ALIGN, TMA_SMEM_ALIGN, WARP_LANES, WARPGROUP_THREADS, WARPS_PER_WARPGROUP, WGMMA_K_BYTES, WGMMA_M)
 
 # Named barrier ids (bar.sync / bar.arrive). 0 is the whole CTA (init only).
 BARRIER_CTA = 0
@@ -34,6 +34,10 @@ FIXUP_REGISTER_BUDGET = 192
 FILL_STAGES = 8
 SCALE_BYTES = 4                    # blockwise scaling: one fp32 scale
 BS_B_SLOT_BYTES = 16               # a stage's B scales in shared memory: the tile's two blocks', padded to 16 bytes
+# A's M-major scale box in the contiguous grouped kernel (bs_a_quads) starts on the 16-byte quad of rows that holds
+# the tile's first row, and so spans a quad more than its rows; at most this many rows a box (+ the quad: 132 of
+# TMA's 256 elements a dimension), a 256-row tile's in two boxes
+BS_A_BOX_SPAN = 128
 
 
 @functools.lru_cache(maxsize=None)   # the selection asks it for every candidate's every layout number
@@ -166,8 +170,8 @@ class KernelLayout(TileLayout):
     @property
     def stage_bytes(self) -> int:
         """Bytes one stage's TMA loads deliver: the full boxes, even where they hang past the matrix (zero fill);
-        with A's scales M-major (block_scale_a_mn), their box too."""
-        return self.a_stage_bytes + self.b_stage_bytes + (self.bs_a_slot_bytes if self.block_scale_a_mn else 0)
+        with A's scales M-major (block_scale_a_mn), their boxes too."""
+        return self.a_stage_bytes + self.b_stage_bytes + self.bs_a_box_bytes
 
     @property
     def ring_stage_bytes(self) -> int:
@@ -213,8 +217,45 @@ class KernelLayout(TileLayout):
 
     @property
     def bs_a_slot_bytes(self) -> int:
-        """One stage's A scales: block_m fp32 (rows past M hold row M - 1's); 0 without bs_a_in_smem."""
-        return self.block_m * SCALE_BYTES if self.bs_a_in_smem else 0
+        """One stage's A scales: block_m fp32 (rows past M hold row M - 1's), and the quad the boxes add (bs_a_quads),
+        padded to where the next stage's box may land (TMA_SMEM_ALIGN); 0 without bs_a_in_smem."""
+        if not self.bs_a_in_smem:
+            return 0
+        rows = self.block_m + (self.bs_a_quad_rows if self.bs_a_quads else 0)
+        return -(-rows * SCALE_BYTES // TMA_SMEM_ALIGN) * TMA_SMEM_ALIGN
+
+    @property
+    def bs_a_quad_rows(self) -> int:
+        """Rows of one 16-byte quad of A's M-major table (TMA_ALIGN / SCALE_BYTES = 4): where a box may start."""
+        return TMA_ALIGN // SCALE_BYTES
+
+    @property
+    def bs_a_quads(self) -> bool:
+        """Whether A's M-major scale boxes start on the quad of rows that holds the tile's first row, rather than at
+        that row: in the contiguous grouped kernel, whose tile rows start at a group's first row (any row of the
+        table), where a box starting there would start at an unaligned byte, and TMA faults (TMA_ALIGN). The boxes
+        then span a quad more, and the consumers read their rows (m0 mod 4) further on. The dense kernel's tiles
+        start at multiples of block_m, whose boxes start aligned."""
+        return self.block_scale_a_mn and self.grouped == "contiguous"
+
+    @property
+    def bs_a_boxes(self) -> int:
+        """TMA boxes a stage's A scales take (block_scale_a_mn): one of the tile's rows; with bs_a_quads one per
+        BS_A_BOX_SPAN rows, each a quad longer, box i starting i * BS_A_BOX_SPAN rows after the first: a 256-row
+        tile's two boxes overlap in one quad, which both write with the same bytes before the full wait."""
+        return -(-self.block_m // BS_A_BOX_SPAN) if self.bs_a_quads else 1
+
+    @property
+    def bs_a_box_rows(self) -> int:
+        """Rows of one A scale box (block_scale_a_mn): block_m, or with bs_a_quads its span plus the quad."""
+        if not self.bs_a_quads:
+            return self.block_m
+        return self.block_m // self.bs_a_boxes + self.bs_a_quad_rows
+
+    @property
+    def bs_a_box_bytes(self) -> int:
+        """Bytes a stage's A scale boxes deliver (what the full barrier's expect_tx counts for them)."""
+        return self.bs_a_boxes * self.bs_a_box_rows * SCALE_BYTES if self.block_scale_a_mn else 0
 
     @property
     def bs_a_copiers(self) -> int:

@@ -219,7 +219,7 @@ def enumerate_mutants(config: GemmConfig) -> tuple[str, list[Mutant]]:
         if kind.name == "mbarrier.arrive.expect_tx" and cfg.block_scale_a_mn and _last_int(m["args"]) == cfg.stage_bytes:
             # A's M-major scales (blockscale.ptx.j2's producer_load_a): the stage's expect_tx without their box, so
             # the consumers may read the slot before it lands
-            replacement = _replace_args(m, _with_last_int(m["args"], cfg.stage_bytes - cfg.bs_a_slot_bytes))
+            replacement = _replace_args(m, _with_last_int(m["args"], cfg.stage_bytes - cfg.bs_a_box_bytes))
             mutants.append(Mutant(f"L{number}:{kind.name}:scale-box-uncounted", f"{m['op']}{m['args']};".strip(),
                                   kind.name, "scale box uncounted", number, origin, replacement, _site_text(origin)))
     return ptx, mutants
