@@ -87,6 +87,11 @@ class Mode:
     def fp8(self) -> bool:
         return self.in_dtype in FP8
 
+    def b_major(self, requested: str | None) -> str:
+        """B's layout in this mode's problems: K-major for fp8 (wgmma reads 8-bit B K-major only), else the one
+        asked for (default MN-major)."""
+        return "k" if self.fp8 else requested or "mn"
+
     @property
     def fused(self) -> bool:
         return self.epilogue != "none"
@@ -519,7 +524,7 @@ def run_mode_bench(shapes, rounds: int, mode: Mode, config=None, out="bench_out"
     torch = _torch()
     dg = deepgemm_peer.load(deepgemm_dir) if deepgemm_dir is not None else None
     peer = peer_name(mode, torch)
-    b_major = "k" if mode.fp8 else b_major
+    b_major = mode.b_major(b_major)
     config_desc = config.describe() if config else f"library selection (select_config; tune cache {tune_cache})"
     print(f"# {info.name}, {info.sm_count} SMs, driver {info.driver_version_str}; {mode.describe()}; peer: "
           f"{peer or 'none'}{'; ' + deepgemm_peer.describe(dg) if dg is not None else ''}; ptxgemm config: "

@@ -309,17 +309,17 @@ def run(args) -> int:
               list(bench.SQUARE_LLM_SHAPES) if args.set == "square-llm" else
               bench_modes.default_shapes(mode, args.quick, bench.default_shapes))
     # the tags with the B layout the bench gives (fp8: K-major only), so a tile that only K-major B allows is a tag
-    operands = {"b_major": args.b_major or ("k" if mode.fp8 else "mn")}
+    operands = {"b_major": mode.b_major(args.b_major)}
     config = _tags("--config", [args.config], **operands)[0] if args.config else None
     variants = _tags("--variants", filter(None, args.variants.split(",")), **operands)
     rounds = args.rounds or (7 if args.quick else 25)
     if mode.is_default:
         return bench.run_bench(shapes, rounds, config, variants, out=args.out, name=args.name, tune_cache=tune_cache,
-                               b_major=args.b_major or "mn", sustained=args.sustained,
+                               b_major=operands["b_major"], sustained=args.sustained,
                                sustained_gap=1.0 if args.sustained_gap is None else args.sustained_gap,
                                fastcu=args.fastcu)
     return bench_modes.run_mode_bench(shapes, rounds, mode, config, out=args.out, name=args.name,
-                                      tune_cache=tune_cache, b_major=args.b_major or "mn", variants=variants,
+                                      tune_cache=tune_cache, b_major=operands["b_major"], variants=variants,
                                       deepgemm_dir=args.deepgemm)
 
 
