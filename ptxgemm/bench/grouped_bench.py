@@ -234,7 +234,7 @@ def run(rounds: int, in_dtype: str, out_dir: str, name: str | None, variants: st
                   None)
         scale = ({"scale_a": scales[0], "scale_b": scales[1]} if scales is not None else
                  {"scale_a": 1.0, "scale_b": 1.0} if in_dtype == "float8_e4m3fn" else {})
-        if block and scale_a_major == "m" and case.layout == "contiguous":
+        if amn and case.layout == "contiguous":
             scale["scale_a"] = _m_major(torch, scales[0])
         plan = ptxgemm.GroupedPlan(a, b, **kw, **scale)
         mine = torch.from_dlpack(plan.out)
