@@ -50,3 +50,69 @@ def test_hilbert_order_visits_every_unit_once_through_neighbours(rows, cols):
     assert order[0] == (0, 0)
     for (r0, c0), (r1, c1) in zip(order, order[1:]):
         assert max(abs(r1 - r0), abs(c1 - c0)) == 1, ((r0, c0), (r1, c1))
+
+
+def _tile_coords_probe(cfg) -> str:
+    """scheduler.ptx.j2's setup and tile_coords for `cfg`, rendered into an entry `probe` of their own for the PTX
+    interpreter (tests/ptx_sim.py): thread t maps unit t of a tiles_m x tiles_n x batches walk and stores its
+    (m0, n0, batch) as three u32 at out + 12 t. Its parameters: tiles_m, tiles_n, batches, rank, out."""
+    from ptxgemm.kernel.codegen import environment
+    from ptxgemm.kernel.params import template_params
+
+    sched = environment().get_template("scheduler.ptx.j2").make_module(vars=template_params(cfg))
+    return f""".version 8.0
+.target sm_90a
+.address_size 64
+.visible .entry probe(.param .u32 param_tiles_m, .param .u32 param_tiles_n, .param .u32 param_batches,
+                      .param .u32 param_rank, .param .u64 param_out)
+{{
+    .reg .u32 %tiles_m, %tiles_n, %batches, %batch_units, %num_tiles, %group_tiles, %rank, %tile, %m0, %n0, %batch;
+    .reg .u64 %dst, %offset;
+    ld.param.u32 %tiles_m, [param_tiles_m];
+    ld.param.u32 %tiles_n, [param_tiles_n];
+    ld.param.u32 %batches, [param_batches];
+    ld.param.u32 %rank, [param_rank];
+    mov.u32 %tile, %tid.x;
+{sched.setup()}
+{sched.tile_coords("%tile", "%m0", "%n0", "%batch")}
+    ld.param.u64 %dst, [param_out];
+    mul.wide.u32 %offset, %tile, 12;
+    add.u64 %dst, %dst, %offset;
+    st.global.u32 [%dst], %m0;
+    st.global.u32 [%dst+4], %n0;
+    st.global.u32 [%dst+8], %batch;
+    ret;
+}}
+"""
+
+
+@pytest.mark.parametrize("tag, rows, cols", [("coop256x128cn2g16", 16, 9), ("coop256x128cn2g16", 13, 5),
+                                             ("coop256x128g12", 12, 7), ("coop256x128", 16, 9)])
+def test_the_kernels_walk_covers_every_tile_once_in_bands_of_group_m_rows(tag, rows, cols):
+    """tile_coords of the rendered template, run by the PTX interpreter, maps the units of two problems onto every
+    tile of each exactly once. Each band of group_m cluster rows (the last one may be narrower) is walked down its rows
+    before moving one column right. With a band of every row (the selection's whole band, ptxgemm/select/band.py),
+    each column's units are consecutive, so B's panel is fetched by one stretch of the walk only."""
+    from ptx_sim import Kernel, Memory
+
+    from ptxgemm.bench.suite import parse_tag
+
+    cfg = parse_tag(tag, b_major="k", in_dtype="float8_e4m3fn", block_scale=True, block_scale_a_mn=True)
+    batches, out = 2, 1 << 20
+    units = rows * cols * batches
+    ptx = _tile_coords_probe(cfg)
+    for rank in range(cfg.cluster_n):
+        memory = Memory({}, set(range(out, out + 12 * units)), {})
+        Kernel(ptx, "probe").run(1, units, [rows, cols, batches, rank, out], memory)
+        got = [tuple(sum(memory.written[out + 12 * u + 4 * f + b] << (8 * b) for b in range(4)) for f in range(3))
+               for u in range(units)]
+        cells = [(batch, m0 // cfg.block_m, (n0 // cfg.block_n - rank) // cfg.cluster_n) for m0, n0, batch in got]
+        assert sorted(cells) == sorted(itertools.product(range(batches), range(rows), range(cols)))
+        assert all((n0 // cfg.block_n) % cfg.cluster_n == rank for _, n0, _ in got)
+        for unit, (batch, row, col) in enumerate(cells):
+            band, in_batch = divmod(unit % (rows * cols), cfg.group_m * cols)
+            first = band * cfg.group_m
+            size = min(rows - first, cfg.group_m)
+            assert (batch, row, col) == (unit // (rows * cols), first + in_batch % size, in_batch // size), unit
+        if cfg.group_m >= rows:
+            assert all(col == (unit % (rows * cols)) // rows for unit, (_, _, col) in enumerate(cells))

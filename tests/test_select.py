@@ -673,3 +673,44 @@ def test_the_blockwise_256_row_tile_pairs_along_n_sharing_a(shape):
     pick = select_config(*shape, in_dtype="float8_e4m3fn", out_dtype="bfloat16", a_major="k", b_major="k",
                          device=FakeDevice("NVIDIA H200"), epilogue=(("block_scale", True),))
     assert pick.tag == "coop256x128cn2"
+
+
+# --- the walk's band (ptxgemm/select/band.py) -------------------------------------------------------------------
+
+BLOCKWISE = (("block_scale", True), ("block_scale_a_mn", True))
+
+
+def _blockwise_pick(m, n, k):
+    return select_config(m, n, k, in_dtype="float8_e4m3fn", out_dtype="bfloat16", a_major="k", b_major="k",
+                         device=FakeDevice("NVIDIA H200"), epilogue=BLOCKWISE)
+
+
+def test_a_short_blockwise_k_loop_over_16_rows_walks_them_in_one_band():
+    """4096x32768x512 (coop256x128cn2: 16 cluster rows, 4 k-tiles): DeepGEMM's kernel durations 136.7 -> 125.4 us
+    with the band of 16 (H200, runs 86 and 89)."""
+    pick = _blockwise_pick(4096, 32768, 512)
+    assert (pick.tile_tag, pick.group_m) == ("coop256x128cn2g16", 16)
+    assert S.explain(4096, 32768, 512, "float8_e4m3fn", "bfloat16", "k", "k", device=FakeDevice("NVIDIA H200"))
+
+
+@pytest.mark.parametrize("shape", [(4096, 7168, 2048), (4096, 24576, 1536), (4096, 4096, 7168), (128, 32768, 512),
+                                   (8192, 32768, 512)])
+def test_the_band_stays_8_where_the_whole_band_was_level_or_not_measured(shape):
+    """16 k-tiles and more measured level (run 89); 8 rows or fewer fit the default band; 32 rows were not timed."""
+    assert _blockwise_pick(*shape).group_m == 8
+
+
+def test_the_band_rule_widens_only_the_plain_blockwise_walk():
+    from ptxgemm.select.band import WHOLE_BAND_MAX_K_TILES, WHOLE_BAND_MAX_ROWS, band_rows
+    fp8 = dict(in_dtype="float8_e4m3fn", b_major="k", block_m=256, cluster_n=2, schedule="cooperative")
+    base = GemmConfig(**fp8, block_scale=True)
+    k_max = WHOLE_BAND_MAX_K_TILES * base.block_k
+    rows_max = WHOLE_BAND_MAX_ROWS * base.block_m
+    assert band_rows(base, rows_max, 32768, k_max) == WHOLE_BAND_MAX_ROWS
+    assert band_rows(base, rows_max - base.block_m, 32768, k_max) == WHOLE_BAND_MAX_ROWS - 1
+    assert band_rows(base, 8 * base.block_m, 32768, k_max) is None          # the default band covers them
+    assert band_rows(base, rows_max + 1, 32768, k_max) is None               # 17 rows: wider than measured
+    assert band_rows(base, rows_max, 32768, k_max + 1) is None               # a longer k-loop
+    for other in (GemmConfig(**fp8), dataclasses.replace(base, raster="n"), dataclasses.replace(base, group_m=4),
+                  dataclasses.replace(base, cluster_n=1, splits=2)):
+        assert band_rows(other, rows_max, 32768, k_max) is None, other.tag

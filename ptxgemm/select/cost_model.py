@@ -24,7 +24,9 @@
    stream-K tail (GemmConfig.stream_k) where the model says it saves SK_MIN_GAIN of the busiest cluster's time
    (`sk_steps`: its whole units, its share of the tail's k-tiles and the fix-up). Then `with_serpentine`: a
    cooperative 16-bit pick with at least two whole passes of the walk runs the odd ones backward in K
-   (GemmConfig.k_serpentine), which the cost model does not time: it saves DRAM reads, hence energy.
+   (GemmConfig.k_serpentine), which the cost model does not time: it saves DRAM reads, hence energy. Then
+   `with_band` (ptxgemm/select/band.py): a short k-loop over at most 16 cluster rows walks them all in one band,
+   so B's panels are read from DRAM once.
 
 Nothing here needs a GPU: without one, and without an injected device, the model assumes DEFAULT_DEVICE.
 """
@@ -44,6 +46,7 @@ from ..kernel.config import FP8_DTYPES, GemmConfig
 from ..kernel.tile import TAG_SCHEDULE
 from ..runtime import driver
 from . import tune_cache
+from .band import with_band
 from .memory_model import combine, fixup_ns, memory_ns, misaligned_factor
 from .problem import Problem
 
@@ -885,7 +888,8 @@ def preferences(m: int, n: int, k: int, in_dtype: str = "bfloat16", out_dtype: s
     for _, config in _ranked(problem, device.sm_count, str(device.name), batches, epilogue):
         # the tail decided for the configs the caller takes, not for every candidate ranked
         tail = with_stream_k(config, m, n, k, device.sm_count, str(device.name), batches)
-        yield with_deep_ring(with_serpentine(tail, m, n, k, device.sm_count, batches)), "cost model"
+        turned = with_deep_ring(with_serpentine(tail, m, n, k, device.sm_count, batches))
+        yield with_band(turned, m, n, k), "cost model"
 
 
 def choose(m: int, n: int, k: int, in_dtype: str = "bfloat16", out_dtype: str | None = None, a_major: str = "k",
@@ -916,7 +920,7 @@ def explain(m: int, n: int, k: int, in_dtype: str = "bfloat16", out_dtype: str |
     rows = []
     for p, c in _ranked(problem, device.sm_count, str(device.name)):
         pred, tail = _with_tail(p, c, m, n, k, device.sm_count, str(device.name))
-        turned = with_deep_ring(with_serpentine(tail, m, n, k, device.sm_count))
+        turned = with_band(with_deep_ring(with_serpentine(tail, m, n, k, device.sm_count)), m, n, k)
         rows.append(pred.row(None if turned is tail else turned.tag))
     return rows
 
