@@ -25,8 +25,8 @@
    (`sk_steps`: its whole units, its share of the tail's k-tiles and the fix-up). Then `with_serpentine`: a
    cooperative 16-bit pick with at least two whole passes of the walk runs the odd ones backward in K
    (GemmConfig.k_serpentine), which the cost model does not time: it saves DRAM reads, hence energy. Then
-   `with_band` (ptxgemm/select/band.py): a short k-loop over at most 16 cluster rows walks them all in one band,
-   so B's panels are read from DRAM once.
+   `with_band` (ptxgemm/select/band.py): an fp8 blockwise pick with a short k-loop over at most 16 cluster rows
+   walks them all in one band, so B's panels are read from DRAM once.
 
 Nothing here needs a GPU: without one, and without an injected device, the model assumes DEFAULT_DEVICE.
 """
