@@ -12,8 +12,9 @@ few rows) stays in L2. Measured on an H200 (docs/perf-notes.md, issue 49, runs 8
 - DeepGEMM's kernel durations, L2 flushed: 136.7 µs with 8 rows and 125.4 µs with 16, against DeepGEMM's 125.8;
 - burst: 137.1 against 127.0 µs.
 
-Longer k-loops hide the latency, and there the whole band measured level or worse:
-- fp8 blockwise 4096 x {24576x1536, 7168x2048, 4096x7168, 7168x16384}: -1.5% to +0.7% (run 89);
+Longer k-loops hide the latency, and there the whole band measured level, or better and worse by row:
+- fp8 blockwise 4096 x {24576x1536, 7168x2048, 4096x7168, 7168x16384}: time -1.5% to +0.7% (run 89), inside the
+  spread;
 - the bf16 training set's 4096-token rows (run 88, 27 rows): 0.997 as a geomean, from +9.5% (4096^3 forward) down
   to -6.5% (4096x151936x1536) and -11% (4096x1536x151936).
 
