@@ -34,7 +34,7 @@ from ..kernel.tile import Tile
 # Cluster rows that one band covers at most: 16 is the largest band measured (above); wider ones were not timed.
 WHOLE_BAND_MAX_ROWS = 16
 # The longest k-loop (k-tiles per tile) whose tile start the whole band speeds up. fp8 4096x32768x512 has 4 and
-# gained 8%. The next one measured, 4096x7168x2048 with 16, was level.
+# gained 8%. The next ones measured, 4096x24576x1536 with 12 and 4096x7168x2048 with 16, were level.
 WHOLE_BAND_MAX_K_TILES = 4
 
 
