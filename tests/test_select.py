@@ -700,7 +700,12 @@ def test_the_band_stays_8_where_the_whole_band_was_level_or_not_measured(shape):
 
 
 def test_the_band_rule_widens_only_the_plain_blockwise_walk():
-    from ptxgemm.select.band import WHOLE_BAND_MAX_K_TILES, WHOLE_BAND_MAX_ROWS, band_rows
+    from ptxgemm.kernel.schedule import plan_for
+    from ptxgemm.select.band import WHOLE_BAND_MAX_K_TILES, WHOLE_BAND_MAX_ROWS
+    from ptxgemm.select.band import band_rows as band_of_schedule
+
+    def band_rows(config, m, n, k):   # on the kernel's schedule for m x n x k (none of these is transposed)
+        return band_of_schedule(config, plan_for(config, m, n, k, 132))
     fp8 = dict(in_dtype="float8_e4m3fn", b_major="k", block_m=256, cluster_n=2, schedule="cooperative")
     base = GemmConfig(**fp8, block_scale=True)
     k_max = WHOLE_BAND_MAX_K_TILES * base.block_k

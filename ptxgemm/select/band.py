@@ -26,9 +26,9 @@ until a run measures them.
 from __future__ import annotations
 
 import dataclasses
-import math
 
 from ..kernel.config import GemmConfig
+from ..kernel.schedule import Schedule
 from ..kernel.tile import Tile
 
 # Cluster rows that one band covers at most: 16 is the largest band measured (above); wider ones were not timed.
@@ -38,22 +38,21 @@ WHOLE_BAND_MAX_ROWS = 16
 WHOLE_BAND_MAX_K_TILES = 4
 
 
-def band_rows(config: GemmConfig, m: int, n: int, k: int) -> int | None:
-    """The band the selection gives `config` on the problem m x n x k (the caller's: the transposed store runs C^T, so
-    its rows are n): every cluster row when there are between group_m and WHOLE_BAND_MAX_ROWS of them and a tile's
-    k-loop has at most WHOLE_BAND_MAX_K_TILES k-tiles. None keeps the config's band. Only what was measured is
-    widened: the default band down the rows of one dense fp8 blockwise problem, unsplit and without the stream-K
-    tail."""
+def band_rows(config: GemmConfig, sched: Schedule) -> int | None:
+    """The band the selection gives `config`, whose kernel walks `sched` (the kernel's problem: the transposed store
+    runs C^T): every cluster row when there are between group_m and WHOLE_BAND_MAX_ROWS of them and a tile's k-loop
+    has at most WHOLE_BAND_MAX_K_TILES k-tiles. None keeps the config's band. Only what was measured is widened: the
+    default band down the rows of one dense fp8 blockwise problem, unsplit and without the stream-K tail."""
     if (not config.block_scale or config.raster != "m" or config.group_m != Tile.group_m
             or config.grouped is not None or config.split_k or config.stream_k):
         return None
-    rows = math.ceil(math.ceil((n if config.transposed_store else m) / config.block_m) / config.cluster_m)
-    if not config.group_m < rows <= WHOLE_BAND_MAX_ROWS or math.ceil(k / config.block_k) > WHOLE_BAND_MAX_K_TILES:
+    rows = sched.cluster_rows
+    if not config.group_m < rows <= WHOLE_BAND_MAX_ROWS or sched.k_tiles > WHOLE_BAND_MAX_K_TILES:
         return None
     return rows
 
 
-def with_band(config: GemmConfig, m: int, n: int, k: int) -> GemmConfig:
+def with_band(config: GemmConfig, sched: Schedule) -> GemmConfig:
     """`config` with the band `band_rows` gives it, else `config` itself."""
-    rows = band_rows(config, m, n, k)
+    rows = band_rows(config, sched)
     return config if rows is None else dataclasses.replace(config, group_m=rows)

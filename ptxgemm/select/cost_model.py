@@ -561,6 +561,11 @@ def _kernel_mnk(config: GemmConfig, m: int, n: int, k: int) -> tuple[int, int, i
     return (n, m, k) if config.transposed_store else (m, n, k)
 
 
+def _kernel_schedule(config: GemmConfig, m: int, n: int, k: int, sm_count: int, batches: int = 1):
+    """The schedule `config`'s kernel walks for the caller's problem m x n x k (_kernel_mnk)."""
+    return schedule.plan_for(config, *_kernel_mnk(config, m, n, k), sm_count, batches=batches)
+
+
 def with_stream_k(config: GemmConfig, m: int, n: int, k: int, sm_count: int, gpu_name: str = "",
                   batches: int = 1) -> GemmConfig:
     """`config` with the stream-K tail where it can carry it and the model says it saves SK_MIN_GAIN of the
@@ -599,8 +604,7 @@ def with_serpentine(config: GemmConfig, m: int, n: int, k: int, sm_count: int, b
         turned = dataclasses.replace(config, k_serpentine=True)
     except ConfigError:
         return config      # a kernel the backward loop does not combine with (blockwise, grouped)
-    m, n, k = _kernel_mnk(config, m, n, k)
-    sched = schedule.plan_for(turned, m, n, k, sm_count, batches=batches)
+    sched = _kernel_schedule(turned, m, n, k, sm_count, batches)
     return turned if sched.dp_units >= SERPENTINE_MIN_PASSES * sched.clusters else config
 
 
@@ -889,7 +893,7 @@ def preferences(m: int, n: int, k: int, in_dtype: str = "bfloat16", out_dtype: s
         # the tail decided for the configs the caller takes, not for every candidate ranked
         tail = with_stream_k(config, m, n, k, device.sm_count, str(device.name), batches)
         turned = with_deep_ring(with_serpentine(tail, m, n, k, device.sm_count, batches))
-        yield with_band(turned, m, n, k), "cost model"
+        yield with_band(turned, _kernel_schedule(turned, m, n, k, device.sm_count, batches)), "cost model"
 
 
 def choose(m: int, n: int, k: int, in_dtype: str = "bfloat16", out_dtype: str | None = None, a_major: str = "k",
@@ -920,7 +924,8 @@ def explain(m: int, n: int, k: int, in_dtype: str = "bfloat16", out_dtype: str |
     rows = []
     for p, c in _ranked(problem, device.sm_count, str(device.name)):
         pred, tail = _with_tail(p, c, m, n, k, device.sm_count, str(device.name))
-        turned = with_band(with_deep_ring(with_serpentine(tail, m, n, k, device.sm_count)), m, n, k)
+        turned = with_deep_ring(with_serpentine(tail, m, n, k, device.sm_count))
+        turned = with_band(turned, _kernel_schedule(turned, m, n, k, device.sm_count))
         rows.append(pred.row(None if turned is tail else turned.tag))
     return rows
 
