@@ -246,11 +246,17 @@ class KernelLayout(TileLayout):
         return -(-self.block_m // BS_A_BOX_SPAN) if self.bs_a_quads else 1
 
     @property
+    def bs_a_box_step(self) -> int:
+        """Rows from one A scale box's first row to the next's (and scales from its slot to the next's): the tile's
+        rows shared evenly by bs_a_boxes."""
+        return self.block_m // self.bs_a_boxes
+
+    @property
     def bs_a_box_rows(self) -> int:
-        """Rows of one A scale box (block_scale_a_mn): block_m, or with bs_a_quads its span plus the quad."""
+        """Rows of one A scale box (block_scale_a_mn): block_m, or with bs_a_quads its step plus the quad."""
         if not self.bs_a_quads:
             return self.block_m
-        return self.block_m // self.bs_a_boxes + self.bs_a_quad_rows
+        return self.bs_a_box_step + self.bs_a_quad_rows
 
     @property
     def bs_a_box_bytes(self) -> int:
