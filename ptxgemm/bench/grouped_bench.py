@@ -23,7 +23,7 @@ import json
 from pathlib import Path
 
 from . import deepgemm_peer, grouped_shapes, kernel_time
-from ..plan.epilogue import m_major_ld
+from ..plan.epilogue import m_major_table
 from .row_log import RowLog
 from .suite import geomean
 
@@ -89,12 +89,11 @@ def _block_scales(torch, case, a):
 
 
 def _m_major(torch, sa):
-    """scale_a's values M-major: rows adjacent, each k-block's column padded to 16 bytes (NaN, never read), as
-    DeepGEMM's get_mn_major_tma_aligned_tensor lays them out for its own call."""
-    rows, kb = sa.shape
-    table = torch.full((kb, m_major_ld(rows)), float("nan"), device=sa.device, dtype=sa.dtype)
-    table[:, :rows] = sa.T
-    return table.T[:rows]
+    """scale_a's values M-major, as DeepGEMM's get_mn_major_tma_aligned_tensor lays them out for its own call:
+    plan.epilogue's table (rows adjacent, each k-block's column padded to 16 bytes with NaN, never read), on sa's
+    device."""
+    table = torch.from_numpy(m_major_table(sa.cpu().numpy(), fill=float("nan"))).to(sa.device)
+    return table.T[:sa.shape[0]]
 
 
 def _row_scales(torch, case, a):
