@@ -95,9 +95,9 @@ def test_the_kernels_walk_covers_every_tile_once_in_bands_of_group_m_rows(tag, r
     each column's units are consecutive, so B's panel is fetched by one stretch of the walk only."""
     from ptx_sim import Kernel, Memory
 
-    from ptxgemm.bench.suite import parse_tag
+    from ptxgemm.kernel.config import GemmConfig
 
-    cfg = parse_tag(tag, b_major="k", in_dtype="float8_e4m3fn", block_scale=True, block_scale_a_mn=True)
+    cfg = GemmConfig.from_tag(tag, b_major="k", in_dtype="float8_e4m3fn", block_scale=True, block_scale_a_mn=True)
     batches, out = 2, 1 << 20
     units = rows * cols * batches
     ptx = _tile_coords_probe(cfg)
