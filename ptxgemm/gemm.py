@@ -29,6 +29,7 @@ from .errors import ConfigError
 from .kernel import schedule, trace_format
 from .kernel.config import GemmConfig, default_out_dtype
 from .kernel.layout import FLAG_BYTES
+from .kernel.params import entry_maps
 from .plan import binding, operands
 from .plan.cache import COUNTERS, PlanCache, now_ns
 from .plan.call import CallPlan, parse_epilogue, plan_call
@@ -127,6 +128,13 @@ def tensor_map_specs(lay: operands.MatmulPlan, cfg: GemmConfig, epi: Epilogue | 
     if cfg.block_scale_a_mn:
         specs["tmap_scale_a"] = scale_a_map(epi.block_a, cfg)
     return specs
+
+
+def map_arguments(maps: dict, cfg: GemmConfig) -> list:
+    """The kernel's leading arguments: its tensor maps (`maps`, by parameter name) in the order its `.entry` declares
+    them, read from the list the template declares them by (kernel.params.entry_maps), so that neither the dense
+    nor the grouped launch keeps an order of its own."""
+    return [maps[name] for name in entry_maps(cfg)]
 
 
 def scale_a_map(table, cfg: GemmConfig) -> TensorMapSpec:
@@ -364,9 +372,7 @@ class GemmPlan(BoundLaunches):
         if cfg.debug:
             self.records = StallRecords(self.grid, cfg.threads)
             debug_ptr = self.records.device_pointer
-        args = [self.tmap_a, self.tmap_b, self.tmap_c, *([self.tmap_c_tail] if self.tmap_c_tail else []),
-                *([self.tmap_source] if self.tmap_source else []),
-                *([self.tmap_scale_a] if self.tmap_scale_a else []),
+        args = [*map_arguments(maps, cfg),
                 *self.epilogue.kernel_args(lay.swapped, lay.k),
                 ctypes.c_uint32(lay.m), ctypes.c_uint32(lay.n),
                 ctypes.c_uint32(sched.cluster_rows), ctypes.c_uint32(sched.cluster_cols), ctypes.c_uint32(self.k_tiles),

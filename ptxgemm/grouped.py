@@ -25,7 +25,8 @@ import numpy as np
 
 from .errors import ConfigError
 from .gemm import (LOAD_L2_PROMOTION, MN_PANEL, cached_plan, check_stream, copy_launches, encode_bound, fix_up_buffers,
-                   get_kernel, own_scratch, scale_a_map, stream_key, upload_site, uploaded, without_caller_arrays)
+                   get_kernel, map_arguments, own_scratch, scale_a_map, stream_key, upload_site, uploaded,
+                   without_caller_arrays)
 from .kernel.config import GemmConfig
 from .plan import binding, grouped, grouped_call, grouped_layout
 from .plan.cache import COUNTERS, now_ns
@@ -85,9 +86,9 @@ class GroupedLaunch(CheckedCall):
     copies_out: tuple = ()
 
     def scalars(self, debug_ptr: int = 0, fix_up: tuple = ()) -> list:
-        """The kernel's arguments after its three tensor maps, in the entry's order (`fix_up`: the stream-K
-        tail's, grouped_call.kernel_arguments). C's address is the one the kernel writes: out's, or its staging
-        buffer's."""
+        """The kernel's arguments after its tensor maps (gemm.map_arguments), in the entry's order (`fix_up`: the
+        stream-K tail's, grouped_call.kernel_arguments). C's address is the one the kernel writes: out's, or its
+        staging buffer's."""
         p = self.problem
         return [*self.epilogue.kernel_args(False, p.k),
                 *grouped_call.kernel_arguments(self.config, self.rows, p.n, p.k, p, self.counts.ptr,
@@ -277,9 +278,7 @@ class GroupedPlan(BoundLaunches):
                                                         cfg, stream)
             self.sk_fixup = sk_fixup_k_tiles(cfg, str(info.name))   # what the device weighs its tail with
             fix_up = (self.sk_fixup, self.workspace.ptr, self.flags.ptr)
-        args = [maps["tmap_a"], maps["tmap_b"], maps["tmap_c"],
-                *([maps["tmap_scale_a"]] if "tmap_scale_a" in maps else []),   # the entry's order (fusion_setup)
-                *plan.scalars(debug_ptr, fix_up)]
+        args = [*map_arguments(maps, cfg), *plan.scalars(debug_ptr, fix_up)]
         self._launch = driver.PreparedLaunch(self.kernel.function, (self.grid,), (cfg.threads,), args,
                                              smem_bytes=cfg.smem_bytes,
                                              cluster=(cfg.cluster_size, 1, 1) if cfg.cluster_size > 1 else None,

@@ -14,6 +14,17 @@ from .schedule import SK_MAX_SHARES
 from .stall_format import STALL_CODES
 
 
+def entry_maps(cfg: GemmConfig) -> tuple[str, ...]:
+    """The tensor maps the GEMM kernel's `.entry` takes (each a `.param .align 64 .b8 NAME[128]`), in its order.
+    The template declares them from this list and the dense and grouped launches pack them by it, so the kernel's
+    order and the host's cannot drift apart: A, B and C; C's narrow last panel where block_n is not a whole number
+    of panels; the epilogue's source S; A's blockwise scales where they are read M-major, by TMA."""
+    return ("tmap_a", "tmap_b", "tmap_c",
+            *(("tmap_c_tail",) if cfg.epi_tail_cols else ()),
+            *(("tmap_source",) if cfg.has_source else ()),
+            *(("tmap_scale_a",) if cfg.block_scale_a_mn else ()))
+
+
 def template_params(cfg: GemmConfig) -> dict:
     """Everything the gemm templates read: the config itself (`cfg`) and the numbers and names it derives."""
     producer_regs, consumer_regs = cfg.register_split
@@ -22,6 +33,7 @@ def template_params(cfg: GemmConfig) -> dict:
         # its tile walk
         "template_name": f"{cfg.kernel_name}.ptx.j2",
         "scheduler_template": "grouped_scheduler.ptx.j2" if cfg.grouped else "scheduler.ptx.j2",
+        "entry_maps": entry_maps(cfg),   # the entry's tensor maps, in the order the host packs them
         # the unit -> group search: power-of-two steps from group 0 whose sum reaches the last group the tables hold
         "max_groups": cfg.group_table_entries - 1,
         "group_search_steps": [1 << i for i in reversed(range((cfg.group_table_entries - 2).bit_length()))],

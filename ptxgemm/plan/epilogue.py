@@ -106,7 +106,7 @@ class Epilogue:
                 "activation": self.activation, "col_pairs": pairs}
 
     def kernel_params(self, swapped: bool, k: int) -> list[tuple[str, object]]:
-        """(name, ctypes value) of the kernel parameters after tmap_source, named and ordered as fusion.ptx.j2's
+        """(name, ctypes value) of the kernel parameters after its tensor maps, named and ordered as fusion_setup's
         `params` declares them (tests/test_emulator.py holds the two together; ptxgemm.tools.emulator reads them by
         name). k: the problem's K."""
         rows, cols = (self.col_scale, self.row_scale) if swapped else (self.row_scale, self.col_scale)
