@@ -43,7 +43,10 @@ CASES = (
     ("pp64x128", (200, 390, 1216), "pingpong, 10 k-tiles (drain 1), K not a multiple of 128"),
     ("pp64x128", (130, 260, 2176), "pingpong, 17 k-tiles"),
     ("coop128x64", (300, 200, 1920), "64-column tiles: one B scale column per two tiles"),
-    ("pp64x64", (150, 330, 1408), "the smallest tile, 11 k-tiles"),
+    ("pp64x64", (150, 330, 1408), "the smallest tile, 11 k-tiles: one set (narrow and unsplit)"),
+    ("pp64x64s13", (100, 650, 4224), "one set (narrow and unsplit) in the deep ring the small-M selection gives it: "
+                                     "33 k-tiles, the ring of 13 wraps twice, rows past M"),
+    ("pp64x32s16", (70, 200, 2176), "one set in a ring of 16 stages, 17 k-tiles, columns past N"),
     ("coop128x128c2", (520, 260, 1536), "a cluster pair multicasting B"),
     ("coop128x128cn2", (260, 520, 1664), "a cluster pair multicasting A"),
     ("pp64x128k3", (130, 390, 2176), "split-K 3 of 17 k-tiles: 6, 6 and 5, the last range past K"),
@@ -98,6 +101,8 @@ CASES = (
 CASES_MN = (
     ("pp64x128", (101, 390, 1408), "two sets, A's M-major scales by TMA: rows past M, 11 k-tiles, the ring wraps"),
     ("pp64x64k4", (64, 330, 7168), "split-K 4 at M = 64: DeepGEMM's small-M class, A's M-major scales by TMA"),
+    ("pp64x64s13", (101, 650, 4224), "one set (narrow and unsplit) in the deep ring, A's M-major scales by TMA: "
+                                     "33 k-tiles, rows past M"),
     ("pp64x64k2", (130, 200, 2432), "split-K 2 of 19 k-tiles: 10 and 9, the last range past K, A's M-major scales "
                                     "by TMA: rows past M"),
     ("coop128x128", (301, 390, 2944), "two sets (drain 2), A's M-major scales by TMA: rows past M, 23 k-tiles"),

@@ -154,7 +154,7 @@ def test_blockwise_small_m_one_set_tile_only_unsplit_and_where_its_waves_are_ful
             != "pp64x192", (m, n, k)
     small = [c for _, c in model._ranked_blockwise(problem(128, 24576, 1536), 132, "", 1, block)]
     assert all(c.splits == 1 and c.cluster_size == 1 for c in small if c.tile_tag == "pp64x192")
-    assert not any(c.bs_product_sets == 1 and c.tile_tag != "pp64x192" for c in small)
+    assert not any(not c.bs_two_sets_fit and c.tile_tag != "pp64x192" for c in small)   # no other wide one-set tile
     large = [c for _, c in model._ranked_blockwise(problem(4096, 24576, 1536), 132, "", 1, block)]
     assert not any(c.tile_tag == "pp64x192" for c in large)
 

@@ -718,3 +718,54 @@ def test_the_band_rule_widens_only_the_plain_blockwise_walk():
     for other in (GemmConfig(**fp8), dataclasses.replace(base, raster="n"), dataclasses.replace(base, group_m=4),
                   dataclasses.replace(base, cluster_n=1, splits=2)):
         assert band_rows(other, rows_max, 32768, k_max) is None, other.tag
+
+
+# --- one wave of unsplit 64x64 tiles at small M (ptxgemm/select/unsplit_wave.py) ---------------------------------
+
+@pytest.mark.parametrize("shape", [(64, 4096, 7168), (128, 4096, 7168), (64, 7168, 16384)])
+@pytest.mark.parametrize("a_mn", [True, False])
+def test_small_m_blockwise_whose_b_panels_fill_the_sms_runs_unsplit_64x64_tiles_with_the_deepest_ring(shape, a_mn):
+    """Measured on the H200 (run 91, DeepGEMM's kernel durations, flushed): 64x4096x7168 14.1 against pp64x64k2's
+    14.6 us, 128x4096x7168 14.7 against pp64x128k2's 15.8, 64x7168x16384 40.0 against 40.6. Either scale_a layout."""
+    pick = select_config(*shape, in_dtype="float8_e4m3fn", out_dtype="bfloat16", a_major="k", b_major="k",
+                         device=FakeDevice("NVIDIA H200"),
+                         epilogue=(("block_scale", True),) + ((("block_scale_a_mn", True),) if a_mn else ()))
+    assert (pick.tag, pick.splits, pick.stages, pick.bs_product_sets) == ("pp64x64s13", 1, pick.most_stages, 1)
+
+
+@pytest.mark.parametrize("shape", [(64, 2112, 7168), (128, 2112, 7168), (128, 24576, 1536), (64, 7168, 2048),
+                                   (128, 7168, 16384), (64, 32768, 512)])
+def test_small_m_blockwise_keeps_its_pick_where_the_unsplit_wave_lost_or_was_not_timed(shape):
+    """33 B panels (lost: 13.1 against 9.9 and 11.0 us), more than one wave, or a k-loop under 32 k-tiles."""
+    pick = _blockwise_pick(*shape)
+    assert pick.stages is None and pick.tag != "pp64x64s13"
+
+
+def test_the_unsplit_wave_rule_takes_only_the_plain_unsplit_64x64_blockwise_tile():
+    from ptxgemm.select.unsplit_wave import (UNSPLIT_WAVE_MIN_K_TILES, UNSPLIT_WAVE_MIN_PANEL_FILL,
+                                             unsplit_wave)
+    base = GemmConfig(block_m=64, block_n=64, in_dtype="float8_e4m3fn", b_major="k", block_scale=True)
+    panels = math.ceil(UNSPLIT_WAVE_MIN_PANEL_FILL * 132)
+    k_tiles = UNSPLIT_WAVE_MIN_K_TILES
+    assert unsplit_wave(base, 1, panels, k_tiles, 132).stages == base.most_stages
+    assert unsplit_wave(base, 2, 66, k_tiles, 132) is not None              # one whole wave
+    assert unsplit_wave(base, 1, panels - 1, k_tiles, 132) is None          # too few B panels
+    assert unsplit_wave(base, 3, 64, k_tiles, 132) is None                  # more than one wave
+    assert unsplit_wave(base, 1, panels, k_tiles - 1, 132) is None          # a short k-loop
+    for other in (dataclasses.replace(base, splits=2), dataclasses.replace(base, block_n=128),
+                  dataclasses.replace(base, stages=8), dataclasses.replace(base, block_scale=False),
+                  dataclasses.replace(base, cluster_m=2)):
+        assert unsplit_wave(other, 1, panels, k_tiles, 132) is None, other.tag
+
+
+def test_the_narrow_unsplit_64_row_blockwise_tiles_take_one_product_set():
+    """GemmConfig.bs_product_sets: one set for dense unsplit 64-row tiles up to BLOCK_SCALE_ONE_SET_MAX_N wide (run
+    91: 1-8% faster); the split ones, the 128-wide one and the transposed store keep two."""
+    from ptxgemm.kernel.config import BLOCK_SCALE_ONE_SET_MAX_N
+    fp8 = dict(in_dtype="float8_e4m3fn", b_major="k", block_scale=True, block_m=64)
+    assert GemmConfig(**fp8, block_n=BLOCK_SCALE_ONE_SET_MAX_N).bs_product_sets == 1
+    assert GemmConfig(**fp8, block_n=32, stages=16).bs_product_sets == 1
+    assert GemmConfig(**fp8, block_n=64, splits=2).bs_product_sets == 2
+    assert GemmConfig(**fp8, block_n=128).bs_product_sets == 2
+    assert GemmConfig(**fp8, block_n=64, c_major="m").bs_product_sets == 2
+    assert GemmConfig(**fp8, block_n=192).bs_product_sets == 1          # too wide for two: as before

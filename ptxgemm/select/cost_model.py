@@ -26,7 +26,8 @@
    cooperative 16-bit pick with at least two whole passes of the walk runs the odd ones backward in K
    (GemmConfig.k_serpentine), which the cost model does not time: it saves DRAM reads, hence energy. Then
    `with_band` (ptxgemm/select/band.py): an fp8 blockwise pick with a short k-loop over at most 16 cluster rows
-   walks them all in one band, so B's panels are read from DRAM once.
+   walks them all in one band, so B's panels are read from DRAM once. At small M a blockwise problem whose B panels
+   fill the SMs in one wave runs unsplit 64x64 tiles with the deepest ring first (ptxgemm/select/unsplit_wave.py).
 
 Nothing here needs a GPU: without one, and without an injected device, the model assumes DEFAULT_DEVICE.
 """
@@ -49,6 +50,7 @@ from . import tune_cache
 from .band import with_band
 from .memory_model import combine, fixup_ns, memory_ns, misaligned_factor
 from .problem import Problem
+from .unsplit_wave import unsplit_wave
 
 # Per-SM costs in ns, keyed by GemmConfig.tag, fitted (`python -m ptxgemm fit tiles`, ptxgemm/select/fitting.py) to two H100 SXM runs of the benchmark
 # suite in which every candidate was timed side by side with cuBLAS (docs/results/h100/select/bench_h100_issue9_fit.json and
@@ -848,7 +850,7 @@ def _ranked_blockwise(problem: Problem, sm_count: int, gpu_name: str, batches: i
         if (c.schedule, c.block_m, c.block_n) in BLOCK_SCALE_SMALL_M_TILES:
             if not small_m or c.splits > 1 or c.cluster_size > 1:
                 continue   # offered at small M only, unsplit and alone
-        elif c.bs_product_sets == 1 and small_m:
+        elif not c.bs_two_sets_fit and small_m:
             continue       # the wide one-set tiles: at large M only
         pairs.append((predict(c, problem.m, problem.n, problem.k, sm_count, gpu_name, batches), c))
     if not pairs:
@@ -873,6 +875,11 @@ def _ranked_blockwise(problem: Problem, sm_count: int, gpu_name: str, batches: i
     ranked = sorted(pairs, key=rank)
     if swapped is not None and ranked[0][1].splits == 1:   # decode-sized M, a short k-loop: the swap-AB tile first
         ranked.insert(0, (predict(swapped, problem.m, problem.n, problem.k, sm_count, gpu_name, batches), swapped))
+    # one wave of unsplit 64x64 tiles with the deepest ring, where each streams its own B panel (unsplit_wave.py)
+    wave = next(((p, deep) for p, c in ranked if batches == 1
+                 for deep in [unsplit_wave(c, p.tiles_m, p.tiles_n, p.k_tiles, sm_count)] if deep is not None), None)
+    if wave is not None:
+        ranked.insert(0, wave)
     return ranked
 
 
