@@ -43,7 +43,7 @@ CASES = (
     ("pp64x128", (200, 390, 1216), "pingpong, 10 k-tiles (drain 1), K not a multiple of 128"),
     ("pp64x128", (130, 260, 2176), "pingpong, 17 k-tiles"),
     ("coop128x64", (300, 200, 1920), "64-column tiles: one B scale column per two tiles"),
-    ("pp64x64", (150, 330, 1408), "the smallest tile, 11 k-tiles: one set (narrow and unsplit)"),
+    ("pp64x64", (150, 330, 1408), "the smallest tile, 11 k-tiles"),
     ("pp64x64s13", (100, 650, 4224), "one set (narrow and unsplit) in the deep ring the small-M selection gives it: "
                                      "33 k-tiles, the ring of 13 wraps twice, rows past M"),
     ("pp64x32s16", (70, 200, 2176), "one set in a ring of 16 stages, 17 k-tiles, columns past N"),

@@ -758,14 +758,19 @@ def test_the_unsplit_wave_rule_takes_only_the_plain_unsplit_64x64_blockwise_tile
         assert unsplit_wave(other, 1, panels, k_tiles, 132) is None, other.tag
 
 
-def test_the_narrow_unsplit_64_row_blockwise_tiles_take_one_product_set():
-    """GemmConfig.bs_product_sets: one set for dense unsplit 64-row tiles up to BLOCK_SCALE_ONE_SET_MAX_N wide (run
-    91: 1-8% faster); the split ones, the 128-wide one and the transposed store keep two."""
+def test_the_narrow_unsplit_64_row_blockwise_tiles_in_a_deep_ring_take_one_product_set():
+    """GemmConfig.bs_product_sets: one set for dense unsplit 64-row tiles up to BLOCK_SCALE_ONE_SET_MAX_N wide in a
+    ring deeper than FILL_STAGES (runs 91-92: 1-8% faster); at the default ring (1-3% slower), split, wider or
+    with the transposed store they keep two."""
     from ptxgemm.kernel.config import BLOCK_SCALE_ONE_SET_MAX_N
+    from ptxgemm.kernel.layout import FILL_STAGES
     fp8 = dict(in_dtype="float8_e4m3fn", b_major="k", block_scale=True, block_m=64)
-    assert GemmConfig(**fp8, block_n=BLOCK_SCALE_ONE_SET_MAX_N).bs_product_sets == 1
+    deep = FILL_STAGES + 1
+    assert GemmConfig(**fp8, block_n=BLOCK_SCALE_ONE_SET_MAX_N, stages=deep).bs_product_sets == 1
     assert GemmConfig(**fp8, block_n=32, stages=16).bs_product_sets == 1
-    assert GemmConfig(**fp8, block_n=64, splits=2).bs_product_sets == 2
-    assert GemmConfig(**fp8, block_n=128).bs_product_sets == 2
-    assert GemmConfig(**fp8, block_n=64, c_major="m").bs_product_sets == 2
+    assert GemmConfig(**fp8, block_n=64, stages=FILL_STAGES).bs_product_sets == 2
+    assert GemmConfig(**fp8, block_n=64).bs_product_sets == 2
+    assert GemmConfig(**fp8, block_n=64, stages=deep, splits=2).bs_product_sets == 2
+    assert GemmConfig(**fp8, block_n=BLOCK_SCALE_ONE_SET_MAX_N + 16, stages=deep).bs_product_sets == 2
+    assert GemmConfig(**fp8, block_n=64, stages=deep, c_major="m").bs_product_sets == 2
     assert GemmConfig(**fp8, block_n=192).bs_product_sets == 1          # too wide for two: as before

@@ -21,7 +21,7 @@ from .config_parts import (ACTIVATIONS, BIAS_AXES, FP8_DTYPES, GROUPED_FORMS, IN
                            OUTPUT_DTYPES, VECTOR_DTYPES, WGMMA_TYPES, Fusion, GroupedOptions, Instrumentation,
                            Operands, default_out_dtype)
 from .hardware import SMEM_PER_BLOCK_OPTIN
-from .layout import KernelLayout
+from .layout import FILL_STAGES, KernelLayout
 from .part import dtype_name, field_values  # noqa: F401 - dtype_name: the plan's keys and checks read it here
 from .tile import (C_MAJORS, MAX_SPLITS, RASTERS, SCHEDULES, Tile, serpentine_refusal,  # noqa: F401
                    stream_k_refusal)
@@ -49,15 +49,15 @@ BLOCK_SCALE_ACC_BUDGET = 192
 # One was not enough on the H100: under the operands' TMA traffic the loads took longer than a k-tile (ncu source
 # counters: the promotion waited on them).
 SCALE_LOOKAHEAD = 2
-# ... and the narrow unsplit 64-row tiles (block_n up to this, dense, no split-K, the store untransposed: as measured)
-# take the one-set loop too, where two sets fit. With two sets each stage is released one k-tile later (the k-tile's
-# products wait for the next one's wgmmas before they are promoted), so a tile that streams its whole k-range out of
-# one deep ring keeps one stage fewer in flight. Measured on the H200 (DeepGEMM's kernel durations, L2 flushed, two runs each; perf-notes, issue
-# 49, run 91): pp64x64s13 one set against two, 64x4096x7168 14.1 against 14.8 us, 128x4096x7168 14.7 against 15.3,
+# ... and the narrow unsplit 64-row tiles in a ring deeper than the default (block_n up to this, more than
+# layout.FILL_STAGES stages, dense, no split-K, the store untransposed: what was measured) take the one-set loop too,
+# where two sets fit. Measured on the H200 (DeepGEMM's kernel durations, L2 flushed; perf-notes, issue 49, runs 89,
+# 91 and 92): pp64x64s13 one set against two, 64x4096x7168 14.1 against 14.8 us, 128x4096x7168 14.7 against 15.3,
 # 128x2112x7168 13.1 against 14.2, 128x24576x1536 18.6 against 20.0, 64x7168x16384 40.0 against 40.0; pp64x32s16
-# 1-2.5% faster on every shape; the 8-stage pp64x64 at 64x7168x2048 level (8.02 against 7.95, run 89). The split
-# tiles were level or up to 5% slower with one set (pp64x128k2 at 128x4096x7168, run 89), and the 128-wide unsplit
-# tile was not timed with it: both keep two.
+# 1-2.5% faster on every shape. At the default 8 stages it lost: pp64x64 at 64x7168x2048 8.02-8.21 against
+# 7.85-7.95. Why the deep ring gains is not isolated (both loops take B's scales with the stage). The split tiles
+# were level or up to 5% slower with one set (pp64x128k2 at 128x4096x7168, run 89), and the 128-wide tile was not
+# timed with it: they keep two.
 BLOCK_SCALE_ONE_SET_MAX_N = 64
 PTX_VERSION = "8.0"
 
@@ -159,11 +159,12 @@ class GemmConfig(KernelLayout):
     def bs_product_sets(self) -> int:
         """k-tile product sets the blockwise mainloop keeps: 2 (whole consumer tiles, alternated by the k-tile's
         parity) where they fit beside the sums, else 1 (one m64 row block's, reused by each row block in turn), 0
-        where not even that fits (BLOCK_SCALE_ACC_BUDGET); 1 also for the narrow unsplit dense 64-row tiles
-        (BLOCK_SCALE_ONE_SET_MAX_N)."""
+        where not even that fits (BLOCK_SCALE_ACC_BUDGET); 1 also for the narrow unsplit dense 64-row tiles in a
+        deep ring (BLOCK_SCALE_ONE_SET_MAX_N)."""
         one_set_fits = self.acc_registers + self.acc_per_half <= BLOCK_SCALE_ACC_BUDGET
-        if (self.block_m == 64 and self.block_n <= BLOCK_SCALE_ONE_SET_MAX_N and self.grouped is None
-                and not self.split_k and not self.stream_k and not self.transposed_store and one_set_fits):
+        if (self.block_m == 64 and self.block_n <= BLOCK_SCALE_ONE_SET_MAX_N and self.num_stages > FILL_STAGES
+                and self.grouped is None and not self.split_k and not self.stream_k and not self.transposed_store
+                and one_set_fits):
             return 1
         if self.bs_two_sets_fit:
             return 2
