@@ -250,15 +250,17 @@ def sample_rows(m: int) -> np.ndarray:
 
 
 def float64_reference(a, b):
-    """a @ b in float64, on the GPU through torch when it is there (the peer already needs it), else numpy."""
+    """a @ b in float64, on the GPU through torch when torch is there and built with CUDA (the peer already needs
+    it), else numpy (a CPU-only torch build has no .cuda())."""
     try:
         import torch
-
+    except ImportError:
+        torch = None
+    if torch is not None and torch.cuda.is_available():
         ta = torch.from_numpy(np.ascontiguousarray(a.astype(np.float64))).cuda()
         tb = torch.from_numpy(np.ascontiguousarray(b.astype(np.float64))).cuda()
         return (ta @ tb).cpu().numpy()
-    except ImportError:
-        return a.astype(np.float64) @ b.astype(np.float64)
+    return a.astype(np.float64) @ b.astype(np.float64)
 
 
 def rel_err(out, ref):
