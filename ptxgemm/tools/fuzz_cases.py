@@ -28,7 +28,9 @@ What the strategies cover (draw_spec):
   columns padded to 16 bytes); each independently often absent;
 - an explicit `config` only where blockwise scales (scale_a C-contiguous) and no c: one of the swap-AB blockwise tiles (BLOCK_SWAP_TAGS,
   of which the selection picks only unsplit pp64x32t, at M <= 32) in 40% of those cases, drawn from a stream of
-  its own so that every other field of a seed is what it was before configs were drawn; and where neither
+  its own so that every other field of a seed is what it was before configs were drawn; in 40% of the other
+  blockwise cases without c, one of the deep-ring one-set tiles (BLOCK_DEEP_TAGS), from a stream of its own; and
+  where neither
   blockwise scales nor c: a stream-K tile (STREAM_K_TAGS: at the fuzzer's sizes the selection rarely takes the
   tail, and these small problems make every launch all tail, units cut into shares) or a serpentine one
   (SERPENTINE_TAGS) in 15% of those cases (40% of the GemmPlan ones), from a stream of its own too. A serpentine tile's GemmPlan case also
@@ -228,12 +230,13 @@ def problems(spec: dict) -> list[str]:
         config = spec.get("config")
         if config is not None and c is not None:
             p.append("config: only without c")
-        elif config is not None and (config in BLOCK_SWAP_TAGS) != ("block" in forms):
-            p.append("config: a swap-AB blockwise tile with blockwise scales, else a stream-K or serpentine tile")
+        elif config is not None and (config in BLOCK_TAGS) != ("block" in forms):
+            p.append("config: a swap-AB or deep-ring blockwise tile with blockwise scales, else a stream-K or "
+                     "serpentine tile")
         elif config in BLOCK_SWAP_TAGS and spec["scale_a"].get("layout") == "M":
             p.append("config: a swap-AB tile reads A's scales per thread, so scale_a C-contiguous")
-        elif config is not None and config not in BLOCK_SWAP_TAGS + WALK_TAGS:
-            p.append("config: a swap-AB blockwise tile, a stream-K or a serpentine tile")
+        elif config is not None and config not in BLOCK_TAGS + WALK_TAGS:
+            p.append("config: a swap-AB or deep-ring blockwise tile, a stream-K or a serpentine tile")
         elif config in WIDE_ACC_TAGS and not _plain_epilogue(spec):
             p.append(f"config: {config} carries no fused bias, activation or vector scale")
         ctas = spec.get("ctas")
@@ -269,6 +272,15 @@ def problems(spec: dict) -> list[str]:
 BLOCK_SWAP_TAGS = tuple(Tile(schedule=s, block_m=bm, block_n=bn, splits=k, c_major="m").tag
                         for s, bm, bn in BLOCK_SCALE_TRANSPOSED_TILES for k in BLOCK_SCALE_SPLITS)
 CONFIG_STREAM = 0x5A17   # the config's draw: seed ^ this (its own stream)
+#: The narrow unsplit blockwise tiles in a deep ring, which take the one-set loop (GemmConfig.bs_product_sets): the
+#: small-M selection runs pp64x64 at its deepest ring (select/unsplit_wave.py), but only at M <= 128 with N of several
+#: thousand and K >= 4096, past most of the fuzzer's sizes, so the fuzzer passes them itself. 12 stages for the 64x64
+#: and 13 for the 64x32, the most that every out dtype and operand layout leaves room for (a float32 out's epilogue
+#: buffer, a swapped problem's stages).
+BLOCK_DEEP_TAGS = ("pp64x64s12", "pp64x32s13")
+BLOCK_DEEP_P = 0.4
+BLOCK_DEEP_STREAM = 0xD335   # the deep tile's draw: seed ^ this (its own stream)
+BLOCK_TAGS = BLOCK_SWAP_TAGS + BLOCK_DEEP_TAGS
 #: Stream-K tiles (GemmConfig.stream_k): single CTAs of both shapes, a pair sharing B, a narrow tile; the last two
 #: with the full wave folded into the tail (GemmConfig.sk_wave), at the fuzzer's sizes mostly with a capped grid.
 STREAM_K_TAGS = ("coop128x256sk", "coop256x128sk", "coop128x256c2sk", "coop128x128sk", "coop128x128skw",
@@ -438,7 +450,12 @@ def draw_spec(rng: np.random.Generator, *, max_flops: float, entries=ENTRIES, ar
         pick = np.random.default_rng(spec["seed"] ^ CONFIG_STREAM)
         if pick.random() < 0.4:
             spec["config"] = str(pick.choice(BLOCK_SWAP_TAGS))
-    elif spec["c"] is None and not (spec["scale_a"] is not None and spec["scale_a"]["form"] == "block"):
+    if (spec["scale_a"] is not None and spec["scale_a"]["form"] == "block" and spec["c"] is None
+            and spec.get("config") is None):   # any scale_a layout: the deep tiles read A's scales with the stage
+        pick = np.random.default_rng(spec["seed"] ^ BLOCK_DEEP_STREAM)
+        if pick.random() < BLOCK_DEEP_P:
+            spec["config"] = str(pick.choice(BLOCK_DEEP_TAGS))
+    if spec["c"] is None and not (spec["scale_a"] is not None and spec["scale_a"]["form"] == "block"):
         pick = np.random.default_rng(spec["seed"] ^ STREAM_K_STREAM)
         if pick.random() < (WALK_PLAN_P if spec["entry"] == "plan" else WALK_P):
             spec["config"] = str(pick.choice(WALK_TAGS if _plain_epilogue(spec) else
