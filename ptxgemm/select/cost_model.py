@@ -829,7 +829,8 @@ def _ranked_blockwise(problem: Problem, sm_count: int, gpu_name: str, batches: i
     fuller waves (memory-bound predictions), then more CTAs with work, then the least padded work, then the earlier
     tile, then fewer splits, then for BLOCK_SCALE_PAIR_A_TILES a cluster pair sharing A, then (K >=
     BLOCK_SCALE_MULTICAST_MIN_K) a cluster pair sharing B; at decode-sized M,
-    BLOCK_SCALE_SWAP_TILE ahead of an unsplit first pick."""
+    BLOCK_SCALE_SWAP_TILE ahead of an unsplit first pick; at small M, where its tiles make one wave on B panels
+    of their own, the unsplit 64x64 pingpong in its deepest ring first of all (unsplit_wave.py)."""
     order = [f"{TAG_SCHEDULE[s]}{bm}x{bn}" for s, bm, bn in BLOCK_SCALE_TILES]
     small_m = problem.m <= BLOCK_SCALE_WIDE_MIN_M
     # the swap-AB kernel reads A's scales per thread, by its columns: not from an M-major table (GemmConfig's
@@ -875,11 +876,11 @@ def _ranked_blockwise(problem: Problem, sm_count: int, gpu_name: str, batches: i
     ranked = sorted(pairs, key=rank)
     if swapped is not None and ranked[0][1].splits == 1:   # decode-sized M, a short k-loop: the swap-AB tile first
         ranked.insert(0, (predict(swapped, problem.m, problem.n, problem.k, sm_count, gpu_name, batches), swapped))
-    # one wave of unsplit 64x64 tiles with the deepest ring, where each streams its own B panel (unsplit_wave.py)
-    wave = next(((p, deep) for p, c in ranked if batches == 1
-                 for deep in [unsplit_wave(c, p.tiles_m, p.tiles_n, p.k_tiles, sm_count)] if deep is not None), None)
-    if wave is not None:
-        ranked.insert(0, wave)
+    if batches == 1:   # one wave of unsplit 64x64 tiles in the deepest ring, each on its own B panel (unsplit_wave)
+        wave = next(((p, deep) for p, c in ranked
+                     if (deep := unsplit_wave(c, p.tiles_m, p.tiles_n, p.k_tiles, sm_count)) is not None), None)
+        if wave is not None:
+            ranked.insert(0, wave)
     return ranked
 
 
