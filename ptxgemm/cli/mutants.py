@@ -50,6 +50,11 @@ MUTANT_PRESETS = {"default": {}, "cluster": {"cluster_m": 2},
                   # than the full count (33) in the workloads' k-loops for the stage to be read before it landed
                   "blockwise-narrow": {"block_m": 64, "block_n": 128, "in_dtype": "float8_e4m3fn", "b_major": "k",
                                        "block_scale": True, "stages": 3},
+                  # issue 49's narrow unsplit tiles in a deep ring, which take the one-set loop (GemmConfig.
+                  # bs_product_sets): the pingpong's one-set loop with A's scales brought by the producer; 9 stages,
+                  # the shallowest ring that takes it, so that the workloads' k-loops bring each stage round
+                  "blockwise-deep": {"block_m": 64, "block_n": 64, "in_dtype": "float8_e4m3fn", "b_major": "k",
+                                     "block_scale": True, "stages": 9},
                   # issue 49's A scales M-major, one TMA box a stage on the stage's full barrier (its bytes in the
                   # expect_tx: the "scale box uncounted" mutant), on the 256-row tile's one-set loop (3 stages)
                   "blockwise-mn": {"schedule": "cooperative", "block_m": 256, "block_n": 128,
@@ -100,6 +105,8 @@ def add_arguments(p) -> None:
                         "'blockwise-wide' the fp8 cooperative 256x128 with blockwise scales (one product set), "
                         "'blockwise-narrow' the fp8 pingpong 64x128 with blockwise scales (A's scales brought by "
                         "the producer into shared memory), "
+                        "'blockwise-deep' the fp8 pingpong 64x64 in a 9-stage ring with blockwise scales (the "
+                        "pingpong's one-set loop), "
                         "'blockwise-mn' the fp8 cooperative 256x128 with blockwise scales, A's M-major by one TMA box "
                         "a stage, "
                         "'blockwise-swapped' the fp8 pingpong 64x32 swap-AB tile with blockwise scales (the "
