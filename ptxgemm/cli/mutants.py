@@ -7,6 +7,7 @@ import sys
 
 from ..errors import ConfigError
 from ..kernel.config import GemmConfig
+from ..kernel.layout import FILL_STAGES
 from ..runtime import driver
 from ..tools import mutant_catalog, mutants
 from . import options
@@ -54,7 +55,7 @@ MUTANT_PRESETS = {"default": {}, "cluster": {"cluster_m": 2},
                   # bs_product_sets): the pingpong's one-set loop with A's scales brought by the producer; 9 stages,
                   # the shallowest ring that takes it, so that the workloads' k-loops bring each stage round
                   "blockwise-deep": {"block_m": 64, "block_n": 64, "in_dtype": "float8_e4m3fn", "b_major": "k",
-                                     "block_scale": True, "stages": 9},
+                                     "block_scale": True, "stages": FILL_STAGES + 1},
                   # issue 49's A scales M-major, one TMA box a stage on the stage's full barrier (its bytes in the
                   # expect_tx: the "scale box uncounted" mutant), on the 256-row tile's one-set loop (3 stages)
                   "blockwise-mn": {"schedule": "cooperative", "block_m": 256, "block_n": 128,
@@ -105,8 +106,8 @@ def add_arguments(p) -> None:
                         "'blockwise-wide' the fp8 cooperative 256x128 with blockwise scales (one product set), "
                         "'blockwise-narrow' the fp8 pingpong 64x128 with blockwise scales (A's scales brought by "
                         "the producer into shared memory), "
-                        "'blockwise-deep' the fp8 pingpong 64x64 in a 9-stage ring with blockwise scales (the "
-                        "pingpong's one-set loop), "
+                        "'blockwise-deep' the fp8 pingpong 64x64 with blockwise scales in the shallowest ring that "
+                        "takes the one-set loop, "
                         "'blockwise-mn' the fp8 cooperative 256x128 with blockwise scales, A's M-major by one TMA box "
                         "a stage, "
                         "'blockwise-swapped' the fp8 pingpong 64x32 swap-AB tile with blockwise scales (the "

@@ -161,14 +161,13 @@ class GemmConfig(KernelLayout):
         parity) where they fit beside the sums, else 1 (one m64 row block's, reused by each row block in turn), 0
         where not even that fits (BLOCK_SCALE_ACC_BUDGET); 1 also for the narrow unsplit dense 64-row tiles in a
         deep ring (BLOCK_SCALE_ONE_SET_MAX_N)."""
-        one_set_fits = self.acc_registers + self.acc_per_half <= BLOCK_SCALE_ACC_BUDGET
+        # (a 64-row tile is a pingpong one, which neither the grouped kernel nor blockwise stream-K takes)
         if (self.block_m == 64 and self.block_n <= BLOCK_SCALE_ONE_SET_MAX_N and self.num_stages > FILL_STAGES
-                and self.grouped is None and not self.split_k and not self.stream_k and not self.transposed_store
-                and one_set_fits):
+                and not self.split_k and not self.transposed_store):
             return 1
         if self.bs_two_sets_fit:
             return 2
-        return 1 if one_set_fits else 0
+        return 1 if self.acc_registers + self.acc_per_half <= BLOCK_SCALE_ACC_BUDGET else 0
 
     @property
     def bs_two_sets_fit(self) -> bool:

@@ -41,9 +41,8 @@ def unsplit_wave(config: GemmConfig, tiles_m: int, tiles_n: int, k_tiles: int, s
     where it is the unsplit pingpong 64x64 of a dense, unclustered, untransposed blockwise problem that the rule
     above takes; else None."""
     if ((config.schedule, config.block_m, config.block_n) != UNSPLIT_WAVE_TILE or not config.block_scale
-            or config.split_k or config.stream_k or config.cluster_size > 1 or config.transposed_store
-            or config.grouped is not None or config.stages is not None):
-        return None
+            or config.split_k or config.cluster_size > 1 or config.transposed_store or config.stages is not None):
+        return None   # (a pingpong tile is never grouped, and blockwise scales never take the stream-K tail)
     if (tiles_m * tiles_n > sm_count or k_tiles < UNSPLIT_WAVE_MIN_K_TILES
             or tiles_n < UNSPLIT_WAVE_MIN_PANEL_FILL * sm_count):
         return None

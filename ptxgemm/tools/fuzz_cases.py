@@ -445,17 +445,17 @@ def draw_spec(rng: np.random.Generator, *, max_flops: float, entries=ENTRIES, ar
             spec["out"] = {"dtype": od, "layout": _layout(rng, rnd, "out", kind)}
             if entry == "plan" or rng.random() < 0.5:
                 spec["out_dtype"] = None
-    if (spec["scale_a"] is not None and spec["scale_a"]["form"] == "block" and spec["c"] is None
-            and spec["scale_a"]["layout"] == "C"):   # a swap-AB tile reads A's scales per thread: not M-major
+    blockwise = spec["scale_a"] is not None and spec["scale_a"]["form"] == "block"
+    if blockwise and spec["c"] is None:
+        # a swap-AB tile reads A's scales per thread: not M-major
         pick = np.random.default_rng(spec["seed"] ^ CONFIG_STREAM)
-        if pick.random() < 0.4:
+        if spec["scale_a"]["layout"] == "C" and pick.random() < 0.4:
             spec["config"] = str(pick.choice(BLOCK_SWAP_TAGS))
-    if (spec["scale_a"] is not None and spec["scale_a"]["form"] == "block" and spec["c"] is None
-            and spec.get("config") is None):   # any scale_a layout: the deep tiles read A's scales with the stage
+        # any scale_a layout: the deep tiles read A's scales with the stage
         pick = np.random.default_rng(spec["seed"] ^ BLOCK_DEEP_STREAM)
-        if pick.random() < BLOCK_DEEP_P:
+        if spec.get("config") is None and pick.random() < BLOCK_DEEP_P:
             spec["config"] = str(pick.choice(BLOCK_DEEP_TAGS))
-    if spec["c"] is None and not (spec["scale_a"] is not None and spec["scale_a"]["form"] == "block"):
+    if spec["c"] is None and not blockwise:
         pick = np.random.default_rng(spec["seed"] ^ STREAM_K_STREAM)
         if pick.random() < (WALK_PLAN_P if spec["entry"] == "plan" else WALK_P):
             spec["config"] = str(pick.choice(WALK_TAGS if _plain_epilogue(spec) else
