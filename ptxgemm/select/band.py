@@ -26,6 +26,7 @@ until a run measures them.
 from __future__ import annotations
 
 import dataclasses
+from typing import Callable
 
 from ..kernel.config import GemmConfig
 from ..kernel.schedule import Schedule
@@ -43,8 +44,7 @@ def band_rows(config: GemmConfig, sched: Schedule) -> int | None:
     runs C^T): every cluster row when there are between group_m and WHOLE_BAND_MAX_ROWS of them and a tile's k-loop
     has at most WHOLE_BAND_MAX_K_TILES k-tiles. None keeps the config's band. Only what was measured is widened: the
     default band down the rows of one dense fp8 blockwise problem, unsplit and without the stream-K tail."""
-    if (not config.block_scale or config.raster != "m" or config.group_m != Tile.group_m
-            or config.grouped is not None or config.split_k or config.stream_k):
+    if not _walks_the_default_band(config):
         return None
     rows = sched.cluster_rows
     if not config.group_m < rows <= WHOLE_BAND_MAX_ROWS or sched.k_tiles > WHOLE_BAND_MAX_K_TILES:
@@ -52,7 +52,17 @@ def band_rows(config: GemmConfig, sched: Schedule) -> int | None:
     return rows
 
 
-def with_band(config: GemmConfig, sched: Schedule) -> GemmConfig:
-    """`config` with the band `band_rows` gives it, else `config` itself."""
-    rows = band_rows(config, sched)
+def _walks_the_default_band(config: GemmConfig) -> bool:
+    """The config half of band_rows: the default band down the rows of one dense fp8 blockwise problem, unsplit and
+    without the stream-K tail."""
+    return (config.block_scale and config.raster == "m" and config.group_m == Tile.group_m
+            and config.grouped is None and not config.split_k and not config.stream_k)
+
+
+def with_band(config: GemmConfig, schedule_of: Callable[[GemmConfig], Schedule]) -> GemmConfig:
+    """`config` with the band `band_rows` gives it, else `config` itself. `schedule_of(config)`: the schedule its
+    kernel walks, asked for only where the config could take a band (the selection walks many that cannot)."""
+    if not _walks_the_default_band(config):
+        return config
+    rows = band_rows(config, schedule_of(config))
     return config if rows is None else dataclasses.replace(config, group_m=rows)

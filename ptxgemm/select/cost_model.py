@@ -901,7 +901,7 @@ def preferences(m: int, n: int, k: int, in_dtype: str = "bfloat16", out_dtype: s
         # the tail decided for the configs the caller takes, not for every candidate ranked
         tail = with_stream_k(config, m, n, k, device.sm_count, str(device.name), batches)
         turned = with_deep_ring(with_serpentine(tail, m, n, k, device.sm_count, batches))
-        yield with_band(turned, _kernel_schedule(turned, m, n, k, device.sm_count, batches)), "cost model"
+        yield with_band(turned, lambda c: _kernel_schedule(c, m, n, k, device.sm_count, batches)), "cost model"
 
 
 def choose(m: int, n: int, k: int, in_dtype: str = "bfloat16", out_dtype: str | None = None, a_major: str = "k",
@@ -933,7 +933,7 @@ def explain(m: int, n: int, k: int, in_dtype: str = "bfloat16", out_dtype: str |
     for p, c in _ranked(problem, device.sm_count, str(device.name)):
         pred, tail = _with_tail(p, c, m, n, k, device.sm_count, str(device.name))
         turned = with_deep_ring(with_serpentine(tail, m, n, k, device.sm_count))
-        turned = with_band(turned, _kernel_schedule(turned, m, n, k, device.sm_count))
+        turned = with_band(turned, lambda c: _kernel_schedule(c, m, n, k, device.sm_count))
         rows.append(pred.row(None if turned is tail else turned.tag))
     return rows
 
