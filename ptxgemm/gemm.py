@@ -361,10 +361,8 @@ class GemmPlan(BoundLaunches):
         """Tensor maps (each encoded at this call's address, its slot kept), schedule and packed arguments of the
         GEMM launch."""
 
-        maps = encode_bound(tensor_map_specs(lay, cfg, self.epilogue), ptrs, self._slots)
-        self.tmap_a, self.tmap_b, self.tmap_c = maps["tmap_a"], maps["tmap_b"], maps["tmap_c"]
-        self.tmap_c_tail, self.tmap_source = maps.get("tmap_c_tail"), maps.get("tmap_source")
-        self.tmap_scale_a = maps.get("tmap_scale_a")
+        # the encoded maps by the entry's parameter names (map_arguments packs them in its order)
+        self.tmaps = maps = encode_bound(tensor_map_specs(lay, cfg, self.epilogue), ptrs, self._slots)
         self.schedule = sched = schedule.plan_for(cfg, lay.m, lay.n, lay.k, info.sm_count, ctas, lay.batches)
         self.tiles_m, self.tiles_n, self.k_tiles = sched.tiles_m, sched.tiles_n, sched.k_tiles
         self.clusters, self.grid = sched.clusters, sched.grid

@@ -502,7 +502,7 @@ def _measure_binding(tensormap, a, b, s, fresh, device_x, calls: int, repeats: i
     m, k = a.shape
     out = arrays.DeviceArray.empty((m, b.shape[1]), a.dtype, stream=s)
     plan = gemm.GemmPlan(a, b, out, stream=s)
-    spec = plan.tmap_a.spec
+    spec = plan.tmaps["tmap_a"].spec
     tmap = tensormap.encode(spec)      # a map of its own: the plan's stays where the plan bound it
     base = device_x(0).ptr
 
