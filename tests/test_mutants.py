@@ -297,3 +297,32 @@ def test_the_whole_tile_epilogue_mutants_assemble():
                                                    "one group for the tile"}
     for m in mine:
         compiler.compile_ptx(mutant_catalog.apply(ptx, m))
+
+
+def test_the_one_set_pingpong_epilogue_survivors_are_explained_for_it_alone():
+    """Run 93's four unexplained survivors of the blockwise-deep preset (the pingpong's epilogue order: its wait, the
+    store's commit and the wait for its read) take the one-set loop's reason, and only in a one-set pingpong: the
+    same lines of the default pingpong and of the two-set blockwise pingpongs stay unexplained if they survive
+    (tests/test_gemm_gpu.py kills them in the default kernel). The committed run's unexplained survivors are exactly
+    the mutants the reason now covers."""
+    import gzip
+    from pathlib import Path
+    from ptxgemm.cli.mutants import MUTANT_PRESETS
+
+    def one_set_explained(preset):
+        cfg = GemmConfig(**MUTANT_PRESETS[preset])
+        return {m.id for m in mutant_catalog.enumerate_mutants(cfg)[1]
+                if "(pingpong, one product set)" in mutant_catalog.explain(m, cfg)}, cfg
+
+    deep, cfg = one_set_explained("blockwise-deep")
+    assert cfg.bs_product_sets == 1 and cfg.schedule == "pingpong"
+    assert {i.split(":", 1)[1] for i in deep} == {"bar.sync:deleted", "cp.async.bulk.commit_group:deleted",
+                                                  "cp.async.bulk.wait_group:N+1", "cp.async.bulk.wait_group:deleted"}
+    found = mutant_catalog.enumerate_mutants(cfg)[1]
+    assert not any("(pingpong, one product set)" in mutant_catalog.explain(m) for m in found)   # config unknown
+    for preset in ("default", "blockwise-swapped", "blockwise-narrow"):
+        assert not one_set_explained(preset)[0], preset
+    path = Path(__file__).resolve().parents[1] / "docs/results/h200/mutants/mutants_blockwise_deep_h200.json.gz"
+    run = json.loads(gzip.open(path).read())["runs"]["r93_blockwise_deep"]["configs"][0]
+    assert run["config"] == cfg.fields()
+    assert {m["id"] for m in run["mutants"] if m["reason"].startswith("unexplained")} == deep

@@ -161,7 +161,7 @@ def run_on_gpu(config: GemmConfig, ptx: str, mutants: list[Mutant], texts: dict[
                 m = by_id[mid]
                 m.status, m.killed_by = status, killed_by
                 if status == "survived":
-                    m.reason = explain(m) or "unexplained: not observed on these workloads"
+                    m.reason = explain(m, config) or "unexplained: not observed on these workloads"
             if progress:
                 progress(f"[{index}/{len(queue_) - 1}] {mid}: {status} {killed_by[:100]} ({elapsed:.1f} s)")
         if worker is not None:
