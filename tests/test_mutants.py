@@ -115,7 +115,8 @@ def test_split_k_synchronization_is_found_and_its_weakened_forms_assemble():
 
 
 @pytest.mark.parametrize("preset", ["default", "epilogue", "cooperative-epilogue", "cooperative-whole-tile",
-                                    "blockwise", "blockwise-swapped", "split", "split-pairs", "grouped",
+                                    "blockwise", "blockwise-swapped", "blockwise-deep", "blockwise-small-m", "split",
+                                    "split-pairs", "grouped",
                                     "grouped-masked", "grouped-k"])
 def test_presets_enumerate_with_every_line_traced_to_its_template(preset):
     """No GPU: each preset's debug build renders, its source map lines up with the plain render (a Jinja comment on
@@ -301,8 +302,9 @@ def test_the_whole_tile_epilogue_mutants_assemble():
 
 def test_the_one_set_pingpong_epilogue_survivors_are_explained_for_it_alone():
     """Run 93's four unexplained survivors of the blockwise-deep preset (the pingpong's epilogue order: its wait, the
-    store's commit and the wait for its read) take the one-set loop's reason, and only in a one-set pingpong: the
-    same lines of the default pingpong and of the two-set blockwise pingpongs stay unexplained if they survive
+    store's commit and the wait for its read) take the one-set loop's reason, and only in a narrow one-set pingpong:
+    the same lines of the default pingpong, of the two-set blockwise pingpongs and of the wide one-set pingpong
+    (pp64x192, not run) stay unexplained if they survive
     (tests/test_gemm_gpu.py kills them in the default kernel). The committed run's unexplained survivors are exactly
     the mutants the reason now covers."""
     import gzip
@@ -320,7 +322,7 @@ def test_the_one_set_pingpong_epilogue_survivors_are_explained_for_it_alone():
                                                   "cp.async.bulk.wait_group:N+1", "cp.async.bulk.wait_group:deleted"}
     found = mutant_catalog.enumerate_mutants(cfg)[1]
     assert not any("(pingpong, one product set)" in mutant_catalog.explain(m) for m in found)   # config unknown
-    for preset in ("default", "blockwise-swapped", "blockwise-narrow"):
+    for preset in ("default", "blockwise-swapped", "blockwise-narrow", "blockwise-small-m"):
         assert not one_set_explained(preset)[0], preset
     path = Path(__file__).resolve().parents[1] / "docs/results/h200/mutants/mutants_blockwise_deep_h200.json.gz"
     run = json.loads(gzip.open(path).read())["runs"]["r93_blockwise_deep"]["configs"][0]

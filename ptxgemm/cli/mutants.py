@@ -56,6 +56,10 @@ MUTANT_PRESETS = {"default": {}, "cluster": {"cluster_m": 2},
                   # the shallowest ring that takes it, so that the workloads' k-loops bring each stage round
                   "blockwise-deep": {"block_m": 64, "block_n": 64, "in_dtype": "float8_e4m3fn", "b_major": "k",
                                      "block_scale": True, "stages": FILL_STAGES + 1},
+                  # ... and the wide one-set pingpong the selection offers at small M (BLOCK_SCALE_SMALL_M_TILES:
+                  # 64x24576x1536's pick), whose staging is three times the narrow tile's
+                  "blockwise-small-m": {"block_m": 64, "block_n": 192, "in_dtype": "float8_e4m3fn", "b_major": "k",
+                                        "block_scale": True},
                   # issue 49's A scales M-major, one TMA box a stage on the stage's full barrier (its bytes in the
                   # expect_tx: the "scale box uncounted" mutant), on the 256-row tile's one-set loop (3 stages)
                   "blockwise-mn": {"schedule": "cooperative", "block_m": 256, "block_n": 128,
@@ -107,7 +111,8 @@ def add_arguments(p) -> None:
                         "'blockwise-narrow' the fp8 pingpong 64x128 with blockwise scales (A's scales brought by "
                         "the producer into shared memory), "
                         "'blockwise-deep' the fp8 pingpong 64x64 with blockwise scales in the shallowest ring that "
-                        "takes the one-set loop, "
+                        "takes the one-set loop, 'blockwise-small-m' the fp8 pingpong 64x192 with blockwise "
+                        "scales (the one-set loop on a wide tile), "
                         "'blockwise-mn' the fp8 cooperative 256x128 with blockwise scales, A's M-major by one TMA box "
                         "a stage, "
                         "'blockwise-swapped' the fp8 pingpong 64x32 swap-AB tile with blockwise scales (the "
