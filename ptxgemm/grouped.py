@@ -37,7 +37,7 @@ from .runtime.arrays import as_device_array, call_device
 from .runtime.debug import StallRecords
 from .runtime.launches import BoundLaunches
 from .runtime.tensormap import TensorMapSpec
-from .select.cost_model import sk_fixup_k_tiles
+from .select.predict import sk_fixup_k_tiles
 from .toolchain.kernels import spills
 
 @dataclasses.dataclass

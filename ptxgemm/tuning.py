@@ -21,7 +21,7 @@ from . import accuracy, gemm
 from .errors import ConfigError, PtxgemmError
 from .kernel.config import FP8_DTYPES, SCALE_BLOCK, GemmConfig
 from .runtime import arrays, driver, timing
-from .select import cost_model as select, tune_cache
+from .select import cost_model as select, predict, tiles, tune_cache
 from .select.problem import Problem
 
 CHECK_ROWS = 64          # rows of the float64 reference: a wrong 16x16 block shows in any row it spans, and all
@@ -93,7 +93,7 @@ def block_scales(problem: Problem, seed: int = 0) -> dict:
 
 def candidate_configs(problem: Problem, given, scaling: str | None = None) -> list[GemmConfig]:
     """The configs to try: `given` (GemmConfigs or tags) with the problem's dtypes and layouts, or the model's;
-    with scaling "block", the blockwise tiles (select.blockwise_candidates) carrying the blockwise scales."""
+    with scaling "block", the blockwise tiles (tiles.blockwise_candidates) carrying the blockwise scales."""
     if scaling is not None and scaling not in SCALINGS:
         raise ConfigError(f"scaling: {scaling!r} is not tuned; tune measures the plain GEMM or 'block'")
     if scaling == "block" and problem.in_dtype not in FP8_DTYPES:
@@ -101,8 +101,8 @@ def candidate_configs(problem: Problem, given, scaling: str | None = None) -> li
     fields = {"block_scale": True} if scaling == "block" else {}
     if given is None:
         if scaling == "block":
-            return [dataclasses.replace(c, **fields) for c in select.blockwise_candidates(problem)]
-        return select.problem_candidates(problem)
+            return [dataclasses.replace(c, **fields) for c in tiles.blockwise_candidates(problem)]
+        return tiles.problem_candidates(problem)
     if isinstance(given, str):
         given = [t for t in given.split(",") if t.strip()]
     configs = []
@@ -131,7 +131,7 @@ def tune(m: int, n: int, k: int, in_dtype: str = "bfloat16", out_dtype: str | No
          device=None, scaling: str | None = None, method: str = "burst") -> tuple[GemmConfig, list[dict]]:
     """Time every candidate config on this problem and return (the fastest correct one, one record per candidate).
 
-    candidates: GemmConfigs or tags ('pp128x128,coop256x128c2' or a list); None: ptxgemm.select.cost_model.candidates.
+    candidates: GemmConfigs or tags ('pp128x128,coop256x128c2' or a list); None: ptxgemm.select.tiles.candidates.
     rounds: interleaved timing rounds. store: put the winner in the tune cache (unless PTXGEMM_TUNE_CACHE is off).
     progress: called with one line per step (None: silent).
     A record: {"tag", "description", "ok", "check", "error", "ms", "tflops", "predicted_us"}.
@@ -234,7 +234,7 @@ def tune(m: int, n: int, k: int, in_dtype: str = "bfloat16", out_dtype: str | No
 def _predicted_us(config: GemmConfig, problem: Problem, device) -> float | None:
     """The cost model's time, kept beside the measurement so the model can be refitted (None: no table entry)."""
     try:
-        return select.predict(config, problem.m, problem.n, problem.k, device.sm_count,
-                              str(device.name)).total_ns / 1e3
+        return predict.predict(config, problem.m, problem.n, problem.k, device.sm_count,
+                               str(device.name)).total_ns / 1e3
     except ConfigError:
         return None

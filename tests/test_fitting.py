@@ -9,7 +9,7 @@ import pytest
 from ptxgemm.errors import ConfigError
 from ptxgemm.kernel import schedule
 from ptxgemm.kernel.config import GemmConfig
-from ptxgemm.select import cost_model, fitting, memory_model
+from ptxgemm.select import fitting, memory_model, predict, tile_costs
 
 RESULTS = Path(__file__).resolve().parent.parent / "docs" / "results"
 SHAPES = [(m, n, k) for m in (512, 2048, 4096, 8192) for n in (1024, 4096) for k in (1024, 4096, 8192)]
@@ -23,7 +23,7 @@ def _synthetic_run(tmp_path, costs: dict, sm_count: int = 132) -> Path:
         for tag, (kt, epi) in costs.items():
             cfg = GemmConfig.from_tag(tag)
             s = schedule.plan_for(cfg, m, n, k, sm_count)
-            ns = cost_model.model_ns(cfg.cooperative, cost_model.steps_per_cta(s), s.k_tiles, kt, epi)
+            ns = predict.model_ns(cfg.cooperative, predict.steps_per_cta(s), s.k_tiles, kt, epi)
             variants[tag] = float(ns) / 1e6
         rows.append({"M": m, "N": n, "K": k, "variants": variants})
     path = tmp_path / "run.json"
@@ -75,8 +75,8 @@ def test_fit_memory_leaves_the_models_tables_as_they_were(tmp_path, monkeypatch)
 
     monkeypatch.setattr(scipy_optimize, "minimize", one_step)
     gpu = "NVIDIA H100 80GB HBM3"
-    before = json.dumps([cost_model.tables(gpu), memory_model.bandwidths(gpu)], sort_keys=True)
+    before = json.dumps([tile_costs.tables(gpu), memory_model.bandwidths(gpu)], sort_keys=True)
     run = RESULTS / "h100/select/bench_h100_issue11_explore.json"
     got = fitting.fit_memory([run], 132)
     assert seen and got["samples"] > 0 and got["dram_bytes_per_ns"] > memory_model.bandwidths(gpu)["dram_bytes_per_ns"]
-    assert json.dumps([cost_model.tables(gpu), memory_model.bandwidths(gpu)], sort_keys=True) == before
+    assert json.dumps([tile_costs.tables(gpu), memory_model.bandwidths(gpu)], sort_keys=True) == before

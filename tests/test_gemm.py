@@ -224,7 +224,7 @@ def test_a_pair_along_m_splits_k_major_b_in_whole_swizzle_atoms():
     """cluster_m 2 shares B, each CTA loading half of its rows: K-major B's halves start on whole 8-row swizzle
     atoms (block_n a multiple of 16), so 192 and 112 pair up (DeepGEMM's 128x192 pair for N = 2112); MN-major B's
     halves would cut its 64-column panels. The selection keeps the measured pairs (block_n a multiple of 128)."""
-    from ptxgemm.select import cost_model
+    from ptxgemm.select import tiles
 
     for block_n, half in ((192, 96), (112, 56)):
         cfg = GemmConfig(schedule="cooperative", block_m=128, block_n=block_n, cluster_m=2, b_major="k")
@@ -233,7 +233,7 @@ def test_a_pair_along_m_splits_k_major_b_in_whole_swizzle_atoms():
         with pytest.raises(ConfigError, match="MN-major B's 64-column panels"):
             GemmConfig(schedule="cooperative", block_m=128, block_n=block_n, cluster_m=2, b_major="mn")
     for b_major in ("k", "mn"):
-        offered = cost_model._candidates_for(cost_model.CANDIDATE_TILES, cost_model.CLUSTER_SHAPES, (), (), (1,),
+        offered = tiles._candidates_for(tiles.CANDIDATE_TILES, tiles.CLUSTER_SHAPES, (), (), (1,),
                                              "bfloat16", "bfloat16", "k", b_major)
         assert offered and not [c.tag for c in offered if c.cluster_m > 1 and c.block_n % 128]
 

@@ -192,7 +192,7 @@ def test_the_default_carries_the_stream_k_tail_where_the_dense_rule_weighs_it():
     short k-loops, groups of one unit row on average (memory-bound), or where no counts can fill a wave. Its
     arguments come exactly with it, and a launch whose k-tile numbers could overflow 32 bits is refused by name."""
     from ptxgemm.plan import grouped_call
-    from ptxgemm.select.cost_model import SK_MIN_K_TILES
+    from ptxgemm.select.predict import SK_MIN_K_TILES
 
     def pick(form, groups, m, n, k, dtype="bfloat16"):
         shape = {"masked": (groups, m, n), "k": (groups, m, n)}.get(form, (m, n))

@@ -27,7 +27,7 @@ import pytest
 import full_run
 from ptxgemm.errors import ConfigError
 from ptxgemm.kernel.config import GemmConfig, INPUT_DTYPES, OUTPUT_DTYPES
-from ptxgemm.select import cost_model as select
+from ptxgemm.select import cost_model as select, predict, tiles
 from ptxgemm.toolchain import kernels
 from ptxgemm.toolchain.kernels import render_gemm
 
@@ -79,12 +79,12 @@ def selection_configs() -> list[GemmConfig]:
     for in_dtype, out_dtype, (a_major, b_major) in itertools.product(
             INPUT_DTYPES, (None,) + OUTPUT_DTYPES, itertools.product(("k", "mn"), repeat=2)):
         try:
-            base = select.candidates(4096, 4096, 4096, in_dtype, out_dtype, a_major, b_major)
+            base = tiles.candidates(4096, 4096, 4096, in_dtype, out_dtype, a_major, b_major)
         except ConfigError:
             continue
         for config in base:
             found[config] = None
-            found[select.with_deep_ring(config)] = None   # the deep ring the selection gives DEEP_RING_TILES
+            found[predict.with_deep_ring(config)] = None   # the deep ring the selection gives DEEP_RING_TILES
             if a_major != "k":
                 continue
             for epilogue in EPILOGUES:

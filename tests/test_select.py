@@ -17,7 +17,8 @@ import pytest
 import full_run
 from ptxgemm import GemmConfig, select_config
 from ptxgemm.errors import ConfigError
-from ptxgemm.select import cost_model as S, memory_model as M, tune_cache
+from ptxgemm.kernel import schedule
+from ptxgemm.select import cost_model as S, memory_model as M, predict as P, tile_costs as C, tiles as T, tune_cache
 from ptxgemm.select.problem import Problem
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -53,9 +54,9 @@ def _tiles_only(request, monkeypatch):
     """The tile choice's tests run with the stream-K tail and the serpentine k-loop off (steps after the ranking,
     with tests of their own below, marked `stream_k` and `serpentine`)."""
     if "stream_k" not in request.keywords:
-        monkeypatch.setattr(S, "SK_DTYPES", ())
+        monkeypatch.setattr(P, "SK_DTYPES", ())
     if "serpentine" not in request.keywords:
-        monkeypatch.setattr(S, "SERPENTINE_DTYPES", ())
+        monkeypatch.setattr(P, "SERPENTINE_DTYPES", ())
 
 
 @pytest.mark.serpentine
@@ -69,12 +70,12 @@ def test_the_serpentine_k_loop_is_taken_after_two_whole_passes(shape, turned):
     not; nor does a pick that already runs one pass or less."""
     cfg = select_config(*shape, device=H100)
     assert cfg.k_serpentine == turned, cfg.tag
-    sched = S.schedule.plan_for(cfg, *shape, H100.sm_count)
+    sched = schedule.plan_for(cfg, *shape, H100.sm_count)
     assert (sched.dp_units >= 2 * sched.clusters) == turned or not cfg.cooperative
     assert not select_config(*shape, "float8_e4m3fn", "bfloat16", "k", "k", device=H100).k_serpentine
-    assert S.with_serpentine(cfg, *shape, H100.sm_count) == cfg
+    assert P.with_serpentine(cfg, *shape, H100.sm_count) == cfg
     for tag in ("pp128x128", "pp64x128k2", "coop128x256k2"):
-        assert not S.with_serpentine(GemmConfig.from_tag(tag), 8192, 8192, 8192, 132).k_serpentine
+        assert not P.with_serpentine(GemmConfig.from_tag(tag), 8192, 8192, 8192, 132).k_serpentine
 
 
 @pytest.mark.stream_k
@@ -91,15 +92,15 @@ def test_the_stream_k_tail_is_taken_where_the_model_says_it_saves_time(shape, ta
     cfg = select_config(*shape, device=H100)
     assert cfg.stream_k == tail, cfg.tag
     assert not select_config(*shape, "float8_e4m3fn", "bfloat16", "k", "k", device=H100).stream_k
-    assert S.with_stream_k(cfg, *shape, H100.sm_count) == cfg
+    assert P.with_stream_k(cfg, *shape, H100.sm_count) == cfg
 
 
 @pytest.mark.stream_k
 def test_the_stream_k_tail_leaves_what_it_cannot_carry():
     for cfg in (GemmConfig.from_tag("pp128x128"), GemmConfig.from_tag("coop128x256", source_dtype="bfloat16"),
                 GemmConfig.from_tag("coop128x256k2")):
-        assert S.with_stream_k(cfg, 8192, 8192, 8192, 132) == cfg
-    assert S.with_stream_k(GemmConfig.from_tag("coop128x256"), 8192, 8192, 8192, 132).stream_k
+        assert P.with_stream_k(cfg, 8192, 8192, 8192, 132) == cfg
+    assert P.with_stream_k(GemmConfig.from_tag("coop128x256"), 8192, 8192, 8192, 132).stream_k
 
 
 # ---- candidates
@@ -107,7 +108,7 @@ def test_the_stream_k_tail_leaves_what_it_cannot_carry():
 @pytest.mark.parametrize("in_dtype,out_dtype", DTYPES)
 @pytest.mark.parametrize("a_major,b_major", LAYOUTS)
 def test_every_candidate_is_valid_and_known_to_the_model(in_dtype, out_dtype, a_major, b_major):
-    found = S.candidates(1000, 1000, 1000, in_dtype, out_dtype, a_major, b_major)
+    found = T.candidates(1000, 1000, 1000, in_dtype, out_dtype, a_major, b_major)
     assert found
     tags = [c.tag for c in found]
     assert len(set(tags)) == len(tags)
@@ -116,7 +117,7 @@ def test_every_candidate_is_valid_and_known_to_the_model(in_dtype, out_dtype, a_
         # a transposed config runs C^T = B^T A^T: its operands' majors trade places
         majors = (a_major, b_major) if not c.transposed_store else (b_major, a_major)
         assert (c.in_dtype, c.out_dtype, c.a_major, c.b_major) == (in_dtype, out_dtype or in_dtype, *majors)
-        assert c.tile_tag in S.KTILE_NS and c.tile_tag in S.EPILOGUE_NS, f"{c.tag}: no cost in the model's tables"
+        assert c.tile_tag in C.KTILE_NS and c.tile_tag in C.EPILOGUE_NS, f"{c.tag}: no cost in the model's tables"
         assert GemmConfig.from_tag(c.tag, in_dtype=c.in_dtype, out_dtype=c.out_dtype, a_major=c.a_major,
                                    b_major=c.b_major) == c
 
@@ -127,23 +128,23 @@ def test_candidates_are_every_accepted_tile_and_cluster(out_dtype):
     count and the TRANSPOSED_TILES with every one (1 included); never 128x256 pingpong (256 accumulators per thread)
     or a cluster of 2 with block_n 192 (B's panels split unevenly)."""
     accepted = set()
-    shapes = [(t, c, 1, "n") for t, c in itertools.product(S.CANDIDATE_TILES, S.CLUSTER_SHAPES)]
-    shapes += [(t, (1, 1), sp, "n") for t in S.SPLIT_TILES for sp in S.SPLITS if sp > 1]
-    shapes += [(t, (1, 1), sp, "m") for t in S.TRANSPOSED_TILES for sp in S.SPLITS]
+    shapes = [(t, c, 1, "n") for t, c in itertools.product(T.CANDIDATE_TILES, T.CLUSTER_SHAPES)]
+    shapes += [(t, (1, 1), sp, "n") for t in T.SPLIT_TILES for sp in T.SPLITS if sp > 1]
+    shapes += [(t, (1, 1), sp, "m") for t in T.TRANSPOSED_TILES for sp in T.SPLITS]
     for (sched, bm, bn), (cm, cn), sp, c_major in shapes:
         try:
             accepted.add(GemmConfig(schedule=sched, block_m=bm, block_n=bn, cluster_m=cm, cluster_n=cn,
                                     out_dtype=out_dtype, splits=sp, c_major=c_major).tag)
         except ConfigError:
             pass
-    tags = {c.tag for c in S.candidates(4096, 4096, 4096, out_dtype=out_dtype)}
+    tags = {c.tag for c in T.candidates(4096, 4096, 4096, out_dtype=out_dtype)}
     assert tags == accepted
     assert {GemmConfig.from_tag(t).tile_tag for t in tags} <= BF16_TAGS and {"pp128x128", "coop256x128", "pp128x128c2", "pp64x128k4", "pp128x16tk2"} <= tags
 
 
 def test_model_tables_are_positive_and_keyed_alike():
-    assert S.KTILE_NS.keys() == S.EPILOGUE_NS.keys()
-    assert all(v > 0 for v in (*S.KTILE_NS.values(), *S.EPILOGUE_NS.values()))
+    assert C.KTILE_NS.keys() == C.EPILOGUE_NS.keys()
+    assert all(v > 0 for v in (*C.KTILE_NS.values(), *C.EPILOGUE_NS.values()))
 
 
 # ---- the cost model
@@ -157,39 +158,39 @@ def compute_only(monkeypatch):
 
 def test_pingpong_prediction_hides_all_but_the_last_epilogue(compute_only):
     cfg = GemmConfig()  # pp128x128
-    p = S.predict(cfg, 8448, 9216, 512, 132)
+    p = P.predict(cfg, 8448, 9216, 512, 132)
     assert (p.tiles_m, p.tiles_n, p.k_tiles, p.steps) == (66, 72, 8, 36)
-    kt, epi = S.KTILE_NS["pp128x128"], S.EPILOGUE_NS["pp128x128"]
+    kt, epi = C.KTILE_NS["pp128x128"], C.EPILOGUE_NS["pp128x128"]
     assert p.total_ns == pytest.approx(36 * 8 * kt + epi)
 
 
 def test_pingpong_step_costs_the_epilogue_when_it_is_longer(monkeypatch, compute_only):
     """An epilogue longer than the peer's mainloop cannot hide: the step takes the epilogue's time."""
-    monkeypatch.setitem(S.EPILOGUE_NS, "pp128x128", 10_000.0)
-    p = S.predict(GemmConfig(), 8448, 9216, 64, 132)
+    monkeypatch.setitem(C.EPILOGUE_NS, "pp128x128", 10_000.0)
+    p = P.predict(GemmConfig(), 8448, 9216, 64, 132)
     assert p.total_ns == pytest.approx(36 * 10_000.0 + 10_000.0)
 
 
 def test_cooperative_prediction_pays_every_epilogue(compute_only):
     cfg = GemmConfig(schedule="cooperative", block_m=256, block_n=128)
-    p = S.predict(cfg, 8448, 9216, 512, 132)
+    p = P.predict(cfg, 8448, 9216, 512, 132)
     assert (p.tiles_m, p.tiles_n, p.steps) == (33, 72, 18)
-    assert p.total_ns == pytest.approx(18 * (8 * S.KTILE_NS["coop256x128"] + S.EPILOGUE_NS["coop256x128"]))
+    assert p.total_ns == pytest.approx(18 * (8 * C.KTILE_NS["coop256x128"] + C.EPILOGUE_NS["coop256x128"]))
 
 
 def test_cluster_steps_count_cluster_rows_and_clusters():
     cfg = GemmConfig(cluster_m=2)
-    p = S.predict(cfg, 8448, 9216, 512, 132)
+    p = P.predict(cfg, 8448, 9216, 512, 132)
     units = math.ceil(66 / 2) * 72
     assert p.steps == math.ceil(units / (132 // 2))
     # fewer units than clusters: one step each, not a fraction
-    assert S.predict(cfg, 128, 256, 64, 132).steps == 1
-    assert S.predict(GemmConfig(), 1, 8, 1, 132).steps == 1
+    assert P.predict(cfg, 128, 256, 64, 132).steps == 1
+    assert P.predict(GemmConfig(), 1, 8, 1, 132).steps == 1
 
 
 def test_unknown_tag_is_a_config_error():
     with pytest.raises(ConfigError, match="no measured cost"):
-        S.predict(GemmConfig(group_m=4), 256, 256, 256, 132)
+        P.predict(GemmConfig(group_m=4), 256, 256, 256, 132)
 
 
 def test_the_tables_drive_the_choice(monkeypatch):
@@ -199,17 +200,17 @@ def test_the_tables_drive_the_choice(monkeypatch):
     monkeypatch.setitem(M.MEMORY["H100"], "dram_bytes_per_ns", 1e12)
     monkeypatch.setitem(M.MEMORY["H100"], "sm_bytes_per_ns", 1e12)
     shape = (4096, 4096, 4096)
-    monkeypatch.setitem(S.KTILE_NS, "coop256x192", 1.0)
+    monkeypatch.setitem(C.KTILE_NS, "coop256x192", 1.0)
     assert select_config(*shape, device=H100).tag == "coop256x192"
-    monkeypatch.setitem(S.KTILE_NS, "coop128x256c2", 0.1)
-    monkeypatch.setitem(S.EPILOGUE_NS, "coop128x256c2", 0.1)
+    monkeypatch.setitem(C.KTILE_NS, "coop128x256c2", 0.1)
+    monkeypatch.setitem(C.EPILOGUE_NS, "coop128x256c2", 0.1)
     assert select_config(*shape, device=H100).tag == "coop128x256c2"
 
 
 def test_ties_go_to_the_earlier_candidate(monkeypatch, compute_only):
-    for tag in S.KTILE_NS:
-        monkeypatch.setitem(S.KTILE_NS, tag, 100.0)
-        monkeypatch.setitem(S.EPILOGUE_NS, tag, 0.0)
+    for tag in C.KTILE_NS:
+        monkeypatch.setitem(C.KTILE_NS, tag, 100.0)
+        monkeypatch.setitem(C.EPILOGUE_NS, tag, 0.0)
     # M = 1, N = 64: every candidate runs one 1-k-tile step (compute-bound: the memory model is out of the way)
     assert select_config(1, 64, 64, device=H100).tag == S.SELECTABLE[0]
 
@@ -229,20 +230,20 @@ def test_only_selectable_configs_are_chosen_and_near_ties_go_to_the_earlier(monk
     """A config outside SELECTABLE (and WAVE_FILL_TILES) is never chosen however cheap the model thinks it; a
     selectable one predicted within TIE_FRACTION of the fastest yields to an earlier one in SELECTABLE."""
     shape = (4096, 4096, 4096)
-    monkeypatch.setitem(S.KTILE_NS, "pp64x256", 1.0)
+    monkeypatch.setitem(C.KTILE_NS, "pp64x256", 1.0)
     assert select_config(*shape, device=H100).tag in S.SELECTABLE
     def per_flop(tag, scale=1.0):  # the same cost per flop for every tile
         cfg = GemmConfig.from_tag(tag)
         return 1000.0 * cfg.block_m * cfg.block_n / (128 * 128) * scale
 
-    for tag in S.KTILE_NS:
-        monkeypatch.setitem(S.EPILOGUE_NS, tag, 0.0)
-        monkeypatch.setitem(S.KTILE_NS, tag, per_flop(tag))
+    for tag in C.KTILE_NS:
+        monkeypatch.setitem(C.EPILOGUE_NS, tag, 0.0)
+        monkeypatch.setitem(C.KTILE_NS, tag, per_flop(tag))
     first, second = S.SELECTABLE[0], S.SELECTABLE[2]   # 128x256 and 256x128: 512 tiles, 4 steps each at 4096^3
     first = S.MULTICAST_FIRST if shape[2] >= S.MULTICAST_MIN_K else first    # a long k-loop: the pair sharing B
-    monkeypatch.setitem(S.KTILE_NS, second, per_flop(second, 1 / (1 + S.TIE_FRACTION / 2)))
+    monkeypatch.setitem(C.KTILE_NS, second, per_flop(second, 1 / (1 + S.TIE_FRACTION / 2)))
     assert select_config(*shape, device=H100).tag == first
-    monkeypatch.setitem(S.KTILE_NS, second, per_flop(second, 1 / (1 + 2 * S.TIE_FRACTION)))
+    monkeypatch.setitem(C.KTILE_NS, second, per_flop(second, 1 / (1 + 2 * S.TIE_FRACTION)))
     assert select_config(*shape, device=H100).tag == second
 
 
@@ -267,7 +268,7 @@ def test_a_long_k_loop_goes_to_the_lean_tile_where_it_is_predicted_faster_than_t
     a short k-loop. When the tables make the lean tile slower than the pair, the pair is back."""
     assert (select_config(*shape, device=H100).tile_tag == S.LEAN_FIRST) == lean
     if lean:
-        monkeypatch.setitem(S.KTILE_NS, S.LEAN_FIRST, S.KTILE_NS[S.LEAN_FIRST] * 1.05)
+        monkeypatch.setitem(C.KTILE_NS, S.LEAN_FIRST, C.KTILE_NS[S.LEAN_FIRST] * 1.05)
         assert select_config(*shape, device=H100).tile_tag == S.MULTICAST_FIRST
 
 
@@ -304,14 +305,14 @@ SHAPES = list(itertools.product((1, 64, 200, 4096, 8448), (8, 136, 1000, 9216), 
 @pytest.mark.parametrize("in_dtype,out_dtype", DTYPES)
 @pytest.mark.parametrize("a_major,b_major", LAYOUTS)
 def test_select_config_returns_a_candidate_for_every_shape(in_dtype, out_dtype, a_major, b_major):
-    allowed = {c.tag: c for c in S.candidates(1, 1, 1, in_dtype, out_dtype, a_major, b_major)}
+    allowed = {c.tag: c for c in T.candidates(1, 1, 1, in_dtype, out_dtype, a_major, b_major)}
     # the light run (tests/full_run.py) selects every shape, and again to check the choice is deterministic on some
     again = full_run.pick(len(SHAPES) // 8, len(SHAPES), "shapes whose selection is run twice (deterministic)")
     for i, (m, n, k) in enumerate(SHAPES):
         cfg = select_config(m, n, k, in_dtype, out_dtype, a_major, b_major, device=H100)
-        # a candidate, with the deep ring where the selection gives its tile one (S.with_deep_ring)
+        # a candidate, with the deep ring where the selection gives its tile one (P.with_deep_ring)
         base = allowed.get(dataclasses.replace(cfg, stages=None).tag)
-        assert base is not None and S.with_deep_ring(base) == cfg, (m, n, k)
+        assert base is not None and P.with_deep_ring(base) == cfg, (m, n, k)
         if i % (len(SHAPES) // again) == 0:
             assert select_config(m, n, k, in_dtype, out_dtype, a_major, b_major, device=H100) == cfg
 
@@ -343,8 +344,8 @@ def test_default_device_without_a_gpu(monkeypatch):
 ])
 def test_bad_arguments_name_themselves(kwargs, argument):
     args = {"m": 256, "n": 256, "k": 256, **kwargs}
-    for fn in (select_config, S.explain, S.candidates):
-        extra = {} if fn is S.candidates else {"device": H100}
+    for fn in (select_config, S.explain, T.candidates):
+        extra = {} if fn is T.candidates else {"device": H100}
         with pytest.raises(ConfigError, match=rf"^{argument}: "):
             fn(**args, **extra)
 
@@ -435,7 +436,7 @@ def test_small_m_streams_b_through_narrow_transposed_tiles():
     cfg = select_config(16, 4096, 4096, device=H100)
     assert cfg.transposed_store and cfg.block_n == 16 and cfg.splits > 1
     assert (cfg.a_major, cfg.b_major) == ("mn", "k")   # A' = B^T (B row-major), B' = A^T (A row-major)
-    p = S.predict(cfg, 16, 4096, 4096, 132, H100.name)
+    p = P.predict(cfg, 16, 4096, 4096, 132, H100.name)
     assert p.memory_bound
 
 
@@ -443,7 +444,7 @@ def test_large_shapes_keep_the_compute_model():
     for shape in ((8192, 8192, 8192), (4096, 4096, 4096), (8448, 9216, 1024)):
         cfg = select_config(*shape, device=H100)
         assert not cfg.split_k and not cfg.transposed_store, (shape, cfg.tag)
-        assert not S.predict(cfg, *shape, 132, H100.name).memory_bound
+        assert not P.predict(cfg, *shape, 132, H100.name).memory_bound
 
 
 def test_a_heavy_last_wave_yields_to_a_fuller_tied_tile():
@@ -461,7 +462,7 @@ def test_a_heavy_last_wave_yields_to_a_fuller_tied_tile():
 
 def test_split_k_counts_units_and_fixup():
     base, split = GemmConfig(block_m=64), GemmConfig(block_m=64, splits=4)
-    p1, p4 = S.predict(base, 64, 4096, 4096, 132), S.predict(split, 64, 4096, 4096, 132)
+    p1, p4 = P.predict(base, 64, 4096, 4096, 132), P.predict(split, 64, 4096, 4096, 132)
     assert (p1.steps, p1.k_tiles) == (1, 64) and (p4.steps, p4.k_tiles) == (1, 16)
     assert p4.total_ns < p1.total_ns
     assert M.fixup_ns(split, 4) > 0
@@ -602,12 +603,12 @@ def test_the_deep_ring_is_the_selections_and_16_bit_only():
     """with_deep_ring fills shared memory with stages for DEEP_RING_TILES only, never past what the config holds,
     never where the caller set stages, and not for fp8 (not measured)."""
     pp = GemmConfig(block_m=64, block_n=64, splits=3, a_major="mn", b_major="mn")
-    deep = S.with_deep_ring(pp)
+    deep = P.with_deep_ring(pp)
     assert deep.stages == pp.most_stages == 13 and pp.num_stages == 8
-    assert S.with_deep_ring(dataclasses.replace(pp, stages=4)).stages == 4
-    assert S.with_deep_ring(GemmConfig(block_m=64, block_n=128)) == GemmConfig(block_m=64, block_n=128)
+    assert P.with_deep_ring(dataclasses.replace(pp, stages=4)).stages == 4
+    assert P.with_deep_ring(GemmConfig(block_m=64, block_n=128)) == GemmConfig(block_m=64, block_n=128)
     fp8 = GemmConfig(block_m=64, block_n=64, in_dtype="float8_e4m3fn", out_dtype="bfloat16", b_major="k")
-    assert S.with_deep_ring(fp8) == fp8
+    assert P.with_deep_ring(fp8) == fp8
 
 
 def test_a_ring_keeps_a_ctas_loads_in_flight():
@@ -618,7 +619,7 @@ def test_a_ring_keeps_a_ctas_loads_in_flight():
     pp = GemmConfig(block_m=64, block_n=64, stages=8)
     assert M.cta_load_rate(pp, "NVIDIA H200") == pytest.approx(8 * pp.stage_bytes / bw["load_latency_ns"])
     assert M.cta_load_rate(pp, "NVIDIA H200") < bw["sm_bytes_per_ns"]
-    assert M.cta_load_rate(S.with_deep_ring(GemmConfig(block_m=64, block_n=64)), "NVIDIA H200") == bw["sm_bytes_per_ns"]
+    assert M.cta_load_rate(P.with_deep_ring(GemmConfig(block_m=64, block_n=64)), "NVIDIA H200") == bw["sm_bytes_per_ns"]
     assert M.cta_load_rate(GemmConfig(schedule="cooperative", block_m=128, block_n=256), "NVIDIA H200") == \
         bw["sm_bytes_per_ns"]
     assert M.cta_load_rate(pp, "NVIDIA H100 80GB HBM3") == M.bandwidths("H100")["sm_bytes_per_ns"]

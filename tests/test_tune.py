@@ -18,7 +18,7 @@ from ptxgemm import GemmConfig, select_config
 from ptxgemm.accuracy import DTYPES
 from ptxgemm import tuning
 from ptxgemm.errors import ConfigError, CudaError, PtxgemmError
-from ptxgemm.select import cost_model as S, tune_cache
+from ptxgemm.select import cost_model as S, predict as P, tiles as T, tune_cache
 from ptxgemm.select.problem import Problem
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -139,8 +139,8 @@ def test_ties_go_to_the_earlier_candidate():
 
 def test_default_candidates_are_the_selections():
     winner, records, plans, *_ = run_tune(candidates=None, ms={c.tag: 1.0 + i for i, c in
-                                                               enumerate(S.candidates(96, 80, 72))})
-    assert [r["tag"] for r in records] == [c.tag for c in S.candidates(96, 80, 72)]
+                                                               enumerate(T.candidates(96, 80, 72))})
+    assert [r["tag"] for r in records] == [c.tag for c in T.candidates(96, 80, 72)]
     assert winner.tag == records[0]["tag"]
 
 
@@ -377,9 +377,9 @@ def test_cli_select_prints_a_tag_and_the_table():
     assert first == select_config(4096, 4096, 4096, device=S.DEFAULT_DEVICE).tag
     assert "cost model" in proc.stdout.splitlines()[0] and "<- chosen" in proc.stdout
     listed = set(proc.stdout.split())
-    for c in S.candidates(4096, 4096, 4096):   # a cooperative tile may be listed with the stream-K tail and the
-        tail = S.with_stream_k(c, 4096, 4096, 4096, 132)      # serpentine k-loop it takes
-        assert (c.tag in listed or S.with_serpentine(tail, 4096, 4096, 4096, 132).tag in listed) == \
+    for c in T.candidates(4096, 4096, 4096):   # a cooperative tile may be listed with the stream-K tail and the
+        tail = P.with_stream_k(c, 4096, 4096, 4096, 132)      # serpentine k-loop it takes
+        assert (c.tag in listed or P.with_serpentine(tail, 4096, 4096, 4096, 132).tag in listed) == \
             (c.tile_tag in S.SELECTABLE + S.WAVE_FILL_TILES and c.tile_tag not in S.WHOLE_N_TILES)   # 256 divides N
 
 

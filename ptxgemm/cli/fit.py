@@ -10,7 +10,7 @@ from ..errors import ConfigError
 DESCRIPTION = ("Refit the selection's cost model from runs: 'tiles' fits each config tag's k-tile and epilogue costs "
                "(KTILE_NS, EPILOGUE_NS) to bench runs with --variants or a tune cache; 'memory' fits the memory "
                "model and the transposed tiles' costs (needs scipy). Prints what to paste into "
-               "ptxgemm/select/cost_model.py. No GPU needed.")
+               "ptxgemm/select/tile_costs.py (tiles) or memory_model.py (memory). No GPU needed.")
 
 
 def add_arguments(p) -> None:

@@ -9,7 +9,7 @@ from .. import tuning
 from ..errors import ConfigError
 from ..kernel.tile import TAG_SCHEDULE
 from ..runtime import driver
-from ..select import cost_model as select
+from ..select import tiles
 from ..select.problem import Problem
 from .options import add_problem_arguments, problem_args
 
@@ -25,7 +25,7 @@ DESCRIPTION = ("Run every candidate config once and check its result on sampled 
 
 def add_arguments(p) -> None:
     add_problem_arguments(p)
-    tags = [f"{TAG_SCHEDULE[sched]}{bm}x{bn}" for sched, bm, bn in select.CANDIDATE_TILES]
+    tags = [f"{TAG_SCHEDULE[sched]}{bm}x{bn}" for sched, bm, bn in tiles.CANDIDATE_TILES]
     p.add_argument("--candidates", default=None, metavar="TAG,TAG,...",
                    help="configs to try, as GemmConfig tags <pp|coop><block_m>x<block_n>[c2] (e.g. "
                         f"{tags[0]},{tags[-3]}c2) (default: select's candidates: every one of {', '.join(tags)}, "

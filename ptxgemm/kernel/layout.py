@@ -28,7 +28,7 @@ FIXUP_REGISTER_BUDGET = 192
 # A config without `stages` fills shared memory with stages up to this many: 192 KiB of operands in flight for the
 # 64x128 pingpong and the cooperative tiles alike. A deeper ring (up to MAX_STAGES) is asked for by `stages`: the
 # selection gives one to the 64x64 pingpong, whose 16 KiB stages would otherwise keep only 128 KiB in flight
-# (select/cost_model.py, DEEP_RING_TILES). Measured on the H200 (issue 47, run 49): 13 stages against 8 ran the
+# (select/predict.py, DEEP_RING_TILES). Measured on the H200 (issue 47, run 49): 13 stages against 8 ran the
 # 64x64 pingpong's one-wave split-K weight gradients up to 12% faster, but the transposed tiles' small-M streams
 # 1.5% slower on average (up to 18%), so the default stays.
 FILL_STAGES = 8

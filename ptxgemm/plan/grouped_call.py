@@ -12,7 +12,8 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..kernel.config import SCALE_BLOCK, GemmConfig
-from ..select.cost_model import MULTICAST_DTYPES, MULTICAST_MIN_K, SK_DTYPES, SK_MIN_K_TILES
+from ..select.cost_model import MULTICAST_DTYPES, MULTICAST_MIN_K
+from ..select.predict import SK_DTYPES, SK_MIN_K_TILES
 from . import epilogue, grouped
 
 # The grouped kernel's tiles (cooperative, single CTAs, whole output panels) and how fast each runs a full tile,

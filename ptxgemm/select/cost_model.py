@@ -4,8 +4,8 @@
 
 1. Unless PTXGEMM_TUNE_CACHE is off, a winner `ptxgemm.tune` measured for this GPU, driver and problem
    (ptxgemm.select.tune_cache).
-2. Otherwise the candidate (`candidates`) with the least predicted time. The model, per CTA (one per SM, so the
-   busiest SM's time is the kernel's):
+2. Otherwise the candidate (ptxgemm.select.tiles) with the least predicted time (ptxgemm.select.predict). The model,
+   per CTA (one per SM, so the busiest SM's time is the kernel's):
        steps    = ceil(units / clusters)    units = cluster rows x cluster columns, clusters = SMs // cluster size
                                             (never more clusters than units: ptxgemm.kernel.schedule.plan_schedule)
        mainloop = k_tiles * KTILE_NS[tag]   one output tile's k-loop on one SM
@@ -15,14 +15,17 @@
                     (the mainloops take turns at the tensor cores, the epilogues at the one staging buffer); only
                     the last tile's epilogue has nothing to hide under.
 
-   KTILE_NS and EPILOGUE_NS are per-SM costs keyed by config tag: refit them from device data (`python -m ptxgemm fit tiles`, ptxgemm/select/fitting.py
-   reads bench runs with --variants, or the tune cache, where `python -m ptxgemm tune` stores every candidate's
-   time) and the selection follows. Only SELECTABLE configs are chosen; predictions within TIE_FRACTION of the
-   fastest count as ties, and ties go to the earlier config in SELECTABLE, so the choice is deterministic.
+   KTILE_NS and EPILOGUE_NS are per-SM costs keyed by config tag (ptxgemm.select.tile_costs): refit them from device
+   data (`python -m ptxgemm fit tiles`, ptxgemm/select/fitting.py reads bench runs with --variants, or the tune
+   cache, where `python -m ptxgemm tune` stores every candidate's time) and the selection follows. This module
+   holds the rules that rank the candidates, each with the measurement it stands on. Only SELECTABLE configs are
+   chosen; predictions within TIE_FRACTION of the fastest count as ties, and ties go to the earlier config in
+   SELECTABLE, so the choice is deterministic.
 
-3. Last, `with_stream_k`: a cooperative 16-bit pick whose units leave the last wave partly empty takes the
-   stream-K tail (GemmConfig.stream_k) where the model says it saves SK_MIN_GAIN of the busiest cluster's time
-   (`sk_steps`: its whole units, its share of the tail's k-tiles and the fix-up). Then `with_serpentine`: a
+3. Last, `with_stream_k` (ptxgemm.select.predict, as the next two): a cooperative 16-bit pick whose units leave the
+   last wave partly empty takes the stream-K tail (GemmConfig.stream_k) where the model says it saves SK_MIN_GAIN of
+   the busiest cluster's time (`sk_steps`: its whole units, its share of the tail's k-tiles and the fix-up). Then
+   `with_serpentine`: a
    cooperative 16-bit pick with at least two whole passes of the walk runs the odd ones backward in K
    (GemmConfig.k_serpentine), which the cost model does not time: it saves DRAM reads, hence energy. Then
    `with_band` (ptxgemm/select/band.py): an fp8 blockwise pick with a short k-loop over at most 16 cluster rows
@@ -34,78 +37,31 @@ Nothing here needs a GPU: without one, and without an injected device, the model
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 import numbers
 
-import numpy as np
-
 from ..errors import ConfigError
-from ..kernel import layout, schedule
+from ..kernel import layout
 from ..kernel.hardware import TMA_ALIGN
 from ..kernel.config import FP8_DTYPES, GemmConfig
 from ..kernel.tile import TAG_SCHEDULE
 from ..runtime import driver
 from . import tune_cache
 from .band import with_band
-from .memory_model import combine, fixup_ns, memory_ns, misaligned_factor
+from .memory_model import misaligned_factor
+from .predict import (DEEP_RING_DTYPES, Prediction, kernel_mnk, kernel_schedule, predict, with_deep_ring,
+                      with_serpentine, with_stream_k)
 from .problem import Problem
+from .tiles import (BLOCK_SCALE_TILES, BLOCK_SCALE_TUNE_TILES, WHOLE_N_WIDER, blockwise_candidates,
+                    problem_candidates)
 from .unsplit_wave import unsplit_wave
 
-# Per-SM costs in ns, keyed by GemmConfig.tag, fitted (`python -m ptxgemm fit tiles`, ptxgemm/select/fitting.py) to two H100 SXM runs of the benchmark
-# suite in which every candidate was timed side by side with cuBLAS (docs/results/h100/select/bench_h100_issue9_fit.json and
-# docs/results/h100/select/select_explore_h100_run1.json: 14 shapes each; bf16, A K-major, B MN-major) by minimizing the model's
-# log error per tag. EPILOGUE_NS also absorbs what a launch costs beyond its k-loops (ramp-up, the last wave's tail,
-# the output's DRAM traffic), which is why it exceeds a bare store's time. The fit's RMS log error is 7-11% per tag.
-KTILE_NS = {
-    "coop128x256": 657, "coop128x256c2": 653, "coop256x128": 671, "coop256x128c2": 677, "coop256x192": 962,
-    "pp128x128": 457, "pp128x128c2": 438, "pp128x192": 565, "pp64x256": 424, "pp64x256c2": 473,
-    "pp64x128": 280,   # pp64x128: not measured on the H100; the H200's ratio to pp128x128 (0.61) applied
-    # transposed tiles (swap-AB): fitted with the memory model's constants (memory_model.MEMORY)
-    "pp128x16t": 290, "pp128x32t": 311, "pp128x64t": 327, "pp64x16t": 161}
-EPILOGUE_NS = {
-    "coop128x256": 2260, "coop128x256c2": 2360, "coop256x128": 2340, "coop256x128c2": 2280, "coop256x192": 3800,
-    "pp128x128": 1730, "pp128x128c2": 1930, "pp128x192": 2760, "pp64x256": 1870, "pp64x256c2": 1670,
-    "pp64x128": 860,   # (the H200's 0.5 ratio to pp128x128's)
-    "pp128x16t": 4980, "pp128x32t": 4980, "pp128x64t": 3260, "pp64x16t": 2590}
-
-# The same fitted to the H200 (docs/results/h200/select/bench_h200_issue9_fit.json: the suite's 14 shapes with 10 candidates
-# side by side). GPU_TABLES maps a substring of the device name to its tables; other GPUs use the H100's.
-KTILE_NS_H200 = {
-    "coop128x128": 362, "coop128x256": 685, "coop128x256c2": 681, "coop256x128": 695, "coop256x128c2": 712, "coop256x192": 1000,
-    "pp128x128": 397, "pp128x192": 572, "pp64x128": 243, "pp64x256": 420,
-    # transposed tiles: not measured on the H200; the H100's fits scaled by pp128x128's ratio (397 / 457)
-    "pp128x16t": 252, "pp128x32t": 270, "pp128x64t": 284, "pp64x16t": 140}
-EPILOGUE_NS_H200 = {
-    "coop128x128": 770, "coop128x256": 1600, "coop128x256c2": 1630, "coop256x128": 1680, "coop256x128c2": 1620, "coop256x192": 2750,
-    "pp128x128": 1330, "pp128x192": 2020, "pp64x128": 660, "pp64x256": 1290,
-    "pp128x16t": 3830, "pp128x32t": 3830, "pp128x64t": 2510, "pp64x16t": 1990}   # (scaled by 1330 / 1730)
-# The cooperative 128x192 tile (issue 47): fitted (`python -m ptxgemm fit tiles`, ptxgemm/select/fitting.py, the points above 30 us) to the H200 runs of the
-# training set with 17 variants side by side (docs/results/h200/bench/bench_h200_training_explore_*.json, 45 GEMMs of
-# Qwen2-0.5B, Qwen2-1.5B and Llama-3-8B widths at 4096 tokens; RMS log error 7%). The same fit gave the tables'
-# tiles within 1-8% of their entries above (coop128x256 709, coop256x128 710, coop128x128 370, pp128x128 374). Its
-# 96 tiles fill 1536x1536 where 128x256's 72 leave 60 SMs idle: the Qwen2-1.5B weight gradient dW = dY^T X (1536 x
-# 1536 x 4096) ran 36.8 us against coop128x256's 45.4. The H100 has no measurement: the H200's, scaled by the two
-# GPUs' coop128x256 entries (657 / 685 and 2260 / 1600).
-KTILE_NS_H200["coop128x192"], EPILOGUE_NS_H200["coop128x192"] = 538, 1420
-KTILE_NS["coop128x192"], EPILOGUE_NS["coop128x192"] = 516, 2010
-# The cooperative 128x224 tile (issue 47): N = 896 (Qwen2-0.5B's width) in four whole tiles where 128x256 pads it by
-# an eighth. Its costs are the 128x256 tile's scaled by area (224 / 256), which its times fit within 1-5% (H200, run
-# 52, docs/results/h200/bench/bench_h200_issue47_r40-r53.json.gz: r52_explore52: 4096x896x4864 48.0 us against coop128x256's 52.3,
-# 16384x896x4864 182.8-191.5 against 201.6-207.6, 4096x896x896 14.6-14.8 against the pick's 15.6-15.8).
-# It is offered only where it takes N in whole tiles and 128x256 does not (WHOLE_N_TILES), for 16-bit operands with A
+# The cooperative 128x224 tile (issue 47; its costs: ptxgemm.select.tile_costs) is offered only where it takes N in
+# whole tiles and 128x256 does not (WHOLE_N_TILES), for 16-bit operands with A
 # K-major (forward and dX GEMMs): in the weight gradients (A M-major) its stream-K forms lost to the 128x128 tile's
 # (4864x896x4096 coop128x224skw 54.0-54.8 us against coop128x128skw's 51.5), and where a longer grid's waves
 # alone favored it the model had not been measured.
 WHOLE_N_TILES = ("coop128x224",)
-WHOLE_N_WIDER = 256                 # the wider tile's N, 128x256's: where it divides N, it takes N whole itself
-W224_AREA = 224 / WHOLE_N_WIDER
-KTILE_NS_H200["coop128x224"], EPILOGUE_NS_H200["coop128x224"] = (round(KTILE_NS_H200["coop128x256"] * W224_AREA),
-                                                                round(EPILOGUE_NS_H200["coop128x256"] * W224_AREA))
-KTILE_NS["coop128x224"], EPILOGUE_NS["coop128x224"] = (round(KTILE_NS["coop128x256"] * W224_AREA),
-                                                      round(EPILOGUE_NS["coop128x256"] * W224_AREA))
-GPU_TABLES = {"H200": (KTILE_NS_H200, EPILOGUE_NS_H200)}
-
 # What select_config chooses among, strongest first (measured in bench_h100_issue9_fit.json: the cooperative 128x256
 # tile came within 3% of the best of the 10 candidates on 13 of the suite's 14 shapes; on the 14th, M = 128, it
 # ran at 0.71x the best, where the 128x128 pingpong, with twice the tiles to spread over the SMs, was the best; on
@@ -138,13 +94,7 @@ NARROW_N_MIN_M = 128
 # side by side): 128x896x16384 pp64x64k3s13 (84 units) 20.2-20.9 us against pp64x64k4s13's (112) 20.6-21.7;
 # 128x896x4096 10.3-11.0 against 10.6-11.2; two splits (56 units) lost at 16384 (22.6-23.5).
 NARROW_MIN_FILL = 0.6
-# The tiles the selection gives the deepest ring shared memory holds (with_deep_ring; kernel/layout.py, FILL_STAGES):
-# 13 stages of the 64x64 pingpong keep 208 KiB in flight, as 8 of the 64x128's keep 192. Measured on the H200 beside
-# 8 stages (run 49, bench_h200_issue47_r40-r53.json.gz: r49_explore49): 128x896x16384 pp64x64k3 20.2 us against
-# 22.9, k2 22.6 against 26.6; 16384x128x896 unsplit 17.5-17.9 against 18.5-19.1; at 256x1536 with 4 and 6 splits
-# (3-5 waves of units) it lost 8-10%, where the narrow rule above does not offer the tile.
-DEEP_RING_TILES = ("pp64x64",)
-NARROW_DTYPES = DEEP_RING_DTYPES = ("bfloat16", "float16")   # measured with bf16; fp8 keeps its own rules (FP8_*)
+NARROW_DTYPES = DEEP_RING_DTYPES   # measured with bf16, as the deep ring it runs with
 TIE_FRACTION = 0.03
 # Within a tie, a long k-loop (K >= MULTICAST_MIN_K) goes to the cooperative 128x256 tile in cluster pairs sharing B
 # (each CTA loads half of B's panel and multicasts it): measured under sustained, power-limited load on the H100 over
@@ -203,30 +153,14 @@ FP8_ROW_PAIR_MAX_M = 128
 # pp128x192 fills 648 / (5 x 132) = 98% and ran 90.8 and 92.2 us; the model ties them (93.1 against 93.2 us).
 WAVE_FILL_TILES = ("pp128x192",)
 # Blockwise fp8 scaling keeps three accumulator sets per consumer (the sums and two k-tiles' products, 64 x 128 at
-# most: GemmConfig's BLOCK_SCALE_ACC_BUDGET), so only these tiles carry it; each is also offered with every split-K
-# count and, the cooperative 128x128, in cluster pairs. They are ranked by the cost model's prediction (their
-# k-tile costs: the measured tile's, or the 128x128 pingpong's scaled by area, as for other unmeasured tiles); a
-# candidate within TIE_FRACTION of the fastest yields to one that pads less (a 128-row tile at M = 64 multiplies as
-# many zero rows as real ones), then to one earlier in BLOCK_SCALE_TILES, then to fewer splits.
+# most: GemmConfig's BLOCK_SCALE_ACC_BUDGET), so only tiles.BLOCK_SCALE_TILES carry it; each is also offered with
+# every split-K count and, the cooperative 128x128, in cluster pairs. They are ranked by the cost model's prediction
+# (their k-tile costs, tile_costs.BLOCK_SCALE_KTILE_NS: the measured tile's, or the 128x128 pingpong's scaled by
+# area, as for other unmeasured tiles); a candidate within TIE_FRACTION of the fastest yields to one that pads less
+# (a 128-row tile at M = 64 multiplies as many zero rows as real ones), then to one earlier in BLOCK_SCALE_TILES,
+# then to fewer splits.
 # Measured before the two-set mainloop on the H200 at 8192^3 and 4096^3 (bench_h200_fp8_block_issue12_*.json):
 # coop128x128 1120 and 1031 TFLOP/s against pp64x128's 801 and 743.
-# Their k-tile costs (ns per SM), from the H100 at 4096x7168x16384 (118 k-tiles per tile, so the store hardly counts):
-# coop128x128 1108 TFLOP/s, pp64x128 714, coop128x64 685, pp64x64 510 (bench_h100_fp8_block_issue24_calib.json):
-# ns = 2 * block_m * block_n * 128 / (TFLOP/s * 1e12 / 132) * 1e9. Cluster pairs take their tile's.
-# The one-product-set tiles (issue 24: 128x192 and 256x128 cooperative; scales a k-tile batch ahead), from the same
-# shape in the variants runs beside coop128x128 (docs/results/h100/fp8/turns_h100_run4.json: 1177 and 1123-1230
-# TFLOP/s, coop128x128 1004 in that run).
-BLOCK_SCALE_KTILE_NS = {"coop128x128": 500, "pp64x128": 388, "coop128x64": 404, "pp64x64": 271,
-                        "coop128x192": 705, "coop256x128": 940}
-# pp64x192 is not measured where compute decides (it is offered at small M only): pp64x128's, scaled by area
-BLOCK_SCALE_KTILE_NS["pp64x192"] = BLOCK_SCALE_KTILE_NS["pp64x128"] * 192 / 128
-# ... and the cooperative 128x128's store, from 4096x32768x512 (4 k-tiles per tile): 888 TFLOP/s over 63 steps of
-# 8192 tiles leaves about 460 ns a tile beyond its k-tiles (the table's guess for it, 1730, picked pp64x128 there:
-# 786 TFLOP/s). The other tiles keep the tables' estimates.
-BLOCK_SCALE_EPILOGUE_NS = {"coop128x128": 460, "coop128x192": 690, "coop256x128": 920}   # the wider ones: by area
-# Split counts offered with them: up to 4, which fills 132 SMs from 33 tiles (M = 64, N = 2112); more splits only
-# add partial tiles to sum (split-K's fixup) where the memory model cannot tell them apart.
-BLOCK_SCALE_SPLITS = (1, 2, 3, 4)
 # Within a tie, a blockwise k-loop of at least this K goes to the cluster pair sharing B (coop256x128c2 beside
 # coop256x128, H100, turns_h100_run3/run4.json): 4096x7168x16384 1220-1230 against 1123-1205 TFLOP/s, 4096x4096x7168
 # 1243-1264 against 1133-1195; at K 1536-2048 the two were within 1%.
@@ -259,15 +193,6 @@ BLOCK_SCALE_FILL_MIN_K_TILES = 16
 # Its splits are not offered: at 128x4096x7168 pp64x192k2/k3 ran 0.83-0.86 of the published figure where
 # pp64x128k2 ran 0.96 (bench_h100_fp8_block_issue24_smallm_oneset_calib.json), which fill alone would not foresee.
 BLOCK_SCALE_SMALL_M_TILES = (("pingpong", 64, 192),)
-BLOCK_SCALE_TILES = (("cooperative", 256, 128), ("cooperative", 128, 192), ("pingpong", 64, 192),
-                     ("cooperative", 128, 128), ("pingpong", 64, 128), ("cooperative", 128, 64), ("pingpong", 64, 64))
-# Block N of 112 (DeepGEMM's example of a width that fills the SMs): N = 7168 is 64 such tiles, so 2 splits make
-# 128 units on 132 SMs where 128-wide tiles make 112. Two product sets with a second B block (7 promotion copies).
-# For `tune` only, with clusters and splits: beside the selection's picks on DeepGEMM's six N = 7168 shapes (H100,
-# kernel durations, bench_h100_fp8_block_issue24_wide112_variants.json) they ran at most even (128x7168x16384:
-# coop128x112k2 576 TFLOP/s, coop128x128k2 583; 64x7168x16384: pp64x112k2 319, pp64x128k2 321), so the selection
-# keeps its tiles.
-BLOCK_SCALE_TUNE_TILES = (("cooperative", 128, 112), ("pingpong", 64, 112))
 WAVE_FILL_MARGIN = 0.05
 # Split-K pays a fix-up the memory model prices low where the units are few: a pick that splits K yields to a
 # candidate predicted within SPLIT_TIE_FRACTION of it that makes at least as many units with fewer splits (a narrower
@@ -290,27 +215,6 @@ SHORT_K_DTYPES = ("bfloat16", "float16")   # measured with bf16; fp8's ties keep
 BUSY_TIE_DTYPES = SHORT_K_DTYPES
 BUSY_TIE_MIN_M = 512
 
-# The stream-K tail (GemmConfig.stream_k; ptxgemm/kernel/templates/streamk.ptx.j2). Whole units leave the last wave
-# partly idle (4096x4096x14336 in cluster pairs: 256 units on 66 clusters, 3.88 waves timed as 4). A cooperative
-# pick whose units are not a whole number of waves runs its last partial wave as k-tile shares when that saves at
-# least SK_MIN_GAIN of its steps. The tail costs its shares' k-tiles plus a fix-up, counted as two fp32 partial
-# tiles (one consumer pair's accumulators each) through L2 at SK_L2_BYTES_PER_NS per SM. That rate is measured, not
-# a bandwidth: the trace put the whole fix-up (the partial's stores and release, the final's wait and adds, one more
-# epilogue per share) at about 11 us per cluster at 4096^3 and at 4096x4096x14336 (H100, perf-notes issue 26 step
-# 9), which 2 x 128 KiB at 24 B/ns gives; with it the model's gains came within 0.3 points of the measured ones on
-# six shapes (6144^3 +1.1 against +1.1%, 8192^3 +2.2 against +2.2, 4096^3 -3.5 against -2.4). Shares need
-# SK_MIN_K_TILES k-tiles per unit: short k-loops are memory-bound, where the wave's idle SMs cost nothing. And at
-# least one full wave: with fewer units than clusters every unit is cut (all tail), which measured 12-16% slower
-# than cuBLAS at 128 and 256 x 14336 x 4096 (H100, `sustained/streamk/bench_h100_issue26_streamk_smallm.json`)
-# where the selection's picks had been at parity; splitting K for a small grid is split-K's job, which has its own
-# candidates.
-SK_MIN_GAIN = 0.005
-# ... and the tail with a full wave (GemmConfig.sk_wave) where it beats the plain tail by SK_WAVE_MIN_GAIN: a thin tail
-# whose shares the SK_MAX_SHARES floor keeps at a quarter unit on a few clusters (2 units of 64 k-tiles over 132
-# clusters: 8 shares of 16 k-tiles, the other 124 clusters idle) is spread over every cluster as a unit and a k-tile
-# or two each. Where the plain tail's shares already cover every cluster the two walks cost the same k-tiles, and
-# the plain one, measured, stays.
-SK_WAVE_MIN_GAIN = 0.02
 # The ranking sees a cooperative candidate with its tail where its whole units take at most MAX_TAIL_RANKED_STEPS
 # steps per SM: there the tail decides the time (4864x896x4096: 3 waves of 128x128 or 2 of 256x128, the tail a
 # third of it). Longer grids are ranked by their whole units and get the tail after the ranking: ranked with their
@@ -329,72 +233,9 @@ MAX_TAIL_RANKED_STEPS = 2
 SHORT_GRID_TILES = ("coop128x128",)
 SHORT_GRID_MAX_STEPS = 3
 # ... and on products whose sides are both at least SHORT_GRID_MIN_SIDE, where it was measured (small M, 256 and 512
-# rows, is the pingpong and split-K tiles' ground, as for SK_ALL_MIN_SIDE)
+# rows, is the pingpong and split-K tiles' ground, as for predict.SK_ALL_MIN_SIDE)
 SHORT_GRID_MIN_SIDE = 768
-# ... but a grid of fewer units than clusters, all of it run as the tail, on a product whose sides are both at least
-# SK_ALL_MIN_SIDE and SK_ALL_MIN_K_TILES k-tiles per unit: the weight gradients of a small model's layers, dW = dY^T X with
-# the tokens as K, whose few output tiles leave most SMs idle. Measured on the H200 beside split-K and the unsplit
-# tiles (bench_h200_training_explore_*.json, issue 47): 1536x1536x4096 coop128x256sk 37.5 us against coop128x256's
-# 45.4; the Qwen2-0.5B lm_head's dX (4096x896x151936, 112 units of 2374 k-tiles) coop256x128sk 1.50 ms against
-# split-K 8's 2.59 (its 896 partial tiles of 128 KiB overflow the L2, which the split-K model does not see). At small
-# M (the H100's 128 and 256 x 14336 x 4096; the H200's 256x1536x4096 and 128x896x4096) the tail lost to split-K
-# pingpong tiles by 12-20%: a side that short is split-K's ground (its partial tiles are few and small).
-SK_ALL_MIN_K_TILES = 32
-# ... and shares of at least SK_ALL_MIN_SHARE k-tiles: a shorter share is mostly the launch's ramp and the fix-up.
-# Measured on the H200 (run 40, perf-notes issue 47): 896x896x4096 all tail, shares of 17-24 k-tiles, ran
-# 19.0-23.1 us in every cooperative tile against pp64x128's 16.0; 896x896x16384, shares of 68-96, 49.4-52.3 against
-# split-K's 52.3.
-SK_ALL_MIN_SHARE = 32
-# Once the busiest CTA's loads were counted per share (predict), the H200's 512x4096x14336 took the all-tail form and
-# ran coop128x256sk 90.7-91.7 us against pp128x128's 84.7 (runs 40-41): a side of 512 is short too.
-SK_ALL_MIN_SIDE = 768
-SK_L2_BYTES_PER_NS = 24.0
-SK_MIN_K_TILES = 16
-SK_DTYPES = ("bfloat16", "float16")   # measured with bf16 (docs/perf-notes.md, issue 26 step 9); fp8's k-tiles are
-#                                       half as long, so its fix-up weighs twice as much, and is not measured
 
-# The serpentine k-loop (GemmConfig.k_serpentine; scheduler.ptx.j2's k_direction): the walk's odd passes load K from
-# its end, where the pass before them finished, so each wave begins on lines L2 still holds. Measured on cooperative
-# bf16 picks (H100, perf-notes issue 26 step 12): DRAM reads 2-15% lower on square+LLM shapes, burst time unchanged,
-# sustained +0.1 to +0.8% per shape beside the same config without it. It needs a pass to turn after (at least
-# SERPENTINE_MIN_PASSES whole passes); pingpong and fp8 picks are not measured and keep the forward loop.
-SERPENTINE_MIN_PASSES = 2
-SERPENTINE_DTYPES = SK_DTYPES
-
-# (schedule, block_m, block_n), each with every cluster shape in CLUSTER_SHAPES: what `tune` tries. Single-CTA
-# tiles are also tried with every split-K count in SPLITS, and TRANSPOSED_TILES (the transposed store: swap-AB,
-# C^T = B^T A^T with N filling the tile's rows and M its narrow columns) with every one.
-CANDIDATE_TILES = (
-    ("pingpong", 128, 128), ("pingpong", 128, 192), ("pingpong", 64, 256), ("pingpong", 64, 128),
-    ("cooperative", 256, 128), ("cooperative", 128, 256), ("cooperative", 256, 192), ("cooperative", 128, 128),
-    ("cooperative", 128, 192), ("cooperative", 128, 224),
-    # tiles that are not whole 64-column panels, for shapes whose N they divide better (e.g. N = 4160 = 20 x 208)
-    ("pingpong", 128, 160), ("cooperative", 128, 208), ("cooperative", 256, 160),
-    # twice the tiles of pp64x128 where M is 64 or less: selectable only for fp8 at M <= FP8_NARROW_MAX_M (below)
-    ("pingpong", 64, 64),
-)
-CLUSTER_SHAPES = ((1, 1), (2, 1), (1, 2))   # (cluster_m, cluster_n): single CTAs, pairs sharing B, pairs sharing A
-SPLITS = (1, 2, 3, 4, 6, 8)
-SPLIT_TILES = (("pingpong", 128, 128), ("pingpong", 64, 128), ("pingpong", 64, 256), ("cooperative", 128, 256),
-               ("cooperative", 256, 128), ("pingpong", 64, 64))
-TRANSPOSED_TILES = (("pingpong", 128, 16), ("pingpong", 128, 32), ("pingpong", 128, 64), ("pingpong", 64, 16),
-                    ("pingpong", 64, 32), ("pingpong", 64, 64))
-
-
-def _carries_swapped_block_scales(sched: str, block_m: int, block_n: int) -> bool:
-    """Whether the transposed tile takes blockwise scales with the problem swapped (GemmConfig's rule: its columns'
-    A scales must fit beside the sums and products)."""
-    try:
-        GemmConfig(schedule=sched, block_m=block_m, block_n=block_n, c_major="m", in_dtype="float8_e4m3fn",
-                   b_major="k", block_scale=True, block_scale_swapped=True)
-    except ConfigError:
-        return False
-    return True
-
-
-# The swap-AB tiles that carry blockwise scales with the problem swapped (all but pp128x64t, which would spill),
-# each with every split count in BLOCK_SCALE_SPLITS: all of them for `tune`.
-BLOCK_SCALE_TRANSPOSED_TILES = tuple(t for t in TRANSPOSED_TILES if _carries_swapped_block_scales(*t))
 # The selection offers one of them, unsplit, at decode-sized M (M <= BLOCK_SCALE_SWAP_MAX_M: its 32 columns hold
 # the caller's rows, where an unswapped tile pads M to 64), and only where the unswapped pick is unsplit too (a short
 # k-loop, where the padded rows' share of the wgmma and of the promotion shows). Measured on the H100, burst, two
@@ -406,38 +247,6 @@ BLOCK_SCALE_TRANSPOSED_TILES = tuple(t for t in TRANSPOSED_TILES if _carries_swa
 BLOCK_SCALE_SWAP_TILE = ("pingpong", 64, 32)
 BLOCK_SCALE_SWAP_MAX_M = 32
 
-# Candidates a table has no measurement for (pairs along N, most pingpong pairs, tiles one GPU was not run with) are
-# costed as their tile without a cluster, or else as the 128x128 pingpong scaled by tile area. None of these is
-# SELECTABLE (the one selectable estimate, pp64x128 on the H100, is set explicitly above); they only give `tune` a
-# prediction to print beside its measurement.
-def _fill_unmeasured(ktile_ns: dict, epilogue_ns: dict) -> None:
-    for sched, block_m, block_n in CANDIDATE_TILES + BLOCK_SCALE_TILES:
-        base = f"{TAG_SCHEDULE[sched]}{block_m}x{block_n}"
-        if base not in ktile_ns:
-            area = block_m * block_n / (128 * 128)
-            ktile_ns[base], epilogue_ns[base] = ktile_ns["pp128x128"] * area, epilogue_ns["pp128x128"] * area
-        for cluster_m, cluster_n in CLUSTER_SHAPES:
-            try:
-                tag = GemmConfig(schedule=sched, block_m=block_m, block_n=block_n, cluster_m=cluster_m,
-                                 cluster_n=cluster_n).tag
-            except ConfigError:
-                continue  # a tile this cluster cannot split
-            ktile_ns.setdefault(tag, ktile_ns[base])
-            epilogue_ns.setdefault(tag, epilogue_ns[base])
-
-
-def _fill_transposed(ktile_ns: dict, epilogue_ns: dict) -> None:
-    """Transposed tiles not measured: the 128x128 pingpong scaled by tile area (the memory model decides them)."""
-    for sched, block_m, block_n in TRANSPOSED_TILES:
-        tag = f"{TAG_SCHEDULE[sched]}{block_m}x{block_n}t"
-        area = block_m * block_n / (128 * 128)
-        ktile_ns.setdefault(tag, ktile_ns["pp128x128"] * area)
-        epilogue_ns.setdefault(tag, epilogue_ns["pp128x128"] * area)
-
-
-for _tables in ((KTILE_NS, EPILOGUE_NS), (KTILE_NS_H200, EPILOGUE_NS_H200)):
-    _fill_unmeasured(*_tables)
-    _fill_transposed(*_tables)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -463,200 +272,6 @@ def resolve_device(device=None):
                           f"got {device!r}")
     return device
 
-
-def candidates(m: int, n: int, k: int, in_dtype: str = "bfloat16", out_dtype: str | None = None,
-               a_major: str = "k", b_major: str = "mn") -> list[GemmConfig]:
-    """Every config of CANDIDATE_TILES x CLUSTER_SHAPES that GemmConfig accepts for these dtypes and layouts."""
-    return problem_candidates(Problem(m, n, k, in_dtype, out_dtype, a_major, b_major))
-
-
-def problem_candidates(problem: Problem) -> list[GemmConfig]:
-    return list(_candidates_for(CANDIDATE_TILES, CLUSTER_SHAPES, SPLIT_TILES, TRANSPOSED_TILES, SPLITS,
-                                *problem.config_fields().values()))
-
-
-@functools.lru_cache(maxsize=64)  # select_config runs for every GemmPlan; the configs depend on dtypes and layouts
-def _candidates_for(tiles, clusters, split_tiles, transposed_tiles, splits, in_dtype, out_dtype, a_major,
-                    b_major) -> tuple[GemmConfig, ...]:
-    """Every accepted config: the tiles x cluster shapes, the split tiles x splits > 1, and the transposed tiles x
-    splits. A transposed config runs the swapped problem, so its operands' majors trade places (A' = B^T is
-    MN-major exactly when B is; B' = A^T is K-major exactly when A is)."""
-    shapes = [(sched, bm, bn, cm, cn, 1, "n") for sched, bm, bn in tiles for cm, cn in clusters]
-    shapes += [(sched, bm, bn, 1, 1, sp, "n") for sched, bm, bn in split_tiles for sp in splits if sp > 1]
-    shapes += [(sched, bm, bn, 1, 1, sp, "m") for sched, bm, bn in transposed_tiles for sp in splits]
-    found = []
-    for sched, block_m, block_n, cluster_m, cluster_n, sp, c_major in shapes:
-        majors = (a_major, b_major) if c_major == "n" else (b_major, a_major)
-        if cluster_m > 1 and block_n % 128:
-            continue  # a pair along M of a tile not split in 128-column halves: no measured entry (bench --variants)
-        try:
-            found.append(GemmConfig(schedule=sched, block_m=block_m, block_n=block_n, cluster_m=cluster_m,
-                                    cluster_n=cluster_n, in_dtype=in_dtype, out_dtype=out_dtype, a_major=majors[0],
-                                    b_major=majors[1], splits=sp, c_major=c_major))
-        except ConfigError:
-            continue  # e.g. 128x256 pingpong (too many accumulators), cluster 2 with block_n 192, fp32 smem
-    return tuple(found)
-
-
-@dataclasses.dataclass(frozen=True)
-class Prediction:
-    tag: str
-    tiles_m: int
-    tiles_n: int
-    k_tiles: int
-    steps: int             # scheduler steps of the busiest CTA (tiles it runs)
-    mainloop_ns: float     # one tile's k-loop
-    epilogue_ns: float     # one tile's store
-    total_ns: float
-    memory_bound: bool = False   # the memory model's time exceeds the compute model's
-    padded_area: int = 0         # output elements the tiles compute, padding included (every problem's)
-    wave_fill: float = 1.0       # units / (steps x clusters): how full the busiest CTA's steps keep the grid
-    busy_ctas: int = 0           # CTAs with work in the first step (min(units, clusters) x the cluster's CTAs)
-
-    def row(self, tag: str | None = None) -> dict:
-        """The table row; `tag`: the config's tag where the selection adds what the model does not time."""
-        return {"tag": tag or self.tag, "tiles": f"{self.tiles_m}x{self.tiles_n}", "k_tiles": self.k_tiles,
-                "steps_per_cta": self.steps, "predicted_us": self.total_ns / 1e3}
-
-
-def tables(gpu_name: str = "") -> tuple[dict, dict]:
-    """(KTILE_NS, EPILOGUE_NS) for a GPU: the GPU_TABLES entry whose key its name contains, else the H100's."""
-    return next((t for key, t in GPU_TABLES.items() if key in gpu_name), (KTILE_NS, EPILOGUE_NS))
-
-
-def predict(config: GemmConfig, m: int, n: int, k: int, sm_count: int, gpu_name: str = "",
-            batches: int = 1) -> Prediction:
-    """The model's time for `config` on `batches` (m, n, k) problems in one launch and `sm_count` SMs of GPU
-    `gpu_name` (see the module docstring): the longer of the compute model and the memory model."""
-    tile = config.tile_tag
-    ktile_ns, epilogue_ns = tables(gpu_name)
-    if tile not in ktile_ns or tile not in epilogue_ns:
-        raise ConfigError(f"config: no measured cost for {tile!r} in ptxgemm.select.cost_model's tables; the model "
-                          f"knows {sorted(ktile_ns)}")
-    m, n, k = _kernel_mnk(config, m, n, k)
-    sched = schedule.plan_for(config, m, n, k, sm_count, batches=batches)
-    steps = steps_per_cta(sched)
-    base_ns, epi_ns = ktile_ns[tile], epilogue_ns[tile]
-    if config.block_scale:   # blockwise tiles have costs of their own (the promotion, their stage counts)
-        bs_tag = f"{TAG_SCHEDULE[config.schedule]}{config.block_m}x{config.block_n}"
-        base_ns, epi_ns = BLOCK_SCALE_KTILE_NS.get(bs_tag, base_ns), BLOCK_SCALE_EPILOGUE_NS.get(bs_tag, epi_ns)
-    ktile = base_ns * misaligned_factor(config, m, n, k)   # m, n already the kernel's
-    compute = model_ns(config.cooperative, steps, sched.k_tiles, ktile, epi_ns)
-    if sched.sk_units:   # the stream-K tail: the busiest cluster's whole units and share, plus the fix-up
-        compute *= sk_steps(config, sched, gpu_name) / steps
-    if sched.splits > 1:
-        compute += steps * fixup_ns(config, sched.splits, gpu_name)
-    # the busiest CTA's loads: under the stream-K tail its whole units and its share, not whole steps (a share of a
-    # unit and a k-tile or two loads half of what a third step would)
-    loaded_steps = sched.sk_busiest_units if sched.sk_units else steps
-    # the ring as the selection runs it (with_deep_ring): what bounds a CTA's load rate (cta_load_rate)
-    memory = memory_ns(with_deep_ring(config), sched, loaded_steps, m, n, k, batches, gpu_name)
-    total = combine(compute, memory, gpu_name)
-    area = batches * sched.tiles_m * config.block_m * sched.tiles_n * config.block_n
-    return Prediction(config.tag, sched.tiles_m, sched.tiles_n, sched.k_tiles, steps, sched.k_tiles * base_ns,
-                      epi_ns, float(total), bool(memory > compute), area,
-                      sched.waves / steps, min(sched.units, sched.clusters) * config.cluster_size)
-
-
-def _kernel_mnk(config: GemmConfig, m: int, n: int, k: int) -> tuple[int, int, int]:
-    """(m, n, k) of the problem the kernel runs: the transposed store runs C^T = B^T A^T."""
-    return (n, m, k) if config.transposed_store else (m, n, k)
-
-
-def _kernel_schedule(config: GemmConfig, m: int, n: int, k: int, sm_count: int, batches: int = 1):
-    """The schedule `config`'s kernel walks for the caller's problem m x n x k (_kernel_mnk)."""
-    return schedule.plan_for(config, *_kernel_mnk(config, m, n, k), sm_count, batches=batches)
-
-
-def with_stream_k(config: GemmConfig, m: int, n: int, k: int, sm_count: int, gpu_name: str = "",
-                  batches: int = 1) -> GemmConfig:
-    """`config` with the stream-K tail where it can carry it and the model says it saves SK_MIN_GAIN of the
-    busiest cluster's time (see SK_MIN_GAIN); else `config` itself."""
-    if not config.cooperative or config.stream_k or config.split_k or config.in_dtype not in SK_DTYPES:
-        return config
-    try:
-        sk = dataclasses.replace(config, stream_k=True)
-    except ConfigError:
-        return config      # a kernel the tail does not combine with (blockwise, a source tile, grouped, traced)
-    m, n, k = _kernel_mnk(config, m, n, k)
-    sched = schedule.plan_for(sk, m, n, k, sm_count, batches=batches)
-    if not sched.sk_units or sched.k_tiles < SK_MIN_K_TILES:
-        return config      # no tail, or a short loop
-    if not sched.dp_units and (sched.k_tiles < SK_ALL_MIN_K_TILES or min(m, n) < SK_ALL_MIN_SIDE
-                               or sched.sk_per < SK_ALL_MIN_SHARE):
-        return config      # all tail (fewer units than clusters) on a small or short problem: split-K's ground
-    best, best_steps = config, steps_per_cta(sched) * (1 - SK_MIN_GAIN)
-    wave = dataclasses.replace(sk, sk_wave=True)
-    wave_sched = schedule.plan_for(wave, m, n, k, sm_count, batches=batches)
-    for form, form_sched in ((sk, sched), (wave, wave_sched)):
-        if form.sk_wave and form_sched.sk_units == sched.sk_units:
-            continue       # no full wave to fold in: the same walk as the plain tail
-        steps = sk_steps(form, form_sched, gpu_name)
-        if steps <= best_steps * (1 - SK_WAVE_MIN_GAIN if form.sk_wave else 1):
-            best, best_steps = form, steps
-    return best
-
-
-def with_serpentine(config: GemmConfig, m: int, n: int, k: int, sm_count: int, batches: int = 1) -> GemmConfig:
-    """`config` with the serpentine k-loop where it can carry it (a cooperative 16-bit pick without split-K) and
-    its walk makes at least SERPENTINE_MIN_PASSES whole passes; else `config` itself."""
-    if not config.cooperative or config.k_serpentine or config.split_k or config.in_dtype not in SERPENTINE_DTYPES:
-        return config
-    try:
-        turned = dataclasses.replace(config, k_serpentine=True)
-    except ConfigError:
-        return config      # a kernel the backward loop does not combine with (blockwise, grouped)
-    sched = _kernel_schedule(turned, m, n, k, sm_count, batches)
-    return turned if sched.dp_units >= SERPENTINE_MIN_PASSES * sched.clusters else config
-
-
-def with_deep_ring(config: GemmConfig) -> GemmConfig:
-    """`config` with the deepest load ring shared memory holds where its tile is one of DEEP_RING_TILES (16-bit,
-    no `stages` of its own); else `config` itself."""
-    if (config.tile_tag not in DEEP_RING_TILES or config.stages is not None
-            or config.in_dtype not in DEEP_RING_DTYPES or config.most_stages <= config.num_stages):
-        return config
-    return dataclasses.replace(config, stages=config.most_stages)
-
-
-def sk_steps(config: GemmConfig, sched, gpu_name: str = "") -> float:
-    """The busiest cluster's time under the stream-K tail, in units: its whole units, its share of the tail, and
-    the fix-up (two partial tiles through L2 at SK_L2_BYTES_PER_NS)."""
-    ktile_ns, epilogue_ns = tables(gpu_name)
-    unit_ns = sched.k_tiles * ktile_ns[config.tile_tag] + epilogue_ns[config.tile_tag]
-    return sched.sk_busiest_units + sk_fixup_ns(config) / unit_ns
-
-
-def sk_fixup_ns(config: GemmConfig) -> float:
-    """The stream-K fix-up's cost on the busiest cluster: two fp32 partial tiles (one consumer pair's accumulators
-    each) through L2 at SK_L2_BYTES_PER_NS."""
-    return 2 * config.consumers_per_tile * config.partial_bytes / SK_L2_BYTES_PER_NS
-
-
-def sk_fixup_k_tiles(config: GemmConfig, gpu_name: str = "") -> int:
-    """The fix-up's cost in k-tiles of `config`'s tile, rounded up: what the grouped kernel, which cuts its tail
-    on the device (streamk.ptx.j2's split_on_device), weighs a share against a whole unit with."""
-    ktile_ns, _ = tables(gpu_name)
-    tile = config.tile_tag
-    if tile not in ktile_ns:
-        raise ConfigError(f"config: no measured k-tile cost for {tile!r} in ptxgemm.select.cost_model's tables, which "
-                          f"the stream-K tail's split needs; the model knows {sorted(ktile_ns)}")
-    return math.ceil(sk_fixup_ns(config) / ktile_ns[tile])
-
-
-def steps_per_cta(sched) -> int:
-    """Scheduler steps of the busiest CTA (cluster) of a ptxgemm.kernel.schedule.Schedule: the tiles it runs."""
-    return math.ceil(sched.units / sched.clusters)
-
-
-def model_ns(cooperative: bool, steps, k_tiles, ktile_ns, epilogue_ns):
-    """The model's time from its terms; numbers or numpy arrays alike (`python -m ptxgemm fit tiles`, ptxgemm/select/fitting.py fits the costs with it).
-    Cooperative: both consumers store every tile together. Pingpong: a consumer's epilogue runs under its peer's
-    mainloop, so a step costs the longer of the two, and only the last tile's epilogue has nothing to hide under."""
-    mainloop = k_tiles * ktile_ns
-    if cooperative:
-        return steps * (mainloop + epilogue_ns)
-    return steps * np.maximum(mainloop, epilogue_ns) + epilogue_ns
 
 
 MIN_CLUSTER_ROWS = 2
@@ -747,7 +362,7 @@ def _ranked(problem: Problem, sm_count: int, gpu_name: str = "", batches: int = 
                     and problem.m >= BUSY_TIE_MIN_M else 0)
             overlapped = int(c.cooperative) if short else 0
             return (0, p.padded_area, overlapped, fill, c.splits, busy,
-                    misaligned_factor(c, *_kernel_mnk(c, problem.m, problem.n, problem.k)), order)
+                    misaligned_factor(c, *kernel_mnk(c, problem.m, problem.n, problem.k)), order)
         return (0, 0, order, c.splits, 0, 0)
 
     pairs += fillers
@@ -813,15 +428,6 @@ def _with_tail(pred: Prediction, config: GemmConfig, m: int, n: int, k: int, sm_
     tail = with_stream_k(config, m, n, k, sm_count, gpu_name, batches)
     return (pred if tail is config else predict(tail, m, n, k, sm_count, gpu_name, batches)), tail
 
-
-def blockwise_candidates(problem: Problem) -> list[GemmConfig]:
-    """The configs that can carry blockwise scaling for this problem's dtypes and layouts (without the epilogue
-    fields yet): BLOCK_SCALE_TILES and BLOCK_SCALE_TUNE_TILES x CLUSTER_SHAPES, each single-CTA tile with every
-    split count, and the swap-AB BLOCK_SCALE_TRANSPOSED_TILES with every split count (the selection passes over
-    the 112-wide tiles and offers one swap-AB tile: BLOCK_SCALE_SWAP_TILE)."""
-    tiles = BLOCK_SCALE_TILES + BLOCK_SCALE_TUNE_TILES
-    return list(_candidates_for(tiles, CLUSTER_SHAPES, tiles, BLOCK_SCALE_TRANSPOSED_TILES, BLOCK_SCALE_SPLITS,
-                                *problem.config_fields().values()))
 
 
 def _ranked_blockwise(problem: Problem, sm_count: int, gpu_name: str, batches: int, epilogue: tuple):
@@ -901,7 +507,7 @@ def preferences(m: int, n: int, k: int, in_dtype: str = "bfloat16", out_dtype: s
         # the tail decided for the configs the caller takes, not for every candidate ranked
         tail = with_stream_k(config, m, n, k, device.sm_count, str(device.name), batches)
         turned = with_deep_ring(with_serpentine(tail, m, n, k, device.sm_count, batches))
-        yield with_band(turned, lambda c: _kernel_schedule(c, m, n, k, device.sm_count, batches)), "cost model"
+        yield with_band(turned, lambda c: kernel_schedule(c, m, n, k, device.sm_count, batches)), "cost model"
 
 
 def choose(m: int, n: int, k: int, in_dtype: str = "bfloat16", out_dtype: str | None = None, a_major: str = "k",
@@ -933,7 +539,7 @@ def explain(m: int, n: int, k: int, in_dtype: str = "bfloat16", out_dtype: str |
     for p, c in _ranked(problem, device.sm_count, str(device.name)):
         pred, tail = _with_tail(p, c, m, n, k, device.sm_count, str(device.name))
         turned = with_deep_ring(with_serpentine(tail, m, n, k, device.sm_count))
-        turned = with_band(turned, lambda c: _kernel_schedule(c, m, n, k, device.sm_count))
+        turned = with_band(turned, lambda c: kernel_schedule(c, m, n, k, device.sm_count))
         rows.append(pred.row(None if turned is tail else turned.tag))
     return rows
 

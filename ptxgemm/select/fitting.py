@@ -1,6 +1,6 @@
 """The cost model's constants refitted from measured runs (`python -m ptxgemm fit`; no GPU needed).
 
-The selection's tables (ptxgemm.select.cost_model: KTILE_NS and EPILOGUE_NS per config tag and GPU; memory_model: MEMORY per GPU)
+The selection's tables (ptxgemm.select.tile_costs: KTILE_NS and EPILOGUE_NS per config tag and GPU; memory_model: MEMORY per GPU)
 are fitted to benchmark runs in which every candidate ran side by side (`bench --variants`) or to a tune cache
 (`tune` stores every candidate's time). This module is that fit, kept beside the model it feeds, so a new GPU or a new
 tile gets its constants the way the current ones were got:
@@ -9,10 +9,10 @@ tile gets its constants the way the current ones were got:
   fixed epilogue cost the model is linear in the k-tile cost, so each point of a grid over the epilogue cost has a
   closed-form least squares of the relative error; the pair with the least RMS log error wins.
 - `fit_memory`: the memory model (bandwidths, latency, overlap) and the transposed tiles' costs together, by
-  Powell's method on the mean squared log error of `cost_model.predict`. It needs scipy (a developer's tool, not a
+  Powell's method on the mean squared log error of `predict.predict`. It needs scipy (a developer's tool, not a
   dependency of the library), and leaves the module's tables as they were.
 
-Both print what to paste into cost_model.py or memory_model.py; neither changes the selection by itself.
+Both print what to paste into tile_costs.py or memory_model.py; neither changes the selection by itself.
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ import numpy as np
 from ..errors import ConfigError
 from ..kernel import schedule
 from ..kernel.config import GemmConfig
-from . import cost_model, memory_model
+from . import memory_model, predict, tile_costs
 
 #: the epilogue costs tried per tag (ns per output tile): every 10 ns up to 6 us, above any fitted so far
 EPILOGUE_GRID_NS = np.linspace(0.0, 6000.0, 601)
@@ -68,7 +68,7 @@ def fit_tile(tag: str, points, sm_count: int) -> tuple[float, float, float]:
     """(k-tile ns, epilogue ns, RMS log error) of config `tag` over `points` [(m, n, k, ns), ...]."""
     cfg = GemmConfig.from_tag(tag)
     plans = [schedule.plan_for(cfg, m, n, k, sm_count) for m, n, k, _ in points]
-    steps = np.array([cost_model.steps_per_cta(s) for s in plans], float)
+    steps = np.array([predict.steps_per_cta(s) for s in plans], float)
     k_tiles = np.array([s.k_tiles for s in plans], float)
     ns = np.array([t for *_, t in points], float)
     best = None
@@ -81,7 +81,7 @@ def fit_tile(tag: str, points, sm_count: int) -> tuple[float, float, float]:
         kt = float(np.sum(w * w * x * y) / np.sum(w * w * x * x))
         if kt <= 0:
             continue
-        pred = cost_model.model_ns(cfg.cooperative, steps, k_tiles, kt, epi)
+        pred = predict.model_ns(cfg.cooperative, steps, k_tiles, kt, epi)
         err = float(np.sqrt(np.mean(np.log(pred / ns) ** 2)))
         if best is None or err < best[2]:
             best = (kt, float(epi), err)
@@ -99,7 +99,7 @@ def fit_tiles(files, sm_count: int) -> dict[str, tuple[float, float, float, int]
 
 def fit_memory(files, sm_count: int) -> dict:
     """The memory model and the transposed tiles' costs fitted to bench runs with --variants: {"gpu",
-    "samples", "rms_log_error", name: value ...}. cost_model's tables are restored before it returns."""
+    "samples", "rms_log_error", name: value ...}. tile_costs' tables are restored before it returns."""
     try:
         from scipy.optimize import minimize   # a developer's tool's dependency, not the library's
     except ImportError:
@@ -112,7 +112,7 @@ def fit_memory(files, sm_count: int) -> dict:
         raise ConfigError("files: no row with variants (run the bench with --variants)")
     configs = {t: GemmConfig.from_tag(t) for t in {p[3] for p in points}}
     transposed = sorted({c.tile_tag for c in configs.values() if c.transposed_store})
-    ktile, epilogue = cost_model.tables(gpu)
+    ktile, epilogue = tile_costs.tables(gpu)
     memory = memory_model.bandwidths(gpu)
     names = [*MEMORY_KEYS, *(f"kt:{t}" for t in transposed), *(f"ep:{t}" for t in transposed)]
 
@@ -127,7 +127,7 @@ def fit_memory(files, sm_count: int) -> dict:
 
     def loss(x):
         put(map(float, np.exp(x)))
-        return sum((math.log(cost_model.predict(configs[t], m, n, k, sm_count, gpu).total_ns) - math.log(ns)) ** 2
+        return sum((math.log(predict.predict(configs[t], m, n, k, sm_count, gpu).total_ns) - math.log(ns)) ** 2
                    for m, n, k, t, ns in points) / len(points)
 
     try:

@@ -30,7 +30,7 @@ MEMORY = {
     # r50_ab50). load_latency_ns: a CTA's ring bounds its load rate (cta_load_rate), 1400 ns by the fit over
     # sm_bytes_per_ns and it together (RMS 17.7% to 17.6% on the bf16 runs, 6.9% to 6.2% on run 50's fp8 ones); it is
     # what keeps the 64x64 pingpong's 8-stage ring (128 KiB in flight: 64x4096x14336 fp8 unsplit 30.6 us against
-    # split in two 26.0) from looking as fast as its deep ring (cost_model.DEEP_RING_TILES)
+    # split in two 26.0) from looking as fast as its deep ring (predict.DEEP_RING_TILES)
     "H200": {"dram_bytes_per_ns": 3576, "sm_bytes_per_ns": 115.5, "l2_sm_bytes_per_ns": 16.2, "latency_ns": 10000,
              "overlap_p": 7.8, "load_latency_ns": 1400},
 }
@@ -84,7 +84,7 @@ def memory_ns(config: GemmConfig, sched, steps: float, m: int, n: int, k: int, b
 
 def cta_load_rate(config: GemmConfig, gpu_name: str = "") -> float:
     """Bytes per ns one CTA loads: sm_bytes_per_ns, or less where its ring (`config` as it runs: the selection
-    passes its deep ring, cost_model.with_deep_ring) keeps fewer bytes in flight than that rate needs over
+    passes its deep ring, predict.with_deep_ring) keeps fewer bytes in flight than that rate needs over
     load_latency_ns (Little's law; a GPU without load_latency_ns in MEMORY: no such bound)."""
     bw = bandwidths(gpu_name)
     latency = bw.get("load_latency_ns")

@@ -4,7 +4,7 @@ Location: <PTXGEMM_CACHE_DIR or ~/.cache/ptxgemm>/tune.json, beside the cubin ca
 (ptxgemm.toolchain.compiler.cache_dir).
 An entry is keyed by GPU name, SM count, driver version, (m, n, k), dtypes and operand majors: a winner measured on
 another GPU, another driver or another layout says nothing about this one. Each entry keeps every candidate's
-time too, so the cost model's tables (ptxgemm.select.cost_model) can be refitted from the cache.
+time too, so the cost model's tables (ptxgemm.select.tile_costs) can be refitted from the cache.
 
 PTXGEMM_TUNE_CACHE=off (or 0) turns the cache off: select_config does not look entries up and tune does not store
 them (`python -m ptxgemm bench` sets it, so a benchmark measures the library's own heuristic unless asked otherwise).

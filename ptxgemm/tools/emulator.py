@@ -482,7 +482,7 @@ def _scalar_names(config) -> tuple[str, ...]:
 def _grouped_params(plan, rebased) -> dict:
     """The kernel's scalar arguments by the names its PTX entry declares (the template, rendered), so that a value
     packed in the wrong slot is read as the kernel would read it; each address (a c_uint64) bound by `rebased`."""
-    from ..select.cost_model import sk_fixup_k_tiles
+    from ..select.predict import sk_fixup_k_tiles
 
     names = _scalar_names(plan.config)
     # the stream-K tail's fix-up memory is the device's own (the emulated result does not read it): null addresses

@@ -60,7 +60,7 @@ import numpy as np
 
 from ..kernel.config import ACTIVATIONS, FP8_DTYPES, OUTPUT_DTYPES, VECTOR_DTYPES, default_out_dtype
 from ..kernel.tile import Tile
-from ..select.cost_model import BLOCK_SCALE_SPLITS, BLOCK_SCALE_TRANSPOSED_TILES
+from ..select.tiles import BLOCK_SCALE_SPLITS, BLOCK_SCALE_TRANSPOSED_TILES
 
 ENTRIES = ("run", "matmul", "plan")
 ARRAY_KINDS = ("host", "device", "torch", "cupy")
