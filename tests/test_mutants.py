@@ -314,14 +314,15 @@ def test_the_one_set_pingpong_epilogue_survivors_are_explained_for_it_alone():
     def one_set_explained(preset):
         cfg = GemmConfig(**MUTANT_PRESETS[preset])
         return {m.id for m in mutant_catalog.enumerate_mutants(cfg)[1]
-                if "(pingpong, one product set)" in mutant_catalog.explain(m, cfg)}, cfg
+                if "(pingpong, one product set, a narrow tile)" in mutant_catalog.explain(m, cfg)}, cfg
 
     deep, cfg = one_set_explained("blockwise-deep")
     assert cfg.bs_product_sets == 1 and cfg.schedule == "pingpong"
     assert {i.split(":", 1)[1] for i in deep} == {"bar.sync:deleted", "cp.async.bulk.commit_group:deleted",
                                                   "cp.async.bulk.wait_group:N+1", "cp.async.bulk.wait_group:deleted"}
     found = mutant_catalog.enumerate_mutants(cfg)[1]
-    assert not any("(pingpong, one product set)" in mutant_catalog.explain(m) for m in found)   # config unknown
+    narrow = "(pingpong, one product set, a narrow tile)"
+    assert not any(narrow in mutant_catalog.explain(m) for m in found)   # the config unknown: no config's reason
     for preset in ("default", "blockwise-swapped", "blockwise-narrow", "blockwise-small-m"):
         assert not one_set_explained(preset)[0], preset
     path = Path(__file__).resolve().parents[1] / "docs/results/h200/mutants/mutants_blockwise_deep_h200.json.gz"

@@ -389,10 +389,9 @@ SURVIVOR_REASONS = (
 
 def _narrow_one_set_pingpong(config) -> bool:
     """The pingpong's one-set blockwise loop on a narrow tile (GemmConfig.bs_product_sets == 1 with block N at most
-    BLOCK_SCALE_ONE_SET_MAX_N: the 64-row tiles in a deep ring). The loop retires and promotes every k-tile before
-    the next, so a consumer's math-order arrive, which lets the peer start its mainloop, comes only after its tile's
-    last promotion (the two-set loop arrives at the issue). The wide one-set pingpong (pp64x192, three times the
-    staging to store) was not run: it keeps the general reasons."""
+    BLOCK_SCALE_ONE_SET_MAX_N: the 64-row tiles in a deep ring), the kernel whose survivors CONFIG_SURVIVOR_REASONS
+    records. The wide one-set pingpong (pp64x192, three times the staging to store) was not run: it keeps the
+    general reasons, as the two-set pingpongs do (the swap-AB one kills these mutants on the H100)."""
     return (config.schedule == "pingpong" and config.block_scale and config.bs_product_sets == 1
             and config.block_n <= BLOCK_SCALE_ONE_SET_MAX_N)
 
@@ -400,11 +399,13 @@ def _narrow_one_set_pingpong(config) -> bool:
 _UNSEEN_ONE_SET = (
     "not observed on the H200 (runs 93 and 96, docs/results/h200/mutants/mutants_blockwise_deep_h200.json.gz: 4 "
     "workloads x 2 launches, then three one- and two-k-tile workloads with every SM storing, 15 launches each): "
-    "(pingpong, one product set) the peer starts its mainloop only after this consumer's last promotion, so the "
-    "peer's whole k-loop (a full wait, its wgmmas and their retirement, the promotion) lies between this consumer's "
-    "first write of the shared staging buffer and the peer's, and the narrow tile's staging is small; a latent race "
-    "the loop's serialization hides. The default pingpong, whose peer starts at the issue, kills it "
-    "(tests/test_gemm_gpu.py::test_mutants_of_the_ordering_barriers_are_killed)")
+    "(pingpong, one product set, a narrow tile) a blockwise consumer lets its peer start only after its tile's last "
+    "promotion, so the peer's whole k-loop (a full wait, its wgmmas and their retirement, the promotion) lies between "
+    "this consumer's first write of the shared staging buffer and the peer's, and the narrow tile's store is short; "
+    "a latent race that timing hides here. The 16-bit pingpong, whose peer starts at the issue, kills it "
+    "(tests/test_gemm_gpu.py::test_mutants_of_the_ordering_barriers_are_killed), and so does the H100's two-set "
+    "swap-AB pingpong (pp64x32t), whose peer also waits for the last promotion: why its transposed store exposes the "
+    "race and this tile's store does not is not known")
 
 #: (config predicate, template, kind, mutations, needle, reason): survivors that only some configs' timing hides,
 #: asked before SURVIVOR_REASONS when the config is known. The same lines in other configs stay unexplained if they
