@@ -328,4 +328,7 @@ def test_the_one_set_pingpong_epilogue_survivors_are_explained_for_it_alone():
     path = Path(__file__).resolve().parents[1] / "docs/results/h200/mutants/mutants_blockwise_deep_h200.json.gz"
     run = json.loads(gzip.open(path).read())["runs"]["r93_blockwise_deep"]["configs"][0]
     assert run["config"] == cfg.fields()
-    assert {m["id"] for m in run["mutants"] if m["reason"].startswith("unexplained")} == deep
+    # by instruction and mutation, not by id: a later change of the kernel moves the PTX lines the ids name
+    covered = {(m.instruction, m.mutation) for m in found if m.id in deep}
+    assert {(m["instruction"], m["mutation"]) for m in run["mutants"]
+            if m["reason"].startswith("unexplained")} == covered
