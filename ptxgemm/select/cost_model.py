@@ -490,6 +490,13 @@ def _ranked_blockwise(problem: Problem, sm_count: int, gpu_name: str, batches: i
     return ranked
 
 
+def _untimed_forms(config: GemmConfig, m: int, n: int, k: int, sm_count: int, batches: int = 1) -> GemmConfig:
+    """`config` (a ranked pick with the tail it takes) with the forms the selection adds last and the model does not
+    time: the serpentine k-loop, the deep ring and the walk's band (`config` itself where none applies)."""
+    turned = with_deep_ring(with_serpentine(config, m, n, k, sm_count, batches))
+    return with_band(turned, lambda c: kernel_schedule(c, m, n, k, sm_count, batches))
+
+
 def preferences(m: int, n: int, k: int, in_dtype: str = "bfloat16", out_dtype: str | None = None,
                 a_major: str = "k", b_major: str = "mn", device=None, batches: int = 1, epilogue: tuple = ()):
     """Every config that can run the problem, most preferred first, each with where it came from ('tune cache' or
@@ -506,8 +513,7 @@ def preferences(m: int, n: int, k: int, in_dtype: str = "bfloat16", out_dtype: s
     for _, config in _ranked(problem, device.sm_count, str(device.name), batches, epilogue):
         # the tail decided for the configs the caller takes, not for every candidate ranked
         tail = with_stream_k(config, m, n, k, device.sm_count, str(device.name), batches)
-        turned = with_deep_ring(with_serpentine(tail, m, n, k, device.sm_count, batches))
-        yield with_band(turned, lambda c: kernel_schedule(c, m, n, k, device.sm_count, batches)), "cost model"
+        yield _untimed_forms(tail, m, n, k, device.sm_count, batches), "cost model"
 
 
 def choose(m: int, n: int, k: int, in_dtype: str = "bfloat16", out_dtype: str | None = None, a_major: str = "k",
@@ -538,8 +544,7 @@ def explain(m: int, n: int, k: int, in_dtype: str = "bfloat16", out_dtype: str |
     rows = []
     for p, c in _ranked(problem, device.sm_count, str(device.name)):
         pred, tail = _with_tail(p, c, m, n, k, device.sm_count, str(device.name))
-        turned = with_deep_ring(with_serpentine(tail, m, n, k, device.sm_count))
-        turned = with_band(turned, lambda c: kernel_schedule(c, m, n, k, device.sm_count))
+        turned = _untimed_forms(tail, m, n, k, device.sm_count)
         rows.append(pred.row(None if turned is tail else turned.tag))
     return rows
 

@@ -8,7 +8,7 @@ import functools
 import re
 
 from ..kernel import codegen
-from ..kernel.config import BLOCK_SCALE_ONE_SET_MAX_N, GemmConfig
+from ..kernel.config import GemmConfig
 from ..kernel.params import template_params
 
 DEBUG_TIMEOUT_NS = 50_000_000      # a correct kernel here finishes in under a millisecond; 50 ms means "never"
@@ -392,8 +392,9 @@ def _narrow_one_set_pingpong(config) -> bool:
     BLOCK_SCALE_ONE_SET_MAX_N: the 64-row tiles in a deep ring), the kernel whose survivors CONFIG_SURVIVOR_REASONS
     records. The wide one-set pingpong (pp64x192, three times the staging to store) was not run: it keeps the
     general reasons, as the two-set pingpongs do (the swap-AB one kills these mutants on the H100)."""
+    # one set although two would fit: the narrow deep-ring rule's tiles, not the wide ones
     return (config.schedule == "pingpong" and config.block_scale and config.bs_product_sets == 1
-            and config.block_n <= BLOCK_SCALE_ONE_SET_MAX_N)
+            and config.bs_two_sets_fit)
 
 
 _UNSEEN_ONE_SET = (
