@@ -5,7 +5,8 @@ bound from a float64 reference. What each fixed case must exercise (asserted on 
 on the GPU from the plan):
 - split-K: several units per consumer of every CTA (so partials and finals of one tile land on different CTAs and on
   the same CTA's two consumers), each split's k-loop wrapping the stage ring twice, partial edge tiles; one more
-  case per family whose K leaves the last split short (its trailing k-tiles lie past K and load as zeros);
+  case per family whose K leaves the last split short (its trailing k-tiles lie past K and load as zeros); pairs
+  (cluster_m or cluster_n 2) whose last cluster row or column holds a tile past the edge;
 - the transposed store: a row-major output computed as C^T = B^T A^T (the plan reports the swap), partial tiles in
   both directions, several tiles per consumer;
 - determinism: the same split-K plan launched repeatedly, on the full grid (where the units' timing varies) and on a
@@ -38,7 +39,13 @@ SPLIT_FAMILIES = ({"block_m": 64, "block_n": 128, "splits": 3}, {"block_m": 128,
                   {"schedule": "cooperative", "block_m": 128, "block_n": 256, "splits": 2},
                   {"schedule": "cooperative", "block_m": 256, "block_n": 128, "splits": 3},
                   # the deep ring the selection gives the 64x64 pingpong (cost_model.DEEP_RING_TILES): 13 stages
-                  {"block_m": 64, "block_n": 64, "splits": 3, "stages": 13})
+                  {"block_m": 64, "block_n": 64, "splits": 3, "stages": 13},
+                  # pairs under split-K: both CTAs of a cluster run the same split of adjacent tiles (their multicast
+                  # loads cover one k-range), each with its own flag and partial slots (tile = work * 2 + rank);
+                  # along M sharing B (the narrow pingpong and a 128-row one), along N sharing A (cooperative)
+                  {"block_m": 64, "block_n": 128, "cluster_m": 2, "splits": 2},
+                  {"block_m": 128, "block_n": 128, "cluster_m": 2, "splits": 4},
+                  {"schedule": "cooperative", "block_m": 128, "block_n": 256, "cluster_n": 2, "splits": 3})
 TRANSPOSED_FAMILIES = ({"block_m": 128, "block_n": 16, "c_major": "m"},
                        {"block_m": 128, "block_n": 32, "c_major": "m", "splits": 3},
                        {"block_m": 128, "block_n": 64, "c_major": "m", "splits": 2},
@@ -95,6 +102,7 @@ def _case(fam: dict, j: int, f: int, short: bool = False) -> Case:
     units = CTAS * 2 * MIN_UNITS
     tiles_n = 3
     tiles_m = -(-units // (splits * tiles_n))
+    tiles_m += cfg.cluster_m > 1 and tiles_m % cfg.cluster_m == 0     # a pair's second tile row past M
     km, kn = tiles_m * cfg.block_m - 8, tiles_n * cfg.block_n - 8      # the kernel's M and N, both partial
     per = MIN_RING_WRAPS * cfg.num_stages + 1
     k_tiles = splits * per - (1 if short else 0)                       # short: the last split ends past K
@@ -126,6 +134,8 @@ def test_case_exercises_what_it_claims(case):
     assert s.splits == cfg.splits and s.k_tiles >= MIN_RING_WRAPS * cfg.num_stages, (s.splits, s.k_tiles)
     km, kn = case.kernel_mn
     assert km % cfg.block_m and kn % cfg.block_n and case.k % cfg.block_k
+    if cfg.cluster_size > 1:   # the last cluster row or column holds a tile past the edge
+        assert s.tiles_m % cfg.cluster_m or s.tiles_n % cfg.cluster_n, s.describe()
     if cfg.split_k:
         k_tiles = -(-case.k // cfg.block_k)
         assert (s.splits * s.k_tiles > k_tiles) == case.short_last_split
@@ -188,11 +198,12 @@ def test_small_m_with_the_default_selection(m, nk):
 @gpu
 def test_mutants_of_the_split_k_fix_up_are_killed(tmp_path):
     """Every synchronization instruction split-K adds (splitk.ptx.j2), in the pingpong and the cooperative kernel and
-    in the 64-row pingpong whose final adds the partials two at a time (cfg.fixup_batch), broken: the publish
+    in the 64-row pingpong whose final adds the partials two at a time (cfg.fixup_batch), alone and on pairs along M
+    (each CTA of a pair with its own flag: tile = work * 2 + rank), broken: the publish
     (red.release) deleted, the final's poll (ld.acquire) passing at once, the sync that passes the poll on to the 128
     threads deleted, the flag's reset deleted, each caught on the mutation tester's workloads
     (ptxgemm.tools.mutants: 2 launches each with the workspace poisoned in between, so a flag left set lets the second
     launch's final read NaN partials). The sync before the publish is caught, or survives with the reason written
     in ptxgemm.tools.mutants (a latent race); the weakened forms likewise (the command's exit status checks that)."""
-    assert_fix_up_mutants_killed(("split", "cooperative-split", "split-pairs"), "splitk.ptx.j2",
+    assert_fix_up_mutants_killed(("split", "cooperative-split", "split-pairs", "split-cluster"), "splitk.ptx.j2",
                                  tmp_path / "mutants.json")
