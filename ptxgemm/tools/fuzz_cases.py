@@ -237,7 +237,8 @@ def problems(spec: dict) -> list[str]:
         elif config in BLOCK_SWAP_TAGS and spec["scale_a"].get("layout") == "M":
             p.append("config: a swap-AB tile reads A's scales per thread, so scale_a C-contiguous")
         elif config is not None and config not in BLOCK_TAGS + WALK_TAGS + SPLIT_PAIR_TAGS:
-            p.append("config: a swap-AB or deep-ring blockwise tile, a stream-K or a serpentine tile")
+            p.append("config: a swap-AB or deep-ring blockwise tile, a stream-K or a serpentine tile, or a pair "
+                     "under split-K")
         elif config in WIDE_ACC_TAGS and not _plain_epilogue(spec):
             p.append(f"config: {config} carries no fused bias, activation or vector scale")
         ctas = spec.get("ctas")

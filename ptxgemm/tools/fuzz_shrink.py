@@ -6,8 +6,8 @@ import json
 from typing import Callable
 
 from .fuzz_build import kwarg_names
-from .fuzz_cases import (BLOCK_DEEP_TAGS, SERPENTINE_TAGS, SPLIT_PAIR_TAGS, STREAM_K_TAGS, TILE_EDGES, VECTOR_SCALES, a_shape,
-                         b_shape, batch_shape, elements, is_valid, layouts_for, result_shape)
+from .fuzz_cases import (BLOCK_DEEP_TAGS, SERPENTINE_TAGS, SPLIT_PAIR_TAGS, STREAM_K_TAGS, TILE_EDGES, VECTOR_SCALES,
+                         a_shape, b_shape, batch_shape, elements, is_valid, layouts_for, result_shape)
 
 
 def _fix_layouts(spec: dict) -> dict:
