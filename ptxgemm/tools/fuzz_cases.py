@@ -236,7 +236,7 @@ def problems(spec: dict) -> list[str]:
                      "serpentine tile")
         elif config in BLOCK_SWAP_TAGS and spec["scale_a"].get("layout") == "M":
             p.append("config: a swap-AB tile reads A's scales per thread, so scale_a C-contiguous")
-        elif config is not None and config not in BLOCK_TAGS + WALK_TAGS + SPLIT_PAIR_TAGS:
+        elif config is not None and not any(config in tags for _, tags in CONFIG_FAMILIES):
             p.append("config: a swap-AB or deep-ring blockwise tile, a stream-K or a serpentine tile, or a pair "
                      "under split-K")
         elif config in WIDE_ACC_TAGS and not _plain_epilogue(spec):
@@ -305,6 +305,15 @@ SPLIT_PAIR_STREAM = 0x5B1D   # the pair's draw: seed ^ this
 WALK_P, WALK_PLAN_P = 0.15, 0.4   # how often a case takes one of WALK_TAGS: more often for GemmPlan, whose ctas let
 #                                   the serpentine tiles make a second pass
 STREAM_K_STREAM = 0x5C7A   # the stream-K or serpentine config's draw: seed ^ this
+#: Every tag the fuzzer passes as `config`, by the family a failing case's categories name (fuzz_shrink.categories).
+CONFIG_FAMILIES = (("serpentine", SERPENTINE_TAGS), ("stream-k", STREAM_K_TAGS),
+                   ("deep-ring-blockwise", BLOCK_DEEP_TAGS), ("swap-ab-blockwise", BLOCK_SWAP_TAGS),
+                   ("split-pair", SPLIT_PAIR_TAGS))
+
+
+def config_family(config: str) -> str:
+    """The family of a tag the fuzzer draws (CONFIG_FAMILIES)."""
+    return next(name for name, tags in CONFIG_FAMILIES if config in tags)
 #: The GEMM classes of a training step (issue 47; ptxgemm.bench.training), drawn in TRAINING_P of the 2-D cases from
 #: a stream of their own (seed ^ TRAINING_STREAM), so every other field of a seed is what it was before: their sizes
 #: and operand layouts replace the drawn ones (then halved to max_flops like any case).

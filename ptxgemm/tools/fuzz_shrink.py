@@ -6,8 +6,8 @@ import json
 from typing import Callable
 
 from .fuzz_build import kwarg_names
-from .fuzz_cases import (BLOCK_DEEP_TAGS, SERPENTINE_TAGS, SPLIT_PAIR_TAGS, STREAM_K_TAGS, TILE_EDGES, VECTOR_SCALES,
-                         a_shape, b_shape, batch_shape, elements, is_valid, layouts_for, result_shape)
+from .fuzz_cases import (TILE_EDGES, VECTOR_SCALES, a_shape, b_shape, batch_shape, config_family, elements, is_valid,
+                         layouts_for, result_shape)
 
 
 def _fix_layouts(spec: dict) -> dict:
@@ -204,9 +204,7 @@ def categories(spec: dict) -> set[str]:
         cats.add("size:unaligned")
     config = spec.get("config")
     if config is not None:
-        cats.add("config:" + ("serpentine" if config in SERPENTINE_TAGS else "stream-k" if config in STREAM_K_TAGS
-                              else "deep-ring-blockwise" if config in BLOCK_DEEP_TAGS
-                              else "split-pair" if config in SPLIT_PAIR_TAGS else "swap-ab-blockwise"))
+        cats.add("config:" + config_family(config))
     if spec.get("ctas") is not None:
         cats.add("ctas")
     for name in ("scale_a", "scale_b"):

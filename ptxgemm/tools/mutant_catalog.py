@@ -404,7 +404,8 @@ _UNSEEN_ONE_SET = (
     "its wgmmas, their retirement, the promotion) lies between this consumer's store and the peer's first write of "
     "the shared staging buffer; a latent race that timing hides here. Since the math order's handoff moved to the "
     "tile's last wgmma issue (run 98) the peer starts sooner, and the order's own wait and the store wait's deletion "
-    "are killed in this tile too; the two below still survive. The 16-bit pingpong kills them "
+    "are killed in this tile too, while the store's commit deleted and that wait one group short still survive. The "
+    "16-bit pingpong kills them "
     "(tests/test_gemm_gpu.py::test_mutants_of_the_ordering_barriers_are_killed), and so do the wide one-set pingpong "
     "and the two-set swap-AB pingpong (run 98): why this tile's store hides them is not known")
 
