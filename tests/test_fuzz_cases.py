@@ -92,8 +92,8 @@ REQUIRED = (
     | {f"out_layout:{x}" for x in fc.LAYOUTS if x != "broadcast"}
     | {f"activation:{x}" for x in (None, "relu", "gelu", "silu")}
     | {"alpha:1", "alpha:other", "c_is_out", "out:allocated", "entry:run", "entry:matmul", "entry:plan",
-       "kind:host", "kind:torch", "kind:device", "config:swap-ab-blockwise", "config:deep-ring-blockwise", "config:split-pair",
-       "config:stream-k", "config:serpentine",
+       "kind:host", "kind:torch", "kind:device", "config:swap-ab-blockwise", "config:deep-ring-blockwise",
+       "config:split-pair", "config:stream-k", "config:serpentine",
        "ctas"}
 )
 
