@@ -25,10 +25,11 @@ from gemm_reference import check_result, random_matrix
 
 from ptxgemm.kernel.config import GemmConfig
 from ptxgemm.kernel.schedule import plan_for
+from ptxgemm.plan.checks import check_ctas
 
 gpu = pytest.mark.gpu
 SM_COUNT_ASSUMED = 132
-CTAS = 3                        # a small grid: every consumer runs several units
+CTAS = 3                        # a small grid (of clusters, for pairs): every consumer runs several units
 MIN_UNITS = 3                   # per consumer of every CTA
 MIN_RING_WRAPS = 2              # k-tiles per split >= 2 x stages
 LAYOUTS = (("k", "mn"), ("k", "k"), ("mn", "mn"), ("mn", "k"))
@@ -94,21 +95,23 @@ class Case:
 
 
 def _case(fam: dict, j: int, f: int, short: bool = False) -> Case:
-    """CTAS CTAs x 2 consumers x MIN_UNITS units each, partial edges, each split's k-loop wrapping the ring twice."""
+    """CTAS CTAs (clusters) x 2 consumers x MIN_UNITS units each, partial edges, each split's k-loop wrapping the
+    ring twice. A pair's grid is CTAS clusters (the launch takes whole clusters), its unit a cluster's tiles."""
     a_major, b_major = LAYOUTS[j]
     in_dtype, out_dtype = DTYPE_SLOTS[(j + f) % len(DTYPE_SLOTS)]
     cfg = GemmConfig(**fam)
     splits = cfg.splits
     units = CTAS * 2 * MIN_UNITS
     tiles_n = 3
-    tiles_m = -(-units // (splits * tiles_n))
-    tiles_m += cfg.cluster_m > 1 and tiles_m % cfg.cluster_m == 0     # a pair's second tile row past M
+    tiles_m = -(-units // (splits * -(-tiles_n // cfg.cluster_n))) * cfg.cluster_m
+    tiles_m += cfg.cluster_m > 1                                       # a pair's second tile row past M
     km, kn = tiles_m * cfg.block_m - 8, tiles_n * cfg.block_n - 8      # the kernel's M and N, both partial
     per = MIN_RING_WRAPS * cfg.num_stages + 1
     k_tiles = splits * per - (1 if short else 0)                       # short: the last split ends past K
     k = k_tiles * cfg.block_k - 8
     m, n = (kn, km) if cfg.transposed_store else (km, kn)
-    return Case(m, n, k, in_dtype, out_dtype, a_major, b_major, tuple(sorted(fam.items())), short_last_split=short)
+    return Case(m, n, k, in_dtype, out_dtype, a_major, b_major, tuple(sorted(fam.items())), CTAS * cfg.cluster_size,
+                short)
 
 
 FIXED = [_case(fam, j, f) for f, fam in enumerate(FAMILIES) for j in range(len(LAYOUTS))]
@@ -130,6 +133,7 @@ def test_fixed_cases_cover_every_family_layout_and_dtype():
 @pytest.mark.parametrize("case", FIXED + SHORT, ids=str)
 def test_case_exercises_what_it_claims(case):
     s, cfg = case.schedule(SM_COUNT_ASSUMED), case.config
+    check_ctas(case.ctas, cfg.cluster_size)     # the plan's own rule: a launch takes whole clusters
     assert s.min_tiles_per_consumer >= MIN_UNITS, s.describe()
     assert s.splits == cfg.splits and s.k_tiles >= MIN_RING_WRAPS * cfg.num_stages, (s.splits, s.k_tiles)
     km, kn = case.kernel_mn
@@ -157,13 +161,14 @@ DETERMINISM = [_case(fam, 0, 0) for fam in FAMILIES if fam.get("splits", 1) > 1]
 
 
 @gpu
-@pytest.mark.parametrize("ctas", (None, CTAS), ids=("full-grid", f"ctas{CTAS}"))
+@pytest.mark.parametrize("grid", ("full", "small"))
 @pytest.mark.parametrize("case", DETERMINISM, ids=str)
-def test_split_k_is_bitwise_deterministic(case, ctas):
+def test_split_k_is_bitwise_deterministic(case, grid):
     """Every split configuration: ten launches of one plan give bitwise one output (the fix-up adds the partials in
-    split order whatever order the units finish in), and it is correct."""
+    split order whatever order the units finish in), and it is correct; on the full grid and on the case's small one
+    (CTAS CTAs, or CTAS clusters of a pair)."""
     a, b = operands(case)
-    plan, out = poisoned_plan(case, a, b, ctas)
+    plan, out = poisoned_plan(case, a, b, None if grid == "full" else case.ctas)
     assert plan.schedule.splits > 1
     assert_bitwise_deterministic(plan, out, a, b)
 
