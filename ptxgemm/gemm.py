@@ -393,8 +393,8 @@ class GemmPlan(BoundLaunches):
 
     def _split_arguments(self, cfg: GemmConfig, sched, stream) -> list:
         """Split-K's splits, and its fix-up buffers: a partial tile per split but the last, per output tile and
-        consumer half; a flag per output tile and consumer half."""
-        halves = sched.work_tiles * cfg.consumers_per_tile
+        consumer half; a flag per output tile and consumer half (a cluster's CTAs each hold a tile of the unit's)."""
+        halves = sched.work_tiles * cfg.cluster_size * cfg.consumers_per_tile
         return [ctypes.c_uint32(sched.splits), *self._fix_up_buffers(halves * (sched.splits - 1), halves, cfg, stream)]
 
     def _stream_k_arguments(self, cfg: GemmConfig, sched, stream) -> list:

@@ -5,7 +5,8 @@ bound from a float64 reference. What each fixed case must exercise (asserted on 
 on the GPU from the plan):
 - split-K: several units per consumer of every CTA (so partials and finals of one tile land on different CTAs and on
   the same CTA's two consumers), each split's k-loop wrapping the stage ring twice, partial edge tiles; one more
-  case per family whose K leaves the last split short (its trailing k-tiles lie past K and load as zeros);
+  case per family whose K leaves the last split short (its trailing k-tiles lie past K and load as zeros); pairs
+  (cluster_m or cluster_n 2) whose last cluster row or column holds a tile past the edge;
 - the transposed store: a row-major output computed as C^T = B^T A^T (the plan reports the swap), partial tiles in
   both directions, several tiles per consumer;
 - determinism: the same split-K plan launched repeatedly, on the full grid (where the units' timing varies) and on a
@@ -24,10 +25,11 @@ from gemm_reference import check_result, random_matrix
 
 from ptxgemm.kernel.config import GemmConfig
 from ptxgemm.kernel.schedule import plan_for
+from ptxgemm.plan.checks import check_ctas
 
 gpu = pytest.mark.gpu
 SM_COUNT_ASSUMED = 132
-CTAS = 3                        # a small grid: every consumer runs several units
+CTAS = 3                        # a small grid (of clusters, for pairs): every consumer runs several units
 MIN_UNITS = 3                   # per consumer of every CTA
 MIN_RING_WRAPS = 2              # k-tiles per split >= 2 x stages
 LAYOUTS = (("k", "mn"), ("k", "k"), ("mn", "mn"), ("mn", "k"))
@@ -38,7 +40,13 @@ SPLIT_FAMILIES = ({"block_m": 64, "block_n": 128, "splits": 3}, {"block_m": 128,
                   {"schedule": "cooperative", "block_m": 128, "block_n": 256, "splits": 2},
                   {"schedule": "cooperative", "block_m": 256, "block_n": 128, "splits": 3},
                   # the deep ring the selection gives the 64x64 pingpong (cost_model.DEEP_RING_TILES): 13 stages
-                  {"block_m": 64, "block_n": 64, "splits": 3, "stages": 13})
+                  {"block_m": 64, "block_n": 64, "splits": 3, "stages": 13},
+                  # pairs under split-K: both CTAs of a cluster run the same split of adjacent tiles (their multicast
+                  # loads cover one k-range), each with its own flag and partial slots (tile = work * 2 + rank);
+                  # along M sharing B (the narrow pingpong and a 128-row one), along N sharing A (cooperative)
+                  {"block_m": 64, "block_n": 128, "cluster_m": 2, "splits": 2},
+                  {"block_m": 128, "block_n": 128, "cluster_m": 2, "splits": 4},
+                  {"schedule": "cooperative", "block_m": 128, "block_n": 256, "cluster_n": 2, "splits": 3})
 TRANSPOSED_FAMILIES = ({"block_m": 128, "block_n": 16, "c_major": "m"},
                        {"block_m": 128, "block_n": 32, "c_major": "m", "splits": 3},
                        {"block_m": 128, "block_n": 64, "c_major": "m", "splits": 2},
@@ -87,20 +95,23 @@ class Case:
 
 
 def _case(fam: dict, j: int, f: int, short: bool = False) -> Case:
-    """CTAS CTAs x 2 consumers x MIN_UNITS units each, partial edges, each split's k-loop wrapping the ring twice."""
+    """CTAS CTAs (clusters) x 2 consumers x MIN_UNITS units each, partial edges, each split's k-loop wrapping the
+    ring twice. A pair's grid is CTAS clusters (the launch takes whole clusters), its unit a cluster's tiles."""
     a_major, b_major = LAYOUTS[j]
     in_dtype, out_dtype = DTYPE_SLOTS[(j + f) % len(DTYPE_SLOTS)]
     cfg = GemmConfig(**fam)
     splits = cfg.splits
     units = CTAS * 2 * MIN_UNITS
     tiles_n = 3
-    tiles_m = -(-units // (splits * tiles_n))
+    tiles_m = -(-units // (splits * -(-tiles_n // cfg.cluster_n))) * cfg.cluster_m
+    tiles_m += cfg.cluster_m > 1                                       # a pair's second tile row past M
     km, kn = tiles_m * cfg.block_m - 8, tiles_n * cfg.block_n - 8      # the kernel's M and N, both partial
     per = MIN_RING_WRAPS * cfg.num_stages + 1
     k_tiles = splits * per - (1 if short else 0)                       # short: the last split ends past K
     k = k_tiles * cfg.block_k - 8
     m, n = (kn, km) if cfg.transposed_store else (km, kn)
-    return Case(m, n, k, in_dtype, out_dtype, a_major, b_major, tuple(sorted(fam.items())), short_last_split=short)
+    return Case(m, n, k, in_dtype, out_dtype, a_major, b_major, tuple(sorted(fam.items())), CTAS * cfg.cluster_size,
+                short)
 
 
 FIXED = [_case(fam, j, f) for f, fam in enumerate(FAMILIES) for j in range(len(LAYOUTS))]
@@ -122,10 +133,13 @@ def test_fixed_cases_cover_every_family_layout_and_dtype():
 @pytest.mark.parametrize("case", FIXED + SHORT, ids=str)
 def test_case_exercises_what_it_claims(case):
     s, cfg = case.schedule(SM_COUNT_ASSUMED), case.config
+    check_ctas(case.ctas, cfg.cluster_size)     # the plan's own rule: a launch takes whole clusters
     assert s.min_tiles_per_consumer >= MIN_UNITS, s.describe()
     assert s.splits == cfg.splits and s.k_tiles >= MIN_RING_WRAPS * cfg.num_stages, (s.splits, s.k_tiles)
     km, kn = case.kernel_mn
     assert km % cfg.block_m and kn % cfg.block_n and case.k % cfg.block_k
+    if cfg.cluster_size > 1:   # the last cluster row or column holds a tile past the edge
+        assert s.tiles_m % cfg.cluster_m or s.tiles_n % cfg.cluster_n, s.describe()
     if cfg.split_k:
         k_tiles = -(-case.k // cfg.block_k)
         assert (s.splits * s.k_tiles > k_tiles) == case.short_last_split
@@ -147,13 +161,14 @@ DETERMINISM = [_case(fam, 0, 0) for fam in FAMILIES if fam.get("splits", 1) > 1]
 
 
 @gpu
-@pytest.mark.parametrize("ctas", (None, CTAS), ids=("full-grid", f"ctas{CTAS}"))
+@pytest.mark.parametrize("grid", ("full", "small"))
 @pytest.mark.parametrize("case", DETERMINISM, ids=str)
-def test_split_k_is_bitwise_deterministic(case, ctas):
+def test_split_k_is_bitwise_deterministic(case, grid):
     """Every split configuration: ten launches of one plan give bitwise one output (the fix-up adds the partials in
-    split order whatever order the units finish in), and it is correct."""
+    split order whatever order the units finish in), and it is correct; on the full grid and on the case's small one
+    (CTAS CTAs, or CTAS clusters of a pair)."""
     a, b = operands(case)
-    plan, out = poisoned_plan(case, a, b, ctas)
+    plan, out = poisoned_plan(case, a, b, None if grid == "full" else case.ctas)
     assert plan.schedule.splits > 1
     assert_bitwise_deterministic(plan, out, a, b)
 
@@ -188,11 +203,12 @@ def test_small_m_with_the_default_selection(m, nk):
 @gpu
 def test_mutants_of_the_split_k_fix_up_are_killed(tmp_path):
     """Every synchronization instruction split-K adds (splitk.ptx.j2), in the pingpong and the cooperative kernel and
-    in the 64-row pingpong whose final adds the partials two at a time (cfg.fixup_batch), broken: the publish
+    in the 64-row pingpong whose final adds the partials two at a time (cfg.fixup_batch), alone and on pairs along M
+    (each CTA of a pair with its own flag: tile = work * 2 + rank), broken: the publish
     (red.release) deleted, the final's poll (ld.acquire) passing at once, the sync that passes the poll on to the 128
     threads deleted, the flag's reset deleted, each caught on the mutation tester's workloads
     (ptxgemm.tools.mutants: 2 launches each with the workspace poisoned in between, so a flag left set lets the second
     launch's final read NaN partials). The sync before the publish is caught, or survives with the reason written
     in ptxgemm.tools.mutants (a latent race); the weakened forms likewise (the command's exit status checks that)."""
-    assert_fix_up_mutants_killed(("split", "cooperative-split", "split-pairs"), "splitk.ptx.j2",
+    assert_fix_up_mutants_killed(("split", "cooperative-split", "split-pairs", "split-cluster"), "splitk.ptx.j2",
                                  tmp_path / "mutants.json")

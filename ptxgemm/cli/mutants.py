@@ -20,6 +20,9 @@ MUTANT_PRESETS = {"default": {}, "cluster": {"cluster_m": 2},
                   # ... on the 64-row pingpong, whose final loads two partials at once (cfg.fixup_batch 2): with 4
                   # splits it adds a pair, then the last one alone, so both of its loops run under the mutants
                   "split-pairs": {"block_m": 64, "splits": 4},
+                  # ... on a pair along M (B multicast): both CTAs on the same split of adjacent tiles, each with its
+                  # own flag and partial slots (splitk.ptx.j2: tile = work * 2 + rank)
+                  "split-cluster": {"block_m": 64, "cluster_m": 2, "splits": 4},
                   "cooperative-split": {"schedule": "cooperative", "block_m": 128, "block_n": 256, "splits": 3},
                   # the stream-K tail (streamk.ptx.j2): its fix-up's publish, poll and reset, single and in pairs
                   "stream-k": {"schedule": "cooperative", "block_m": 128, "block_n": 256, "stream_k": True},
@@ -97,7 +100,8 @@ def add_arguments(p) -> None:
                         "cooperative 256x128 one, 'cooperative-cluster' that with cluster_m=2, "
                         "'cooperative-cluster-n' the cooperative 128x256 with cluster_n=2 (A multicast), 'split' the "
                         "default kernel with split-K 3, 'split-pairs' the pingpong 64x128 with split-K 4 (its final "
-                        "adds the partials two at a time), 'cooperative-split' the cooperative 128x256 with split-K 3, "
+                        "adds the partials two at a time), 'split-cluster' that on pairs along M (cluster_m=2), "
+                        "'cooperative-split' the cooperative 128x256 with split-K 3, "
                         "'stream-k' the cooperative 128x256 with the stream-K tail, 'stream-k-cluster' that with "
                         "cluster_m=2, "
                         "'epilogue' the default kernel adding a bf16 source tile, a column bias and gelu, "

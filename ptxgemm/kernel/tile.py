@@ -107,9 +107,9 @@ class Tile(Part, TileLayout):
         if self.c_major == "m" and self.cooperative:
             raise ConfigError("c_major: the transposed (column) store is built for the pingpong schedule, whose "
                               "epilogue writes the whole tile at once; use schedule='pingpong'")
-        if (self.splits > 1 or self.c_major == "m") and self.cluster_size > 1:
-            raise ConfigError("splits, c_major: split-K and the transposed store run on single CTAs (cluster_m and "
-                              "cluster_n 1): they are for problems with too few tiles to pair")
+        if self.c_major == "m" and self.cluster_size > 1:
+            raise ConfigError("c_major: the transposed store runs on single CTAs (cluster_m and cluster_n 1): it is "
+                              "for problems with too few tiles to pair")
         if self.acc_registers > MAX_ACC_REGISTERS:
             raise ConfigError(f"block_m x block_n: {self.block_m}x{self.block_n} needs {self.acc_registers} fp32 "
                               f"accumulator registers per thread; at most {MAX_ACC_REGISTERS} fit beside addresses "

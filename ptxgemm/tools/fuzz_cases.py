@@ -36,6 +36,7 @@ What the strategies cover (draw_spec):
   (SERPENTINE_TAGS) in 15% of those cases (40% of the GemmPlan ones), from a stream of its own too. A serpentine tile's GemmPlan case also
   caps the grid (`ctas`, one of SERPENTINE_CTAS): at these sizes a full grid never makes the second pass, the one
   that loads K backward. The WIDE_ACC_TAGS tiles only where the epilogue has no bias, activation or vector scale;
+  in SPLIT_PAIR_P of the rest, a pair under split-K (SPLIT_PAIR_TAGS), from a stream of its own;
 - the GEMM classes of a training step (TRAINING_CLASSES: narrow N with a K-major B, weight gradients with an M-major
   A and a long K, short K) in TRAINING_P of the plain 2-D cases, from a stream of their own;
 - entries "run", "matmul" (with a NaN-poisoned out, or none) and "plan" (GemmPlan(...).launch(), out required);
@@ -236,7 +237,8 @@ def problems(spec: dict) -> list[str]:
         elif config in BLOCK_SWAP_TAGS and spec["scale_a"].get("layout") == "M":
             p.append("config: a swap-AB tile reads A's scales per thread, so scale_a C-contiguous")
         elif config is not None and not any(config in tags for _, tags in CONFIG_FAMILIES):
-            p.append("config: a swap-AB or deep-ring blockwise tile, a stream-K or a serpentine tile")
+            p.append("config: a swap-AB or deep-ring blockwise tile, a stream-K or a serpentine tile, or a pair "
+                     "under split-K")
         elif config in WIDE_ACC_TAGS and not _plain_epilogue(spec):
             p.append(f"config: {config} carries no fused bias, activation or vector scale")
         ctas = spec.get("ctas")
@@ -294,12 +296,19 @@ SERPENTINE_TAGS = ("coop128x128skz", "pp64x128z", "coop256x192skz")
 WIDE_ACC_TAGS = ("coop256x192skz",)
 SERPENTINE_CTAS = (1, 2, 3)    # GemmPlan(ctas=) of a serpentine tile's "plan" case: a second pass from 2-6 units
 WALK_TAGS = STREAM_K_TAGS + SERPENTINE_TAGS
+#: Pairs under split-K (a cluster's two CTAs on the same split of adjacent tiles, sharing B along M or A along N, each
+#: with its own flag and partial slots): no selection table offers them yet, so the fuzzer passes them itself, in
+#: SPLIT_PAIR_P of the cases without c or blockwise scales that drew no other config, from a stream of their own.
+SPLIT_PAIR_TAGS = ("pp64x128c2k2", "pp128x128c2k3", "coop128x256cn2k2", "coop128x128c2k4")
+SPLIT_PAIR_P = 0.1
+SPLIT_PAIR_STREAM = 0x5B1D   # the pair's draw: seed ^ this
 WALK_P, WALK_PLAN_P = 0.15, 0.4   # how often a case takes one of WALK_TAGS: more often for GemmPlan, whose ctas let
 #                                   the serpentine tiles make a second pass
 STREAM_K_STREAM = 0x5C7A   # the stream-K or serpentine config's draw: seed ^ this
 #: Every tag the fuzzer passes as `config`, by the family a failing case's categories name (fuzz_shrink.categories).
 CONFIG_FAMILIES = (("serpentine", SERPENTINE_TAGS), ("stream-k", STREAM_K_TAGS),
-                   ("deep-ring-blockwise", BLOCK_DEEP_TAGS), ("swap-ab-blockwise", BLOCK_SWAP_TAGS))
+                   ("deep-ring-blockwise", BLOCK_DEEP_TAGS), ("swap-ab-blockwise", BLOCK_SWAP_TAGS),
+                   ("split-pair", SPLIT_PAIR_TAGS))
 
 
 def config_family(config: str) -> str:
@@ -470,6 +479,9 @@ def draw_spec(rng: np.random.Generator, *, max_flops: float, entries=ENTRIES, ar
                                              tuple(t for t in WALK_TAGS if t not in WIDE_ACC_TAGS)))
             if spec["config"] in SERPENTINE_TAGS and spec["entry"] == "plan":
                 spec["ctas"] = int(pick.choice(SERPENTINE_CTAS))
+        pick = np.random.default_rng(spec["seed"] ^ SPLIT_PAIR_STREAM)
+        if spec.get("config") is None and pick.random() < SPLIT_PAIR_P:
+            spec["config"] = str(pick.choice(SPLIT_PAIR_TAGS))
     _training_class(spec, max_flops)
     bad = problems(spec)
     if bad:   # a bug of this generator
