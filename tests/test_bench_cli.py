@@ -609,8 +609,8 @@ SUMMARIZED = [
     ("--set grouped (fp8 blockwise)", ["h100/grouped/bench_h100_grouped_fp8_block_issue24_swapsel_r1.json",
                                        "h100/grouped/bench_h100_grouped_fp8_block_issue24_swapsel_r2.json"],
      f"{H100_GPU} [grouped float8_e4m3fn, block scaling]", "cases"),
-    ("--set training", ["h200/bench/bench_h200_training_issue47_r87_1.json",
-                        "h200/bench/bench_h200_training_issue47_r87_2.json"],
+    ("--set training", ["h200/bench/bench_h200_training_issue47_r103_1.json",
+                        "h200/bench/bench_h200_training_issue47_r103_2.json"],
      f"{H200} [training]", "median_rows"),
 ]
 

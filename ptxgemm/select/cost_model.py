@@ -196,7 +196,7 @@ BLOCK_SCALE_SMALL_M_TILES = (("pingpong", 64, 192),)
 WAVE_FILL_MARGIN = 0.05
 # Split-K pays a fix-up the memory model prices low where the units are few: a pick that splits K yields to a
 # candidate predicted within SPLIT_TIE_FRACTION of it that makes at least as many units with fewer splits (a narrower
-# tile). Measured on the H200 beside both (bench_h200_training_explore_qwen.json, issue 47), weight gradients of
+# tile). Measured on the H200 beside both (bench_h200_training_explore_qwen.json.gz, issue 47), weight gradients of
 # Qwen2's narrow layers: 896x896x4096 pp64x128 17.7 us against pp128x128k2's 19.9 (98 units each); 256x1536x4096
 # pp64x128k2 15.1 against pp128x128k4's 18.0 (96 each); 4096x128x896 pp64x128 10.6 against pp64x128k2's 11.7. The
 # model had put each 6-9% behind.

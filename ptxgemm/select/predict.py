@@ -48,7 +48,7 @@ SK_WAVE_MIN_GAIN = 0.02
 # A grid of fewer units than clusters runs all of it as the tail only on a product whose sides are both at least
 # SK_ALL_MIN_SIDE and SK_ALL_MIN_K_TILES k-tiles per unit: the weight gradients of a small model's layers, dW = dY^T X with
 # the tokens as K, whose few output tiles leave most SMs idle. Measured on the H200 beside split-K and the unsplit
-# tiles (bench_h200_training_explore_*.json, issue 47): 1536x1536x4096 coop128x256sk 37.5 us against coop128x256's
+# tiles (bench_h200_training_explore_*.json.gz, issue 47): 1536x1536x4096 coop128x256sk 37.5 us against coop128x256's
 # 45.4; the Qwen2-0.5B lm_head's dX (4096x896x151936, 112 units of 2374 k-tiles) coop256x128sk 1.50 ms against
 # split-K 8's 2.59 (its 896 partial tiles of 128 KiB overflow the L2, which the split-K model does not see). At small
 # M (the H100's 128 and 256 x 14336 x 4096; the H200's 256x1536x4096 and 128x896x4096) the tail lost to split-K

@@ -38,7 +38,7 @@ EPILOGUE_NS_H200 = {
     "pp128x128": 1330, "pp128x192": 2020, "pp64x128": 660, "pp64x256": 1290,
     "pp128x16t": 3830, "pp128x32t": 3830, "pp128x64t": 2510, "pp64x16t": 1990}   # (scaled by 1330 / 1730)
 # The cooperative 128x192 tile (issue 47): fitted (`python -m ptxgemm fit tiles`, ptxgemm/select/fitting.py, the points above 30 us) to the H200 runs of the
-# training set with 17 variants side by side (docs/results/h200/bench/bench_h200_training_explore_*.json, 45 GEMMs of
+# training set with 17 variants side by side (docs/results/h200/bench/bench_h200_training_explore_*.json.gz, 45 GEMMs of
 # Qwen2-0.5B, Qwen2-1.5B and Llama-3-8B widths at 4096 tokens; RMS log error 7%). The same fit gave the tables'
 # tiles within 1-8% of their entries above (coop128x256 709, coop256x128 710, coop128x128 370, pp128x128 374). Its
 # 96 tiles fill 1536x1536 where 128x256's 72 leave 60 SMs idle: the Qwen2-1.5B weight gradient dW = dY^T X (1536 x
