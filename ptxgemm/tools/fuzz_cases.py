@@ -232,13 +232,13 @@ def problems(spec: dict) -> list[str]:
         if config is not None and c is not None:
             p.append("config: only without c")
         elif config is not None and (config in BLOCK_TAGS) != ("block" in forms):
-            p.append("config: a swap-AB or deep-ring blockwise tile with blockwise scales, else a stream-K or "
-                     "serpentine tile")
+            p.append("config: a swap-AB or deep-ring blockwise tile with blockwise scales, else a stream-K, "
+                     "serpentine or split-K pair tile")
         elif config in BLOCK_SWAP_TAGS and spec["scale_a"].get("layout") == "M":
             p.append("config: a swap-AB tile reads A's scales per thread, so scale_a C-contiguous")
         elif config is not None and not any(config in tags for _, tags in CONFIG_FAMILIES):
-            p.append("config: a swap-AB or deep-ring blockwise tile, a stream-K or a serpentine tile, or a pair "
-                     "under split-K")
+            p.append("config: a tag of one of the fuzzer's families ("
+                     + ", ".join(name for name, _ in CONFIG_FAMILIES) + ")")
         elif config in WIDE_ACC_TAGS and not _plain_epilogue(spec):
             p.append(f"config: {config} carries no fused bias, activation or vector scale")
         ctas = spec.get("ctas")
