@@ -232,8 +232,9 @@ def problems(spec: dict) -> list[str]:
         if config is not None and c is not None:
             p.append("config: only without c")
         elif config is not None and (config in BLOCK_TAGS) != ("block" in forms):
-            p.append("config: a swap-AB or deep-ring blockwise tile with blockwise scales, else a stream-K, "
-                     "serpentine or split-K pair tile")
+            p.append("config: a tag of " + ", ".join(n for n, tags in CONFIG_FAMILIES if set(tags) <= set(BLOCK_TAGS))
+                     + " with blockwise scales, else of " + ", ".join(n for n, tags in CONFIG_FAMILIES
+                                                               if not set(tags) & set(BLOCK_TAGS)))
         elif config in BLOCK_SWAP_TAGS and spec["scale_a"].get("layout") == "M":
             p.append("config: a swap-AB tile reads A's scales per thread, so scale_a C-contiguous")
         elif config is not None and not any(config in tags for _, tags in CONFIG_FAMILIES):
@@ -469,9 +470,7 @@ def draw_spec(rng: np.random.Generator, *, max_flops: float, entries=ENTRIES, ar
         if spec["scale_a"]["layout"] == "C" and pick.random() < 0.4:
             spec["config"] = str(pick.choice(BLOCK_SWAP_TAGS))
         # any scale_a layout: the deep tiles read A's scales with the stage
-        pick = np.random.default_rng(spec["seed"] ^ BLOCK_DEEP_STREAM)
-        if spec.get("config") is None and pick.random() < BLOCK_DEEP_P:
-            spec["config"] = str(pick.choice(BLOCK_DEEP_TAGS))
+        _draw_family(spec, BLOCK_DEEP_STREAM, BLOCK_DEEP_P, BLOCK_DEEP_TAGS)
     if spec["c"] is None and not blockwise:
         pick = np.random.default_rng(spec["seed"] ^ STREAM_K_STREAM)
         if pick.random() < (WALK_PLAN_P if spec["entry"] == "plan" else WALK_P):
@@ -479,14 +478,20 @@ def draw_spec(rng: np.random.Generator, *, max_flops: float, entries=ENTRIES, ar
                                              tuple(t for t in WALK_TAGS if t not in WIDE_ACC_TAGS)))
             if spec["config"] in SERPENTINE_TAGS and spec["entry"] == "plan":
                 spec["ctas"] = int(pick.choice(SERPENTINE_CTAS))
-        pick = np.random.default_rng(spec["seed"] ^ SPLIT_PAIR_STREAM)
-        if spec.get("config") is None and pick.random() < SPLIT_PAIR_P:
-            spec["config"] = str(pick.choice(SPLIT_PAIR_TAGS))
+        _draw_family(spec, SPLIT_PAIR_STREAM, SPLIT_PAIR_P, SPLIT_PAIR_TAGS)
     _training_class(spec, max_flops)
     bad = problems(spec)
     if bad:   # a bug of this generator
         raise AssertionError(f"draw_spec drew an invalid spec ({'; '.join(bad)}): {json.dumps(spec)}")
     return spec
+
+
+def _draw_family(spec: dict, stream: int, p: float, tags: tuple) -> None:
+    """Where the case drew no config yet: in `p` of the cases one of `tags`, from the seed's stream `stream`, so every
+    other field of a seed is what it was before the family was drawn."""
+    pick = np.random.default_rng(spec["seed"] ^ stream)
+    if spec.get("config") is None and pick.random() < p:
+        spec["config"] = str(pick.choice(tags))
 
 
 def _training_class(spec: dict, max_flops: float) -> None:
