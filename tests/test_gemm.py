@@ -144,7 +144,15 @@ def test_blockwise_a_scales_take_a_slot_per_stage_where_it_costs_nothing():
     assert not grouped.bs_a_in_smem and grouped.full_arrivals == 1
     ptx = ptxgemm.render_gemm(narrow)
     assert ptx.count(f"mbarrier.init.shared::cta.b64 [%full_bar], {narrow.full_arrivals};") == narrow.num_stages
-    assert ptx.count("cp.async.ca.shared.global") == narrow.bs_a_rows_per_copier + 1   # and the leader's B copy
+    assert ptx.count("cp.async.ca.shared.global") == narrow.bs_a_rows_per_copier   # A's only: B's come from the walker
+    # the walker (warp 1): the tile's first two batches of B scales, then each batch's registers reloaded at its last
+    # k-tile; each stage picks from one set only, behind a branch, stores and arrives on the stage's full barrier
+    walker = ptx[ptx.index("BS_WALKER:"):ptx.index("PRODUCER_EXIT:")]
+    assert walker.count("ld.global.nc.f32 %bsp_qe,") == walker.count("ld.global.nc.f32 %bsp_qo,") == 2
+    assert walker.count("shfl.sync.idx.b32 %bsp_sb, %bsp_qe,") == walker.count("shfl.sync.idx.b32 %bsp_sb, %bsp_qo,") == 1
+    store = walker.index(f"[%bsp_dst+{narrow.smem_bs_b}], ")
+    assert store < walker.index("mbarrier.arrive.shared::cta.b64 _, [%full_bar]", store)
+    assert "%bsp_q" not in ptx[ptx.index("PRODUCER:"):ptx.index("BS_WALKER:")]   # the leader's loop holds no batch
     assert "ld.shared.f32 %bs_sa_" in ptx and "ld.global.nc.f32 %bs_sa_" not in ptx
     for kept in (swapped, GemmConfig.from_tag("coop256x128c2", **fp8)):
         assert "ld.global.nc.f32 %bs_sa_" in ptxgemm.render_gemm(kept)

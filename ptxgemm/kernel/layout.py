@@ -277,8 +277,9 @@ class KernelLayout(TileLayout):
 
     @property
     def bs_b_in_smem(self) -> bool:
-        """Whether the producer's leader also brings each stage's B scales (the tile's one or two 128-column blocks
-        of the stage's k-block: 4 bytes each, cp.async) into a slot beside A's, where the consumers read them with
+        """Whether the producer's warpgroup also brings each stage's B scales (the tile's one or two 128-column blocks
+        of the stage's k-block, 4 bytes each: its warp 1, the B scale walker, holds them in batches of 32 k-tiles
+        and stores each stage's before its arrive) into a slot beside A's, where the consumers read them with
         A's after the full wait: no batch of B scales per tile in the consumers, whose load at a tile's start (its
         address needs the tile's coordinates) delayed the first promotion by an L2 round trip (issue 49, the
         short-K rows). Wherever A's scales are in shared memory, but in the grouped kernel: each group has its own
@@ -294,8 +295,8 @@ class KernelLayout(TileLayout):
     def full_arrivals(self) -> int:
         """Arrivals that complete a stage's full barrier (besides its TMA bytes): the producer leader's
         arrive.expect_tx and, with A's scales in shared memory, each copier's cp.async.mbarrier.arrive.noinc (noinc:
-        the arrive does not add itself to the pending count, so the init count holds it), and with B's, the leader's
-        second one, once its copies of B's scales landed."""
+        the arrive does not add itself to the pending count, so the init count holds it), and with B's, the B scale
+        walker's (lane 0 of the producer's warp 1), once it stored the stage's."""
         return 1 + self.bs_a_copiers + int(self.bs_b_in_smem)
 
     @property
