@@ -148,6 +148,10 @@ def test_blockwise_a_scales_take_a_slot_per_stage_where_it_costs_nothing():
     # the walker (warp 1): the tile's first two batches of B scales, then each batch's registers reloaded at its last
     # k-tile; each stage picks from one set only, behind a branch, stores and arrives on the stage's full barrier
     walker = ptx[ptx.index("BS_WALKER:"):ptx.index("PRODUCER_EXIT:")]
+    # entered only by warp 1's branch: the leader's drain must not run on into it (run 109: without the branch
+    # below, the leader walked the ring again after its drain, waiting for releases that never came)
+    before = [line.split("//")[0].strip() for line in ptx[:ptx.index("BS_WALKER:")].splitlines()]
+    assert [line for line in before if line][-1] == "bra.uni     PRODUCER_EXIT;"
     assert walker.count("ld.global.nc.f32 %bsp_qe,") == walker.count("ld.global.nc.f32 %bsp_qo,") == 2
     assert walker.count("shfl.sync.idx.b32 %bsp_sb, %bsp_qe,") == walker.count("shfl.sync.idx.b32 %bsp_sb, %bsp_qo,") == 1
     store = walker.index(f"[%bsp_dst+{narrow.smem_bs_b}], ")
