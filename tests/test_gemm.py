@@ -123,14 +123,22 @@ def test_blockwise_a_scales_take_a_slot_per_stage_where_it_costs_nothing():
     fp8 = dict(in_dtype="float8_e4m3fn", a_major="k", b_major="k", block_scale=True)
     narrow = GemmConfig.from_tag("pp64x128k2", **fp8)
     assert narrow.bs_a_in_smem and (narrow.bs_a_slot_bytes, narrow.bs_a_rows_per_copier) == (256, 2)
-    # ... and B's, 16 bytes a stage, the leader's copies arriving once more on the full barrier (cfg.bs_b_in_smem)
-    assert narrow.bs_b_in_smem and narrow.bs_b_slot_bytes == 16
+    # ... and B's, 16 bytes a stage, the walker's store arriving once more on the full barrier (cfg.bs_b_in_smem;
+    # a pingpong tile: cfg.bs_b_walker)
+    assert narrow.bs_b_in_smem and narrow.bs_b_walker and narrow.bs_b_slot_bytes == 16
     assert narrow.num_stages == 8 and narrow.full_arrivals == 34 and narrow.ring_stage_bytes == 24576 + 256 + 16
     assert narrow.smem_bs_b == narrow.smem_bs_a + 8 * 256 and narrow.smem_full == narrow.smem_bs_b + 8 * 16
     assert narrow.smem_bs_a == narrow.smem_source + narrow.source_bytes
     assert narrow.smem_bytes <= 232448 and narrow.smem_bs_a % 16 == 0
     wide192 = GemmConfig.from_tag("coop128x192", **fp8)
     assert wide192.bs_a_in_smem and wide192.num_stages == 5 and wide192.epi_slots == 1
+    # a cooperative tile: B's scales by the leader's cp.async with each stage's loads, its noinc arrive counted (the
+    # walker cost these tiles 1-6%, run 110)
+    assert wide192.bs_b_in_smem and not wide192.bs_b_walker and wide192.full_arrivals == 34
+    wide_ptx = ptxgemm.render_gemm(wide192)
+    assert "BS_WALKER:" not in wide_ptx and "%bsp_q" not in wide_ptx
+    assert wide_ptx.count("cp.async.ca.shared.global") == wide192.bs_a_rows_per_copier + 2   # and B's two blocks
+    assert wide_ptx.count("cp.async.mbarrier.arrive.noinc") == 2   # A's copying lanes', then the leader's for B's
     for tag, stages, slots in (("coop256x128c2", 4, 1), ("coop128x128", 6, 2), ("pp128x128", 6, None)):
         kept = GemmConfig.from_tag(tag, **fp8)
         assert not kept.bs_a_in_smem and kept.num_stages == stages and kept.full_arrivals == 1, tag

@@ -140,7 +140,7 @@ def block_scale_workloads(config: GemmConfig) -> tuple[Workload, ...]:
                                   13 + len(added)))
     if config.block_scale_swapped:
         added.append(_decode_workload(config))
-    if config.bs_b_in_smem:
+    if config.bs_b_walker:
         # the B scale walker's batches of 32 k-tiles: tiles of 72 run two whole batches and the start of a third, so
         # the odd batches' pick and the even batches' reload at their last k-tile are read, and the walker laps the
         # ring; with every tile under 33 k-tiles only the even batch is read (the odd pick's deletion survived on
