@@ -315,6 +315,8 @@ CONFIG_FAMILIES = (("serpentine", SERPENTINE_TAGS), ("stream-k", STREAM_K_TAGS),
 def config_family(config: str) -> str:
     """The family of a tag the fuzzer draws (CONFIG_FAMILIES)."""
     return next(name for name, tags in CONFIG_FAMILIES if config in tags)
+
+
 #: The GEMM classes of a training step (issue 47; ptxgemm.bench.training), drawn in TRAINING_P of the 2-D cases from
 #: a stream of their own (seed ^ TRAINING_STREAM), so every other field of a seed is what it was before: their sizes
 #: and operand layouts replace the drawn ones (then halved to max_flops like any case).
