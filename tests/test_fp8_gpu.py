@@ -84,3 +84,61 @@ def test_fp8_kernel_assembles_to_qgmma_in_a_lean_loop(in_dtype):
     loop = k_loop_report(sass)
     assert loop["hgmma"] == cfg.k_steps * cfg.m_halves and loop["r2ur"] == 0
     assert not compiled.report.warning_codes
+
+
+# The per-tensor fp8 wave rule's forms (select/unsplit_wave.fp8_wave_splits): the 64x64 pingpong at the deepest ring,
+# unsplit and in two splits, at M of one and two tile rows and unaligned edges. Each on 3 CTAs (so every consumer
+# runs several tiles) with a k-loop that wraps the 13-stage ring more than once; the split case adds each partial
+# in the split-K fix-up.
+WAVE_CASES = [("pp64x64s13", 64, 840, 4352), ("pp64x64s13", 100, 700, 3456), ("pp64x64k2s13", 128, 390, 7040),
+              ("pp64x64k2s13", 64, 333, 6656)]
+
+
+def _wave_config(tag, in_dtype="float8_e4m3fn"):
+    return GemmConfig.from_tag(tag, in_dtype=in_dtype, out_dtype="bfloat16", a_major="k", b_major="k")
+
+
+@pytest.mark.parametrize("case", WAVE_CASES, ids=lambda c: "-".join(map(str, c)))
+def test_wave_case_exercises_the_deep_ring_and_its_splits(case):
+    tag, m, n, k = case
+    cfg = _wave_config(tag)
+    assert cfg.stages == cfg.most_stages == 13
+    s = plan_for(cfg, m, n, k, 132, CTAS)
+    assert s.min_tiles_per_consumer >= 2 and s.k_tiles >= 2 * cfg.num_stages, s.describe()
+    assert s.splits == cfg.splits
+
+
+@gpu
+@pytest.mark.parametrize("case", WAVE_CASES, ids=lambda c: "-".join(map(str, c)))
+def test_fp8_wave_case(case):
+    import ptxgemm
+
+    tag, m, n, k = case
+    rng = np.random.default_rng(zlib.crc32(repr(case).encode()))
+    a = random_matrix(rng, m, k, "float8_e4m3fn")
+    b = random_matrix(rng, k, n, "float8_e4m3fn", order="F")
+    da, db = ptxgemm.to_device(a), ptxgemm.to_device(b)
+    out = ptxgemm.DeviceArray.empty((m, n), np.dtype(ptxgemm.accuracy.DTYPES["bfloat16"]))
+    out.poison()
+    plan = ptxgemm.GemmPlan(da, db, out, _wave_config(tag), ctas=CTAS)
+    assert plan.config.stages == 13
+    plan.launch()
+    verdict = check_result(out.to_numpy(), a, b)
+    assert verdict.ok, str(verdict)
+
+
+@gpu
+@pytest.mark.parametrize("shape, tag", [((64, 4096, 7168), "pp64x64s13"), ((64, 2112, 7168), "pp64x64k2s13")])
+def test_run_takes_the_fp8_wave_rules_pick(shape, tag):
+    """The default selection on an H100 or H200 (132 SMs) picks the wave rule's form, and it is right."""
+    import ptxgemm
+    from ptxgemm.runtime import driver
+
+    if driver.device_info().sm_count != 132:
+        pytest.skip("the rule's fit is for 132 SMs")
+    m, n, k = shape
+    rng = np.random.default_rng(m + n + k)
+    a = random_matrix(rng, m, k, "float8_e4m3fn")
+    b = random_matrix(rng, k, n, "float8_e4m3fn", order="F")
+    assert ptxgemm.select_config(m, n, k, "float8_e4m3fn", "bfloat16", "k", "k").tag == tag
+    assert check_result(ptxgemm.run(a, b), a, b).ok

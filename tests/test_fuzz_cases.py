@@ -93,7 +93,7 @@ REQUIRED = (
     | {f"activation:{x}" for x in (None, "relu", "gelu", "silu")}
     | {"alpha:1", "alpha:other", "c_is_out", "out:allocated", "entry:run", "entry:matmul", "entry:plan",
        "kind:host", "kind:torch", "kind:device", "config:swap-ab-blockwise", "config:deep-ring-blockwise",
-       "config:split-pair", "config:stream-k", "config:serpentine",
+       "config:split-pair", "config:stream-k", "config:serpentine", "config:fp8-wave",
        "ctas"}
 )
 

@@ -493,13 +493,79 @@ def test_fp8_at_two_tile_rows_gives_a_memory_bound_tie_to_the_64_row_pingpong():
 
 def test_fp8_at_one_tile_row_prefers_the_64_column_pingpong_and_bf16_does_not():
     """At M <= 64 fp8 the 64x64 pingpong is selectable and first within a tie (measured ahead of pp64x128 on five of
-    DeepGEMM's six M = 64 shapes); bf16 and M = 128 keep the tiles they had."""
+    DeepGEMM's six M = 64 shapes); bf16 and M = 128 keep the tiles they had. (64x2112x7168 is the one-wave rule's,
+    in its deep ring: test_per_tensor_fp8_at_small_m_runs_one_wave_of_64x64_tiles_in_the_deep_ring.)"""
     from ptxgemm.select import cost_model as model
 
     assert model.select_config(64, 7168, 2048, "float8_e4m3fn", "bfloat16", "k", "k").tile_tag == "pp64x64"
-    assert model.select_config(64, 2112, 7168, "float8_e5m2", "bfloat16", "k", "k").tile_tag == "pp64x64"
+    assert model.select_config(64, 2112, 7168, "float8_e5m2", "bfloat16", "k", "k").tag == "pp64x64k2s13"
     assert model.select_config(128, 7168, 16384, "float8_e4m3fn", "bfloat16", "k", "k").tile_tag != "pp64x64"
     assert model.select_config(64, 8192, 8192, "bfloat16", "bfloat16", "k", "mn").tile_tag != "pp64x64"
+
+
+
+@pytest.mark.parametrize("shape, tag", [
+    ((64, 4096, 7168), "pp64x64s13"), ((128, 4096, 7168), "pp64x64s13"), ((64, 7168, 16384), "pp64x64s13"),
+    ((64, 3072, 7168), "pp64x64s13"), ((128, 3072, 7168), "pp64x64s13"), ((64, 4096, 4096), "pp64x64s13"),
+    ((96, 4096, 7168), "pp64x64s13"),
+    ((64, 2112, 7168), "pp64x64k2s13"), ((128, 2112, 7168), "pp64x64k2s13"), ((128, 1536, 8192), "pp64x64k2s13"),
+    ((64, 2560, 7168), "pp64x64k2s13"),
+])
+def test_per_tensor_fp8_at_small_m_runs_one_wave_of_64x64_tiles_in_the_deep_ring(shape, tag):
+    """Per-tensor fp8 at M <= 128 whose 64x64 tiles make one wave over at least 32 k-tiles: unsplit where the B panels
+    fill 0.35 of the SMs, else split in two, in the deepest ring (unsplit_wave.fp8_wave_splits; H200 runs 114-117)."""
+    from ptxgemm.select import unsplit_wave as W
+
+    h200 = FakeDevice("NVIDIA H200")
+    cfg = select_config(*shape, "float8_e4m3fn", "bfloat16", "k", "k", device=h200)
+    assert cfg.tag == tag and cfg.stages == cfg.most_stages
+    panels = -(-shape[1] // 64)
+    assert (cfg.splits == 1) == (panels >= W.FP8_WAVE_UNSPLIT_MIN_PANEL_FILL * h200.sm_count)
+
+
+def test_the_fp8_wave_rule_takes_no_split_wave_past_one_wave():
+    """Few panels and more than half the SMs' tiles (128 rows of 46 panels: 92 tiles): two splits would make two
+    waves, and unsplit was not measured there, so the cost model's pick stays."""
+    cfg = select_config(128, 2944, 7168, "float8_e4m3fn", "bfloat16", "k", "k", device=FakeDevice("NVIDIA H200"))
+    assert cfg.stages is None, cfg.tag
+
+
+@pytest.mark.parametrize("shape", [(128, 7168, 16384), (64, 7168, 2048), (128, 24576, 1536), (256, 2048, 7168),
+                                   (64, 32768, 512)])
+def test_the_fp8_wave_rule_leaves_more_than_a_wave_short_k_and_large_m_alone(shape):
+    """More 64x64 tiles than SMs (128x7168x16384, 128x24576x1536), a k-loop under 32 k-tiles (64x7168x2048) or M
+    above 128: the rule does not apply, and no deep ring is chosen for fp8."""
+    cfg = select_config(*shape, "float8_e4m3fn", "bfloat16", "k", "k", device=FakeDevice("NVIDIA H200"))
+    assert cfg.stages is None, cfg.tag
+
+
+def test_the_fp8_wave_rule_runs_single_problems_only():
+    """A batch counts every problem's tiles (the cost model's ranking decides it); one problem takes the wave."""
+    from ptxgemm.select import cost_model as model
+
+    h200 = FakeDevice("NVIDIA H200")
+    assert select_config(64, 4096, 7168, "float8_e4m3fn", "bfloat16", "k", "k", device=h200).tag == "pp64x64s13"
+    batched = next(model.preferences(64, 4096, 7168, "float8_e4m3fn", "bfloat16", "k", "k", device=h200,
+                                     batches=4))[0]
+    assert batched.stages is None
+
+
+@pytest.mark.parametrize("shape, a_major, b_major, unsplit", [
+    ((256, 1536, 4096), "mn", "mn", True),      # Qwen2-1.5B's k/v weight gradient: 1.047x the pick
+    ((256, 1536, 2048), "k", "mn", True), ((256, 1536, 3072), "k", "mn", True), ((320, 1536, 4096), "mn", "mn", True),
+    ((256, 1536, 4096), "k", "mn", False),      # level with A K-major at 64 k-tiles: the pick stays
+    ((256, 1536, 8192), "mn", "mn", False), ((256, 1536, 16384), "mn", "mn", False),   # long k-loops lost
+    ((1024, 1536, 4096), "mn", "mn", False),    # 384 tiles: more than a wave
+    ((64, 1536, 4096), "mn", "mn", False),      # M under NARROW_N_MIN_M
+    ((256, 4096, 4096), "mn", "mn", False),     # N above NARROW_UNSPLIT_N_MAX
+])
+def test_a_narrow_output_up_to_2048_wide_runs_the_unsplit_64x64_in_one_wave(shape, a_major, b_major, unsplit):
+    """16-bit, NARROW_N_MAX < N <= NARROW_UNSPLIT_N_MAX, one wave of 64x64 tiles over at most 64 k-tiles (A M-major)
+    or 48 (A K-major): the unsplit 64x64 pingpong in its deep ring (unsplit_wave.narrow_unsplit)."""
+    cfg = select_config(*shape, "bfloat16", "bfloat16", a_major, b_major, device=FakeDevice("NVIDIA H200"))
+    assert (cfg.tile_tag.startswith("pp64x64") and cfg.splits == 1) == unsplit, cfg.tag
+    if unsplit:
+        assert cfg.stages == cfg.most_stages
 
 
 # ---- issue 48: `select` takes the operands' defaults from the rule `dump` uses (ptxgemm/cli/options.operand_fields)

@@ -1,6 +1,7 @@
 """The GEMM classes of a training step on the GPU (issue 47), laid out as autograd lays them out, each with the config
 the selection gives that class, so a case exercises what it claims: a weight gradient dW = dY^T X whose few output
-tiles run all as the stream-K tail (no unit run whole); one whose narrow side takes a split pingpong tile; a GQA
+tiles run all as the stream-K tail (no unit run whole); one whose narrow side takes a split pingpong tile, and a
+shorter one the unsplit 64x64 pingpong in one wave (select/unsplit_wave.narrow_unsplit); a GQA
 k/v projection x W^T (N = 256, B K-major); the short-K dX of that projection (K = 256). Random bf16 operands,
 poisoned outputs, every element against float64 with ptxgemm.accuracy's bound."""
 from __future__ import annotations
@@ -41,8 +42,10 @@ def _majors(a: np.ndarray, b: np.ndarray) -> tuple[str, str]:
 # (gemm, M, N, K, what the selection must give it: a predicate on (config, schedule) and its description)
 CASES = [
     ("dW", 1536, 1536, 4096, lambda c, s: c.stream_k and s.dp_units == 0, "all of it the stream-K tail"),
-    ("dW", 256, 1536, 4096, lambda c, s: c.splits > 1 and not c.cooperative and c.block_m == 64,
+    ("dW", 256, 1536, 8192, lambda c, s: c.splits > 1 and not c.cooperative and c.block_m == 64,
      "a split 64-row pingpong tile"),
+    ("dW", 256, 1536, 4096, lambda c, s: (c.schedule, c.block_m, c.block_n, c.splits) == ("pingpong", 64, 64, 1)
+     and c.stages == c.most_stages and s.units <= s.clusters, "one wave of unsplit 64x64 pingpong tiles in the deep ring"),
     ("forward", 4096, 256, 1536, lambda c, s: c.block_m * c.block_n <= 128 * 128 and c.b_major == "k",
      "a narrow tile reading B K-major"),
     ("dX", 4096, 1536, 256, lambda c, s: s.k_tiles * c.splits <= 4 and not c.stream_k, "a 4-k-tile loop, unsplit"),

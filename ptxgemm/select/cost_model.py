@@ -30,7 +30,9 @@
    (GemmConfig.k_serpentine), which the cost model does not time: it saves DRAM reads, hence energy. Then
    `with_band` (ptxgemm/select/band.py): an fp8 blockwise pick with a short k-loop over at most 16 cluster rows
    walks them all in one band, so B's panels are read from DRAM once. At small M a blockwise problem whose B panels
-   fill the SMs in one wave runs unsplit 64x64 tiles with the deepest ring first (ptxgemm/select/unsplit_wave.py).
+   fill the SMs in one wave runs unsplit 64x64 tiles with the deepest ring first (ptxgemm/select/unsplit_wave.py);
+   so do per-tensor fp8 at M <= 128 (unsplit, or in two splits where the panels are few) and 16-bit outputs of
+   1025-2048 columns in one wave over a short k-loop (_measured_first, the same module's other two rules).
 
 Nothing here needs a GPU: without one, and without an injected device, the model assumes DEFAULT_DEVICE.
 """
@@ -54,7 +56,7 @@ from .predict import (DEEP_RING_DTYPES, Prediction, kernel_mnk, kernel_schedule,
 from .problem import Problem
 from .tiles import (BLOCK_SCALE_TILES, BLOCK_SCALE_TUNE_TILES, WHOLE_N_WIDER, blockwise_candidates,
                     problem_candidates)
-from .unsplit_wave import unsplit_wave
+from .unsplit_wave import FP8_WAVE_MAX_M, NARROW_UNSPLIT_N_MAX, fp8_wave_splits, narrow_unsplit, unsplit_wave
 
 # The cooperative 128x224 tile (issue 47; its costs: ptxgemm.select.tile_costs) is offered only where it takes N in
 # whole tiles and 128x256 does not (WHOLE_N_TILES), for 16-bit operands with A
@@ -80,7 +82,7 @@ LATE_SELECTABLE = ("coop128x192", "coop128x224", "coop128x128", "pp64x64")
 # take one wave: the k/v projections of grouped-query attention (N 128-256) and the weight gradients of narrow layers
 # (128 x 896 x tokens). Twice the 64x128 tile's units at the same splits, or the same units with half the splits,
 # each CTA streaming half the B panel. It runs with the deep ring (DEEP_RING_TILES), and goes first in a tie.
-# Measured on the H200 beside the old picks (run 50, burst, side by side, bench_h200_issue47_r40-r53.json.gz: r50_ab50;
+# Measured on the H200 beside the old picks (run 50, burst, side by side, bench_h200_issue47_r40-r119.json.gz: r50_ab50;
 # 18 such shapes 1.10-1.37x faster, e.g. 512x1024x256 5.6-6.2 us against pp64x128k2's 7.6-8.4, 128x896x4096 10.4-10.5
 # against pp64x128k6's 12.1-12.3) and where it lost: at decode-sized M (the transposed tiles' ground) and wider N
 # (the small-M suite, run 48: 64x4096x14336 unsplit 47.8 against pp64x128k2's 42.2), and at two shapes left to it
@@ -209,7 +211,7 @@ SHORT_K_DTYPES = ("bfloat16", "float16")   # measured with bf16; fp8's ties keep
 # Among memory-bound ties of the same padded work, the candidate with more units (up to one per SM) goes first: each
 # CTA streams its own operand panels, so a grid that leaves SMs idle draws less of the bandwidth and pays each
 # tile's ramp and store on fewer SMs. Measured on the H200 beside each other (docs/results/h200/bench/
-# bench_h200_issue47_r40-r53.json.gz: r48_explore48, two runs, burst, issue 47): 16384x128x896 coop256x128 (64 units) 18.3 / 17.8 us
+# bench_h200_issue47_r40-r119.json.gz: r48_explore48, two runs, burst, issue 47): 16384x128x896 coop256x128 (64 units) 18.3 / 17.8 us
 # against pp64x128's (256) 16.4 / 15.8; 4096x1536x256 coop256x192 (128) 12.6 / 12.0 against pp128x128's (384)
 # 11.8 / 11.0; 4096x896x128 coop256x128 (112) 8.8 / 8.0 against coop128x128's 8.4 / 7.8.
 BUSY_TIE_DTYPES = SHORT_K_DTYPES
@@ -224,8 +226,8 @@ MAX_TAIL_RANKED_STEPS = 2
 # The cooperative 128x128 tile is selectable on short grids only, of at most SHORT_GRID_MAX_STEPS steps of its whole
 # units, where it is ranked with its tail and, as LATE_SELECTABLE, wins only by more than TIE_FRACTION. Its units
 # are a quarter of 256x128's, so its tail and its last wave are finer; on longer grids the wider tiles' bytes per
-# FLOP decide. Measured on the H200, burst, side by side (bench_h200_issue47_r40-r53.json.gz: r48_explore48, two runs; run 40 in
-# bench_h200_issue47_r40-r53.json.gz): 1536x1536x4096 coop128x128skw 33.0 / 32.4 us against coop128x256sk's 36.2 /
+# FLOP decide. Measured on the H200, burst, side by side (bench_h200_issue47_r40-r119.json.gz: r48_explore48, two runs; run 40 in
+# bench_h200_issue47_r40-r119.json.gz): 1536x1536x4096 coop128x128skw 33.0 / 32.4 us against coop128x256sk's 36.2 /
 # 35.5; 4864x896x4096 51.7 / 52.5 against coop256x128skw's 54.4 / 54.7; 896x896x16384 coop128x128sk 48.5 / 49.2
 # against coop128x192sk's 50.7 / 52.9; but 4096x896x4864 (2 steps) coop128x128sk 56.1 against coop128x256's 53.0
 # (the model keeps coop128x256 there), and on long grids 2-8% behind (4096x1536x8960 151.4 against coop256x192's
@@ -366,7 +368,46 @@ def _ranked(problem: Problem, sm_count: int, gpu_name: str = "", batches: int = 
         return (0, 0, order, c.splits, 0, 0)
 
     pairs += fillers
-    return _narrow_fewest_splits(_fewer_splits_first(sorted(pairs, key=rank)), sm_count)
+    ranked = _narrow_fewest_splits(_fewer_splits_first(sorted(pairs, key=rank)), sm_count)
+    first = _measured_first(problem, sm_count, gpu_name, batches, epilogue)
+    if first is not None:
+        ranked.insert(0, first)
+    return ranked
+
+
+def _measured_first(problem: Problem, sm_count: int, gpu_name: str, batches: int, epilogue: tuple):
+    """(prediction, config) of the candidate a measured rule puts ahead of the model's ranking, or None: one problem
+    (not a batch), a single CTA per cluster, the rule's split count, each rule in its module with its measurements:
+    - per-tensor fp8 at M <= FP8_WAVE_MAX_M: one wave of 64x64 pingpong tiles in the deepest ring, unsplit or in two
+      splits (unsplit_wave.fp8_wave_splits);
+    - 16-bit, N above NARROW_N_MAX (the narrow rule's) and M at least NARROW_N_MIN_M: the unsplit 64x64 pingpong where
+      it makes one wave over a short k-loop (unsplit_wave.narrow_unsplit), in the deep ring _untimed_forms gives it.
+    (A third, the 128x128 pingpong for a language model's head, won burst and lost sustained: perf-notes, run 116.)"""
+    if batches != 1:
+        return None
+    p = problem
+    if p.in_dtype in FP8_DTYPES and p.m <= FP8_WAVE_MAX_M:
+        tile, rule = FP8_NARROW_TILE, lambda c, tiles_m, tiles_n, k_tiles: fp8_wave_splits(
+            tiles_m, tiles_n, k_tiles, sm_count)
+    elif p.in_dtype in NARROW_DTYPES and NARROW_N_MAX < p.n <= NARROW_UNSPLIT_N_MAX and p.m >= NARROW_N_MIN_M:
+        tile, rule = NARROW_N_TILES[0], lambda c, tiles_m, tiles_n, k_tiles: (
+            1 if narrow_unsplit(tiles_m * tiles_n, k_tiles, p.n, p.a_major, sm_count) else None)
+    else:
+        return None
+    for c in problem_candidates(p):
+        if c.tile_tag != tile or c.cluster_size > 1 or c.transposed_store:
+            continue
+        splits = rule(c, math.ceil(p.m / c.block_m), math.ceil(p.n / c.block_n), math.ceil(p.k / c.block_k))
+        if splits != c.splits:
+            continue
+        c = with_epilogue(c, epilogue)
+        if c is None:
+            return None
+        pred = predict(c, p.m, p.n, p.k, sm_count, gpu_name, batches)   # (the model times the tile, not its ring)
+        if c.in_dtype in FP8_DTYPES:   # (16-bit pp64x64 takes the deep ring from _untimed_forms: with_deep_ring)
+            c = dataclasses.replace(c, stages=c.most_stages)
+        return pred, c
+    return None
 
 
 def _offered_where_measured(config: GemmConfig, steps: int, problem: Problem) -> bool | None:

@@ -36,7 +36,9 @@ What the strategies cover (draw_spec):
   (SERPENTINE_TAGS) in 15% of those cases (40% of the GemmPlan ones), from a stream of its own too. A serpentine tile's GemmPlan case also
   caps the grid (`ctas`, one of SERPENTINE_CTAS): at these sizes a full grid never makes the second pass, the one
   that loads K backward. The WIDE_ACC_TAGS tiles only where the epilogue has no bias, activation or vector scale;
-  in SPLIT_PAIR_P of the rest, a pair under split-K (SPLIT_PAIR_TAGS), from a stream of its own;
+  in SPLIT_PAIR_P of the rest, a pair under split-K (SPLIT_PAIR_TAGS), from a stream of its own; in FP8_WAVE_P of
+  the fp8 ones still without a config, one of the per-tensor fp8 wave rule's deep-ring forms (FP8_WAVE_TAGS), from a
+  stream of its own;
 - the GEMM classes of a training step (TRAINING_CLASSES: narrow N with a K-major B, weight gradients with an M-major
   A and a long K, short K) in TRAINING_P of the plain 2-D cases, from a stream of their own;
 - entries "run", "matmul" (with a NaN-poisoned out, or none) and "plan" (GemmPlan(...).launch(), out required);
@@ -303,13 +305,20 @@ WALK_TAGS = STREAM_K_TAGS + SERPENTINE_TAGS
 SPLIT_PAIR_TAGS = ("pp64x128c2k2", "pp128x128c2k3", "coop128x256cn2k2", "coop128x128c2k4")
 SPLIT_PAIR_P = 0.1
 SPLIT_PAIR_STREAM = 0x5B1D   # the pair's draw: seed ^ this
+#: The per-tensor fp8 wave rule's forms (select/unsplit_wave.fp8_wave_splits): the 64x64 pingpong at the deepest ring,
+#: unsplit and in two splits. The selection runs them only at M <= 128 with K >= 4096 and N of a few thousand, past
+#: most of the fuzzer's sizes, so the fuzzer passes them itself in FP8_WAVE_P of the fp8 cases without c or blockwise
+#: scales that drew no other config, from a stream of their own. 13 stages fit every out dtype and layout.
+FP8_WAVE_TAGS = ("pp64x64s13", "pp64x64k2s13")
+FP8_WAVE_P = 0.3
+FP8_WAVE_STREAM = 0xF8A5   # the wave form's draw: seed ^ this
 WALK_P, WALK_PLAN_P = 0.15, 0.4   # how often a case takes one of WALK_TAGS: more often for GemmPlan, whose ctas let
 #                                   the serpentine tiles make a second pass
 STREAM_K_STREAM = 0x5C7A   # the stream-K or serpentine config's draw: seed ^ this
 #: Every tag the fuzzer passes as `config`, by the family a failing case's categories name (fuzz_shrink.categories).
 CONFIG_FAMILIES = (("serpentine", SERPENTINE_TAGS), ("stream-k", STREAM_K_TAGS),
                    ("deep-ring-blockwise", BLOCK_DEEP_TAGS), ("swap-ab-blockwise", BLOCK_SWAP_TAGS),
-                   ("split-pair", SPLIT_PAIR_TAGS))
+                   ("split-pair", SPLIT_PAIR_TAGS), ("fp8-wave", FP8_WAVE_TAGS))
 
 
 def config_family(config: str) -> str:
@@ -481,6 +490,8 @@ def draw_spec(rng: np.random.Generator, *, max_flops: float, entries=ENTRIES, ar
             if spec["config"] in SERPENTINE_TAGS and spec["entry"] == "plan":
                 spec["ctas"] = int(pick.choice(SERPENTINE_CTAS))
         _draw_family(spec, SPLIT_PAIR_STREAM, SPLIT_PAIR_P, SPLIT_PAIR_TAGS)
+        if spec["a"]["dtype"] in FP8_DTYPES and spec["b"]["dtype"] in FP8_DTYPES:
+            _draw_family(spec, FP8_WAVE_STREAM, FP8_WAVE_P, FP8_WAVE_TAGS)
     _training_class(spec, max_flops)
     bad = problems(spec)
     if bad:   # a bug of this generator
