@@ -613,6 +613,21 @@ def test_model_summarize_reads_single_and_kept_together_reports(tmp_path, capsys
     assert "llama3-8b-2l (4k)" in out and "0.990 / 1.010 / 1.020" in out
 
 
+def test_model_summarize_reads_a_gzipped_report(tmp_path):
+    """docs/results/ keeps some sweeps gzipped (its size cap): --summarize reads `.json.gz` as it reads `.json`, and a
+    `.gz` that is not gzip is named."""
+    import gzip
+
+    runs = [{"cublas": [100.0, 100.0], "ptxgemm": [r, r]} for r in (99.0, 102.0)]
+    packed = tmp_path / "model_h200_sweep.json.gz"
+    packed.write_bytes(gzip.compress(json.dumps({"runs": [{"report": _report(r)} for r in runs]}).encode()))
+    assert len(model_summary.read_reports([packed])) == 2
+    bad = tmp_path / "x.json.gz"
+    bad.write_text("{}")
+    with pytest.raises(ConfigError, match=r"^--summarize: cannot read .*x.json.gz as JSON"):
+        model_summary.read_reports([bad])
+
+
 def test_model_summarize_names_a_file_that_holds_no_report(tmp_path):
     bad = tmp_path / "x.json"
     bad.write_text(json.dumps({"rows": []}))

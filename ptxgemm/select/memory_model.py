@@ -22,11 +22,11 @@ MEMORY = {
              "overlap_p": 7.8},
     # H200: the H100's with DRAM scaled by the two GPUs' peak bandwidths (4.8 / 3.35 TB/s), and two terms of its own
     # (issue 47). sm_bytes_per_ns refitted: `fit memory` on the H200's small-M suite with the same 23 variants and
-    # the 64x64 pingpong (run 48: docs/results/h200/bench/bench_h200_issue47_r40-r53.json.gz, r48_smallm_explore48)
+    # the 64x64 pingpong (run 48: docs/results/h200/bench/bench_h200_issue47_r40-r119.json.gz, r48_smallm_explore48)
     # put it at 115.5 B/ns (110-116 with the training rows and run 50's picks added; a trace of one SM streaming its k-loop read 136,
     # run 44). The H100's 102 had overcharged the narrower tiles' extra loads (1536x1536x4096: coop128x128skw 33.0 us
     # against the pick's 36.2). The fit's other constants are not taken: with them 14 picks at decode-sized M and
-    # N <= 1024 moved to tiles measured 10-27% slower (run 50, docs/results/h200/bench/bench_h200_issue47_r40-r53.json.gz,
+    # N <= 1024 moved to tiles measured 10-27% slower (run 50, docs/results/h200/bench/bench_h200_issue47_r40-r119.json.gz,
     # r50_ab50). load_latency_ns: a CTA's ring bounds its load rate (cta_load_rate), 1400 ns by the fit over
     # sm_bytes_per_ns and it together (RMS 17.7% to 17.6% on the bf16 runs, 6.9% to 6.2% on run 50's fp8 ones); it is
     # what keeps the 64x64 pingpong's 8-stage ring (128 KiB in flight: 64x4096x14336 fp8 unsplit 30.6 us against

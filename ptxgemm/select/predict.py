@@ -18,7 +18,7 @@ from .tile_costs import BLOCK_SCALE_EPILOGUE_NS, BLOCK_SCALE_KTILE_NS, tables
 
 # The tiles the selection gives the deepest ring shared memory holds (with_deep_ring; kernel/layout.py, FILL_STAGES):
 # 13 stages of the 64x64 pingpong keep 208 KiB in flight, as 8 of the 64x128's keep 192. Measured on the H200 beside
-# 8 stages (run 49, bench_h200_issue47_r40-r53.json.gz: r49_explore49): 128x896x16384 pp64x64k3 20.2 us against
+# 8 stages (run 49, bench_h200_issue47_r40-r119.json.gz: r49_explore49): 128x896x16384 pp64x64k3 20.2 us against
 # 22.9, k2 22.6 against 26.6; 16384x128x896 unsplit 17.5-17.9 against 18.5-19.1; at 256x1536 with 4 and 6 splits
 # (3-5 waves of units) it lost 8-10%, where the narrow rule (cost_model.NARROW_N_TILES) does not offer the tile.
 DEEP_RING_TILES = ("pp64x64",)

@@ -48,7 +48,7 @@ KTILE_NS_H200["coop128x192"], EPILOGUE_NS_H200["coop128x192"] = 538, 1420
 KTILE_NS["coop128x192"], EPILOGUE_NS["coop128x192"] = 516, 2010
 # The cooperative 128x224 tile (issue 47): N = 896 (Qwen2-0.5B's width) in four whole tiles where 128x256 pads it by
 # an eighth. Its costs are the 128x256 tile's scaled by area (224 / 256), which its times fit within 1-5% (H200, run
-# 52, docs/results/h200/bench/bench_h200_issue47_r40-r53.json.gz: r52_explore52: 4096x896x4864 48.0 us against coop128x256's 52.3,
+# 52, docs/results/h200/bench/bench_h200_issue47_r40-r119.json.gz: r52_explore52: 4096x896x4864 48.0 us against coop128x256's 52.3,
 # 16384x896x4864 182.8-191.5 against 201.6-207.6, 4096x896x896 14.6-14.8 against the pick's 15.6-15.8).
 W224_AREA = 224 / WHOLE_N_WIDER
 KTILE_NS_H200["coop128x224"], EPILOGUE_NS_H200["coop128x224"] = (round(KTILE_NS_H200["coop128x256"] * W224_AREA),
