@@ -387,17 +387,17 @@ def _measured_first(problem: Problem, sm_count: int, gpu_name: str, batches: int
         return None
     p = problem
     if p.in_dtype in FP8_DTYPES and p.m <= FP8_WAVE_MAX_M:
-        tile, rule = FP8_NARROW_TILE, lambda c, tiles_m, tiles_n, k_tiles: fp8_wave_splits(
+        tile, rule = FP8_NARROW_TILE, lambda tiles_m, tiles_n, k_tiles: fp8_wave_splits(
             tiles_m, tiles_n, k_tiles, sm_count)
     elif p.in_dtype in NARROW_DTYPES and NARROW_N_MAX < p.n <= NARROW_UNSPLIT_N_MAX and p.m >= NARROW_N_MIN_M:
-        tile, rule = NARROW_N_TILES[0], lambda c, tiles_m, tiles_n, k_tiles: (
+        tile, rule = NARROW_N_TILES[0], lambda tiles_m, tiles_n, k_tiles: (
             1 if narrow_unsplit(tiles_m * tiles_n, k_tiles, p.n, p.a_major, sm_count) else None)
     else:
         return None
     for c in problem_candidates(p):
         if c.tile_tag != tile or c.cluster_size > 1 or c.transposed_store:
             continue
-        splits = rule(c, math.ceil(p.m / c.block_m), math.ceil(p.n / c.block_n), math.ceil(p.k / c.block_k))
+        splits = rule(math.ceil(p.m / c.block_m), math.ceil(p.n / c.block_n), math.ceil(p.k / c.block_k))
         if splits != c.splits:
             continue
         c = with_epilogue(c, epilogue)
