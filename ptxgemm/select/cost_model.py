@@ -56,7 +56,7 @@ from .predict import (DEEP_RING_DTYPES, Prediction, kernel_mnk, kernel_schedule,
 from .problem import Problem
 from .tiles import (BLOCK_SCALE_TILES, BLOCK_SCALE_TUNE_TILES, WHOLE_N_WIDER, blockwise_candidates,
                     problem_candidates)
-from .unsplit_wave import FP8_WAVE_MAX_M, NARROW_UNSPLIT_N_MAX, fp8_wave_splits, narrow_unsplit, unsplit_wave
+from .unsplit_wave import FP8_WAVE_MAX_M, fp8_wave_splits, narrow_unsplit, unsplit_wave
 
 # The cooperative 128x224 tile (issue 47; its costs: ptxgemm.select.tile_costs) is offered only where it takes N in
 # whole tiles and 128x256 does not (WHOLE_N_TILES), for 16-bit operands with A
@@ -387,27 +387,26 @@ def _measured_first(problem: Problem, sm_count: int, gpu_name: str, batches: int
         return None
     p = problem
     if p.in_dtype in FP8_DTYPES and p.m <= FP8_WAVE_MAX_M:
-        tile, rule = FP8_NARROW_TILE, lambda tiles_m, tiles_n, k_tiles: fp8_wave_splits(
-            tiles_m, tiles_n, k_tiles, sm_count)
-    elif p.in_dtype in NARROW_DTYPES and NARROW_N_MAX < p.n <= NARROW_UNSPLIT_N_MAX and p.m >= NARROW_N_MIN_M:
-        tile, rule = NARROW_N_TILES[0], lambda tiles_m, tiles_n, k_tiles: (
-            1 if narrow_unsplit(tiles_m * tiles_n, k_tiles, p.n, p.a_major, sm_count) else None)
+        tile, rule = FP8_NARROW_TILE, lambda whole: fp8_wave_splits(whole.tiles_m, whole.tiles_n, whole.k_tiles,
+                                                                    sm_count)
+    elif p.in_dtype in NARROW_DTYPES and p.n > NARROW_N_MAX and p.m >= NARROW_N_MIN_M:
+        tile, rule = NARROW_N_TILES[0], lambda whole: (
+            1 if narrow_unsplit(whole.tiles_m * whole.tiles_n, whole.k_tiles, p.n, p.a_major, sm_count) else None)
     else:
         return None
-    for c in problem_candidates(p):
-        if c.tile_tag != tile or c.cluster_size > 1 or c.transposed_store:
-            continue
-        splits = rule(math.ceil(p.m / c.block_m), math.ceil(p.n / c.block_n), math.ceil(p.k / c.block_k))
-        if splits != c.splits:
-            continue
-        c = with_epilogue(c, epilogue)
-        if c is None:
-            return None
-        pred = predict(c, p.m, p.n, p.k, sm_count, gpu_name, batches)   # (the model times the tile, not its ring)
-        if c.in_dtype in FP8_DTYPES:   # (16-bit pp64x64 takes the deep ring from _untimed_forms: with_deep_ring)
-            c = dataclasses.replace(c, stages=c.most_stages)
-        return pred, c
-    return None
+    # the tile alone, untransposed, by split count; the rule reads the unsplit form's tiles and k-tiles
+    forms = {c.splits: c for c in problem_candidates(p)
+             if c.tile_tag == tile and c.cluster_size == 1 and not c.transposed_store}
+    if 1 not in forms:
+        return None
+    splits = rule(predict(forms[1], p.m, p.n, p.k, sm_count, gpu_name, batches))
+    c = with_epilogue(forms[splits], epilogue) if splits in forms else None
+    if c is None:
+        return None
+    pred = predict(c, p.m, p.n, p.k, sm_count, gpu_name, batches)   # (the model times the tile, not its ring)
+    if c.in_dtype in FP8_DTYPES:   # (16-bit pp64x64 takes the deep ring from _untimed_forms: with_deep_ring)
+        c = dataclasses.replace(c, stages=c.most_stages)
+    return pred, c
 
 
 def _offered_where_measured(config: GemmConfig, steps: int, problem: Problem) -> bool | None:

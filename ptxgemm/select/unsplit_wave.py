@@ -47,10 +47,23 @@ def unsplit_wave(config: GemmConfig, tiles_m: int, tiles_n: int, k_tiles: int, s
     if ((config.schedule, config.block_m, config.block_n) != UNSPLIT_WAVE_TILE or not config.block_scale
             or config.split_k or config.cluster_size > 1 or config.transposed_store or config.stages is not None):
         return None   # (a pingpong tile is never grouped, and blockwise scales never take the stream-K tail)
-    if (tiles_m * tiles_n > sm_count or k_tiles < UNSPLIT_WAVE_MIN_K_TILES
-            or tiles_n < UNSPLIT_WAVE_MIN_PANEL_FILL * sm_count):
+    if one_wave_splits(tiles_m, tiles_n, k_tiles, sm_count, UNSPLIT_WAVE_MIN_PANEL_FILL, split_in_two=False) != 1:
         return None
     return dataclasses.replace(config, stages=config.most_stages)
+
+
+def one_wave_splits(tiles_m: int, tiles_n: int, k_tiles: int, sm_count: int, min_panel_fill: float,
+                    split_in_two: bool) -> int | None:
+    """The split count of the deep-ring 64x64 pingpong over tiles_m x tiles_n tiles and `k_tiles` k-tiles, the rule
+    both fp8 kinds share: one wave at most and UNSPLIT_WAVE_MIN_K_TILES at least; unsplit where the B panels alone
+    fill `min_panel_fill` of the SMs, else (`split_in_two`) two splits where those still make one wave; None where
+    the rule does not take the problem."""
+    tiles = tiles_m * tiles_n
+    if tiles > sm_count or k_tiles < UNSPLIT_WAVE_MIN_K_TILES:
+        return None
+    if tiles_n >= min_panel_fill * sm_count:
+        return 1
+    return 2 if split_in_two and 2 * tiles <= sm_count else None
 
 
 # Per-tensor fp8 (no blockwise scales) at M <= FP8_WAVE_MAX_M: the same tile in the deepest ring, unsplit where its B
@@ -67,25 +80,18 @@ def unsplit_wave(config: GemmConfig, tiles_m: int, tiles_n: int, k_tiles: int, s
 #   pp64x128k4's 14.4 (unsplit 14.8); 64x2560x7168 (40) level, unsplit too. One shape gained less than it could:
 #   128x2048x4096 (32 panels, 16 k-tiles a split) 12.2 against the pick's 12.5, where unsplit ran 11.0.
 # The threshold sits between 40 panels (0.30 of 132 SMs: level) and 48 (0.36: unsplit ahead). A k-loop of
-# FP8_WAVE_MIN_K_TILES at least: nothing shorter was measured. Warm L2 (DeepGEMM's method without the flush) the
+# UNSPLIT_WAVE_MIN_K_TILES at least, as for blockwise: nothing shorter was measured. Warm L2 (DeepGEMM's method without the flush) the
 # unsplit tile is slower than the split ones (64x4096x7168 9.2 against 7.8 us): the rule is fitted on the flush,
 # which is how a model's weights arrive. Row-wise scales, applied in the same kernel's epilogue, take the rule too;
 # they were not timed with it.
 FP8_WAVE_MAX_M = 128
-FP8_WAVE_MIN_K_TILES = 32
 FP8_WAVE_UNSPLIT_MIN_PANEL_FILL = 0.35
 
 
 def fp8_wave_splits(tiles_m: int, tiles_n: int, k_tiles: int, sm_count: int) -> int | None:
-    """The split count (1 or 2) of the deep-ring 64x64 pingpong for a per-tensor fp8 problem of tiles_m x tiles_n such
-    tiles and `k_tiles` k-tiles (M <= FP8_WAVE_MAX_M: the caller's rule), or None where the rule above does not take
-    it."""
-    tiles = tiles_m * tiles_n
-    if tiles > sm_count or k_tiles < FP8_WAVE_MIN_K_TILES:
-        return None
-    if tiles_n >= FP8_WAVE_UNSPLIT_MIN_PANEL_FILL * sm_count:
-        return 1
-    return 2 if 2 * tiles <= sm_count else None
+    """The split count (1 or 2) of the deep-ring 64x64 pingpong for a per-tensor fp8 problem (M <= FP8_WAVE_MAX_M:
+    the caller's rule), or None where the rule above does not take it."""
+    return one_wave_splits(tiles_m, tiles_n, k_tiles, sm_count, FP8_WAVE_UNSPLIT_MIN_PANEL_FILL, split_in_two=True)
 
 
 # 16-bit outputs wider than the narrow-N rule's (cost_model.NARROW_N_MAX < N <= NARROW_UNSPLIT_N_MAX) whose 64x64
