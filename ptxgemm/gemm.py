@@ -392,10 +392,13 @@ class GemmPlan(BoundLaunches):
                                              programmatic=driver.PROGRAMMATIC_LAUNCH)   # the kernel waits for it
 
     def _split_arguments(self, cfg: GemmConfig, sched, stream) -> list:
-        """Split-K's splits, and its fix-up buffers: a partial tile per split but the last, per output tile and
-        consumer half; a flag per output tile and consumer half (a cluster's CTAs each hold a tile of the unit's)."""
+        """Split-K's splits (and under a split lead the last split's k-tiles), and its fix-up buffers: a partial tile
+        per split but the last, per output tile and consumer half; a flag per output tile and consumer half (a
+        cluster's CTAs each hold a tile of the unit's)."""
         halves = sched.work_tiles * cfg.cluster_size * cfg.consumers_per_tile
-        return [ctypes.c_uint32(sched.splits), *self._fix_up_buffers(halves * (sched.splits - 1), halves, cfg, stream)]
+        lead = [ctypes.c_uint32(sched.final_k_tiles)] if cfg.split_lead else []   # param_k_last
+        return [ctypes.c_uint32(sched.splits), *lead,
+                *self._fix_up_buffers(halves * (sched.splits - 1), halves, cfg, stream)]
 
     def _stream_k_arguments(self, cfg: GemmConfig, sched, stream) -> list:
         """The stream-K tail's split (units run whole, k-tiles per cluster's share), and its fix-up buffers: a

@@ -170,7 +170,7 @@ def tune(m: int, n: int, k: int, in_dtype: str = "bfloat16", out_dtype: str | No
     scales = block_scales(problem, seed) if scaling == "block" else None
     if scales is None:
         ref, abs_product = accuracy.reference(a[rows], b)
-        bound = accuracy.error_bound(ref, abs_product, problem.k, problem.out_dtype)
+        bound = accuracy.error_bound(ref, abs_product, problem.k, problem.out_dtype, problem.in_dtype)
     else:
         ref, bound = accuracy.fused_reference(a[rows], b, {"scale_a": scales["scale_a"][rows],
                                                            "scale_b": scales["scale_b"]}, problem.out_dtype, True)

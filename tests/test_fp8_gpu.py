@@ -89,9 +89,11 @@ def test_fp8_kernel_assembles_to_qgmma_in_a_lean_loop(in_dtype):
 # The per-tensor fp8 wave rule's forms (select/unsplit_wave.fp8_wave_splits): the 64x64 pingpong at the deepest ring,
 # unsplit and in two splits, at M of one and two tile rows and unaligned edges. Each on 3 CTAs (so every consumer
 # runs several tiles) with a k-loop that wraps the 13-stage ring more than once; the split case adds each partial
-# in the split-K fix-up.
+# in the split-K fix-up, and the lead's case runs a final longer than its partial on rings that mix the two.
 WAVE_CASES = [("pp64x64s13", 64, 840, 4352), ("pp64x64s13", 100, 700, 3456), ("pp64x64k2s13", 128, 390, 7040),
-              ("pp64x64k2s13", 64, 333, 6656)]
+              ("pp64x64k2s13", 64, 333, 6656),
+              # the form the selection runs since the split lead (select/split_lead.py): the final 9 k-tiles longer
+              ("pp64x64k2l9s13", 96, 400, 8152)]
 
 
 def _wave_config(tag, in_dtype="float8_e4m3fn"):
@@ -128,7 +130,7 @@ def test_fp8_wave_case(case):
 
 
 @gpu
-@pytest.mark.parametrize("shape, tag", [((64, 4096, 7168), "pp64x64s13"), ((64, 2112, 7168), "pp64x64k2s13")])
+@pytest.mark.parametrize("shape, tag", [((64, 4096, 7168), "pp64x64s13"), ((64, 2112, 7168), "pp64x64k2l9s13")])
 def test_run_takes_the_fp8_wave_rules_pick(shape, tag):
     """The default selection on an H100 or H200 (132 SMs) picks the wave rule's form, and it is right."""
     import ptxgemm

@@ -298,7 +298,7 @@ def test_a_config_is_five_parts_read_and_made_by_its_flat_fields():
     assert debug.debug and debug.instrumentation == Instrumentation(debug=True) and debug.tile is cfg.tile
     assert cfg.replace(debug=True) == debug != cfg and hash(dataclasses.replace(debug, debug=False)) == hash(cfg)
     assert GemmConfig(tile=cfg.tile, fusion=Fusion(bias="col"), activation="gelu", in_dtype="float16") == cfg
-    assert GemmConfig(**cfg.fields()) == cfg and list(cfg.fields()) == list(FIELD_PARTS) and len(FIELD_PARTS) == 38
+    assert GemmConfig(**cfg.fields()) == cfg and list(cfg.fields()) == list(FIELD_PARTS) and len(FIELD_PARTS) == 39
     assert {GemmConfig(block_n=192): 1}[GemmConfig(block_n=np.int64(192))] == 1   # value-based keys
     assert pickle.loads(pickle.dumps(cfg)) == cfg and copy.deepcopy(cfg) == cfg and eval(repr(cfg)) == cfg
     assert repr(GemmConfig(block_n=192)) == "GemmConfig(block_n=192)"
@@ -405,3 +405,51 @@ def test_the_split_k_final_loads_two_partials_at_once_where_registers_allow():
     assert loads == 2 * narrow.partial_quads and adds == 2 * 4 * narrow.partial_quads
     assert body.rindex("ld.global.cg.v4.f32") < body.index("add.f32")    # every load before the first add
     assert "_ADD_BATCH:" not in render_gemm(wide)
+
+
+def test_a_split_lead_lengthens_the_last_split_only():
+    """GemmConfig.split_lead: the tag carries it after the split count (pp64x64k3l8s13) and not in the tile tag; it
+    needs split-K and is refused with blockwise scales; the schedule gives the partials (k_tiles - lead) // splits
+    k-tiles each and the final the rest, up to K exactly, and without a lead the splits are what they were."""
+    from ptxgemm.kernel.schedule import effective_splits, plan_for
+
+    cfg = GemmConfig.from_tag("pp64x64k3l8s13", a_major="mn", b_major="mn")
+    assert (cfg.splits, cfg.split_lead, cfg.stages, cfg.tile_tag) == (3, 8, 13, "pp64x64s13")   # no walk in it
+    assert GemmConfig.from_tag(cfg.tag).tag == "pp64x64k3l8s13" and "final split 8 k-tiles longer" in cfg.describe()
+    with pytest.raises(ConfigError, match="split_lead: lengthens the last split's k-range, so it needs split-K"):
+        GemmConfig(block_m=64, split_lead=4)
+    with pytest.raises(ConfigError, match="split_lead: must be an integer in 0..64"):
+        GemmConfig(block_m=64, splits=2, split_lead=65)
+    with pytest.raises(ConfigError, match="split_lead: blockwise scaling"):
+        GemmConfig.from_tag("pp64x64k2l4", in_dtype="float8_e4m3fn", b_major="k", block_scale=True)
+    with pytest.raises(ConfigError, match="tag"):
+        GemmConfig.from_tag("pp64x64l4")                       # a lead without a split count
+    assert effective_splits(256, 3, 8) == (3, 82, 92)          # 82 + 82 + 92 = 256
+    assert effective_splits(56, 2, 9) == (2, 23, 33)
+    assert effective_splits(5, 8, 2) == (5, 1, 1)              # never an empty split
+    assert effective_splits(257, 3) == (3, 86, 86)             # no lead: ceil(257 / 3) each, the last past K
+    sched = plan_for(cfg, 128, 896, 16384, 132)
+    assert (sched.k_tiles, sched.final_k_tiles, sched.units, sched.ring_passes) == (82, 92, 84, 92)
+    assert [sched.unit_k_tiles(u) for u in range(6)] == [82, 82, 92] * 2
+    assert plan_for(GemmConfig.from_tag("pp64x64k3s13"), 128, 896, 16384, 132).final_k_tiles == 86
+
+
+def test_a_split_lead_gives_each_role_its_units_own_count():
+    """The lead's kernel reads the final's count from param_k_last; the producer and each consumer take a unit's
+    count from its split (splitk.k_count), the pingpong consumer 1 starts after consumer 0's first unit's count and
+    each consumer skips its own unit's and its peer's next unit's counts; without a lead none of it is there."""
+    from ptxgemm.toolchain.kernels import render_gemm
+
+    ptx = render_gemm(GemmConfig.from_tag("pp64x64k2l9s13", in_dtype="float8_e4m3fn", b_major="k",
+                                          out_dtype="bfloat16"))
+    assert ".param .u32 param_k_last," in ptx and "ld.param.u32 %k_last, [param_k_last];" in ptx
+    assert ptx.count("selp.u32    %k_count, %k_last, %k_tiles, %p_last_split;") == 2   # producer, consumer
+    assert "setp.lt.u32 %p_more, %k_tile, %k_count;" in ptx and "setp.lt.u32 %p_more_k, %k_tile, %k_count;" in ptx
+    assert "@%p_cons1 mov.u32 %pos, %first_count;" in ptx
+    assert "add.u32     %pos, %pos, %k_count;" in ptx and "add.u32     %pos, %pos, %peer_count;" in ptx
+    assert "mad.lo.u32  %pos, %k_tiles, 2, %pos;" not in ptx
+    even = render_gemm(GemmConfig.from_tag("pp64x64k2s13", in_dtype="float8_e4m3fn", b_major="k",
+                                           out_dtype="bfloat16"))
+    assert "k_last" not in even and "%k_count" not in even and "mad.lo.u32  %pos, %k_tiles, 2, %pos;" in even
+    coop = render_gemm(GemmConfig.from_tag("coop128x256k2l4"))
+    assert "add.u32     %pos, %pos, %k_count;" in coop and "peer_count" not in coop

@@ -20,6 +20,7 @@ from ptxgemm.errors import ConfigError
 from ptxgemm.kernel import schedule
 from ptxgemm.select import cost_model as S, memory_model as M, predict as P, tile_costs as C, tiles as T, tune_cache
 from ptxgemm.select.problem import Problem
+from ptxgemm.select.split_lead import with_split_lead
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 LAYOUTS = (("k", "mn"), ("k", "k"), ("mn", "mn"), ("mn", "k"))
@@ -310,9 +311,10 @@ def test_select_config_returns_a_candidate_for_every_shape(in_dtype, out_dtype, 
     again = full_run.pick(len(SHAPES) // 8, len(SHAPES), "shapes whose selection is run twice (deterministic)")
     for i, (m, n, k) in enumerate(SHAPES):
         cfg = select_config(m, n, k, in_dtype, out_dtype, a_major, b_major, device=H100)
-        # a candidate, with the deep ring where the selection gives its tile one (P.with_deep_ring)
-        base = allowed.get(dataclasses.replace(cfg, stages=None).tag)
-        assert base is not None and P.with_deep_ring(base) == cfg, (m, n, k)
+        # a candidate, with the deep ring and the split lead where the selection gives its tile those
+        # (P.with_deep_ring, split_lead.with_split_lead)
+        base = allowed.get(dataclasses.replace(cfg, stages=None, split_lead=0).tag)
+        assert base is not None and with_split_lead(P.with_deep_ring(base), k) == cfg, (m, n, k)
         if i % (len(SHAPES) // again) == 0:
             assert select_config(m, n, k, in_dtype, out_dtype, a_major, b_major, device=H100) == cfg
 
@@ -498,7 +500,7 @@ def test_fp8_at_one_tile_row_prefers_the_64_column_pingpong_and_bf16_does_not():
     from ptxgemm.select import cost_model as model
 
     assert model.select_config(64, 7168, 2048, "float8_e4m3fn", "bfloat16", "k", "k").tile_tag == "pp64x64"
-    assert model.select_config(64, 2112, 7168, "float8_e5m2", "bfloat16", "k", "k").tag == "pp64x64k2s13"
+    assert model.select_config(64, 2112, 7168, "float8_e5m2", "bfloat16", "k", "k").tag == "pp64x64k2l9s13"
     assert model.select_config(128, 7168, 16384, "float8_e4m3fn", "bfloat16", "k", "k").tile_tag != "pp64x64"
     assert model.select_config(64, 8192, 8192, "bfloat16", "bfloat16", "k", "mn").tile_tag != "pp64x64"
 
@@ -508,8 +510,9 @@ def test_fp8_at_one_tile_row_prefers_the_64_column_pingpong_and_bf16_does_not():
     ((64, 4096, 7168), "pp64x64s13"), ((128, 4096, 7168), "pp64x64s13"), ((64, 7168, 16384), "pp64x64s13"),
     ((64, 3072, 7168), "pp64x64s13"), ((128, 3072, 7168), "pp64x64s13"), ((64, 4096, 4096), "pp64x64s13"),
     ((96, 4096, 7168), "pp64x64s13"),
-    ((64, 2112, 7168), "pp64x64k2s13"), ((128, 2112, 7168), "pp64x64k2s13"), ((128, 1536, 8192), "pp64x64k2s13"),
-    ((64, 2560, 7168), "pp64x64k2s13"),
+    # split in two, the final split 9 k-tiles longer (split_lead.py)
+    ((64, 2112, 7168), "pp64x64k2l9s13"), ((128, 2112, 7168), "pp64x64k2l9s13"),
+    ((128, 1536, 8192), "pp64x64k2l9s13"), ((64, 2560, 7168), "pp64x64k2l9s13"),
 ])
 def test_per_tensor_fp8_at_small_m_runs_one_wave_of_64x64_tiles_in_the_deep_ring(shape, tag):
     """Per-tensor fp8 at M <= 128 whose 64x64 tiles make one wave over at least 32 k-tiles: unsplit where the B panels
@@ -521,6 +524,32 @@ def test_per_tensor_fp8_at_small_m_runs_one_wave_of_64x64_tiles_in_the_deep_ring
     assert cfg.tag == tag and cfg.stages == cfg.most_stages
     panels = -(-shape[1] // 64)
     assert (cfg.splits == 1) == (panels >= W.FP8_WAVE_UNSPLIT_MIN_PANEL_FILL * h200.sm_count)
+
+
+@pytest.mark.parametrize("shape, dtypes, majors, tag", [
+    ((64, 2112, 7168), ("float8_e4m3fn", "bfloat16"), ("k", "k"), "pp64x64k2l9s13"),
+    ((128, 896, 16384), ("bfloat16", "bfloat16"), ("mn", "mn"), "pp64x64k3l8s13"),
+    ((128, 896, 4096), ("bfloat16", "bfloat16"), ("mn", "mn"), "pp64x64k3l8s13"),
+    # a short k-loop: 16 k-tiles leave each of three partials under two leads, so the splits stay even
+    ((128, 896, 1024), ("bfloat16", "bfloat16"), ("mn", "mn"), "pp64x64k3s13"),
+    # the tiles where a lead did not pay (run 121) keep even splits
+    ((256, 1536, 16384), ("bfloat16", "bfloat16"), ("mn", "mn"), "pp128x128k4"),
+    ((128, 2048, 6144), ("bfloat16", "bfloat16"), ("k", "mn"), "pp64x128k3"),
+    ((64, 4096, 4096), ("bfloat16", "bfloat16"), ("k", "mn"), "pp64x128k2"),
+])
+def test_the_64x64_pingpong_split_picks_run_a_longer_final(shape, dtypes, majors, tag):
+    """split_lead.with_split_lead: a 64x64 pingpong split pick runs its final SPLIT_LEAD_K_TILES (by input width)
+    longer than each partial, where each partial keeps at least two leads; other tiles split evenly."""
+    from ptxgemm.select import split_lead as L
+
+    cfg = select_config(*shape, *dtypes, *majors, device=FakeDevice("NVIDIA H200"))
+    assert cfg.tag == tag
+    if cfg.split_lead:
+        assert cfg.split_lead == L.SPLIT_LEAD_K_TILES[cfg.in_itemsize]
+        assert (-(-shape[2] // cfg.block_k) - cfg.split_lead) // cfg.splits >= L.SPLIT_LEAD_MIN_PARTIAL * cfg.split_lead
+    assert L.with_split_lead(cfg, shape[2]) == cfg                       # never a second lead
+    blockwise = GemmConfig.from_tag("pp64x64k2", in_dtype="float8_e4m3fn", b_major="k", block_scale=True)
+    assert L.with_split_lead(blockwise, 7168) == blockwise              # blockwise loops count k_tiles themselves
 
 
 def test_the_fp8_wave_rule_takes_no_split_wave_past_one_wave():
@@ -646,8 +675,8 @@ def test_long_grids_are_ranked_by_their_whole_units(shape, a_major, tile):
 H200 = S.DeviceModel("NVIDIA H200", 132)
 
 
-@pytest.mark.parametrize("shape, layout, tag", [((128, 896, 4096), ("mn", "mn"), "pp64x64k3s13"),
-                                                ((128, 896, 16384), ("mn", "mn"), "pp64x64k3s13"),
+@pytest.mark.parametrize("shape, layout, tag", [((128, 896, 4096), ("mn", "mn"), "pp64x64k3l8s13"),   # split lead
+                                                ((128, 896, 16384), ("mn", "mn"), "pp64x64k3l8s13"),
                                                 ((1024, 512, 896), ("k", "k"), "pp64x64s13"),
                                                 ((4096, 128, 896), ("k", "k"), "pp64x64s13")])
 def test_a_narrow_output_in_one_wave_takes_the_64x64_pingpong_with_its_deep_ring(shape, layout, tag):

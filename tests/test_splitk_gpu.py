@@ -46,7 +46,16 @@ SPLIT_FAMILIES = ({"block_m": 64, "block_n": 128, "splits": 3}, {"block_m": 128,
                   # along M sharing B (the narrow pingpong and a 128-row one), along N sharing A (cooperative)
                   {"block_m": 64, "block_n": 128, "cluster_m": 2, "splits": 2},
                   {"block_m": 128, "block_n": 128, "cluster_m": 2, "splits": 4},
-                  {"schedule": "cooperative", "block_m": 128, "block_n": 256, "cluster_n": 2, "splits": 3})
+                  {"schedule": "cooperative", "block_m": 128, "block_n": 256, "cluster_n": 2, "splits": 3},
+                  # a split lead: the final's k-range longer than each partial's, so every role reads each unit's
+                  # count from its split (splitk.k_count) and the pingpong consumer skips its peer's unit by that
+                  # unit's own count. Two and four splits over three CTAs: a consumer's units alternate between
+                  # partials and finals (mixed_counts), the skip and the next unit's count differ
+                  {"block_m": 64, "block_n": 64, "splits": 2, "split_lead": 7, "stages": 13},
+                  {"block_m": 64, "block_n": 64, "splits": 4, "split_lead": 5, "stages": 13},
+                  {"block_m": 128, "block_n": 128, "splits": 2, "split_lead": 3},
+                  {"schedule": "cooperative", "block_m": 128, "block_n": 256, "splits": 2, "split_lead": 4},
+                  {"block_m": 64, "block_n": 128, "cluster_m": 2, "splits": 2, "split_lead": 2})
 TRANSPOSED_FAMILIES = ({"block_m": 128, "block_n": 16, "c_major": "m"},
                        {"block_m": 128, "block_n": 32, "c_major": "m", "splits": 3},
                        {"block_m": 128, "block_n": 64, "c_major": "m", "splits": 2},
@@ -108,6 +117,7 @@ def _case(fam: dict, j: int, f: int, short: bool = False) -> Case:
     km, kn = tiles_m * cfg.block_m - 8, tiles_n * cfg.block_n - 8      # the kernel's M and N, both partial
     per = MIN_RING_WRAPS * cfg.num_stages + 1
     k_tiles = splits * per - (1 if short else 0)                       # short: the last split ends past K
+    k_tiles += cfg.split_lead + (cfg.split_lead and 1)                 # a lead: the final's extra, and one over
     k = k_tiles * cfg.block_k - 8
     m, n = (kn, km) if cfg.transposed_store else (km, kn)
     return Case(m, n, k, in_dtype, out_dtype, a_major, b_major, tuple(sorted(fam.items())), CTAS * cfg.cluster_size,
@@ -115,7 +125,21 @@ def _case(fam: dict, j: int, f: int, short: bool = False) -> Case:
 
 
 FIXED = [_case(fam, j, f) for f, fam in enumerate(FAMILIES) for j in range(len(LAYOUTS))]
-SHORT = [_case(fam, f % len(LAYOUTS), f, short=True) for f, fam in enumerate(FAMILIES) if fam.get("splits", 1) > 1]
+# (a split lead's last split ends at K exactly: it has no short form)
+SHORT = [_case(fam, f % len(LAYOUTS), f, short=True) for f, fam in enumerate(FAMILIES)
+         if fam.get("splits", 1) > 1 and not fam.get("split_lead")]
+
+
+def mixed_counts(s) -> bool:
+    """Whether some cluster walks a unit of one split count right before a unit of the other (the pingpong consumer
+    then skips its peer's unit by a count unlike its own; the cooperative one runs them in turn): under a split lead,
+    finals and partials on one ring."""
+    for cluster in range(s.clusters):
+        units = list(range(cluster, s.units, s.clusters))
+        for mine, peer in zip(units, units[1:]):
+            if (mine % s.splits == s.splits - 1) != (peer % s.splits == s.splits - 1):
+                return True
+    return False
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -127,7 +151,7 @@ def test_fixed_cases_cover_every_family_layout_and_dtype():
         mine = [c for c in FIXED if c.fam == fam]
         assert {(c.a_major, c.b_major) for c in mine} == set(LAYOUTS), fam
         assert {c.out_dtype for c in mine} == {"bfloat16", "float16", "float32"}, fam
-    assert len(SHORT) == sum(fam.get("splits", 1) > 1 for fam in FAMILIES)
+    assert len(SHORT) == sum(fam.get("splits", 1) > 1 and not fam.get("split_lead") for fam in FAMILIES)
 
 
 @pytest.mark.parametrize("case", FIXED + SHORT, ids=str)
@@ -143,6 +167,10 @@ def test_case_exercises_what_it_claims(case):
     if cfg.split_k:
         k_tiles = -(-case.k // cfg.block_k)
         assert (s.splits * s.k_tiles > k_tiles) == case.short_last_split
+    if cfg.split_lead:   # the final runs the rest of K, lead or more k-tiles past a partial's; the counts mix on a ring
+        assert s.final_k_tiles >= s.k_tiles + cfg.split_lead, s.describe()
+        assert (s.splits - 1) * s.k_tiles + s.final_k_tiles == -(-case.k // cfg.block_k), s.describe()
+        assert mixed_counts(s), s.describe()
 
 
 # ---------------------------------------------------------------------------------------------------------------

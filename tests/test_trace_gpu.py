@@ -78,8 +78,9 @@ def _check_against_schedule(rec, config: GemmConfig, ctas=None):
                 walk = sched.cluster_walk(cluster)
             else:
                 step, first = (1, 0) if config.cooperative else (2, consumer)
-                walk = [(cluster + (first + step * j) * sched.clusters, 0, sched.k_tiles)
-                        for j in range(sched.consumer_tiles(cluster, consumer))]
+                units = [cluster + (first + step * j) * sched.clusters
+                         for j in range(sched.consumer_tiles(cluster, consumer))]
+                walk = [(unit, 0, sched.unit_k_tiles(unit)) for unit in units]   # a split lead: each split's own
             assert rows["tile"].tolist() == [unit for unit, _, _ in walk], (cta, role)
             taken = [_path(config, sched, *segment) for segment in walk]
             assert count[cta, role] == trace_format.BRACKET_RECORDS + sum(len(paths[p]) for p in taken), (cta, role)
@@ -203,6 +204,15 @@ def test_small_grids_trace_every_tile(config, shape, ctas):
     _check_against_schedule(rec, config, ctas)
 
 
+@gpu
+def test_an_fp8_trace_is_checked_by_the_fp8_bound():
+    """trace's own check of a per-tensor fp8 launch (64x2112x7168, issue 49's row) uses the fp8 bound: the bound of
+    16-bit inputs failed this right kernel (run 120)."""
+    fp8 = dict(in_dtype="float8_e4m3fn", out_dtype="bfloat16", a_major="k", b_major="k")
+    rec = tracing.record(64, 2112, 7168, GemmConfig.from_tag("pp64x64k2s13", **fp8))
+    assert rec.verdict.ok, rec.verdict
+
+
 # ---- the cooperative schedule and split-K
 
 CROSS_SM_SLACK_NS = 500   # two SMs' events placed on one time base: each CTA's cycles fitted to its own timer anchors
@@ -233,9 +243,13 @@ COOPERATIVE_CASES = [
     (GemmConfig.from_tag("pp64x128", splits=3), (300, 1000, 2048), 3),
     (GemmConfig.from_tag("coop128x256sk"), (4 * 128 - 8, 3 * 256 - 8, 20 * 64 - 8), 5),
     (GemmConfig.from_tag("coop128x256c2sk"), (2000, 7000, 1000), None),
+    # a split lead: the final's longer k-range, and over 3 CTAs each ring alternating finals and partials
+    (GemmConfig.from_tag("pp64x64k2l7s13"), (300, 1000, 4096), 3),
+    (GemmConfig.from_tag("coop128x256k2l4"), (700, 1300, 2048), 5),
 ]
 CASE_IDS = ["coop128x256-16ctas", "coop256x128c2-4ctas", "coop-splitk4", "coop-splitk3-5ctas", "pp-splitk2",
-            "pp-splitk3-3ctas", "coop-streamk-5ctas", "coop-streamk-pairs"]
+            "pp-splitk3-3ctas", "coop-streamk-5ctas", "coop-streamk-pairs", "pp-splitk2-lead-3ctas",
+            "coop-splitk2-lead-5ctas"]
 
 
 @gpu

@@ -15,6 +15,7 @@ import pytest
 
 import ptxgemm
 from ptxgemm import GemmConfig, select_config
+from ptxgemm import accuracy
 from ptxgemm.accuracy import DTYPES
 from ptxgemm import tuning
 from ptxgemm.errors import ConfigError, CudaError, PtxgemmError
@@ -242,6 +243,37 @@ class FakeBlockPlans:
             runner.out = c.astype(DTYPES[config.out_dtype])
         runner.launch = launch
         return runner
+
+
+class Fp8AccumulationRunner(FakeRunner):
+    """A right fp8 kernel's result: the product off by half of what the tensor cores' reduced-width fp8 accumulation
+    may lose (accuracy.FP8_ACCUMULATION_UNIT x sum |a||b|), far more than a 16-bit input's fp32 accumulation may."""
+
+    def launch(self):
+        self.launches += 1
+        a64, b64 = self.a.astype(np.float64), self.b.astype(np.float64)
+        c = a64 @ b64 + 0.5 * accuracy.FP8_ACCUMULATION_UNIT * (np.abs(a64) @ np.abs(b64))
+        self.out = c.astype(DTYPES[self.config.out_dtype])
+
+
+def test_per_tensor_fp8_candidates_are_checked_by_the_fp8_bound(cache_dir):
+    """tune() on fp8 inputs judges each candidate by the bound of its inputs' dtype: an error that fp8's reduced-width
+    accumulation allows passes (the bound of 16-bit inputs refused every right fp8 kernel at long K)."""
+    fp8 = dict(in_dtype="float8_e4m3fn", out_dtype="bfloat16", a_major="k", b_major="k")
+    plans_made = []
+
+    def factory(a, b, config):
+        plans_made.append(config)
+        return Fp8AccumulationRunner(a, b, config)
+
+    k = 4096
+    too_tight = accuracy.error_bound(np.ones((1, 1)), np.full((1, 1), float(k)), k, "bfloat16")[0, 0]
+    assert 0.5 * accuracy.FP8_ACCUMULATION_UNIT * k > too_tight     # the error is past the 16-bit inputs' bound
+    winner, records = ptxgemm.tune(64, 80, k, **fp8, candidates=["pp64x64k2", "pp64x64"], rounds=2, progress=None,
+                                   plan_factory=factory, timer=fake_timer({"pp64x64k2": 0.1, "pp64x64": 0.2}),
+                                   device=H100)
+    assert all(r["ok"] for r in records), [r["check"] for r in records]
+    assert winner.tag == "pp64x64k2" and len(plans_made) == 2
 
 
 def test_blockwise_tuning_tries_the_blockwise_tiles_and_keeps_its_own_entry(cache_dir):

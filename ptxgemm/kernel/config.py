@@ -224,6 +224,7 @@ class GemmConfig(KernelLayout):
                 + (f"cluster 1x{self.cluster_n} (A multicast), " if self.cluster_n > 1 else "")
                 + (f"raster {self.raster}, " if self.raster != GemmConfig.raster else "")
                 + (f"split-K {self.splits}, " if self.split_k else "")
+                + (f"the final split {self.split_lead} k-tiles longer, " if self.split_lead else "")
                 + ("stream-K tail, " if self.stream_k and not self.sk_wave else "")
                 + ("stream-K tail with a full wave, " if self.sk_wave else "")
                 + ("serpentine k-loop, " if self.k_serpentine else "")
@@ -309,6 +310,15 @@ def _serpentine_rules(cfg: GemmConfig) -> None:
     refused = [name for name, on in (("grouped", cfg.grouped is not None), ("block_scale", cfg.block_scale)) if on]
     if refused:
         raise serpentine_refusal(refused)
+
+
+def _split_lead_rules(cfg: GemmConfig) -> None:
+    """tile x fusion: a final split longer than its partials only where the k-loop reads its unit's count from the
+    one register every role sets per unit (blockwise scaling's loops and scale walkers count k-blocks by the
+    launch's k_tiles; the tile's own half, split-K itself, is Tile's)."""
+    if cfg.split_lead and cfg.block_scale:
+        raise ConfigError("split_lead: blockwise scaling's k-loop and scale copies count every split's k-blocks "
+                          "by the launch's k_tiles, so its splits stay even; use split_lead=0 with block_scale")
 
 
 def _source_rules(cfg: GemmConfig) -> None:
@@ -420,7 +430,7 @@ def _shared_memory_rules(cfg: GemmConfig) -> None:
                           f"epilogue buffer exceed {SMEM_PER_BLOCK_OPTIN} B of shared memory (at most {most})")
 
 
-_RULES = (_cluster_split_rules, _stream_k_rules, _serpentine_rules, _source_rules, _fused_register_rules,
+_RULES = (_cluster_split_rules, _stream_k_rules, _serpentine_rules, _split_lead_rules, _source_rules, _fused_register_rules,
           _block_scale_rules, _grouped_rules, _trace_rules, _shared_memory_rules)
 
 # GemmConfig.block_m and the like: each flat field's default, read where a value is compared with it (describe,

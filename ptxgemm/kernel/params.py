@@ -68,8 +68,9 @@ def template_params(cfg: GemmConfig) -> dict:
         "swizzle_bytes": SWIZZLE_BYTES,                       # one swizzled row of a tile: the TMA box's line
         "panel_elems": SWIZZLE_BYTES // cfg.in_itemsize,      # elements of an MN-major operand per swizzled row
         "flag_bytes": FLAG_BYTES,
-        # the register holding the current unit's k-tile count: a stream-K segment's own, else every unit's
-        "unit_k_tiles": "%k_count" if cfg.stream_k else "%k_tiles",
+        # the register holding the current unit's k-tile count: a stream-K segment's own, or its split's under a
+        # split lead, else every unit's
+        "unit_k_tiles": "%k_count" if cfg.stream_k or cfg.split_lead else "%k_tiles",
         "sk_max_shares": SK_MAX_SHARES,                       # stream-K: a unit is cut into at most this many shares
         "quad_stride": WARPGROUP_THREADS * 16,
         "scale_block": SCALE_BLOCK,

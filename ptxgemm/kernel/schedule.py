@@ -53,6 +53,17 @@ class Schedule:
     stream_k: bool = False  # the last partial wave's units spread as k-tile shares over every cluster
     k_serpentine: bool = False  # odd passes of the walk (a cluster's 2nd, 4th, ... whole unit) run K backward
     sk_wave: bool = False   # the tail takes the last full wave with it (module docstring)
+    k_last: int | None = None   # split-K with a lead: the last split's k-tiles (None: k_tiles, as every split's)
+
+    @property
+    def final_k_tiles(self) -> int:
+        """k-tiles of a tile's last split (its final): k_last under a split lead, else k_tiles like the others."""
+        return self.k_tiles if self.k_last is None else self.k_last
+
+    def unit_k_tiles(self, unit: int) -> int:
+        """k-tiles unit `unit` of the walk runs whole (outside the stream-K tail): its split's count under split-K
+        (the final's under a lead), else every unit's."""
+        return self.final_k_tiles if self.splits > 1 and unit % self.splits == self.splits - 1 else self.k_tiles
 
     @property
     def work_tiles(self) -> int:
@@ -190,11 +201,11 @@ class Schedule:
         """How many k-tiles one CTA's producer loads, at most: the running ring position at the end of its walk (a
         stream-K share is at most a unit's k-tiles, or with sk_wave under two units where the tail holds a full
         wave's more units, so the whole-unit count bounds it too)."""
-        return math.ceil(self.units / self.clusters) * self.k_tiles
+        return math.ceil(self.units / self.clusters) * max(self.k_tiles, self.final_k_tiles)
 
     def describe(self) -> dict:
         return {"tiles_m": self.tiles_m, "tiles_n": self.tiles_n, "k_tiles": self.k_tiles, "batches": self.batches,
-                "splits": self.splits,
+                "splits": self.splits, **({"k_last": self.k_last} if self.k_last is not None else {}),
                 **({"stream_k": {"dp_units": self.dp_units, "sk_units": self.sk_units, "sk_per": self.sk_per}}
                    if self.stream_k else {}),
                 "grid": self.grid,
@@ -206,28 +217,38 @@ def plan_for(config, m: int, n: int, k: int, sm_count: int, ctas: int | None = N
     """plan_schedule with every field taken from a GemmConfig."""
     return plan_schedule(m, n, k, config.block_m, config.block_n, config.block_k, config.cluster_m, sm_count, ctas,
                          config.schedule, config.cluster_n, batches, config.splits, config.stream_k,
-                         config.k_serpentine, config.sk_wave)
+                         config.k_serpentine, config.sk_wave, config.split_lead)
 
 
-def effective_splits(k_tiles: int, splits: int) -> tuple[int, int]:
-    """(splits, k-tiles per split) a launch runs: every split gets the same count, ceil(k_tiles / splits), so the
-    ring positions of the roles stay in step; the splits are then as many as that count needs (never one that would
-    start past K). The last split's range may run past K by less than one split: TMA fills those k-tiles with
-    zeros, which add nothing."""
-    per = max(1, math.ceil(k_tiles / max(splits, 1)))
-    return max(1, math.ceil(k_tiles / per)), per
+def effective_splits(k_tiles: int, splits: int, lead: int = 0) -> tuple[int, int, int]:
+    """(splits, k-tiles of each partial, k-tiles of the last split) a launch runs.
+    Without a lead every split gets the same count, ceil(k_tiles / splits), and the splits are as many as that count
+    needs (never one that would start past K); the last split's range may run past K by less than one split: TMA
+    fills those k-tiles with zeros, which add nothing.
+    With a lead (GemmConfig.split_lead) the partials get (k_tiles - lead) // splits each (at least one) and the last
+    split the rest, up to K exactly: lead or more k-tiles beyond a partial's, so its own k-loop runs while the
+    partials store and publish theirs. The roles then read each unit's count from the split it is (the kernel's
+    %k_count); never more splits than k-tiles."""
+    splits = max(splits, 1)
+    if not lead:
+        per = max(1, math.ceil(k_tiles / splits))
+        splits = max(1, math.ceil(k_tiles / per))
+        return splits, per, per
+    splits = min(splits, k_tiles)
+    per = max(1, (k_tiles - lead) // splits)
+    return splits, per, k_tiles - (splits - 1) * per
 
 
 def plan_schedule(m: int, n: int, k: int, block_m: int, block_n: int, block_k: int, cluster_m: int,
                   sm_count: int, ctas: int | None = None, schedule: str = "pingpong",
                   cluster_n: int = 1, batches: int = 1, splits: int = 1, stream_k: bool = False,
-                  k_serpentine: bool = False, sk_wave: bool = False) -> Schedule:
+                  k_serpentine: bool = False, sk_wave: bool = False, split_lead: int = 0) -> Schedule:
     """The grid GemmPlan launches: one CTA per SM (or at most `ctas`), never more clusters than scheduler steps
     (but for the stream-K tail's).
     With split-K, k_tiles is each split's count (effective_splits). The stream-K tail numbers k-tiles of the whole
     launch in 32 bits."""
     tiles_m, tiles_n, k_tiles = math.ceil(m / block_m), math.ceil(n / block_n), math.ceil(k / block_k)
-    splits, k_tiles = effective_splits(k_tiles, splits)
+    splits, k_tiles, k_last = effective_splits(k_tiles, splits, split_lead)
     units = math.ceil(tiles_m / cluster_m) * math.ceil(tiles_n / cluster_n) * batches * splits
     limit = sm_count if ctas is None else ctas
     # never more clusters than units, except under the stream-K tail, where fewer units than SMs are all tail: every
@@ -237,7 +258,7 @@ def plan_schedule(m: int, n: int, k: int, block_m: int, block_n: int, block_k: i
         raise ConfigError(f"stream_k: {units} units of {k_tiles} k-tiles overflow the kernel's 32-bit k-tile numbers; "
                           f"run this problem without the stream-K tail")
     return Schedule(tiles_m, tiles_n, k_tiles, cluster_m, clusters, schedule, cluster_n, batches, splits, stream_k,
-                    k_serpentine, sk_wave)
+                    k_serpentine, sk_wave, k_last if split_lead else None)
 
 
 # --------------------------------------------------------------------------------------------------------------

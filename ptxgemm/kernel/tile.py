@@ -29,13 +29,14 @@ RASTERS = ("m", "n", "hilbert")
 # each C^T tile transposed, i.e. straight into C's rows (ptxgemm.plan.operands chooses the swap from the layout).
 C_MAJORS = ("n", "m")
 MAX_SPLITS = 16                    # split-K: k-ranges per output tile (fp32 partials, a fixed-order fix-up)
+MAX_SPLIT_LEAD = 64                # split-K: the most k-tiles the final split may run beyond each partial's count
 # fp32 accumulators per consumer thread that fit beside the addresses in the consumers' 240 registers
 MAX_ACC_REGISTERS = 192
 
 TAG_SCHEDULE = {"pingpong": "pp", "cooperative": "coop"}
 RASTER_TAGS = {"m": "m", "n": "n", "hilbert": "h"}
-_TAG = re.compile(r"(pp|coop)(\d+)x(\d+)(t)?(?:c(\d+))?(?:cn(\d+))?(?:g(\d+))?(?:r([mnh]))?(?:k(\d+))?(sk)?(w)?(z)?"
-                  r"(?:s(\d+))?")
+_TAG = re.compile(r"(pp|coop)(\d+)x(\d+)(t)?(?:c(\d+))?(?:cn(\d+))?(?:g(\d+))?(?:r([mnh]))?(?:k(\d+)(?:l(\d+))?)?(sk)?(w)?"
+                  r"(z)?(?:s(\d+))?")
 
 
 def stream_k_refusal(refused: list[str]) -> ConfigError:
@@ -69,6 +70,9 @@ class Tile(Part, TileLayout):
     group_m: int = 8              # rasterization: tiles walk group_m tile-rows (raster "m") or tile-columns ("n")
     raster: str = "m"             # RASTERS: grouped down tile-rows ("m"), across tile-columns ("n"), or "hilbert"
     splits: int = 1               # split-K: each output tile's k-loop cut into this many units of the schedule
+    split_lead: int = 0           # split-K: k-tiles the last split (the final) runs beyond each partial's count. The
+    #                               final waits ~1 us after its own k-loop for the partials' stores and flag (run
+    #                               120's traces); a longer range fills that wait (schedule.effective_splits)
     c_major: str = "n"            # C_MAJORS: tiles stored as rows ("n") or transposed, as columns ("m"; swap-AB)
     stream_k: bool = False        # stream-K tail: whole tiles for the full waves, then the last partial wave's k-tiles
     #                               spread evenly over every cluster, fixed up in fp32 (streamk.ptx.j2)
@@ -94,6 +98,12 @@ class Tile(Part, TileLayout):
         if not 1 <= self.splits <= MAX_SPLITS:
             raise ConfigError(f"splits: must be an integer in 1..{MAX_SPLITS} (k-ranges per output tile), "
                               f"got {self.splits!r}")
+        if not 0 <= self.split_lead <= MAX_SPLIT_LEAD:
+            raise ConfigError(f"split_lead: must be an integer in 0..{MAX_SPLIT_LEAD} (k-tiles the final split runs "
+                              f"beyond each partial), got {self.split_lead!r}")
+        if self.split_lead and not self.split_k:
+            raise ConfigError(f"split_lead: lengthens the last split's k-range, so it needs split-K (splits >= 2), "
+                              f"got splits={self.splits}")
         if self.c_major not in C_MAJORS:
             raise ConfigError(f"c_major: must be one of {C_MAJORS}, got {self.c_major!r}")
         # the halves of the walk's rules that read the tile alone (GemmConfig checks the others)
@@ -139,7 +149,8 @@ class Tile(Part, TileLayout):
     @property
     def tag(self) -> str:
         """The tile choice in a few characters: 'pp128x128', 'coop256x128c2' (cluster_m 2), 'coop128x256cn2'
-        (cluster_n 2), 'pp128x192g16rns5' (group 16, raster n, 5 stages), 'pp64x128k4' (split-K 4),
+        (cluster_n 2), 'pp128x192g16rns5' (group 16, raster n, 5 stages), 'pp64x128k4' (split-K 4), 'pp64x64k3l8'
+        (split-K 3, the final split 8 k-tiles longer than each partial),
         'coop128x256c2sk' (stream-K tail), 'coop128x128skw' (the tail with a full wave), 'coop128x256c2skz' (and the
         serpentine k-loop), 'pp128x16t' (transposed store: swap-AB)."""
         return self._tag(with_walk=True)
@@ -165,6 +176,8 @@ class Tile(Part, TileLayout):
             t += f"r{RASTER_TAGS[self.raster]}"
         if self.splits > 1 and with_walk:
             t += f"k{self.splits}"
+        if self.split_lead and with_walk:
+            t += f"l{self.split_lead}"
         if self.stream_k and with_walk:
             t += "sk"
         if self.sk_wave and with_walk:
@@ -187,15 +200,15 @@ class Tile(Part, TileLayout):
         m = _TAG.fullmatch(tag.strip())
         if m is None:
             raise ConfigError(f"config tag: {tag!r} is not <pp|coop><block_m>x<block_n>[t][c<cluster_m>][cn<cluster_n>]"
-                              f"[g<group_m>][r<m|n|h>][k<splits>][sk[w]][z][s<stages>], e.g. pp128x128, coop256x128c2, "
+                              f"[g<group_m>][r<m|n|h>][k<splits>[l<split_lead>]][sk[w]][z][s<stages>], e.g. pp128x128, coop256x128c2, "
                               f"pp64x128k4 or pp128x16tk4")
-        schedule, block_m, block_n, transposed, cm, cn, group, raster, splits, stream_k, sk_wave, serpentine, \
-            stages = m.groups()
+        schedule, block_m, block_n, transposed, cm, cn, group, raster, splits, lead, stream_k, sk_wave, \
+            serpentine, stages = m.groups()
         kw = {"schedule": {v: k for k, v in TAG_SCHEDULE.items()}[schedule], "block_m": int(block_m),
               "block_n": int(block_n), "c_major": "m" if transposed else "n", "stream_k": bool(stream_k),
               "sk_wave": bool(sk_wave), "k_serpentine": bool(serpentine)}
         for name, text in (("cluster_m", cm), ("cluster_n", cn), ("group_m", group), ("splits", splits),
-                           ("stages", stages)):
+                           ("split_lead", lead), ("stages", stages)):
             if text:
                 kw[name] = int(text)
         if raster:

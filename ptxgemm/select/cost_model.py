@@ -32,7 +32,8 @@
    walks them all in one band, so B's panels are read from DRAM once. At small M a blockwise problem whose B panels
    fill the SMs in one wave runs unsplit 64x64 tiles with the deepest ring first (ptxgemm/select/unsplit_wave.py);
    so do per-tensor fp8 at M <= 128 (unsplit, or in two splits where the panels are few) and 16-bit outputs of
-   1025-2048 columns in one wave over a short k-loop (_measured_first, the same module's other two rules).
+   1025-2048 columns in one wave over a short k-loop (_measured_first, the same module's other two rules). A 64x64
+   pingpong split pick runs its final split a few k-tiles longer than its partials (ptxgemm/select/split_lead.py).
 
 Nothing here needs a GPU: without one, and without an injected device, the model assumes DEFAULT_DEVICE.
 """
@@ -54,6 +55,7 @@ from .memory_model import misaligned_factor
 from .predict import (DEEP_RING_DTYPES, Prediction, kernel_mnk, kernel_schedule, predict, with_deep_ring,
                       with_serpentine, with_stream_k)
 from .problem import Problem
+from .split_lead import with_split_lead
 from .tiles import (BLOCK_SCALE_TILES, BLOCK_SCALE_TUNE_TILES, WHOLE_N_WIDER, blockwise_candidates,
                     problem_candidates)
 from .unsplit_wave import FP8_WAVE_MAX_M, fp8_wave_splits, narrow_unsplit, unsplit_wave
@@ -532,8 +534,9 @@ def _ranked_blockwise(problem: Problem, sm_count: int, gpu_name: str, batches: i
 
 def _untimed_forms(config: GemmConfig, m: int, n: int, k: int, sm_count: int, batches: int = 1) -> GemmConfig:
     """`config` (a ranked pick with the tail it takes) with the forms the selection adds last and the model does not
-    time: the serpentine k-loop, the deep ring and the walk's band (`config` itself where none applies)."""
-    turned = with_deep_ring(with_serpentine(config, m, n, k, sm_count, batches))
+    time: the serpentine k-loop, the deep ring, the final split's lead (split_lead.py) and the walk's band (`config`
+    itself where none applies)."""
+    turned = with_split_lead(with_deep_ring(with_serpentine(config, m, n, k, sm_count, batches)), k)
     return with_band(turned, lambda c: kernel_schedule(c, m, n, k, sm_count, batches))
 
 

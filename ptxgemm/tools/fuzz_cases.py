@@ -38,7 +38,8 @@ What the strategies cover (draw_spec):
   that loads K backward. The WIDE_ACC_TAGS tiles only where the epilogue has no bias, activation or vector scale;
   in SPLIT_PAIR_P of the rest, a pair under split-K (SPLIT_PAIR_TAGS), from a stream of its own; in FP8_WAVE_P of
   the fp8 ones still without a config, one of the per-tensor fp8 wave rule's deep-ring forms (FP8_WAVE_TAGS), from a
-  stream of its own;
+  stream of its own; in SPLIT_LEAD_P of those still without one, a split tile whose final runs longer than its
+  partials (SPLIT_LEAD_TAGS), from a stream of its own;
 - the GEMM classes of a training step (TRAINING_CLASSES: narrow N with a K-major B, weight gradients with an M-major
   A and a long K, short K) in TRAINING_P of the plain 2-D cases, from a stream of their own;
 - entries "run", "matmul" (with a NaN-poisoned out, or none) and "plan" (GemmPlan(...).launch(), out required);
@@ -312,13 +313,21 @@ SPLIT_PAIR_STREAM = 0x5B1D   # the pair's draw: seed ^ this
 FP8_WAVE_TAGS = ("pp64x64s13", "pp64x64k2s13")
 FP8_WAVE_P = 0.3
 FP8_WAVE_STREAM = 0xF8A5   # the wave form's draw: seed ^ this
+#: Split picks whose last split runs longer than each partial (GemmConfig.split_lead): the selection's own forms
+#: (select/split_lead.py: the 64x64 pingpong, fp8's and 16-bit's leads) and ones it does not make (a 64x128 and a
+#: 128x128 pingpong, a cooperative tile), so each role's per-unit count is checked on both schedules. At the fuzzer's
+#: sizes a lead often exceeds K's k-tiles, which leaves the partials one k-tile each and the final the rest. In
+#: SPLIT_LEAD_P of the cases without c or blockwise scales that drew no other config, from a stream of their own.
+SPLIT_LEAD_TAGS = ("pp64x64k2l9s13", "pp64x64k3l8s13", "pp64x128k2l3", "pp128x128k4l2", "coop128x128k3l5")
+SPLIT_LEAD_P = 0.3
+SPLIT_LEAD_STREAM = 0x11EAD   # the lead's draw: seed ^ this
 WALK_P, WALK_PLAN_P = 0.15, 0.4   # how often a case takes one of WALK_TAGS: more often for GemmPlan, whose ctas let
 #                                   the serpentine tiles make a second pass
 STREAM_K_STREAM = 0x5C7A   # the stream-K or serpentine config's draw: seed ^ this
 #: Every tag the fuzzer passes as `config`, by the family a failing case's categories name (fuzz_shrink.categories).
 CONFIG_FAMILIES = (("serpentine", SERPENTINE_TAGS), ("stream-k", STREAM_K_TAGS),
                    ("deep-ring-blockwise", BLOCK_DEEP_TAGS), ("swap-ab-blockwise", BLOCK_SWAP_TAGS),
-                   ("split-pair", SPLIT_PAIR_TAGS), ("fp8-wave", FP8_WAVE_TAGS))
+                   ("split-pair", SPLIT_PAIR_TAGS), ("fp8-wave", FP8_WAVE_TAGS), ("split-lead", SPLIT_LEAD_TAGS))
 
 
 def config_family(config: str) -> str:
@@ -492,6 +501,7 @@ def draw_spec(rng: np.random.Generator, *, max_flops: float, entries=ENTRIES, ar
         _draw_family(spec, SPLIT_PAIR_STREAM, SPLIT_PAIR_P, SPLIT_PAIR_TAGS)
         if spec["a"]["dtype"] in FP8_DTYPES and spec["b"]["dtype"] in FP8_DTYPES:
             _draw_family(spec, FP8_WAVE_STREAM, FP8_WAVE_P, FP8_WAVE_TAGS)
+        _draw_family(spec, SPLIT_LEAD_STREAM, SPLIT_LEAD_P, SPLIT_LEAD_TAGS)
     _training_class(spec, max_flops)
     bad = problems(spec)
     if bad:   # a bug of this generator
