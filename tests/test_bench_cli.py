@@ -609,8 +609,8 @@ SUMMARIZED = [
     ("--set grouped (fp8 blockwise)", ["h100/grouped/bench_h100_grouped_fp8_block_issue24_swapsel_r1.json",
                                        "h100/grouped/bench_h100_grouped_fp8_block_issue24_swapsel_r2.json"],
      f"{H100_GPU} [grouped float8_e4m3fn, block scaling]", "cases"),
-    ("--set training", ["h200/bench/bench_h200_training_issue47_r103_1.json",
-                        "h200/bench/bench_h200_training_issue47_r103_2.json"],
+    # two runs of a gzipped bundle, by BUNDLE:PATTERN
+    ("--set training", ["h200/bench/bench_h200_training_issue47_r103-r123.json.gz:r103_training_[12]"],
      f"{H200} [training]", "median_rows"),
 ]
 
@@ -633,6 +633,32 @@ def test_summarize_reads_every_kind_of_run_file_the_bench_writes(kind, files, ke
     assert f"== {key}: 2 run(s)" in capsys.readouterr().out
     summary = json.loads(out.read_text())
     assert list(summary) == [key] and summary[key].get(field), summary[key].keys()
+
+
+def test_summarize_reads_gzipped_runs_and_bundles(tmp_path, capsys):
+    """A run gzipped, a bundle ({"gpu", "what", "runs": {name: run}}) whole or by BUNDLE:PATTERN: every run it names
+    is summarized, each under FILE:NAME; a pattern that matches no run, or a file that is not gzipped JSON, is
+    refused naming it."""
+    import gzip
+
+    from ptxgemm.bench.summary import read_runs
+    from ptxgemm.errors import ConfigError
+
+    run = json.loads((RESULTS / "h100/bench/bench_h100_issue9_final_run1.json").read_text())
+    single = tmp_path / "one.json.gz"
+    single.write_bytes(gzip.compress(json.dumps(run).encode()))
+    bundle = tmp_path / "bundle.json.gz"
+    bundle.write_bytes(gzip.compress(json.dumps({"gpu": "x", "what": "y", "runs": {"a_1": run, "a_2": run,
+                                                                                     "b_1": run}}).encode()))
+    assert list(read_runs([single])) == [str(single)]
+    assert list(read_runs([bundle])) == [f"{bundle}:a_1", f"{bundle}:a_2", f"{bundle}:b_1"]
+    assert list(read_runs([f"{bundle}:a_*"])) == [f"{bundle}:a_1", f"{bundle}:a_2"]
+    with pytest.raises(ConfigError, match="no run of the bundle .* matches 'c_\\*'"):
+        read_runs([f"{bundle}:c_*"])
+    broken = tmp_path / "broken.json.gz"
+    broken.write_bytes(b"{}")
+    with pytest.raises(ConfigError, match="broken.json.gz: ValueError: not gzipped JSON"):
+        read_runs([broken])
 
 
 @pytest.mark.parametrize("kind, file, words", NOT_SUMMARIZED, ids=[k[0] for k in NOT_SUMMARIZED])

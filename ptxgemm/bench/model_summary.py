@@ -7,12 +7,10 @@ A file is one report as `model` writes it ({"model", "rows", ...}) or several ke
 ...}, ...]}, as docs/results keeps them). Figures per run, three runs at least: a bar is read on the median."""
 from __future__ import annotations
 
-import gzip
-import json
 from pathlib import Path
 
 from ..errors import ConfigError
-from .summary import spread
+from .summary import read_json, spread
 from .transformer_models import OURS, headline_ratio
 
 
@@ -22,10 +20,8 @@ def read_reports(files) -> list[dict]:
     for f in files:
         path = Path(f)
         try:
-            # (committed reports may be gzipped: docs/results/ keeps its size cap)
-            raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
-            data = json.loads(raw)
-        except (OSError, ValueError, EOFError, gzip.BadGzipFile) as e:
+            data = read_json(path)     # (committed reports may be gzipped: docs/results/ keeps its size cap)
+        except (OSError, ValueError) as e:
             raise ConfigError(f"--summarize: cannot read {path} as JSON ({e})") from None
         found = ([r.get("report") for r in data.get("runs", [])] if isinstance(data, dict) and "runs" in data
                  else [data])

@@ -17,6 +17,8 @@ runs have them. The result files with no summary (`bench --host`'s, `--summarize
 refused in one line that names the kind and says why (no_summary)."""
 from __future__ import annotations
 
+import fnmatch
+import gzip
 import json
 import statistics
 from pathlib import Path
@@ -283,28 +285,62 @@ def no_summary(run) -> tuple[str, str] | None:
     return None
 
 
+def read_json(path) -> object:
+    """A result file's JSON, gzipped or not (docs/results/ keeps its size cap by gzipping what it commits);
+    ValueError or OSError where it is neither."""
+    path = Path(path)
+    raw = path.read_bytes()
+    try:
+        return json.loads(gzip.decompress(raw) if path.suffix == ".gz" else raw)
+    except (EOFError, gzip.BadGzipFile) as e:
+        raise ValueError(f"not gzipped JSON ({e})") from None
+
+
+def _bundled(f, data) -> list[tuple[str, object]]:
+    """(name, run) of a file: its one run, or each run of a bundle ({"gpu", "what", "runs": {name: run}}: how
+    docs/results/ commits a session's runs in one file) as FILE:NAME."""
+    if isinstance(data, dict) and "rows" not in data and isinstance(data.get("runs"), dict):
+        return [(f"{f}:{name}", run) for name, run in data["runs"].items()]
+    return [(str(f), data)]
+
+
 def read_runs(files) -> dict:
-    """{file: run JSON} of bench result files; ConfigError naming the file that is not one (and, for a kind of
-    result file that has no summary, why)."""
+    """{file (or bundle file:run name): run JSON} of bench result files, gzipped or not, single runs or bundles;
+    `BUNDLE:PATTERN` takes the bundle's runs whose names match the glob (e.g. `...r103-r123.json.gz:r122_*`).
+    ConfigError naming the file that is not one (and, for a kind of result file that has no summary, why)."""
     runs = {}
     for f in files:
+        path, pattern = str(f), None
+        if not Path(path).exists() and ":" in path:
+            path, pattern = path.rsplit(":", 1)
         try:
-            run = json.loads(Path(f).read_text())
+            found = _bundled(path, read_json(path))
         except (OSError, ValueError) as e:
             raise ConfigError(f"--summarize: {f}: {type(e).__name__}: {e}") from None
-        other = no_summary(run)
-        if other is not None:
-            raise ConfigError(f"--summarize: {f}: {other[0]}; this kind of file has no summary: {other[1]}")
-        try:
-            if not isinstance(run, dict) or not isinstance(run.get("rows"), list):
-                raise ValueError("no 'rows' list: not a `python -m ptxgemm bench` result")
-            kind = run_set(run)
-            need = (() if kind and kind.startswith("grouped") else ("M", "N", "K") if kind is None else
-                    ("M", "N", "K", "gemm", "tokens", "model", "models", "role", "layout", "a_major", "b_major"))
-            if not all(isinstance(r, dict) and set(need) <= r.keys() for r in run["rows"]):
-                raise ValueError(f"a row without {', '.join(need[:-1])} and {need[-1]}: not a `python -m ptxgemm "
-                                 f"bench{' --set training' if kind else ''}` result")
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            raise ConfigError(f"--summarize: {f}: {type(e).__name__}: {e}") from None
-        runs[str(f)] = run
+        if pattern is not None:
+            found = [(name, run) for name, run in found
+                     if name != path and fnmatch.fnmatch(name.rsplit(":", 1)[1], pattern)]
+            if not found:
+                raise ConfigError(f"--summarize: {f}: no run of the bundle {path} matches {pattern!r}")
+        for name, run in found:
+            runs.update(_checked_run(name, run))
     return runs
+
+
+def _checked_run(f: str, run) -> dict:
+    """{f: run} where `run` is a bench run's JSON; ConfigError naming `f` otherwise."""
+    other = no_summary(run)
+    if other is not None:
+        raise ConfigError(f"--summarize: {f}: {other[0]}; this kind of file has no summary: {other[1]}")
+    try:
+        if not isinstance(run, dict) or not isinstance(run.get("rows"), list):
+            raise ValueError("no 'rows' list: not a `python -m ptxgemm bench` result")
+        kind = run_set(run)
+        need = (() if kind and kind.startswith("grouped") else ("M", "N", "K") if kind is None else
+                ("M", "N", "K", "gemm", "tokens", "model", "models", "role", "layout", "a_major", "b_major"))
+        if not all(isinstance(r, dict) and set(need) <= r.keys() for r in run["rows"]):
+            raise ValueError(f"a row without {', '.join(need[:-1])} and {need[-1]}: not a `python -m ptxgemm "
+                             f"bench{' --set training' if kind else ''}` result")
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ConfigError(f"--summarize: {f}: {type(e).__name__}: {e}") from None
+    return {f: run}

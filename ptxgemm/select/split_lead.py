@@ -20,8 +20,9 @@ Where it did not pay (so the rule leaves those tiles even): pp128x128k4 at 256x1
 against 30.22; pp64x128k3 at 128x2048x6144, lead 3-9 14.56-14.62 against 14.34; pp64x128k2 at 64x4096x4096 -1.2%
 and pp128x16tk2 at 16x4096x14336 -0.7%, inside the runs' spread.
 
-So the rule takes the 64x64 pingpong only, at the lead measured best per input width, and only where each partial
-keeps at least twice the lead (the measured rows had 2.5-10 times it).
+So the rule takes the 64x64 pingpong only, at the lead measured best per input width, at the split counts measured
+(SPLIT_LEAD_SPLITS), and only where each partial keeps at least twice the lead (the measured rows had 2.5-10 times
+it).
 """
 from __future__ import annotations
 
@@ -36,6 +37,10 @@ SPLIT_LEAD_TILE = ("pingpong", 64, 64)
 SPLIT_LEAD_K_TILES = {1: 9, 2: 8}
 # Each partial's k-tiles at least this many times the lead: the measured rows' partials held 2.5-10 leads.
 SPLIT_LEAD_MIN_PARTIAL = 2
+# The split counts measured with a lead, by the inputs' bytes per element: fp8 in two splits (the wave rule's), 16-bit
+# in three and four. Six and eight splits (the 64x64 pingpong's picks at M <= 128 with K of 16k and more) and 16-bit
+# in two were not timed with a lead, so they stay even.
+SPLIT_LEAD_SPLITS = {1: (2,), 2: (3, 4)}
 
 
 def with_split_lead(config: GemmConfig, k: int) -> GemmConfig:
@@ -46,6 +51,7 @@ def with_split_lead(config: GemmConfig, k: int) -> GemmConfig:
         return config
     lead = SPLIT_LEAD_K_TILES.get(config.in_itemsize)
     k_tiles = -(-k // config.block_k)
-    if lead is None or (k_tiles - lead) // config.splits < SPLIT_LEAD_MIN_PARTIAL * lead:
+    if (lead is None or config.splits not in SPLIT_LEAD_SPLITS[config.in_itemsize]
+            or (k_tiles - lead) // config.splits < SPLIT_LEAD_MIN_PARTIAL * lead):
         return config
     return dataclasses.replace(config, split_lead=lead)
