@@ -430,8 +430,8 @@ def _shared_memory_rules(cfg: GemmConfig) -> None:
                           f"epilogue buffer exceed {SMEM_PER_BLOCK_OPTIN} B of shared memory (at most {most})")
 
 
-_RULES = (_cluster_split_rules, _stream_k_rules, _serpentine_rules, _split_lead_rules, _source_rules, _fused_register_rules,
-          _block_scale_rules, _grouped_rules, _trace_rules, _shared_memory_rules)
+_RULES = (_cluster_split_rules, _stream_k_rules, _serpentine_rules, _split_lead_rules, _source_rules,
+          _fused_register_rules, _block_scale_rules, _grouped_rules, _trace_rules, _shared_memory_rules)
 
 # GemmConfig.block_m and the like: each flat field's default, read where a value is compared with it (describe,
 # __repr__); an instance's own value (set in __init__) hides it

@@ -35,8 +35,8 @@ MAX_ACC_REGISTERS = 192
 
 TAG_SCHEDULE = {"pingpong": "pp", "cooperative": "coop"}
 RASTER_TAGS = {"m": "m", "n": "n", "hilbert": "h"}
-_TAG = re.compile(r"(pp|coop)(\d+)x(\d+)(t)?(?:c(\d+))?(?:cn(\d+))?(?:g(\d+))?(?:r([mnh]))?(?:k(\d+)(?:l(\d+))?)?(sk)?(w)?"
-                  r"(z)?(?:s(\d+))?")
+_TAG = re.compile(r"(pp|coop)(\d+)x(\d+)(t)?(?:c(\d+))?(?:cn(\d+))?(?:g(\d+))?(?:r([mnh]))?"
+                  r"(?:k(\d+)(?:l(\d+))?)?(sk)?(w)?(z)?(?:s(\d+))?")
 
 
 def stream_k_refusal(refused: list[str]) -> ConfigError:
