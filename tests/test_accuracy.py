@@ -29,7 +29,7 @@ def _frobenius(out, ref):
 
 def test_a_correct_result_passes(problem):
     a, b, ref, absp, good, out_dtype = problem
-    verdict = accuracy.check(good, ref, absp, K)
+    verdict = accuracy.check(good, ref, absp, K, in_dtype="bfloat16")
     assert verdict.ok, str(verdict)
     if out_dtype == "float32":  # the accumulation term alone: it has the 18x margin, so a correct result sits low
         assert verdict.worst_ratio < 0.5
@@ -54,7 +54,7 @@ def _corruptions(a, b, good):
 def test_one_wrong_block_fails(problem):
     a, b, ref, absp, good, out_dtype = problem
     for what, bad in _corruptions(a, b, good).items():
-        verdict = accuracy.check(bad, ref, absp, K)
+        verdict = accuracy.check(bad, ref, absp, K, in_dtype="bfloat16")
         assert not verdict.ok, what
         assert verdict.bad_blocks == [(5, 7)], (what, verdict.bad_blocks)
 
@@ -67,15 +67,16 @@ def test_the_old_frobenius_check_missed_a_wrong_block(problem):
         pytest.skip("the old bound was per output dtype; bf16 shows it")
     bad = _corruptions(a, b, good)["one k-tile missing"]
     assert _frobenius(bad, ref) < 1e-2
-    assert not accuracy.check(bad, ref, absp, K).ok
+    assert not accuracy.check(bad, ref, absp, K, in_dtype="bfloat16").ok
 
 
 def test_bound_terms():
     ref = np.array([[1.0, -300.0]])
     absp = np.array([[10.0, 1000.0]])
     acc = accuracy.C_ACC * 2.0 ** -23 * 32 * absp
-    assert np.allclose(accuracy.error_bound(ref, absp, 1024, "float32"), acc + accuracy.error_bound(ref * 0, absp * 0, 1, "float32"))
-    bf = accuracy.error_bound(ref, absp, 1024, "bfloat16")
+    assert np.allclose(accuracy.error_bound(ref, absp, 1024, "float32", "bfloat16"),
+                       acc + accuracy.error_bound(ref * 0, absp * 0, 1, "float32", "bfloat16"))
+    bf = accuracy.error_bound(ref, absp, 1024, "bfloat16", "bfloat16")
     assert np.allclose(bf, 2.0 ** -8 * np.abs(ref) + (1 + 2.0 ** -8) * acc, rtol=1e-12, atol=1e-30)
 
 

@@ -179,7 +179,7 @@ def test_the_torch_layers_make_no_plan_in_a_steady_state_and_stay_right():
                 (y, x64 @ w64.T + b64, np.abs(x64) @ np.abs(w64.T) + np.abs(b64), k, "forward (training)"),
                 (x.grad, g64 @ w64, np.abs(g64) @ np.abs(w64), n, "dX"),
                 (lin.weight.grad, g64.T @ x64, np.abs(g64.T) @ np.abs(x64), m, "dW")):
-            bound = accuracy.error_bound(ref, absprod, kk, "bfloat16")
+            bound = accuracy.error_bound(ref, absprod, kk, "bfloat16", "bfloat16")
             verdict = accuracy.check_bound(host_values(got).astype(np.float64), ref, bound)
             assert verdict.ok, f"step {step} {what}: {verdict}"
         ref = g64.sum(0)

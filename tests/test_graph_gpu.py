@@ -22,7 +22,7 @@ def _operands(seed: int):
 
 def _check(out, a_np, b_np):
     ref, abs_product = accuracy.reference(a_np, b_np)
-    verdict = accuracy.check(out, ref, abs_product, K)
+    verdict = accuracy.check(out, ref, abs_product, K, in_dtype="bfloat16")
     assert verdict.ok, str(verdict)
 
 

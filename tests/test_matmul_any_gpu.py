@@ -62,7 +62,7 @@ def _verdict(out: np.ndarray, a: np.ndarray, b: np.ndarray, out_dtype: str) -> a
     if ref.size == 0:
         return None if out.shape == ref.shape else accuracy.Verdict(False, (0, 0), np.inf, 0, 0, [], None)
     k = a.shape[-1]
-    bound = accuracy.error_bound(ref, absp, k, out_dtype)
+    bound = accuracy.error_bound(ref, absp, k, out_dtype, np.dtype(a.dtype).name)
     shape2 = (-1, ref.shape[-1]) if ref.ndim >= 1 else (1, 1)  # 2-D slices for the per-block report
     v = accuracy.check_bound(np.asarray(out).reshape(shape2), ref.reshape(shape2), bound.reshape(shape2))
     return None if v.ok else v

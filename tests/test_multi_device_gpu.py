@@ -56,7 +56,7 @@ def _operands(rng, m=M, n=N, k=K, dtype="bfloat16"):
 
 
 def _check(got: np.ndarray, ref, absprod, k: int, what: str) -> None:
-    verdict = accuracy.check(got, ref, absprod, k)
+    verdict = accuracy.check(got, ref, absprod, k, in_dtype="bfloat16")
     assert verdict.ok, f"{what}: {verdict}"
 
 
@@ -221,7 +221,7 @@ def _torch_pass(torch, pt, current: int, seed: int) -> None:
     assert torch.cuda.current_device() == current and out.device == dev
     torch.cuda.synchronize(dev)
     ref, absprod = accuracy.reference(host_values(a), host_values(w).T)
-    _within(out, ref, accuracy.error_bound(ref, absprod, K, "bfloat16"), f"mm (current device {current})")
+    _within(out, ref, accuracy.error_bound(ref, absprod, K, "bfloat16", "bfloat16"), f"mm (current device {current})")
 
     # pt.Linear, forward and backward (its eager training path)
     lin = pt.Linear(K, N, device=dev, dtype=torch.bfloat16)
@@ -241,7 +241,7 @@ def _torch_pass(torch, pt, current: int, seed: int) -> None:
     for what, got_, ref, absprod, k in (("dX", x.grad, g64 @ w64, np.abs(g64) @ np.abs(w64), N),
                                        ("dW", lin.weight.grad, g64.T @ x64, np.abs(g64).T @ np.abs(x64), M),
                                        ("dbias", lin.bias.grad, g64.sum(0), np.abs(g64).sum(0), M)):
-        _within(got_, ref, accuracy.error_bound(np.atleast_2d(ref), np.atleast_2d(absprod), k, "bfloat16"),
+        _within(got_, ref, accuracy.error_bound(np.atleast_2d(ref), np.atleast_2d(absprod), k, "bfloat16", "bfloat16"),
                 f"Linear {what} (current device {current})")
 
     # torch.compile of a small pt.Linear model, forward and backward

@@ -94,7 +94,7 @@ def test_mm_batched_activations_over_one_weight_and_row_major_b():
     torch.cuda.synchronize()
     for i in range(3):
         ref, absprod = accuracy.reference(host_values(x[i]), host_values(b))
-        _check(out[i], ref, accuracy.error_bound(ref, absprod, K, "bfloat16"), f"batch {i}")
+        _check(out[i], ref, accuracy.error_bound(ref, absprod, K, "bfloat16", "bfloat16"), f"batch {i}")
 
 
 @gpu
@@ -123,7 +123,7 @@ def test_mm_gradients_against_float64(epilogue):
     slack = 2.0 ** -6 if act else 0.0
     for got, ref, absprod, kk in ((x.grad, alpha * dp @ w64, abs(alpha) * np.abs(dp) @ np.abs(w64), n),
                                   (w.grad, alpha * dp.T @ x64, abs(alpha) * np.abs(dp.T) @ np.abs(x64), m)):
-        bound = accuracy.error_bound(ref, absprod, kk, "bfloat16") + slack * absprod
+        bound = accuracy.error_bound(ref, absprod, kk, "bfloat16", "bfloat16") + slack * absprod
         _check(got, ref, bound, f"gradient {tuple(got.shape)}")
     assert w.grad.stride() == w.stride()
     if bias is not None:
@@ -257,12 +257,12 @@ def test_grouped_contiguous_forward_and_gradients(weights):
     for i in range(g):
         r = slice(starts[i], starts[i + 1])
         ref, absprod = a64[r] @ b64[i], np.abs(a64[r]) @ np.abs(b64[i])
-        _check(out[r], ref, accuracy.error_bound(ref, absprod, GK, "bfloat16"), f"group {i} forward")
+        _check(out[r], ref, accuracy.error_bound(ref, absprod, GK, "bfloat16", "bfloat16"), f"group {i} forward")
         ref, absprod = dc64[r] @ b64[i].T, np.abs(dc64[r]) @ np.abs(b64[i].T)
-        assert accuracy.check_bound(da[r], ref, accuracy.error_bound(ref, absprod, GN, "bfloat16")).ok, f"dA {i}"
+        assert accuracy.check_bound(da[r], ref, accuracy.error_bound(ref, absprod, GN, "bfloat16", "bfloat16")).ok, f"dA {i}"
         ref, absprod = dc64[r].T @ a64[r], np.abs(dc64[r].T) @ np.abs(a64[r])   # (N, K); zeros when empty
         kk = max(int(starts[i + 1] - starts[i]), 1)
-        verdict = accuracy.check_bound(db[i], ref, accuracy.error_bound(ref, absprod, kk, "bfloat16"))
+        verdict = accuracy.check_bound(db[i], ref, accuracy.error_bound(ref, absprod, kk, "bfloat16", "bfloat16"))
         assert verdict.ok, f"dB group {i}: {verdict}"
     assert wp.grad.stride() == wp.stride()
 
@@ -281,7 +281,7 @@ def test_grouped_masked_and_k_forms():
         assert np.isnan(host_values(out[i, rows:]).astype(np.float64)).all(), f"group {i}: rows past masked_m written"
         if rows:
             ref, absprod = accuracy.reference(host_values(a[i, :rows]), host_values(b[i]))
-            _check(out[i, :rows], ref, accuracy.error_bound(ref, absprod, GK, "bfloat16"), f"masked {i}")
+            _check(out[i, :rows], ref, accuracy.error_bound(ref, absprod, GK, "bfloat16", "bfloat16"), f"masked {i}")
     # the k form: x^T (M, total_K) @ dy (total_K, N) per group of rows, as an MoE weight gradient reads them
     starts, total = _groups(SIZES)
     x, dy = _rand((total, GK), torch.bfloat16, gen), _rand((total, GN), torch.bfloat16, gen)
@@ -292,7 +292,8 @@ def test_grouped_masked_and_k_forms():
     for i in range(len(SIZES)):
         r = slice(starts[i], starts[i + 1])
         ref, absprod = accuracy.reference(host_values(x[r]).T, host_values(dy[r]))
-        _check(out[i], ref, accuracy.error_bound(ref, absprod, max(r.stop - r.start, 1), "bfloat16"), f"k {i}")
+        _check(out[i], ref, accuracy.error_bound(ref, absprod, max(r.stop - r.start, 1), "bfloat16", "bfloat16"),
+               f"k {i}")
 
 
 @gpu

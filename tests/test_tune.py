@@ -267,7 +267,7 @@ def test_per_tensor_fp8_candidates_are_checked_by_the_fp8_bound(cache_dir):
         return Fp8AccumulationRunner(a, b, config)
 
     k = 4096
-    too_tight = accuracy.error_bound(np.ones((1, 1)), np.full((1, 1), float(k)), k, "bfloat16")[0, 0]
+    too_tight = accuracy.error_bound(np.ones((1, 1)), np.full((1, 1), float(k)), k, "bfloat16", "bfloat16")[0, 0]
     assert 0.5 * accuracy.FP8_ACCUMULATION_UNIT * k > too_tight     # the error is past the 16-bit inputs' bound
     winner, records = ptxgemm.tune(64, 80, k, **fp8, candidates=["pp64x64k2", "pp64x64"], rounds=2, progress=None,
                                    plan_factory=factory, timer=fake_timer({"pp64x64k2": 0.1, "pp64x64": 0.2}),
