@@ -20,6 +20,7 @@ from ptxgemm.errors import ConfigError
 from ptxgemm.kernel import schedule
 from ptxgemm.select import cost_model as S, memory_model as M, predict as P, tile_costs as C, tiles as T, tune_cache
 from ptxgemm.select.problem import Problem
+from ptxgemm.select.short_grid import ONE_WAVE_SPLITS, with_one_wave
 from ptxgemm.select.split_lead import with_split_lead
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -726,13 +727,53 @@ def test_a_ring_keeps_a_ctas_loads_in_flight():
 
 
 @pytest.mark.stream_k
-@pytest.mark.parametrize("shape, tag", [((1536, 1536, 4096), "coop128x128skw"), ((896, 896, 16384), "coop128x128sk"),
+@pytest.mark.parametrize("shape, tag", [((1536, 1536, 8192), "coop128x128skw"), ((896, 896, 6144), "coop128x128sk"),
                                         ((896, 4864, 4096), "coop128x128skw")])
 def test_a_short_grid_takes_the_128x128_tile_with_its_tail(shape, tag):
-    """SHORT_GRID_TILES (H200, run 50): 1536x1536x4096 coop128x128skw 32.6-32.8 us against coop128x256sk's 35.8;
-    896x896x16384 coop128x128sk 48.1 against coop128x192sk's 52.6-53.2; first in a tie (896x4864x4096, run 48:
-    coop128x128skw 51.0-51.7 against coop128x256skw's 53.9-54.5)."""
+    """SHORT_GRID_TILES (H200, run 50): 1536x1536x4096 coop128x128skw 32.6-32.8 us against coop128x256sk's 35.8 (a
+    wider tile's one wave beats both there now: the next test); first in a tie (896x4864x4096, run 48: coop128x128skw
+    51.0-51.7 against coop128x256skw's 53.9-54.5). The tail stays where short_grid.py's one-wave rules were not
+    measured ahead: 128 k-tiles for the 128x160 tile (1536x1536x8192 ran level, run 129), splits of fewer than 64
+    k-tiles (896x896x6144: two of 48)."""
     assert select_config(*shape, a_major="mn", b_major="mn", device=H200).tag == tag
+
+
+@pytest.mark.stream_k
+@pytest.mark.parametrize("shape, layout, tag", [
+    ((1536, 1536, 4096), ("mn", "mn"), "coop128x160"),   # fitted: 28.5 us against the tail's 30.0 (cuBLAS 28.7)
+    ((2048, 1280, 4096), ("mn", "mn"), "coop128x160"),   # held out: 29.2 against 33.0
+    ((1536, 1536, 4096), ("k", "mn"), "coop128x160"),    # held out: 28.5 against 30.9
+    ((896, 896, 16384), ("mn", "mn"), "coop128x128k2"),  # fitted: 43.9 against the tail's 46.6
+    ((1024, 1024, 16384), ("mn", "mn"), "coop128x128k2"),  # held out: 46.9 against 51.7
+    ((896, 896, 16384), ("k", "mn"), "coop128x128k2"),   # held out: 44.8 against 48.4
+    ((768, 896, 16384), ("mn", "mn"), "coop128x128k3")])  # held out, 42 tiles: three splits 35.3 against 40.0
+def test_a_short_grid_runs_one_full_wave_where_measured(shape, layout, tag):
+    """short_grid.with_one_wave (H200, runs 127 and 129, CUPTI kernel durations, L2 flushed): the cooperative
+    128x128 pick's stream-K tail gives way to one full wave, of 128x160 tiles where 128x128's overflow it, or of
+    split-K units in the most splits one wave holds. (Marked stream_k: the rules turn the tail, which the tile tests
+    switch off.)"""
+    assert select_config(*shape, a_major=layout[0], b_major=layout[1], device=H200).tag == tag
+
+
+def test_the_one_wave_rules_take_only_their_measured_ground():
+    """with_one_wave turns only a single, unfused 16-bit coop128x128 stream-K pick, at the split counts and k-loops
+    measured; anything else is returned as it came."""
+    tail = GemmConfig.from_tag("coop128x128sk", a_major="mn", b_major="mn")
+    assert with_one_wave(tail, 896, 896, 16384, 132).tag == "coop128x128k2"
+    assert with_one_wave(tail, 896, 896, 16384, 132, batches=2) == tail          # a batch: not measured
+    assert with_one_wave(tail, 896, 896, 8191, 132).tag == "coop128x128k2"       # 128 k-tiles: two of 64
+    assert with_one_wave(tail, 896, 896, 8064, 132) == tail                      # 126: splits of 63
+    assert with_one_wave(tail, 256, 512, 65536, 132) == tail                     # 8 tiles: 16 splits, not measured
+    assert max(ONE_WAVE_SPLITS) == 3
+    fp8 = GemmConfig.from_tag("coop128x128sk", in_dtype="float8_e4m3fn", out_dtype="bfloat16", b_major="k")
+    assert with_one_wave(fp8, 896, 896, 16384, 132) == fp8                       # fp8: not measured
+    for tag in ("coop128x256sk", "coop128x128", "pp128x128k2"):
+        other = GemmConfig.from_tag(tag, a_major="mn", b_major="mn")
+        assert with_one_wave(other, 1536, 1536, 4096, 132) == other
+    wide = GemmConfig.from_tag("coop128x128skw", a_major="mn", b_major="mn")
+    assert with_one_wave(wide, 1536, 1536, 4096, 132).tag == "coop128x160"
+    assert with_one_wave(wide, 1536, 1536, 4160, 132) == wide                    # 65 k-tiles: past the measured 64
+    assert with_one_wave(wide, 2048, 2048, 4096, 132) == wide                    # 128x160 makes 208 tiles: two waves
 
 
 @pytest.mark.parametrize("shape, b_major", [((4096, 1536, 8960), "mn"), ((4096, 896, 151936), "mn"),

@@ -39,6 +39,8 @@ SPLIT_FAMILIES = ({"block_m": 64, "block_n": 128, "splits": 3}, {"block_m": 128,
                   {"block_m": 64, "block_n": 256, "splits": 4},
                   {"schedule": "cooperative", "block_m": 128, "block_n": 256, "splits": 2},
                   {"schedule": "cooperative", "block_m": 256, "block_n": 128, "splits": 3},
+                  # the short grids' one-wave split (select/short_grid.py): the cooperative 128x128 in two or three
+                  {"schedule": "cooperative", "block_m": 128, "block_n": 128, "splits": 3},
                   # the deep ring the selection gives the 64x64 pingpong (cost_model.DEEP_RING_TILES): 13 stages
                   {"block_m": 64, "block_n": 64, "splits": 3, "stages": 13},
                   # pairs under split-K: both CTAs of a cluster run the same split of adjacent tiles (their multicast

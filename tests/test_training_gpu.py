@@ -41,7 +41,11 @@ def _majors(a: np.ndarray, b: np.ndarray) -> tuple[str, str]:
 
 # (gemm, M, N, K, what the selection must give it: a predicate on (config, schedule) and its description)
 CASES = [
-    ("dW", 1536, 1536, 4096, lambda c, s: c.stream_k and s.dp_units == 0, "all of it the stream-K tail"),
+    # select/short_grid.py: a short grid of the cooperative 128x128 tile runs one full wave instead of its tail
+    ("dW", 1536, 1536, 4096, lambda c, s: (c.cooperative, c.block_n, c.stream_k) == (True, 160, False)
+     and s.units <= s.clusters, "one wave of cooperative 128x160 tiles, no stream-K tail"),
+    ("dW", 896, 896, 16384, lambda c, s: (c.cooperative, c.block_m, c.block_n, c.splits, c.stream_k) ==
+     (True, 128, 128, 2, False) and s.units <= s.clusters, "the cooperative 128x128 tile in two splits, one wave"),
     ("dW", 256, 1536, 8192, lambda c, s: c.splits > 1 and not c.cooperative and c.block_m == 64,
      "a split 64-row pingpong tile"),
     ("dW", 256, 1536, 4096, lambda c, s: (c.schedule, c.block_m, c.block_n, c.splits) == ("pingpong", 64, 64, 1)

@@ -32,8 +32,10 @@
    walks them all in one band, so B's panels are read from DRAM once. At small M a blockwise problem whose B panels
    fill the SMs in one wave runs unsplit 64x64 tiles with the deepest ring first (ptxgemm/select/unsplit_wave.py);
    so do per-tensor fp8 at M <= 128 (unsplit, or in two splits where the panels are few) and 16-bit outputs of
-   1025-2048 columns in one wave over a short k-loop (_measured_first, the same module's other two rules). A 64x64
-   pingpong split pick runs its final split a few k-tiles longer than its partials (ptxgemm/select/split_lead.py).
+   1025-2048 columns in one wave over a short k-loop (_measured_first, the same module's other two rules). A short
+   grid's cooperative 128x128 pick runs one full wave instead of its stream-K tail: the 128x160 tile or split-K
+   (ptxgemm/select/short_grid.py). A 64x64 pingpong split pick runs its final split a few k-tiles longer than its
+   partials (ptxgemm/select/split_lead.py).
 
 Nothing here needs a GPU: without one, and without an injected device, the model assumes DEFAULT_DEVICE.
 """
@@ -55,6 +57,7 @@ from .memory_model import misaligned_factor
 from .predict import (DEEP_RING_DTYPES, Prediction, kernel_mnk, kernel_schedule, predict, with_deep_ring,
                       with_serpentine, with_stream_k)
 from .problem import Problem
+from .short_grid import with_one_wave
 from .split_lead import with_split_lead
 from .tiles import (BLOCK_SCALE_TILES, BLOCK_SCALE_TUNE_TILES, WHOLE_N_WIDER, blockwise_candidates,
                     problem_candidates)
@@ -534,9 +537,10 @@ def _ranked_blockwise(problem: Problem, sm_count: int, gpu_name: str, batches: i
 
 def _untimed_forms(config: GemmConfig, m: int, n: int, k: int, sm_count: int, batches: int = 1) -> GemmConfig:
     """`config` (a ranked pick with the tail it takes) with the forms the selection adds last and the model does not
-    time: the serpentine k-loop, the deep ring, the final split's lead (split_lead.py) and the walk's band (`config`
-    itself where none applies)."""
-    turned = with_split_lead(with_deep_ring(with_serpentine(config, m, n, k, sm_count, batches)), k)
+    time: one full wave for the cooperative 128x128 tile's short grids (short_grid.py), the serpentine k-loop, the
+    deep ring, the final split's lead (split_lead.py) and the walk's band (`config` itself where none applies)."""
+    whole = with_one_wave(config, m, n, k, sm_count, batches)
+    turned = with_split_lead(with_deep_ring(with_serpentine(whole, m, n, k, sm_count, batches)), k)
     return with_band(turned, lambda c: kernel_schedule(c, m, n, k, sm_count, batches))
 
 

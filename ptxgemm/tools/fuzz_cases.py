@@ -39,7 +39,8 @@ What the strategies cover (draw_spec):
   in SPLIT_PAIR_P of the rest, a pair under split-K (SPLIT_PAIR_TAGS), from a stream of its own; in FP8_WAVE_P of
   the fp8 ones still without a config, one of the per-tensor fp8 wave rule's deep-ring forms (FP8_WAVE_TAGS), from a
   stream of its own; in SPLIT_LEAD_P of those still without one, a split tile whose final runs longer than its
-  partials (SPLIT_LEAD_TAGS), from a stream of its own;
+  partials (SPLIT_LEAD_TAGS), from a stream of its own; in ONE_WAVE_P of those still without one, a short grid's
+  one-wave form (ONE_WAVE_TAGS), from a stream of its own;
 - the GEMM classes of a training step (TRAINING_CLASSES: narrow N with a K-major B, weight gradients with an M-major
   A and a long K, short K) in TRAINING_P of the plain 2-D cases, from a stream of their own;
 - entries "run", "matmul" (with a NaN-poisoned out, or none) and "plan" (GemmPlan(...).launch(), out required);
@@ -321,13 +322,21 @@ FP8_WAVE_STREAM = 0xF8A5   # the wave form's draw: seed ^ this
 SPLIT_LEAD_TAGS = ("pp64x64k2l9s13", "pp64x64k3l8s13", "pp64x128k2l3", "pp128x128k4l2", "coop128x128k3l5")
 SPLIT_LEAD_P = 0.3
 SPLIT_LEAD_STREAM = 0x11EAD   # the lead's draw: seed ^ this
+#: The short grids' one-wave forms (select/short_grid.py): the cooperative 128x160 tile (a column panel and a half of
+#: B, its last output panel 32 wide) and the cooperative 128x128 tile in two and three splits. The selection runs
+#: them only at about 900-2000 square with K of 2048-32768, past the fuzzer's sizes, so the fuzzer passes them itself
+#: in ONE_WAVE_P of the cases without c or blockwise scales that drew no other config, from a stream of their own.
+ONE_WAVE_TAGS = ("coop128x160", "coop128x128k2", "coop128x128k3")
+ONE_WAVE_P = 0.2
+ONE_WAVE_STREAM = 0x1A7E   # the one-wave form's draw: seed ^ this
 WALK_P, WALK_PLAN_P = 0.15, 0.4   # how often a case takes one of WALK_TAGS: more often for GemmPlan, whose ctas let
 #                                   the serpentine tiles make a second pass
 STREAM_K_STREAM = 0x5C7A   # the stream-K or serpentine config's draw: seed ^ this
 #: Every tag the fuzzer passes as `config`, by the family a failing case's categories name (fuzz_shrink.categories).
 CONFIG_FAMILIES = (("serpentine", SERPENTINE_TAGS), ("stream-k", STREAM_K_TAGS),
                    ("deep-ring-blockwise", BLOCK_DEEP_TAGS), ("swap-ab-blockwise", BLOCK_SWAP_TAGS),
-                   ("split-pair", SPLIT_PAIR_TAGS), ("fp8-wave", FP8_WAVE_TAGS), ("split-lead", SPLIT_LEAD_TAGS))
+                   ("split-pair", SPLIT_PAIR_TAGS), ("fp8-wave", FP8_WAVE_TAGS), ("split-lead", SPLIT_LEAD_TAGS),
+                   ("one-wave", ONE_WAVE_TAGS))
 
 
 def config_family(config: str) -> str:
@@ -502,6 +511,7 @@ def draw_spec(rng: np.random.Generator, *, max_flops: float, entries=ENTRIES, ar
         if spec["a"]["dtype"] in FP8_DTYPES and spec["b"]["dtype"] in FP8_DTYPES:
             _draw_family(spec, FP8_WAVE_STREAM, FP8_WAVE_P, FP8_WAVE_TAGS)
         _draw_family(spec, SPLIT_LEAD_STREAM, SPLIT_LEAD_P, SPLIT_LEAD_TAGS)
+        _draw_family(spec, ONE_WAVE_STREAM, ONE_WAVE_P, ONE_WAVE_TAGS)
     _training_class(spec, max_flops)
     bad = problems(spec)
     if bad:   # a bug of this generator
