@@ -2,6 +2,9 @@
 with one wrong 16x16 block fails, however large the matrix (the Frobenius check it replaces did not)."""
 from __future__ import annotations
 
+import ast
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -84,3 +87,41 @@ def test_random_matrix_never_holds_zero():
     rng = np.random.default_rng(0)
     x = accuracy.random_matrix(rng, 1000, 1000, "float16")
     assert not (x == 0).any()
+
+
+def _accuracy_names(tree) -> dict:
+    """{local name: accuracy function} for `from ... accuracy import check, error_bound [as x]` in a module."""
+    names = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[-1] == "accuracy":
+            for alias in node.names:
+                if alias.name in ("check", "error_bound"):
+                    names[alias.asname or alias.name] = alias.name
+    return names
+
+
+def test_every_call_names_the_inputs_dtype():
+    """accuracy.check and error_bound take the inputs' dtype with no default, so a call that leaves it out fails only
+    when it runs: on a GPU, for the GPU tests (run 130 found one in test_gemm_gpu.py). Every call in the package and
+    the tests is read here instead: check passes in_dtype by keyword, error_bound passes five arguments."""
+    root = Path(__file__).resolve().parent.parent
+    missing = []
+    for path in sorted([*root.glob("ptxgemm/**/*.py"), *root.glob("tests/*.py")]):
+        tree = ast.parse(path.read_text(), str(path))
+        names = _accuracy_names(tree)
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Call):
+                continue
+            f = node.func
+            if isinstance(f, ast.Name) and f.id in names:
+                which = names[f.id]
+            elif isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id == "accuracy" \
+                    and f.attr in ("check", "error_bound"):
+                which = f.attr
+            else:
+                continue
+            keywords = {k.arg for k in node.keywords}
+            if (which == "check" and "in_dtype" not in keywords) or \
+                    (which == "error_bound" and len(node.args) + len(keywords) < 5):
+                missing.append(f"{path.relative_to(root)}:{node.lineno} {which}")
+    assert not missing, "calls without the inputs' dtype: " + ", ".join(missing)

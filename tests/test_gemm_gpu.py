@@ -319,15 +319,15 @@ def test_one_wrong_block_fails_on_a_real_output(device_report):
     case = FIXED[0]
     _, got, a, b = run_case(case)
     ref, absp = reference(a, b)
-    assert check(got, ref, absp, case.k).ok
+    assert check(got, ref, absp, case.k, in_dtype=case.in_dtype).ok
     moved = got.copy()
     moved[32:48, 48:64] = got[32:48, 64:80]
-    assert not check(moved, ref, absp, case.k).ok
+    assert not check(moved, ref, absp, case.k, in_dtype=case.in_dtype).ok
     stale = got.copy()
     k0 = 64
     partial = a[32:48, k0:k0 + 64].astype(np.float64) @ b[k0:k0 + 64, 48:64].astype(np.float64)
     stale[32:48, 48:64] = (got[32:48, 48:64].astype(np.float64) - partial).astype(got.dtype)
-    verdict = check(stale, ref, absp, case.k)
+    verdict = check(stale, ref, absp, case.k, in_dtype=case.in_dtype)
     assert not verdict.ok and verdict.bad_blocks == [(2, 3)], str(verdict)
     device_report("worst error/bound over the GEMM cases so far: "
                   + ", ".join(f"{d} {r:.3g}" for d, r in sorted(_worst.items())))

@@ -733,7 +733,7 @@ def test_a_short_grid_takes_the_128x128_tile_with_its_tail(shape, tag):
     """SHORT_GRID_TILES (H200, run 50): 1536x1536x4096 coop128x128skw 32.6-32.8 us against coop128x256sk's 35.8 (a
     wider tile's one wave beats both there now: the next test); first in a tie (896x4864x4096, run 48: coop128x128skw
     51.0-51.7 against coop128x256skw's 53.9-54.5). The tail stays where short_grid.py's one-wave rules were not
-    measured ahead: 128 k-tiles for the 128x160 tile (1536x1536x8192 ran level, run 129), splits of fewer than 64
+    measured ahead: 128 k-tiles for the 128x160 tile (1536x1536x8192 ran level, run 129), splits of fewer than 80
     k-tiles (896x896x6144: two of 48)."""
     assert select_config(*shape, a_major="mn", b_major="mn", device=H200).tag == tag
 
@@ -761,8 +761,9 @@ def test_the_one_wave_rules_take_only_their_measured_ground():
     tail = GemmConfig.from_tag("coop128x128sk", a_major="mn", b_major="mn")
     assert with_one_wave(tail, 896, 896, 16384, 132).tag == "coop128x128k2"
     assert with_one_wave(tail, 896, 896, 16384, 132, batches=2) == tail          # a batch: not measured
-    assert with_one_wave(tail, 896, 896, 8191, 132).tag == "coop128x128k2"       # 128 k-tiles: two of 64
-    assert with_one_wave(tail, 896, 896, 8064, 132) == tail                      # 126: splits of 63
+    assert with_one_wave(tail, 896, 896, 10240, 132).splits == 2                 # 160 k-tiles: two of 80
+    assert with_one_wave(tail, 896, 896, 10176, 132) == tail                     # 159: splits of 79
+    assert with_one_wave(tail, 768, 1024, 8192, 132) == tail                     # two of 64: mixed (run 130)
     assert with_one_wave(tail, 256, 512, 65536, 132) == tail                     # 8 tiles: 16 splits, not measured
     assert max(ONE_WAVE_SPLITS) == 3
     fp8 = GemmConfig.from_tag("coop128x128sk", in_dtype="float8_e4m3fn", out_dtype="bfloat16", b_major="k")

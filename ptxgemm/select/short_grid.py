@@ -18,6 +18,13 @@ Measured (runs 127 and 129, NVIDIA H200, CUPTI kernel durations with L2 flushed 
   25.5 (26.3), 1024x1024x16384 46.9 (51.7), 896x1152x16384 46.9 (49.1), 896x896x32768 87.1 (88.0), A K-major
   896x896x16384 44.8 (48.4), and 768x896x16384 (42 tiles) in three splits 35.3 (40.0), where two lost (43.6).
   Three splits of 49 tiles (147 units, a second wave) lost badly (66.7): hence the largest count one wave holds.
+  Splits of 64 k-tiles were mixed: 896x896x8192 25.5 (26.3) but 768x1024x8192 25.7 (25.2, run 130), so a split
+  takes at least ONE_WAVE_SPLIT_MIN_K_TILES.
+Checked after the rule was written (run 130, the same method, on a second machine; the tail it replaced after):
+1536x1536x4096 28.5 (29.8; cuBLAS 28.5), 896x896x16384 44.4 (46.7), 1280x2048x4096 29.6 (33.0), 1024x2112x4096
+28.1 (29.8; cuBLAS's 64x256 tile 24.8), 1024x2112x1536 A K-major 13.1 (15.4), both operands K-major 1536x1536x4096
+28.7 (30.7) and 896x896x16384 45.8 (47.7), 896x1024x32768 89.6 (93.3), 768x768x32768 in three splits 60.0 (67.7);
+1536x1536x16384 keeps the tail, which ran ahead of the 128x160 tile there (103.4 against 107.5).
 
 Both measured with 16-bit inputs and outputs, single problems (no batch), no fused epilogue, on the H200 only.
 """
@@ -35,9 +42,10 @@ SHORT_GRID_PICK = ("cooperative", 128, 128)
 ONE_WAVE_WIDE_N = 160
 ONE_WAVE_WIDE_MAX_K_TILES = 64
 # Split-K where one wave holds two or three splits of every tile (the counts measured), each split at least this many
-# k-tiles (the shortest measured ahead: 896x896x8192 in two splits of 64).
+# k-tiles: every split of 85 (768x896x16384 in three) or more measured ran ahead; at 64 one ran ahead (896x896x8192,
+# +3.5%) and one behind (768x1024x8192, -2%, run 130).
 ONE_WAVE_SPLITS = (2, 3)
-ONE_WAVE_SPLIT_MIN_K_TILES = 64
+ONE_WAVE_SPLIT_MIN_K_TILES = 80
 ONE_WAVE_DTYPES = ("bfloat16", "float16")
 
 
