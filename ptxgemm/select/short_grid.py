@@ -9,7 +9,9 @@ as one wave with no tail at all:
   one wave holds (two: 98 units), where stream-K's tail spreads each tile over 2-3 SMs with a fix-up per share.
 
 Measured (runs 127 and 129, NVIDIA H200, CUPTI kernel durations with L2 flushed before each launch, three rounds of
-30 launches beside cuBLAS through torch; docs/perf-notes.md, issue 47), the pick in brackets, cuBLAS after:
+30 launches beside cuBLAS through torch; docs/perf-notes.md, issue 47; the runs are r127_sweep, r129_sweep,
+r130_heldout and r131_heldout in docs/results/h200/bench/bench_h200_training_issue47_r103-r132.json.gz), the pick in
+brackets, cuBLAS after:
 - the 128x160 tile: 1536x1536x4096 with A and B MN-major (Qwen2-1.5B's q/o weight gradient, the fitted row) 28.5
   (30.0; cuBLAS 28.7); held out: 2048x1280x4096 29.2 (33.0; 29.0), 1280x2048x4096 29.3 (33.4; 29.0), 1536x1536x2048
   16.2 (18.7; 15.3), A K-major 1536x1536x4096 28.5 (30.9; 28.8) and 2048x1280x4096 29.5 (36.2; 29.4). At
