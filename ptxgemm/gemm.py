@@ -26,7 +26,7 @@ import ml_dtypes  # noqa: F401 - registers numpy's 'bfloat16' dtype name
 import numpy as np
 
 from .errors import ConfigError
-from .kernel import schedule, trace_format
+from .kernel import fast_div, schedule, trace_format
 from .kernel.config import GemmConfig, default_out_dtype
 from .kernel.layout import FLAG_BYTES
 from .kernel.params import entry_maps
@@ -379,6 +379,9 @@ class GemmPlan(BoundLaunches):
         if cfg.raster == "hilbert":
             self.tile_order = _tile_order(sched.cluster_rows, sched.cluster_cols, self.device)
             args.append(ctypes.c_uint64(self.tile_order.ptr))
+        args += [ctypes.c_uint32(v) for v in fast_div.walk_divisors(sched.cluster_rows, sched.cluster_cols,
+                                                                      lay.batches, cfg.group_m, cfg.raster,
+                                                                      self.k_tiles)]
         if cfg.split_k:
             args += self._split_arguments(cfg, sched, stream)
         if cfg.stream_k:
@@ -397,7 +400,7 @@ class GemmPlan(BoundLaunches):
         cluster's CTAs each hold a tile of the unit's)."""
         halves = sched.work_tiles * cfg.cluster_size * cfg.consumers_per_tile
         lead = [ctypes.c_uint32(sched.final_k_tiles)] if cfg.split_lead else []   # param_k_last
-        return [ctypes.c_uint32(sched.splits), *lead,
+        return [ctypes.c_uint32(sched.splits), *map(ctypes.c_uint32, fast_div.magic(sched.splits)), *lead,
                 *self._fix_up_buffers(halves * (sched.splits - 1), halves, cfg, stream)]
 
     def _stream_k_arguments(self, cfg: GemmConfig, sched, stream) -> list:

@@ -170,6 +170,7 @@ def plan_launch(a, b, *, offs=None, masked_m=None, out=None, alpha=1.0, scale_a=
                               a_major=call.a_major, b_major=call.b_major,
                               group_capacity=cfg.group_capacity or grouped_call.group_capacity(problem.groups))
     grouped_call.check_stream_k(cfg, problem)
+    grouped_call.check_ring_positions(cfg, problem)
     launch = GroupedLaunch(**{**vars(call), "out": out, "counts": counts}, config=cfg)
     if call.empty:
         launch.config = None

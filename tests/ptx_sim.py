@@ -3,7 +3,7 @@ scan and sort of the group counts), so the CPU tests run the rendered PTX itself
 memory.
 
 It knows only the instructions such kernels use (ld.param, mov, cvt, cvta, add, sub, min, max, and, or, shl, shr,
-mul.lo / mul.wide, mad.lo / mad.wide, div, rem, setp (with .and / .or), selp, bra, ret, ld.global, st.global,
+mul.lo / mul.wide / mul.hi (unsigned), mad.lo / mad.wide, div, rem, setp (with .and / .or), selp, bra, ret, ld.global, st.global,
 ld.shared, st.shared, shfl.sync up / idx over a full warp, bar.sync, with @p / @!p guards, `{ }` scopes) and raises
 on anything else, so a template change that steps outside that set fails loudly rather than being misread.
 Registers hold 64-bit patterns; each instruction reads and writes them at its type's width.
@@ -232,6 +232,10 @@ class Kernel:
                         raise SimError("a signed mad.wide is not modelled")
                     a, b = value(ops[1]) & ((1 << bits) - 1), value(ops[2]) & ((1 << bits) - 1)
                     regs[ops[0]] = (a * b + value(ops[3])) & ((1 << (2 * bits)) - 1)
+                elif name == "mul" and op[1] == "hi" and op[2].startswith("u"):
+                    bits = _bits(op[2])
+                    a, b = value(ops[1]) & ((1 << bits) - 1), value(ops[2]) & ((1 << bits) - 1)
+                    regs[ops[0]] = (a * b) >> bits
                 elif name in ("mul", "mad") and op[1] == "lo":
                     bits = _bits(op[2])
                     r = value(ops[1]) * value(ops[2]) + (value(ops[3]) if name == "mad" else 0)

@@ -610,7 +610,7 @@ SUMMARIZED = [
                                        "h100/grouped/bench_h100_grouped_fp8_block_issue24_swapsel_r2.json"],
      f"{H100_GPU} [grouped float8_e4m3fn, block scaling]", "cases"),
     # two runs of a gzipped bundle, by BUNDLE:PATTERN
-    ("--set training", ["h200/bench/bench_h200_training_issue47_r103-r132.json.gz:r103_training_[12]"],
+    ("--set training", ["h200/bench/bench_h200_training_issue47_r103-r134.json.gz:r103_training_[12]"],
      f"{H200} [training]", "median_rows"),
 ]
 

@@ -55,7 +55,8 @@ def test_hilbert_order_visits_every_unit_once_through_neighbours(rows, cols):
 def _tile_coords_probe(cfg) -> str:
     """scheduler.ptx.j2's setup and tile_coords for `cfg`, rendered into an entry `probe` of their own for the PTX
     interpreter (tests/ptx_sim.py): thread t maps unit t of a tiles_m x tiles_n x batches walk and stores its
-    (m0, n0, batch) as three u32 at out + 12 t. Its parameters: tiles_m, tiles_n, batches, rank, out."""
+    (m0, n0, batch) as three u32 at out + 12 t. Its parameters: tiles_m, tiles_n, batches, rank, out, then the walk's
+    own (its divisors, as fast_div.walk_divisors gives them)."""
     from ptxgemm.kernel.codegen import environment
     from ptxgemm.kernel.params import template_params
 
@@ -64,7 +65,8 @@ def _tile_coords_probe(cfg) -> str:
 .target sm_90a
 .address_size 64
 .visible .entry probe(.param .u32 param_tiles_m, .param .u32 param_tiles_n, .param .u32 param_batches,
-                      .param .u32 param_rank, .param .u64 param_out)
+                      .param .u32 param_rank, .param .u64 param_out,
+{sched.params().rstrip().rstrip(",")})
 {{
     .reg .u32 %tiles_m, %tiles_n, %batches, %batch_units, %num_tiles, %group_tiles, %rank, %tile, %m0, %n0, %batch;
     .reg .u64 %dst, %offset;
@@ -87,7 +89,8 @@ def _tile_coords_probe(cfg) -> str:
 
 
 @pytest.mark.parametrize("tag, rows, cols", [("coop256x128cn2g16", 16, 9), ("coop256x128cn2g16", 13, 5),
-                                             ("coop256x128g12", 12, 7), ("coop256x128", 16, 9)])
+                                             ("coop256x128g12", 12, 7), ("coop256x128", 16, 9),
+                                             ("coop256x128", 13, 9), ("coop256x128g1", 5, 3)])
 def test_the_kernels_walk_covers_every_tile_once_in_bands_of_group_m_rows(tag, rows, cols):
     """tile_coords of the rendered template, run by the PTX interpreter, maps the units of two problems onto every
     tile of each exactly once. Each band of group_m cluster rows (the last one may be narrower) is walked down its rows
@@ -95,6 +98,7 @@ def test_the_kernels_walk_covers_every_tile_once_in_bands_of_group_m_rows(tag, r
     each column's units are consecutive, so B's panel is fetched by one stretch of the walk only."""
     from ptx_sim import Kernel, Memory
 
+    from ptxgemm.kernel import fast_div
     from ptxgemm.kernel.config import GemmConfig
 
     cfg = GemmConfig.from_tag(tag, b_major="k", in_dtype="float8_e4m3fn", block_scale=True, block_scale_a_mn=True)
@@ -103,7 +107,8 @@ def test_the_kernels_walk_covers_every_tile_once_in_bands_of_group_m_rows(tag, r
     ptx = _tile_coords_probe(cfg)
     for rank in range(cfg.cluster_n):
         memory = Memory({}, set(range(out, out + 12 * units)), {})
-        Kernel(ptx, "probe").run(1, units, [rows, cols, batches, rank, out], memory)
+        divisors = fast_div.walk_divisors(rows, cols, batches, cfg.group_m, cfg.raster, 1)
+        Kernel(ptx, "probe").run(1, units, [rows, cols, batches, rank, out, *divisors], memory)
         got = [tuple(sum(memory.written[out + 12 * u + 4 * f + b] << (8 * b) for b in range(4)) for f in range(3))
                for u in range(units)]
         cells = [(batch, m0 // cfg.block_m, (n0 // cfg.block_n - rank) // cfg.cluster_n) for m0, n0, batch in got]
@@ -116,3 +121,28 @@ def test_the_kernels_walk_covers_every_tile_once_in_bands_of_group_m_rows(tag, r
             assert (batch, row, col) == (unit // (rows * cols), first + in_batch % size, in_batch // size), unit
         if cfg.group_m >= rows:
             assert all(col == (unit % (rows * cols)) // rows for unit, (_, _, col) in enumerate(cells))
+
+
+def test_the_walks_fast_division_is_exact_and_bounded():
+    """kernel/fast_div.py: magic(d) divides exactly, by multiply-high and shift, every dividend below
+    DIVIDEND_LIMIT: all the divisors up to 4096 against dividends near their multiples, at the limit and random,
+    and random and power-of-two divisors up to the limit; walk_divisors refuses a walk whose positions reach it."""
+    import random
+
+    from ptxgemm.errors import ConfigError
+    from ptxgemm.kernel import fast_div
+
+    rng = random.Random(47)
+    limit = fast_div.DIVIDEND_LIMIT
+    divisors = [*range(1, 4097), *(1 << k for k in range(31)), *((1 << k) + 1 for k in range(1, 31)),
+                *((1 << k) - 1 for k in range(2, 32)), *(rng.randrange(1, limit) for _ in range(2000))]
+    for d in divisors:
+        mul, shr = fast_div.magic(d)
+        assert 0 <= mul < 1 << 32 and 0 <= shr < 32
+        near = [q * d + r for q in (0, 1, rng.randrange(limit // d + 1), limit // d) for r in (0, 1, d - 1)]
+        for n in [n for n in near if n < limit] + [limit - 1, rng.randrange(limit)]:
+            assert fast_div.divide(n, mul, shr) == n // d, (d, n)
+    with pytest.raises(ConfigError, match="must stay below 2147483648"):
+        fast_div.walk_divisors(1 << 12, 1 << 10, 4, 8, "m", 128)
+    assert fast_div.walk_divisors(16, 9, 2, 8, "hilbert", 64) == [*fast_div.magic(144)]
+    assert fast_div.walk_divisors(13, 9, 1, 8, "m", 64)[2:] == [*fast_div.magic(9 * 8), *fast_div.magic(5)]

@@ -306,7 +306,7 @@ def _bundled(f, data) -> list[tuple[str, object]]:
 
 def read_runs(files) -> dict:
     """{file (or bundle file:run name): run JSON} of bench result files, gzipped or not, single runs or bundles;
-    `BUNDLE:PATTERN` takes the bundle's runs whose names match the glob (e.g. `...r103-r132.json.gz:r131_*`).
+    `BUNDLE:PATTERN` takes the bundle's runs whose names match the glob (e.g. `...r103-r134.json.gz:r134_*`).
     ConfigError naming the file that is not one (and, for a kind of result file that has no summary, why)."""
     runs = {}
     for f in files:

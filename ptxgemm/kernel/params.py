@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from . import grouped_walk, trace_format
+from . import fast_div, grouped_walk, trace_format
 from .config import GELU_CUBIC, GemmConfig, PTX_FLOAT_TYPES, PTX_VERSION, SCALE_BLOCK, SCALE_LOOKAHEAD, WGMMA_TYPES
 from .hardware import DESC_ADDRESS_MASK, FULL_WARP_MASK, MBARRIER_BYTES, SWIZZLE_BYTES, WARP_LANES, WARPGROUP_THREADS
 from .layout import (BARRIER_CTA, BARRIER_EPILOGUE_ORDER, BARRIER_EPILOGUE_SYNC, BARRIER_MMA_ORDER, FLAG_BYTES,
@@ -34,6 +34,9 @@ def template_params(cfg: GemmConfig) -> dict:
         "template_name": f"{cfg.kernel_name}.ptx.j2",
         "scheduler_template": "grouped_scheduler.ptx.j2" if cfg.grouped else "scheduler.ptx.j2",
         "entry_maps": entry_maps(cfg),   # the entry's tensor maps, in the order the host packs them
+        # a literal divisor's multiplier and shift (intdiv.ptx.j2's by_const: ptxas divides by a literal as slowly as
+        # by a register)
+        "div_magic": fast_div.magic,
         # the unit -> group search: power-of-two steps from group 0 whose sum reaches the last group the tables hold
         "max_groups": cfg.group_table_entries - 1,
         "group_search_steps": [1 << i for i in reversed(range((cfg.group_table_entries - 2).bit_length()))],

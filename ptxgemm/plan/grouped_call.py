@@ -11,6 +11,7 @@ import math
 import numpy as np
 
 from ..errors import ConfigError
+from ..kernel import fast_div
 from ..kernel.config import SCALE_BLOCK, GemmConfig
 from ..select.cost_model import MULTICAST_DTYPES, MULTICAST_MIN_K
 from ..select.predict import SK_DTYPES, SK_MIN_K_TILES
@@ -62,6 +63,17 @@ def max_units(cfg: GemmConfig, problem: grouped.GroupedProblem) -> int:
     rows = (problem.groups * -(-problem.m // cfg.unit_rows) if problem.form == "masked" else
             -(-problem.m // cfg.unit_rows) + problem.groups - 1)
     return rows * -(-problem.n // cfg.block_n)
+
+
+def check_ring_positions(cfg: GemmConfig, problem: grouped.GroupedProblem) -> None:
+    """A CTA's ring position counts the k-tiles it has walked and is divided by the stage count with a multiply-high
+    (intdiv.ptx.j2, kernel/fast_div.py), exact below DIVIDEND_LIMIT: the most units any counts can give times the
+    k-tiles of each (the k form: K's k-tiles plus one partial k-tile per group) must stay below it."""
+    units = max_units(cfg, problem) if problem.form != "k" else -(-problem.m // cfg.block_m) * -(-problem.n // cfg.block_n)
+    k_tiles = -(-problem.k // cfg.block_k) + (problem.groups if problem.form == "k" else 0)
+    if units * k_tiles >= fast_div.DIVIDEND_LIMIT:
+        raise ConfigError(f"the problem: up to {units} units of {k_tiles} k-tiles make more k-tiles than the walk's "
+                          f"{fast_div.DIVIDEND_LIMIT} (its fast division's range, kernel/fast_div.py)")
 
 
 def check_stream_k(cfg: GemmConfig, problem: grouped.GroupedProblem) -> None:

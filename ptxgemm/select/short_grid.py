@@ -10,7 +10,7 @@ as one wave with no tail at all:
 
 Measured (runs 127 and 129, NVIDIA H200, CUPTI kernel durations with L2 flushed before each launch, three rounds of
 30 launches beside cuBLAS through torch; docs/perf-notes.md, issue 47; the runs are r127_sweep, r129_sweep,
-r130_heldout and r131_heldout in docs/results/h200/bench/bench_h200_training_issue47_r103-r132.json.gz), the pick in
+r130_heldout and r131_heldout in docs/results/h200/bench/bench_h200_training_issue47_r103-r134.json.gz), the pick in
 brackets, cuBLAS after:
 - the 128x160 tile: 1536x1536x4096 with A and B MN-major (Qwen2-1.5B's q/o weight gradient, the fitted row) 28.5
   (30.0; cuBLAS 28.7); held out: 2048x1280x4096 29.2 (33.0; 29.0), 1280x2048x4096 29.3 (33.4; 29.0), 1536x1536x2048
