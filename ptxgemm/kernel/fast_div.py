@@ -23,7 +23,8 @@ DIVIDEND_LIMIT = 1 << 31
 
 
 def magic(divisor: int) -> tuple[int, int]:
-    """(multiplier, shift) that divide by `divisor` (1 <= divisor < 2^31) in the kernel's fast_div: (0, 0) for 1."""
+    """(multiplier, shift) that divide by `divisor` (1 <= divisor < 2^31) in intdiv.ptx.j2 (by_param takes them as
+    parameters, by_const as literals): (0, 0) for 1."""
     if not 1 <= divisor < DIVIDEND_LIMIT:
         raise ConfigError(f"fast division: the divisor must be in 1..{DIVIDEND_LIMIT - 1}, got {divisor}")
     if divisor == 1:
@@ -40,6 +41,15 @@ def divide(n: int, multiplier: int, shift: int) -> int:
     return ((n * multiplier) >> 32) >> shift
 
 
+def check_walk(k_tiles: int, what: str) -> None:
+    """The rule every walk's dividends keep: its unit indices and ring positions (which count the k-tiles a CTA has
+    walked) are at most the k-tiles the whole launch can walk, `k_tiles`, which must stay below DIVIDEND_LIMIT.
+    ConfigError names `what` made them (the dense and the grouped plans each say how they count)."""
+    if k_tiles >= DIVIDEND_LIMIT:
+        raise ConfigError(f"the problem: {what} make {k_tiles} k-tiles for the walk, which must stay below "
+                          f"{DIVIDEND_LIMIT} (the range of its fast division, kernel/fast_div.py)")
+
+
 def walk_divisors(rows: int, cols: int, batches: int, group_m: int, raster: str, k_tiles: int) -> list[int]:
     """The dense walk's divisors as the kernel's parameters take them (scheduler.ptx.j2's params, in its order):
     the units of one problem (rows x cols, cluster rows and columns), then, unless the raster is a table
@@ -47,10 +57,7 @@ def walk_divisors(rows: int, cols: int, batches: int, group_m: int, raster: str,
     (columns), each as (multiplier, shift). Refused where a dividend could reach DIVIDEND_LIMIT: the walk's unit
     indices, and the ring positions (pipeline.ptx.j2's slot), which count the k-tiles a CTA has walked."""
     units = rows * cols
-    if units * batches * max(k_tiles, 1) >= DIVIDEND_LIMIT:
-        raise ConfigError(f"the problem: {units} tiles x {batches} batches x {k_tiles} k-tiles make "
-                          f"{units * batches * k_tiles} k-tiles for the walk, which must stay below {DIVIDEND_LIMIT} "
-                          f"(the range of its fast division, kernel/fast_div.py)")
+    check_walk(units * batches * max(k_tiles, 1), f"{units} tiles x {batches} batches x {k_tiles} k-tiles")
     out = [*magic(units)]
     if raster != "hilbert":
         major, minor = (rows, cols) if raster == "m" else (cols, rows)

@@ -67,13 +67,12 @@ def max_units(cfg: GemmConfig, problem: grouped.GroupedProblem) -> int:
 
 def check_ring_positions(cfg: GemmConfig, problem: grouped.GroupedProblem) -> None:
     """A CTA's ring position counts the k-tiles it has walked and is divided by the stage count with a multiply-high
-    (intdiv.ptx.j2, kernel/fast_div.py), exact below DIVIDEND_LIMIT: the most units any counts can give times the
-    k-tiles of each (the k form: K's k-tiles plus one partial k-tile per group) must stay below it."""
-    units = max_units(cfg, problem) if problem.form != "k" else -(-problem.m // cfg.block_m) * -(-problem.n // cfg.block_n)
+    (intdiv.ptx.j2): the most units any counts can give times the k-tiles of each (the k form: K's k-tiles plus
+    one partial k-tile per group) is what fast_div.check_walk bounds."""
+    units = (max_units(cfg, problem) if problem.form != "k" else
+             -(-problem.m // cfg.block_m) * -(-problem.n // cfg.block_n))
     k_tiles = -(-problem.k // cfg.block_k) + (problem.groups if problem.form == "k" else 0)
-    if units * k_tiles >= fast_div.DIVIDEND_LIMIT:
-        raise ConfigError(f"the problem: up to {units} units of {k_tiles} k-tiles make more k-tiles than the walk's "
-                          f"{fast_div.DIVIDEND_LIMIT} (its fast division's range, kernel/fast_div.py)")
+    fast_div.check_walk(units * k_tiles, f"up to {units} units of {k_tiles} k-tiles")
 
 
 def check_stream_k(cfg: GemmConfig, problem: grouped.GroupedProblem) -> None:
